@@ -1,0 +1,19 @@
+// trajview._core: the compiled half of trajview. Python owns the public API;
+// the classes here keep private names.
+#include <pybind11/pybind11.h>
+
+namespace py = pybind11;
+
+namespace trajview::bindings {
+void register_store(py::module_& m);
+}
+
+#ifndef TRAJVIEW_VERSION
+#define TRAJVIEW_VERSION "dev"
+#endif
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "trajview's C++ core: columnar trajectory storage and views";
+  m.attr("__version__") = TRAJVIEW_VERSION;
+  trajview::bindings::register_store(m);
+}

@@ -1,0 +1,431 @@
+// Bindings of TrajectoryStore as trajview._core._Store.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "trajview/buffer.h"
+#include "trajview/store.h"
+
+namespace py = pybind11;
+
+namespace trajview::bindings {
+namespace {
+
+static_assert(sizeof(py::ssize_t) == sizeof(std::int64_t), "trajview needs a 64-bit platform");
+
+// Copies above this many bytes release the GIL.
+constexpr std::size_t kReleaseGilBytes = 1 << 16;
+
+/// The DType of a numpy dtype, if it is one of ours in native byte order.
+std::optional<DType> to_dtype(const py::dtype& dt) {
+  const char kind = dt.kind();
+  const auto size = dt.itemsize();
+  const char order = dt.byteorder();
+  if (order != '=' && order != '|') {
+    const bool little = py::module_::import("sys").attr("byteorder").cast<std::string>() == "little";
+    if ((order == '<') != little) return std::nullopt;
+  }
+  switch (kind) {
+    case 'b':
+      return size == 1 ? std::optional<DType>(DType::Bool) : std::nullopt;
+    case 'u':
+      switch (size) {
+        case 1: return DType::UInt8;
+        case 2: return DType::UInt16;
+        case 4: return DType::UInt32;
+        case 8: return DType::UInt64;
+        default: return std::nullopt;
+      }
+    case 'i':
+      switch (size) {
+        case 1: return DType::Int8;
+        case 2: return DType::Int16;
+        case 4: return DType::Int32;
+        case 8: return DType::Int64;
+        default: return std::nullopt;
+      }
+    case 'f':
+      switch (size) {
+        case 2: return DType::Float16;
+        case 4: return DType::Float32;
+        case 8: return DType::Float64;
+        default: return std::nullopt;
+      }
+    default:
+      return std::nullopt;
+  }
+}
+
+py::dtype to_numpy(DType d) { return py::dtype(std::string(dtype_name(d))); }
+
+std::span<const std::int64_t> shape_of(const py::array& a) {
+  return {reinterpret_cast<const std::int64_t*>(a.shape()), static_cast<std::size_t>(a.ndim())};
+}
+
+/// Wraps a batch column's buffer as a numpy array whose base owns the buffer.
+py::array wrap(const BatchColumn& col) {
+  std::vector<py::ssize_t> shape(col.shape.begin(), col.shape.end());
+  py::object owner = py::cast(col.buffer);
+  return py::array(to_numpy(col.dtype), shape, {}, col.buffer->data(), owner);
+}
+
+class PyStore {
+ public:
+  PyStore(std::int64_t num_slots, const py::list& columns, const py::list& views, std::int64_t chunk_rows,
+          std::int64_t eps_id_start)
+      : store_(num_slots, parse_columns(columns), parse_views(views), StoreOptions{chunk_rows, eps_id_start}) {
+    py::module_ np = py::module_::import("numpy");
+    can_cast_ = np.attr("can_cast");
+    for (const auto& c : store_.columns()) {
+      col_names_.push_back(py::str(c.name));
+      col_dtypes_.push_back(to_numpy(c.dtype));
+    }
+    for (std::size_t v : store_.inference_views()) {
+      const auto& view = store_.views()[v];
+      const auto& col = store_.columns()[static_cast<std::size_t>(store_.column_index(view.column))];
+      inf_names_.push_back(py::str(view.name));
+      inf_dtypes_.push_back(to_numpy(col.dtype));
+      std::vector<py::ssize_t> shape{0};
+      if (view.adds_axis) shape.push_back(static_cast<py::ssize_t>(view.shifts.size()));
+      shape.insert(shape.end(), col.shape.begin(), col.shape.end());
+      inf_shapes_.push_back(std::move(shape));
+    }
+  }
+
+  py::list begin_episodes(const py::object& env_ids, const py::dict& obs) {
+    Slots slots = parse_slots(env_ids, "begin_episodes", /*allow_none=*/false);
+    std::vector<py::array> keep;
+    std::vector<ArrayIn> in;
+    const auto& obs_cols = store_.obs_columns();
+    for (const auto& item : obs) {
+      const std::string key = py::str(item.first);
+      const std::int64_t c = store_.column_index(key);
+      if (c < 0 || store_.columns()[static_cast<std::size_t>(c)].kind != ColumnKind::Observation)
+        throw py::value_error("begin_episodes: '" + key + "' is not an observation column; expected " + obs_list());
+    }
+    for (std::size_t k = 0; k < obs_cols.size(); ++k) {
+      PyObject* h = PyDict_GetItem(obs.ptr(), col_names_[obs_cols[k]].ptr());
+      if (h == nullptr)
+        throw py::value_error("begin_episodes: missing observation column '" + store_.columns()[obs_cols[k]].name +
+                              "'; expected " + obs_list());
+      in.push_back(convert(obs_cols[k], py::handle(h), keep));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    return py::cast(store_.begin_episodes(slots.ids, in));
+  }
+
+  void add_step(const py::dict& data, const py::object& env_ids) {
+    Slots slots = parse_slots(env_ids, "add_step", /*allow_none=*/true);
+    std::vector<py::array> keep;
+    std::vector<ArrayIn> in;
+    std::size_t bytes = 0;
+    collect_step(data, keep, in, bytes);
+    if (slots.given && slots.ids.empty()) return check_empty(in);
+    run_add(slots, in, bytes);
+  }
+
+  py::dict input_dict(const py::object& env_ids) {
+    Slots slots = parse_slots(env_ids, "input_dict", /*allow_none=*/true);
+    return gather(slots);
+  }
+
+  py::dict step(const py::dict& data, const py::object& env_ids) {
+    Slots slots = parse_slots(env_ids, "step", /*allow_none=*/true);
+    std::vector<py::array> keep;
+    std::vector<ArrayIn> in;
+    std::size_t bytes = 0;
+    collect_step(data, keep, in, bytes);
+    if (slots.given && slots.ids.empty()) check_empty(in);
+    else run_add(slots, in, bytes);
+    return gather(slots);
+  }
+
+  void end_episodes(const py::object& env_ids) {
+    Slots slots = parse_slots(env_ids, "end_episodes", /*allow_none=*/true);
+    if (slots.given && slots.ids.empty()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    store_.end_episodes(slots.ids);
+  }
+
+  py::tuple build_batch(bool complete_only) {
+    Batch batch;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mu_);
+      batch = store_.build_batch(complete_only);
+    }
+    py::dict cols;
+    py::list seq_keys;
+    for (const auto& col : batch.columns) {
+      cols[py::str(col.name)] = wrap(col);
+      if (col.per_sequence) seq_keys.append(py::str(col.name));
+    }
+    py::list segs;
+    for (const auto& s : batch.segments) {
+      py::dict d;
+      d["eps_id"] = s.eps_id;
+      d["env_id"] = s.env_id;
+      d["t_start"] = s.t_start;
+      d["length"] = s.length;
+      d["row_offset"] = s.row_offset;
+      d["seq_offset"] = s.seq_offset;
+      d["num_seqs"] = s.num_seqs;
+      d["finished"] = s.finished;
+      segs.append(d);
+    }
+    return py::make_tuple(cols, segs, seq_keys, batch.count, batch.num_seqs);
+  }
+
+  std::int64_t num_steps() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return store_.num_steps();
+  }
+  std::int64_t num_complete_steps() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return store_.num_complete_steps();
+  }
+  std::size_t nbytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return store_.nbytes();
+  }
+  py::array_t<std::int64_t> eps_ids() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return py::array_t<std::int64_t>(py::cast(store_.slot_eps_ids()));
+  }
+  py::array_t<std::int64_t> lengths() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return py::array_t<std::int64_t>(py::cast(store_.slot_lengths()));
+  }
+  py::list inference_keys() const {
+    py::list out;
+    for (const auto& k : inf_names_) out.append(k);
+    return out;
+  }
+  py::list training_keys() const {
+    py::list out;
+    for (std::size_t v : store_.training_views()) out.append(py::str(store_.views()[v].name));
+    return out;
+  }
+
+ private:
+  struct Slots {
+    bool given = false;
+    std::vector<std::int64_t> ids;
+  };
+
+  static std::vector<ColumnSpec> parse_columns(const py::list& columns) {
+    std::vector<ColumnSpec> out;
+    for (const auto& item : columns) {
+      auto t = item.cast<py::tuple>();
+      ColumnSpec spec;
+      spec.name = t[0].cast<std::string>();
+      spec.dtype = dtype_from_name(t[1].cast<std::string>());
+      spec.shape = t[2].cast<std::vector<std::int64_t>>();
+      spec.kind = t[3].cast<bool>() ? ColumnKind::Observation : ColumnKind::Step;
+      if (!t[4].is_none()) {
+        std::string raw = t[4].cast<py::bytes>();
+        spec.pad_row.resize(raw.size());
+        std::memcpy(spec.pad_row.data(), raw.data(), raw.size());
+      }
+      out.push_back(std::move(spec));
+    }
+    return out;
+  }
+
+  static std::vector<ViewSpec> parse_views(const py::list& views) {
+    std::vector<ViewSpec> out;
+    for (const auto& item : views) {
+      auto t = item.cast<py::tuple>();
+      ViewSpec v;
+      v.name = t[0].cast<std::string>();
+      v.column = t[1].cast<std::string>();
+      v.shifts = t[2].cast<std::vector<std::int64_t>>();
+      v.adds_axis = t[3].cast<bool>();
+      const auto pad = t[4].cast<std::string>();
+      if (pad == "zero") v.padding = Padding::Zero;
+      else if (pad == "reset") v.padding = Padding::Reset;
+      else throw py::value_error("view '" + v.name + "': padding must be 'zero' or 'reset', got '" + pad + "'");
+      v.batch_repeat = t[5].cast<std::int64_t>();
+      v.for_inference = t[6].cast<bool>();
+      v.for_training = t[7].cast<bool>();
+      out.push_back(std::move(v));
+    }
+    return out;
+  }
+
+  std::string obs_list() const {
+    std::string s;
+    for (std::size_t c : store_.obs_columns()) s += (s.empty() ? "" : ", ") + store_.columns()[c].name;
+    return "[" + s + "]";
+  }
+
+  Slots parse_slots(const py::object& env_ids, const char* what, bool allow_none) const {
+    Slots out;
+    if (env_ids.is_none()) {
+      if (!allow_none) throw py::value_error(std::string(what) + ": env_ids is required");
+      return out;
+    }
+    out.given = true;
+    py::array arr = py::array::ensure(env_ids);
+    if (!arr) throw py::type_error(std::string(what) + ": env_ids must be a 1-D array of ints");
+    if (arr.ndim() != 1 || (arr.size() > 0 && arr.dtype().kind() != 'i' && arr.dtype().kind() != 'u'))
+      throw py::type_error(std::string(what) + ": env_ids must be a 1-D array of ints, got dtype " +
+                           std::string(py::str(arr.dtype())) + " with " + std::to_string(arr.ndim()) + " dims");
+    auto ids = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(arr);
+    out.ids.assign(ids.data(), ids.data() + ids.size());
+    return out;
+  }
+
+  ArrayIn convert(std::size_t c, py::handle h, std::vector<py::array>& keep) {
+    const auto& col = store_.columns()[c];
+    py::array arr = py::array::ensure(h);
+    if (!arr) {
+      PyErr_Clear();
+      throw py::type_error("column '" + col.name + "': expected an array of dtype " +
+                           std::string(dtype_name(col.dtype)) + ", got " +
+                           std::string(py::str(py::type::of(h).attr("__name__"))));
+    }
+    std::optional<DType> dt = to_dtype(arr.dtype());
+    if (!dt || *dt != col.dtype) {
+      const py::dtype& want = col_dtypes_[c];
+      if (!can_cast_(arr.dtype(), want, "safe").cast<bool>())
+        throw py::value_error("column '" + col.name + "': expected dtype " + std::string(dtype_name(col.dtype)) +
+                              ", got " + std::string(py::str(arr.dtype())) + " (casting would lose data)");
+      arr = arr.attr("astype")(want);
+      dt = col.dtype;
+    }
+    if (!(arr.flags() & py::array::c_style)) arr = py::array::ensure(arr, py::array::c_style);
+    keep.push_back(arr);
+    return ArrayIn{arr.data(), *dt, shape_of(keep.back())};
+  }
+
+  void collect_step(const py::dict& data, std::vector<py::array>& keep, std::vector<ArrayIn>& in,
+                    std::size_t& bytes) {
+    const std::size_t ncols = col_names_.size();
+    keep.reserve(ncols);
+    in.reserve(ncols);
+    for (std::size_t c = 0; c < ncols; ++c) {
+      PyObject* h = PyDict_GetItem(data.ptr(), col_names_[c].ptr());
+      if (h == nullptr) {
+        std::string names;
+        for (const auto& col : store_.columns()) names += (names.empty() ? "" : ", ") + col.name;
+        throw py::value_error("add_step: missing column '" + store_.columns()[c].name + "'; expected every column: [" +
+                              names + "]");
+      }
+      in.push_back(convert(c, py::handle(h), keep));
+      bytes += static_cast<std::size_t>(keep.back().nbytes());
+    }
+    if (static_cast<std::size_t>(PyDict_Size(data.ptr())) != ncols) {
+      for (const auto& item : data) {
+        const std::string key = py::str(item.first);
+        if (store_.column_index(key) < 0) {
+          std::string names;
+          for (const auto& col : store_.columns()) names += (names.empty() ? "" : ", ") + col.name;
+          throw py::value_error("add_step: unknown column '" + key + "'; expected one of [" + names + "]");
+        }
+      }
+    }
+  }
+
+  void check_empty(const std::vector<ArrayIn>& in) const {
+    for (std::size_t c = 0; c < in.size(); ++c) {
+      if (in[c].shape.empty() || in[c].shape[0] != 0)
+        throw py::value_error("column '" + store_.columns()[c].name + "': env_ids is empty, so expected 0 rows, got " +
+                              (in[c].shape.empty() ? std::string("a scalar") : std::to_string(in[c].shape[0])));
+    }
+  }
+
+  void run_add(const Slots& slots, const std::vector<ArrayIn>& in, std::size_t bytes) {
+    if (bytes >= kReleaseGilBytes) {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mu_);
+      store_.add_step(slots.ids, in);
+    } else {
+      std::lock_guard<std::mutex> lock(mu_);
+      store_.add_step(slots.ids, in);
+    }
+  }
+
+  py::dict gather(const Slots& slots) {
+    const auto n = static_cast<py::ssize_t>(slots.given ? slots.ids.size() : static_cast<std::size_t>(store_.num_slots()));
+    py::dict out;
+    std::vector<std::byte*> ptrs;
+    ptrs.reserve(inf_names_.size());
+    std::size_t bytes = 0;
+    for (std::size_t k = 0; k < inf_names_.size(); ++k) {
+      auto shape = inf_shapes_[k];
+      shape[0] = n;
+      py::array a(inf_dtypes_[k], shape);
+      ptrs.push_back(static_cast<std::byte*>(a.mutable_data()));
+      bytes += static_cast<std::size_t>(a.nbytes());
+      out[inf_names_[k]] = std::move(a);
+    }
+    py::array_t<std::int64_t> t(n), eps(n);
+    if (n > 0) {
+      auto* tp = t.mutable_data();
+      auto* ep = eps.mutable_data();
+      auto run = [&] {
+        std::lock_guard<std::mutex> lock(mu_);
+        store_.check_active(slots.ids, "input_dict");
+        store_.gather_inference(slots.ids, ptrs, tp, ep);
+      };
+      if (bytes >= kReleaseGilBytes) {
+        py::gil_scoped_release release;
+        run();
+      } else {
+        run();
+      }
+    }
+    out[t_key_] = t;
+    out[eps_key_] = eps;
+    return out;
+  }
+
+  TrajectoryStore store_;
+  std::mutex mu_;
+  py::object can_cast_;
+  std::vector<py::str> col_names_;
+  std::vector<py::dtype> col_dtypes_;
+  std::vector<py::str> inf_names_;
+  std::vector<py::dtype> inf_dtypes_;
+  std::vector<std::vector<py::ssize_t>> inf_shapes_;
+  py::str t_key_{"t"};
+  py::str eps_key_{"eps_id"};
+};
+
+}  // namespace
+
+void register_store(py::module_& m) {
+  py::class_<Buffer, std::shared_ptr<Buffer>>(m, "_Buffer",
+                                              "C++-owned memory behind the arrays of a batch (their numpy base).")
+      .def_property_readonly("address", [](const Buffer& b) { return reinterpret_cast<std::uintptr_t>(b.data()); })
+      .def_property_readonly("nbytes", &Buffer::size);
+  m.def("_live_buffers", &Buffer::live_count, "Number of C++ batch buffers alive (for leak tests).");
+
+  py::class_<PyStore>(m, "_Store", "The C++ trajectory store; use trajview.Collector.")
+      .def(py::init<std::int64_t, const py::list&, const py::list&, std::int64_t, std::int64_t>(),
+           py::arg("num_slots"), py::arg("columns"), py::arg("views"), py::arg("chunk_rows"), py::arg("eps_id_start"))
+      .def("begin_episodes", &PyStore::begin_episodes, py::arg("env_ids"), py::arg("obs"))
+      .def("add_step", &PyStore::add_step, py::arg("data"), py::arg("env_ids") = py::none())
+      .def("input_dict", &PyStore::input_dict, py::arg("env_ids") = py::none())
+      .def("step", &PyStore::step, py::arg("data"), py::arg("env_ids") = py::none())
+      .def("end_episodes", &PyStore::end_episodes, py::arg("env_ids"))
+      .def("build_batch", &PyStore::build_batch, py::arg("complete_only"))
+      .def("num_steps", &PyStore::num_steps)
+      .def("num_complete_steps", &PyStore::num_complete_steps)
+      .def("nbytes", &PyStore::nbytes)
+      .def("eps_ids", &PyStore::eps_ids)
+      .def("episode_lengths", &PyStore::lengths)
+      .def("inference_keys", &PyStore::inference_keys)
+      .def("training_keys", &PyStore::training_keys);
+}
+
+}  // namespace trajview::bindings

@@ -1,0 +1,448 @@
+#include "trajview/store.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace trajview {
+namespace {
+
+std::string shape_str(std::span<const std::int64_t> shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  if (shape.size() == 1) s += ",";
+  return s + ")";
+}
+
+constexpr const char* kBoundaryColumns[] = {"eps_id", "env_id", "t", "is_init", "seq_lens"};
+
+}  // namespace
+
+std::size_t ColumnSpec::row_elems() const noexcept {
+  std::size_t n = 1;
+  for (auto d : shape) n *= static_cast<std::size_t>(d);
+  return n;
+}
+
+struct TrajectoryStore::Episode {
+  std::int64_t eps_id = 0;
+  std::int64_t slot = 0;
+  std::int64_t steps = 0;    // steps written (rows of step columns)
+  std::int64_t emitted = 0;  // steps [0, emitted) already in a batch
+  bool finished = false;
+  std::vector<RowStore> cols;
+};
+
+TrajectoryStore::TrajectoryStore(std::int64_t num_slots, std::vector<ColumnSpec> columns,
+                                 std::vector<ViewSpec> views, StoreOptions options)
+    : num_slots_(num_slots), columns_(std::move(columns)), views_(std::move(views)), options_(options) {
+  if (num_slots_ < 1) throw std::invalid_argument("num_envs must be >= 1, got " + std::to_string(num_slots_));
+  if (options_.chunk_rows < 1)
+    throw std::invalid_argument("chunk_rows must be >= 1, got " + std::to_string(options_.chunk_rows));
+  if (columns_.empty()) throw std::invalid_argument("a store needs at least one column, got none");
+  for (std::size_t c = 0; c < columns_.size(); ++c) {
+    const auto& col = columns_[c];
+    if (col.name.empty()) throw std::invalid_argument("column names must not be empty");
+    for (const char* b : kBoundaryColumns) {
+      if (col.name == b)
+        throw std::invalid_argument("column '" + col.name + "' is a boundary column the store computes; it cannot be stored");
+    }
+    for (std::size_t d = 0; d < c; ++d) {
+      if (columns_[d].name == col.name) throw std::invalid_argument("column '" + col.name + "' is declared twice");
+    }
+    for (auto dim : col.shape) {
+      if (dim < 0)
+        throw std::invalid_argument("column '" + col.name + "': shape must have dims >= 0, got " + shape_str(col.shape));
+    }
+    if (!col.pad_row.empty() && col.pad_row.size() != col.row_bytes())
+      throw std::invalid_argument("column '" + col.name + "': pad row must be " + std::to_string(col.row_bytes()) +
+                                  " bytes (dtype " + std::string(dtype_name(col.dtype)) + ", shape " +
+                                  shape_str(col.shape) + "), got " + std::to_string(col.pad_row.size()));
+    if (col.kind == ColumnKind::Observation) obs_columns_.push_back(c);
+    zero_or_pad_.push_back(col.pad_row.empty() ? std::vector<std::byte>(col.row_bytes(), std::byte{0}) : col.pad_row);
+    pools_.emplace_back(static_cast<std::size_t>(options_.chunk_rows) * col.row_bytes(),
+                        static_cast<std::size_t>(num_slots_) + 2);
+  }
+  lookback_.assign(columns_.size(), 0);
+  for (std::size_t v = 0; v < views_.size(); ++v) {
+    const auto& view = views_[v];
+    for (const char* b : kBoundaryColumns) {
+      if (view.name == b)
+        throw std::invalid_argument("view '" + view.name + "' has the name of a boundary column the store computes");
+    }
+    for (std::size_t w = 0; w < v; ++w) {
+      if (views_[w].name == view.name) throw std::invalid_argument("view '" + view.name + "' is declared twice");
+    }
+    const std::int64_t c = column_index(view.column);
+    if (c < 0) {
+      std::string known;
+      for (const auto& col : columns_) known += (known.empty() ? "" : ", ") + col.name;
+      throw std::invalid_argument("view '" + view.name + "' reads column '" + view.column +
+                                  "', which no one produces; known columns: " + known);
+    }
+    if (view.shifts.empty()) throw std::invalid_argument("view '" + view.name + "': shift must not be empty");
+    if (!view.adds_axis && view.shifts.size() != 1)
+      throw std::invalid_argument("view '" + view.name + "': an int shift has exactly one offset");
+    if (view.batch_repeat < 1)
+      throw std::invalid_argument("view '" + view.name + "': batch_repeat_value must be >= 1, got " +
+                                  std::to_string(view.batch_repeat));
+    const auto& col = columns_[static_cast<std::size_t>(c)];
+    const auto [lo, hi] = std::minmax_element(view.shifts.begin(), view.shifts.end());
+    const bool knowable = col.kind == ColumnKind::Observation ? *hi <= 0 : *hi <= -1;
+    if (view.padding == Padding::Reset && col.kind == ColumnKind::Step && view.for_inference && knowable)
+      throw std::invalid_argument("view '" + view.name + "': padding='reset' on step column '" + col.name +
+                                  "' cannot be used for compute actions (its first row is not known at t=0); "
+                                  "set used_for_compute_actions=False or padding='zero'");
+    if (view.batch_repeat > 1 && view.for_training) {
+      if (batch_repeat_ > 1 && batch_repeat_ != view.batch_repeat)
+        throw std::invalid_argument("view '" + view.name + "': batch_repeat_value " +
+                                    std::to_string(view.batch_repeat) + " differs from another view's " +
+                                    std::to_string(batch_repeat_) + "; all repeated views must share it");
+      batch_repeat_ = view.batch_repeat;
+    }
+    view_column_.push_back(static_cast<std::size_t>(c));
+    if (view.for_inference && knowable) inference_views_.push_back(v);
+    if (view.for_training) training_views_.push_back(v);
+    if (view.for_inference || view.for_training)
+      lookback_[static_cast<std::size_t>(c)] = std::max(lookback_[static_cast<std::size_t>(c)], -*lo);
+  }
+  next_eps_id_ = options_.eps_id_start;
+  slots_.resize(static_cast<std::size_t>(num_slots_));
+}
+
+TrajectoryStore::~TrajectoryStore() = default;
+
+std::int64_t TrajectoryStore::column_index(const std::string& name) const noexcept {
+  for (std::size_t c = 0; c < columns_.size(); ++c) {
+    if (columns_[c].name == name) return static_cast<std::int64_t>(c);
+  }
+  return -1;
+}
+
+std::size_t TrajectoryStore::view_row_bytes(std::size_t view) const noexcept {
+  const auto& v = views_[view];
+  return (v.adds_axis ? v.shifts.size() : 1) * columns_[view_column_[view]].row_bytes();
+}
+
+std::size_t TrajectoryStore::num_rows(std::span<const std::int64_t> slots) const noexcept {
+  return slots.empty() ? static_cast<std::size_t>(num_slots_) : slots.size();
+}
+
+void TrajectoryStore::check_slots(std::span<const std::int64_t> slots, const char* what) const {
+  if (slots.size() > static_cast<std::size_t>(num_slots_))
+    throw std::invalid_argument(std::string(what) + ": env_ids must be distinct slots in [0, " +
+                                std::to_string(num_slots_) + "), got " + std::to_string(slots.size()) + " ids");
+  std::vector<bool> seen(static_cast<std::size_t>(num_slots_), false);
+  for (auto s : slots) {
+    if (s < 0 || s >= num_slots_)
+      throw std::invalid_argument(std::string(what) + ": env_ids must be in [0, " + std::to_string(num_slots_) +
+                                  "), got " + std::to_string(s));
+    if (seen[static_cast<std::size_t>(s)])
+      throw std::invalid_argument(std::string(what) + ": env_ids must be distinct, got " + std::to_string(s) +
+                                  " twice");
+    seen[static_cast<std::size_t>(s)] = true;
+  }
+}
+
+void TrajectoryStore::check_active(std::span<const std::int64_t> slots, const char* what) const {
+  if (slots.empty()) {
+    for (std::int64_t s = 0; s < num_slots_; ++s) {
+      if (!slots_[static_cast<std::size_t>(s)])
+        throw std::invalid_argument(std::string(what) + ": env " + std::to_string(s) +
+                                    " has no episode in progress (call begin_episodes first, or pass env_ids)");
+    }
+    return;
+  }
+  check_slots(slots, what);
+  for (auto s : slots) {
+    if (!slots_[static_cast<std::size_t>(s)])
+      throw std::invalid_argument(std::string(what) + ": env " + std::to_string(s) +
+                                  " has no episode in progress (call begin_episodes first)");
+  }
+}
+
+void TrajectoryStore::check_input(std::size_t column, const ArrayIn& in, std::int64_t n) const {
+  const auto& col = columns_[column];
+  if (in.dtype != col.dtype)
+    throw std::invalid_argument("column '" + col.name + "': expected dtype " + std::string(dtype_name(col.dtype)) +
+                                ", got " + std::string(dtype_name(in.dtype)));
+  bool ok = in.shape.size() == col.shape.size() + 1 && in.shape[0] == n;
+  for (std::size_t d = 0; ok && d < col.shape.size(); ++d) ok = in.shape[d + 1] == col.shape[d];
+  if (!ok) {
+    std::vector<std::int64_t> want{n};
+    want.insert(want.end(), col.shape.begin(), col.shape.end());
+    throw std::invalid_argument("column '" + col.name + "': expected shape " + shape_str(want) + ", got " +
+                                shape_str(in.shape));
+  }
+  if (in.data == nullptr && n > 0 && col.row_bytes() > 0)
+    throw std::invalid_argument("column '" + col.name + "': no data");
+}
+
+std::unique_ptr<TrajectoryStore::Episode> TrajectoryStore::new_episode(std::int64_t slot) {
+  auto e = std::make_unique<Episode>();
+  e->eps_id = next_eps_id_++;
+  e->slot = slot;
+  e->cols.reserve(columns_.size());
+  for (const auto& col : columns_) e->cols.emplace_back(col.row_bytes(), options_.chunk_rows);
+  return e;
+}
+
+void TrajectoryStore::release(std::unique_ptr<Episode> e) {
+  for (std::size_t c = 0; c < columns_.size(); ++c) e->cols[c].clear(pools_[c]);
+}
+
+std::vector<std::int64_t> TrajectoryStore::begin_episodes(std::span<const std::int64_t> slots,
+                                                          std::span<const ArrayIn> obs) {
+  check_slots(slots, "begin_episodes");
+  for (auto s : slots) {
+    const auto& e = slots_[static_cast<std::size_t>(s)];
+    if (e)
+      throw std::invalid_argument("begin_episodes: env " + std::to_string(s) + " has an episode in progress (eps_id " +
+                                  std::to_string(e->eps_id) + "); end it with end_episodes first");
+  }
+  if (obs.size() != obs_columns_.size())
+    throw std::invalid_argument("begin_episodes: expected " + std::to_string(obs_columns_.size()) +
+                                " observation arrays, got " + std::to_string(obs.size()));
+  const auto n = static_cast<std::int64_t>(slots.size());
+  for (std::size_t i = 0; i < obs.size(); ++i) check_input(obs_columns_[i], obs[i], n);
+
+  std::vector<std::int64_t> ids;
+  ids.reserve(slots.size());
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    auto e = new_episode(slots[i]);
+    for (std::size_t k = 0; k < obs_columns_.size(); ++k) {
+      const std::size_t c = obs_columns_[k];
+      const std::size_t rb = columns_[c].row_bytes();
+      if (rb) std::memcpy(e->cols[c].append(pools_[c]), static_cast<const std::byte*>(obs[k].data) + i * rb, rb);
+      else e->cols[c].append(pools_[c]);
+    }
+    ids.push_back(e->eps_id);
+    slots_[static_cast<std::size_t>(slots[i])] = std::move(e);
+  }
+  return ids;
+}
+
+void TrajectoryStore::add_step(std::span<const std::int64_t> slots, std::span<const ArrayIn> inputs) {
+  check_active(slots, "add_step");
+  if (inputs.size() != columns_.size())
+    throw std::invalid_argument("add_step: expected " + std::to_string(columns_.size()) + " columns, got " +
+                                std::to_string(inputs.size()));
+  const auto n = static_cast<std::int64_t>(num_rows(slots));
+  for (std::size_t c = 0; c < columns_.size(); ++c) check_input(c, inputs[c], n);
+
+  for (std::size_t c = 0; c < columns_.size(); ++c) {
+    const std::size_t rb = columns_[c].row_bytes();
+    const auto* src = static_cast<const std::byte*>(inputs[c].data);
+    ChunkPool& pool = pools_[c];
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t s = slots.empty() ? i : slots[static_cast<std::size_t>(i)];
+      std::byte* dst = slots_[static_cast<std::size_t>(s)]->cols[c].append(pool);
+      if (rb) std::memcpy(dst, src + static_cast<std::size_t>(i) * rb, rb);
+    }
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t s = slots.empty() ? i : slots[static_cast<std::size_t>(i)];
+    ++slots_[static_cast<std::size_t>(s)]->steps;
+  }
+}
+
+void TrajectoryStore::end_episodes(std::span<const std::int64_t> slots) {
+  check_active(slots, "end_episodes");
+  const auto n = static_cast<std::int64_t>(num_rows(slots));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t s = slots.empty() ? i : slots[static_cast<std::size_t>(i)];
+    auto e = std::move(slots_[static_cast<std::size_t>(s)]);
+    e->finished = true;
+    if (e->steps > e->emitted) finished_.push_back(std::move(e));
+    else release(std::move(e));
+  }
+}
+
+void TrajectoryStore::copy_rows(const Episode& e, std::size_t c, std::int64_t r0, std::int64_t r1, Padding padding,
+                                std::byte* dst) const {
+  const RowStore& rows = e.cols[c];
+  const std::size_t rb = rows.row_bytes();
+  std::int64_t r = r0;
+  if (r < 0) {
+    const std::byte* pad = zero_or_pad_[c].data();
+    if (padding == Padding::Reset && rows.end() > 0) {
+      if (rows.first() > 0) throw std::logic_error("trajview: row 0 of column '" + columns_[c].name + "' was released");
+      pad = rows.row(0);
+    }
+    const std::int64_t stop = std::min<std::int64_t>(0, r1);
+    for (; r < stop; ++r, dst += rb) std::memcpy(dst, pad, rb);
+  }
+  const std::int64_t hi = std::min(r1, rows.end());
+  if (r < hi && r < rows.first())
+    throw std::logic_error("trajview: row " + std::to_string(r) + " of column '" + columns_[c].name +
+                           "' was released (first held " + std::to_string(rows.first()) + ")");
+  while (r < hi) {
+    const std::int64_t run = std::min(rows.contiguous_from(r), hi - r);
+    const std::size_t bytes = static_cast<std::size_t>(run) * rb;
+    std::memcpy(dst, rows.row(r), bytes);
+    dst += bytes;
+    r += run;
+  }
+  if (r < r1) std::memset(dst, 0, static_cast<std::size_t>(r1 - r) * rb);
+}
+
+void TrajectoryStore::gather_view(const Episode& e, std::size_t v, std::int64_t t, std::byte* dst) const {
+  const ViewSpec& view = views_[v];
+  const std::size_t c = view_column_[v];
+  const auto& shifts = view.shifts;
+  const std::size_t rb = columns_[c].row_bytes();
+  // Runs of consecutive offsets ("-3:0") are one copy.
+  std::size_t i = 0;
+  while (i < shifts.size()) {
+    std::size_t j = i + 1;
+    while (j < shifts.size() && shifts[j] == shifts[j - 1] + 1) ++j;
+    copy_rows(e, c, t + shifts[i], t + shifts[j - 1] + 1, view.padding, dst);
+    dst += (j - i) * rb;
+    i = j;
+  }
+}
+
+void TrajectoryStore::gather_inference(std::span<const std::int64_t> slots, std::span<std::byte* const> outputs,
+                                       std::int64_t* t_out, std::int64_t* eps_out) const {
+  const std::size_t n = num_rows(slots);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t s = slots.empty() ? static_cast<std::int64_t>(i) : slots[i];
+    const Episode& e = *slots_[static_cast<std::size_t>(s)];
+    for (std::size_t k = 0; k < inference_views_.size(); ++k) {
+      const std::size_t v = inference_views_[k];
+      gather_view(e, v, e.steps, outputs[k] + i * view_row_bytes(v));
+    }
+    if (t_out) t_out[i] = e.steps;
+    if (eps_out) eps_out[i] = e.eps_id;
+  }
+}
+
+Batch TrajectoryStore::build_batch(bool complete_only) {
+  std::vector<Episode*> order;
+  for (auto& e : finished_) order.push_back(e.get());
+  if (!complete_only) {
+    for (auto& e : slots_) {
+      if (e && e->steps > e->emitted) order.push_back(e.get());
+    }
+  }
+  Batch batch;
+  const std::int64_t k = batch_repeat_;
+  for (Episode* e : order) {
+    Segment seg;
+    seg.eps_id = e->eps_id;
+    seg.env_id = e->slot;
+    seg.t_start = e->emitted;
+    seg.length = e->steps - e->emitted;
+    seg.row_offset = batch.count;
+    seg.seq_offset = batch.num_seqs;
+    seg.num_seqs = k > 1 ? (seg.length + k - 1) / k : 0;
+    seg.finished = e->finished;
+    batch.count += seg.length;
+    batch.num_seqs += seg.num_seqs;
+    batch.segments.push_back(seg);
+  }
+
+  auto make = [&](std::string name, DType dtype, std::vector<std::int64_t> shape, bool per_seq) -> BatchColumn& {
+    std::size_t bytes = itemsize(dtype);
+    for (auto d : shape) bytes *= static_cast<std::size_t>(d);
+    batch.columns.push_back(BatchColumn{std::move(name), dtype, std::move(shape), per_seq, std::make_shared<Buffer>(bytes)});
+    return batch.columns.back();
+  };
+
+  for (std::size_t v : training_views_) {
+    const ViewSpec& view = views_[v];
+    const std::size_t c = view_column_[v];
+    const ColumnSpec& col = columns_[c];
+    const bool per_seq = view.batch_repeat > 1;
+    std::vector<std::int64_t> shape{per_seq ? batch.num_seqs : batch.count};
+    if (view.adds_axis) shape.push_back(static_cast<std::int64_t>(view.shifts.size()));
+    shape.insert(shape.end(), col.shape.begin(), col.shape.end());
+    BatchColumn& out = make(view.name, col.dtype, std::move(shape), per_seq);
+    const std::size_t vrb = view_row_bytes(v);
+    std::byte* base = out.buffer->data();
+    for (std::size_t si = 0; si < order.size(); ++si) {
+      const Episode& e = *order[si];
+      const Segment& seg = batch.segments[si];
+      if (per_seq) {
+        for (std::int64_t q = 0; q < seg.num_seqs; ++q)
+          gather_view(e, v, seg.t_start + q * k, base + static_cast<std::size_t>(seg.seq_offset + q) * vrb);
+      } else if (!view.adds_axis) {
+        const std::int64_t s = view.shifts[0];
+        copy_rows(e, c, seg.t_start + s, seg.t_start + seg.length + s, view.padding,
+                  base + static_cast<std::size_t>(seg.row_offset) * vrb);
+      } else {
+        std::byte* dst = base + static_cast<std::size_t>(seg.row_offset) * vrb;
+        for (std::int64_t t = seg.t_start; t < seg.t_start + seg.length; ++t, dst += vrb) gather_view(e, v, t, dst);
+      }
+    }
+  }
+
+  auto* eps = reinterpret_cast<std::int64_t*>(make("eps_id", DType::Int64, {batch.count}, false).buffer->data());
+  auto* env = reinterpret_cast<std::int64_t*>(make("env_id", DType::Int64, {batch.count}, false).buffer->data());
+  auto* ts = reinterpret_cast<std::int64_t*>(make("t", DType::Int64, {batch.count}, false).buffer->data());
+  auto* init = reinterpret_cast<bool*>(make("is_init", DType::Bool, {batch.count}, false).buffer->data());
+  std::int32_t* seq_lens = nullptr;
+  if (k > 1) seq_lens = reinterpret_cast<std::int32_t*>(make("seq_lens", DType::Int32, {batch.num_seqs}, true).buffer->data());
+  for (const Segment& seg : batch.segments) {
+    for (std::int64_t i = 0; i < seg.length; ++i) {
+      const auto r = static_cast<std::size_t>(seg.row_offset + i);
+      eps[r] = seg.eps_id;
+      env[r] = seg.env_id;
+      ts[r] = seg.t_start + i;
+      init[r] = seg.t_start + i == 0;
+    }
+    for (std::int64_t q = 0; q < seg.num_seqs; ++q)
+      seq_lens[seg.seq_offset + q] = static_cast<std::int32_t>(std::min(k, seg.length - q * k));
+  }
+
+  // Free what no view can read any more.
+  for (auto& e : finished_) release(std::move(e));
+  finished_.clear();
+  if (!complete_only) {
+    for (auto& e : slots_) {
+      if (!e) continue;
+      e->emitted = e->steps;
+      for (std::size_t c = 0; c < columns_.size(); ++c) e->cols[c].keep_from(e->steps - lookback_[c], pools_[c]);
+    }
+  }
+  return batch;
+}
+
+std::int64_t TrajectoryStore::num_steps() const noexcept {
+  std::int64_t n = num_complete_steps();
+  for (const auto& e : slots_) {
+    if (e) n += e->steps - e->emitted;
+  }
+  return n;
+}
+
+std::int64_t TrajectoryStore::num_complete_steps() const noexcept {
+  std::int64_t n = 0;
+  for (const auto& e : finished_) n += e->steps - e->emitted;
+  return n;
+}
+
+std::size_t TrajectoryStore::nbytes() const noexcept {
+  std::size_t n = 0;
+  for (const auto& p : pools_) n += p.allocated_chunks() * p.chunk_bytes();
+  return n;
+}
+
+std::vector<std::int64_t> TrajectoryStore::slot_eps_ids() const {
+  std::vector<std::int64_t> out;
+  for (const auto& e : slots_) out.push_back(e ? e->eps_id : -1);
+  return out;
+}
+
+std::vector<std::int64_t> TrajectoryStore::slot_lengths() const {
+  std::vector<std::int64_t> out;
+  for (const auto& e : slots_) out.push_back(e ? e->steps : -1);
+  return out;
+}
+
+}  // namespace trajview

@@ -1,0 +1,201 @@
+"""`Collector`: the Python face of the C++ trajectory store (see docs/collector.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from . import _core
+from .sample_batch import SampleBatch
+from .view_requirement import ViewRequirement
+
+__all__ = ["Collector", "BOUNDARY_COLUMNS", "column_spec_from_space"]
+
+#: Columns every batch carries, computed by the store rather than stored.
+BOUNDARY_COLUMNS = ("eps_id", "env_id", "t", "is_init")
+
+
+def column_spec_from_space(space: Any) -> tuple[np.dtype, tuple[int, ...]]:
+    """(dtype, per-step shape) of a gymnasium space's samples."""
+    dtype = getattr(space, "dtype", None)
+    shape = getattr(space, "shape", None)
+    if dtype is None or shape is None:
+        raise ValueError(f"cannot store samples of space {space!r}: it has no fixed dtype and shape")
+    return np.dtype(dtype), tuple(int(d) for d in shape)
+
+
+def _column_spec(name: str, spec: Any) -> tuple[np.dtype, tuple[int, ...]]:
+    if isinstance(spec, tuple) and len(spec) == 2:
+        dtype, shape = spec
+        try:
+            dt = np.dtype(dtype)
+        except TypeError as e:
+            raise ValueError(f"column {name!r}: bad dtype {dtype!r}") from e
+        if isinstance(shape, (int, np.integer)):
+            shape = (int(shape),)
+        try:
+            shp = tuple(int(d) for d in shape)
+        except TypeError as e:
+            raise ValueError(f"column {name!r}: shape must be a tuple of ints, got {shape!r}") from e
+        return dt, shp
+    return column_spec_from_space(spec)
+
+
+class Collector:
+    """Stores each env step once, in C++, and builds every view from that copy.
+
+    Args:
+        num_envs: number of env slots (``B``).
+        columns: ``{name: (dtype, shape)}`` (or ``{name: gymnasium space}``)
+            for every stored column. A column that only a view's ``space``
+            describes is added from that space.
+        view_requirements: ``{view name: ViewRequirement}``.
+        obs_columns: the columns with ``T + 1`` rows per episode.
+        initial_rows: ``{column: row}`` read before an episode's start instead
+            of zeros (e.g. ``state_out_0`` -> the policy's initial state).
+        chunk_rows: rows per storage chunk (the granularity of allocation).
+        eps_id_start: the first episode id; ids count up from it.
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        columns: Mapping[str, Any],
+        view_requirements: Mapping[str, ViewRequirement],
+        *,
+        obs_columns: Iterable[str] = ("obs",),
+        initial_rows: Mapping[str, Any] | None = None,
+        chunk_rows: int = 256,
+        eps_id_start: int = 0,
+    ) -> None:
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+        if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, (int, np.integer)) or chunk_rows < 1:
+            raise ValueError(f"chunk_rows must be an int >= 1, got {chunk_rows!r}")
+        specs = {str(k): _column_spec(str(k), v) for k, v in columns.items()}
+        obs_columns = tuple(obs_columns)
+        for c in obs_columns:
+            if c not in specs:
+                raise ValueError(f"obs_columns names {c!r}, which is not in columns {sorted(specs)}")
+
+        views: list[tuple] = []
+        self.view_requirements: dict[str, ViewRequirement] = {}
+        for name, vr in view_requirements.items():
+            if not isinstance(vr, ViewRequirement):
+                raise TypeError(f"view_requirements[{name!r}] must be a ViewRequirement, got {type(vr).__name__}")
+            col = vr.column(name)
+            self.view_requirements[name] = vr
+            if col in BOUNDARY_COLUMNS:
+                if name != col or vr.adds_axis or vr.shift_from != 0:
+                    raise ValueError(
+                        f"view {name!r} reads boundary column {col!r} with shift {vr.shift!r}: boundary columns "
+                        f"({', '.join(BOUNDARY_COLUMNS)}) are always in batches under their own name, at shift 0"
+                    )
+                continue
+            if col not in specs and vr.space is not None:
+                specs[col] = column_spec_from_space(vr.space)
+            views.append(
+                (
+                    name,
+                    col,
+                    [int(s) for s in vr.shift_arr],
+                    vr.adds_axis,
+                    vr.padding,
+                    vr.batch_repeat_value,
+                    vr.used_for_compute_actions,
+                    vr.used_for_training,
+                )
+            )
+
+        initial_rows = dict(initial_rows or {})
+        col_list = []
+        for name, (dt, shape) in specs.items():
+            pad = None
+            if name in initial_rows:
+                row = np.asarray(initial_rows.pop(name))
+                if row.shape != shape:
+                    raise ValueError(f"initial_rows[{name!r}]: expected shape {shape}, got {row.shape}")
+                if row.dtype != dt and not np.can_cast(row.dtype, dt, "safe"):
+                    raise ValueError(f"initial_rows[{name!r}]: expected dtype {dt}, got {row.dtype} (casting would lose data)")
+                pad = np.ascontiguousarray(row, dtype=dt).tobytes()
+            col_list.append((name, dt.name, list(shape), name in obs_columns, pad))
+        if initial_rows:
+            raise ValueError(f"initial_rows names unknown columns {sorted(initial_rows)}; known: {sorted(specs)}")
+
+        self.num_envs = int(num_envs)
+        self.columns: dict[str, tuple[np.dtype, tuple[int, ...]]] = specs
+        self.obs_columns = obs_columns
+        self._impl = _core._Store(int(num_envs), col_list, views, int(chunk_rows), int(eps_id_start))
+
+    # -- episodes and steps -------------------------------------------------
+
+    def begin_episodes(self, env_ids: Any, obs: Mapping[str, Any]) -> np.ndarray:
+        """Starts an episode in each slot of ``env_ids`` with its first observation rows."""
+        return np.asarray(self._impl.begin_episodes(env_ids, dict(obs)), dtype=np.int64)
+
+    def add_step(self, data: Mapping[str, Any], env_ids: Any = None) -> None:
+        """Appends one step (every column, ``[n, *shape]``) to each slot's episode."""
+        self._impl.add_step(data if type(data) is dict else dict(data), env_ids)
+
+    def end_episodes(self, env_ids: Any) -> None:
+        """Marks the episodes in those slots finished; the slots become idle."""
+        self._impl.end_episodes(env_ids)
+
+    def input_dict(self, env_ids: Any = None) -> dict[str, np.ndarray]:
+        """The compute-actions views for ``env_ids`` (all slots if None), plus ``t`` and ``eps_id``."""
+        return self._impl.input_dict(env_ids)
+
+    def step(self, data: Mapping[str, Any], env_ids: Any = None) -> dict[str, np.ndarray]:
+        """``add_step`` then ``input_dict`` for the same slots, in one C++ call."""
+        return self._impl.step(data if type(data) is dict else dict(data), env_ids)
+
+    # -- batches ----------------------------------------------------------------
+
+    def build_batch(self, complete_only: bool = False) -> list[SampleBatch]:
+        """Every step not emitted before, one ``SampleBatch`` per episode segment.
+
+        Segments are zero-copy slices of one C++-owned flat buffer per column;
+        ``tv.concat_samples`` of untouched consecutive segments is a view too.
+        """
+        cols, segs, seq_keys, _count, num_seqs = self._impl.build_batch(bool(complete_only))
+        keys = frozenset(seq_keys)
+        out = []
+        for s in segs:
+            rows = (s["row_offset"], s["row_offset"] + s["length"])
+            seqs = (s["seq_offset"], s["seq_offset"] + s["num_seqs"]) if num_seqs else None
+            out.append(SampleBatch._segment(cols, rows, seqs, keys))
+        return out
+
+    # -- introspection ----------------------------------------------------------
+
+    def num_steps(self) -> int:
+        """Steps stored and not yet emitted."""
+        return int(self._impl.num_steps())
+
+    def num_complete_steps(self) -> int:
+        """Steps of finished episodes not yet emitted."""
+        return int(self._impl.num_complete_steps())
+
+    def nbytes(self) -> int:
+        """Bytes of row storage the store has allocated."""
+        return int(self._impl.nbytes())
+
+    def eps_ids(self) -> np.ndarray:
+        """Per slot, the running episode's id (-1 where idle)."""
+        return self._impl.eps_ids()
+
+    def episode_lengths(self) -> np.ndarray:
+        """Per slot, the running episode's steps so far (-1 where idle)."""
+        return self._impl.episode_lengths()
+
+    @property
+    def inference_keys(self) -> list[str]:
+        """Views in ``input_dict`` (besides ``t`` and ``eps_id``)."""
+        return list(self._impl.inference_keys())
+
+    @property
+    def training_keys(self) -> list[str]:
+        """Views in every batch (besides the boundary columns)."""
+        return list(self._impl.training_keys())
