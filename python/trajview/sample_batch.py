@@ -1,0 +1,607 @@
+"""`SampleBatch`, `MultiAgentBatch` and `concat_samples` (SPEC sections 2 and 4).
+
+A `SampleBatch` maps column names to arrays with one row per timestep; the
+trajectories of a batch sit end to end. Recurrent batches also hold
+``seq_lens`` and *per-sequence* columns (``state_in_*`` and any name
+registered with ``seq_keys=``) that have one row per sequence instead.
+
+The collector hands out per-episode *segments*: batches whose columns are
+slices of one flat C++-owned array per column (`SampleBatch._segment`).
+`concat_samples` of untouched consecutive segments of the same parent returns
+views of that parent instead of copying.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["MultiAgentBatch", "SampleBatch", "concat_samples"]
+
+_STATE_IN = "state_in_"
+
+
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    """Where a batch's columns come from: ``parent[k][rows]`` / ``parent[k][seqs]``.
+
+    ``handed`` maps each column to the exact array object handed out; a column
+    whose current array is a different object was replaced by the user.
+    """
+
+    parent: Mapping[str, np.ndarray]
+    rows: tuple[int, int]
+    seqs: tuple[int, int] | None
+    handed: dict[str, Any]
+
+
+def _to_array(key: str, value: Any) -> Any:
+    """Convert a column value to an array with a batch axis, naming ``key`` on error."""
+    if isinstance(value, np.ndarray):
+        arr = value
+    elif hasattr(value, "shape") and hasattr(value, "dtype") and hasattr(value, "__getitem__"):
+        # A framework tensor (torch, jax, ...): kept as is, it has a batch axis.
+        if len(value.shape) == 0:
+            raise ValueError(f"SampleBatch column {key!r} must have a batch axis, got a 0-d {type(value).__name__}")
+        return value
+    elif key == SampleBatch.INFOS and isinstance(value, (list, tuple)):
+        arr = np.empty(len(value), dtype=object)
+        for i, item in enumerate(value):
+            arr[i] = item
+    else:
+        try:
+            arr = np.asarray(value)
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"SampleBatch column {key!r} cannot be converted to a numpy array: {e}") from e
+    if arr.ndim == 0:
+        raise ValueError(f"SampleBatch column {key!r} must have a batch axis, got a 0-d value {value!r}")
+    if arr.dtype == object and key != SampleBatch.INFOS:
+        raise TypeError(
+            f"SampleBatch column {key!r} must have a numeric, bool or string dtype, got dtype object "
+            f"(ragged or mixed values?); only {SampleBatch.INFOS!r} may hold objects"
+        )
+    return arr
+
+
+def _check_key(key: Any) -> None:
+    if not isinstance(key, str):
+        raise TypeError(f"SampleBatch column names must be str, got {key!r} ({type(key).__name__})")
+
+
+def _layout(cols: Mapping[str, Any], extra_seq_keys: frozenset[str]) -> tuple[int, frozenset[str]]:
+    """Validate ``cols`` and return (number of timestep rows, per-sequence column names).
+
+    With ``seq_lens`` present, ``seq_lens`` and every ``state_in_*`` or registered
+    column with ``len(seq_lens)`` rows is per-sequence; all others are per-step
+    and must share one length.
+    """
+    seq_lens = cols.get(SampleBatch.SEQ_LENS)
+    n_seqs: int | None = None
+    if seq_lens is not None:
+        if seq_lens.ndim != 1 or not np.issubdtype(seq_lens.dtype, np.integer):
+            raise TypeError(
+                f"SampleBatch column {SampleBatch.SEQ_LENS!r} must be a 1-D integer array, "
+                f"got shape {tuple(seq_lens.shape)} dtype {seq_lens.dtype}"
+            )
+        n_seqs = len(seq_lens)
+    seq: set[str] = set()
+    count: int | None = None
+    ref = ""
+    for k, v in cols.items():
+        n = v.shape[0]
+        candidate = k == SampleBatch.SEQ_LENS or k.startswith(_STATE_IN) or k in extra_seq_keys
+        if n_seqs is not None and candidate and (k == SampleBatch.SEQ_LENS or n == n_seqs):
+            seq.add(k)
+        elif count is None:
+            count, ref = n, k
+        elif n != count:
+            also = f" or {n_seqs} (one row per sequence)" if candidate and n_seqs is not None else ""
+            raise ValueError(
+                f"SampleBatch column {k!r} has {n} rows, expected {count} (the rows of column {ref!r}){also}"
+            )
+    if count is None:
+        count = int(np.sum(seq_lens)) if seq_lens is not None else 0
+    return count, frozenset(seq)
+
+
+def _rebuild(cls: type[SampleBatch], data: dict[str, Any], seq_keys: frozenset[str]) -> SampleBatch:
+    """Unpickling helper."""
+    return cls(data, seq_keys=seq_keys)
+
+
+class SampleBatch(dict):
+    """Columns of experience: column name -> array, one row per timestep.
+
+    ``SampleBatch(data=None, /, *, seq_keys=(), **columns)``: lists are
+    converted with ``np.asarray`` (object dtype only for ``infos``). ``count``
+    and ``len(batch)`` give the timestep rows. ``batch[a:b]`` is a batch of
+    views of rows ``a:b``. ``seq_keys`` registers extra per-sequence column
+    names besides ``seq_lens`` and ``state_in_*``.
+    """
+
+    OBS = "obs"
+    NEXT_OBS = "new_obs"
+    ACTIONS = "actions"
+    REWARDS = "rewards"
+    PREV_ACTIONS = "prev_actions"
+    PREV_REWARDS = "prev_rewards"
+    TERMINATEDS = "terminateds"
+    TRUNCATEDS = "truncateds"
+    DONES = "dones"
+    INFOS = "infos"
+    EPS_ID = "eps_id"
+    UNROLL_ID = "unroll_id"
+    AGENT_INDEX = "agent_index"
+    ENV_ID = "env_id"
+    T = "t"
+    SEQ_LENS = "seq_lens"
+    IS_INIT = "is_init"
+    ACTION_LOGP = "action_logp"
+    ACTION_DIST_INPUTS = "action_dist_inputs"
+    VF_PREDS = "vf_preds"
+
+    __slots__ = (
+        "count",
+        "_seq_keys",
+        "_extra_seq_keys",
+        "_seg",
+        "_tracking",
+        "accessed_keys",
+        "added_keys",
+        "deleted_keys",
+    )
+
+    def __init__(
+        self,
+        data: Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None,
+        /,
+        *,
+        seq_keys: Iterable[str] = (),
+        **columns: Any,
+    ) -> None:
+        super().__init__()
+        if isinstance(seq_keys, str):
+            raise TypeError(f"SampleBatch seq_keys must be an iterable of column names, got the str {seq_keys!r}")
+        extra = frozenset(seq_keys)
+        if isinstance(data, SampleBatch):
+            extra |= data._extra_seq_keys
+        merged = dict(data) if data is not None else {}
+        merged.update(columns)
+        cols: dict[str, Any] = {}
+        for k, v in merged.items():
+            _check_key(k)
+            cols[k] = _to_array(k, v)
+        count, seq = _layout(cols, extra)
+        dict.update(self, cols)
+        self._init_attrs(count, seq, extra)
+
+    def _init_attrs(self, count: int, seq: frozenset[str], extra: frozenset[str]) -> None:
+        self.count = count
+        self._seq_keys = seq
+        self._extra_seq_keys = extra
+        self._seg: _Segment | None = None
+        self._tracking = False
+        self.accessed_keys: set[str] = set()
+        self.added_keys: set[str] = set()
+        self.deleted_keys: set[str] = set()
+
+    @classmethod
+    def _from_columns(
+        cls, cols: dict[str, Any], count: int, seq: frozenset[str], extra: frozenset[str]
+    ) -> SampleBatch:
+        """Build a batch from already validated arrays, without checks or copies."""
+        batch = cls.__new__(cls)
+        dict.update(batch, cols)
+        batch._init_attrs(count, seq, extra)
+        return batch
+
+    @classmethod
+    def _segment(
+        cls,
+        parent: Mapping[str, np.ndarray],
+        rows: tuple[int, int],
+        seqs: tuple[int, int] | None,
+        seq_keys: frozenset[str],
+    ) -> SampleBatch:
+        """A batch of views ``parent[k][rows[0]:rows[1]]`` (``[seqs[0]:seqs[1]]`` for ``seq_keys``).
+
+        The batch remembers ``parent``, the ranges and each array it handed out,
+        so that `concat_samples` of consecutive untouched segments is zero copy.
+        """
+        r0, r1 = int(rows[0]), int(rows[1])
+        if not 0 <= r0 <= r1:
+            raise ValueError(f"SampleBatch._segment rows must satisfy 0 <= start <= stop, got {rows!r}")
+        seq = frozenset(k for k in seq_keys if k in parent)
+        if seq and seqs is None:
+            raise ValueError(f"SampleBatch._segment got per-sequence columns {sorted(seq)} but seqs=None")
+        s0, s1 = (int(seqs[0]), int(seqs[1])) if seqs is not None else (0, 0)
+        cols: dict[str, Any] = {}
+        for k, arr in parent.items():
+            a, b = (s0, s1) if k in seq else (r0, r1)
+            view = arr[a:b]
+            if len(view) != b - a:
+                raise ValueError(f"SampleBatch._segment: column {k!r} has {len(arr)} rows, expected at least {b}")
+            cols[k] = view
+        batch = cls._from_columns(cols, r1 - r0, seq, frozenset(seq_keys))
+        batch._seg = _Segment(parent, (r0, r1), (s0, s1) if seqs is not None else None, dict(cols))
+        return batch
+
+    # -- reads ---------------------------------------------------------------
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, slice):
+            return self._slice_rows(key)
+        if self._tracking:
+            self.accessed_keys.add(key)
+        return dict.__getitem__(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if self._tracking:
+            self.accessed_keys.add(key)
+        return dict.get(self, key, default)
+
+    def items(self):  # type: ignore[override]
+        """Like `dict.items`; with access tracking on, counts as reading every column."""
+        if self._tracking:
+            self.accessed_keys.update(dict.keys(self))
+        return dict.items(self)
+
+    def values(self):  # type: ignore[override]
+        """Like `dict.values`; with access tracking on, counts as reading every column."""
+        if self._tracking:
+            self.accessed_keys.update(dict.keys(self))
+        return dict.values(self)
+
+    def __len__(self) -> int:
+        return self.count
+
+    @property
+    def seq_keys(self) -> frozenset[str]:
+        """Names of the per-sequence columns (one row per sequence)."""
+        return self._seq_keys
+
+    # -- writes --------------------------------------------------------------
+
+    def _relayout(self, cols: dict[str, Any]) -> None:
+        self.count, self._seq_keys = _layout(cols, self._extra_seq_keys)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        _check_key(key)
+        arr = _to_array(key, value)
+        cols = {k: v for k, v in dict.items(self) if k != key}
+        cols[key] = arr
+        self._relayout(cols)  # raises before anything is written
+        if self._tracking and not dict.__contains__(self, key):
+            self.added_keys.add(key)
+        dict.__setitem__(self, key, arr)
+
+    def __delitem__(self, key: str) -> None:
+        if not dict.__contains__(self, key):
+            raise KeyError(key)
+        self._relayout({k: v for k, v in dict.items(self) if k != key})
+        if self._tracking:
+            self.deleted_keys.add(key)
+        dict.__delitem__(self, key)
+
+    _MISSING = object()
+
+    def pop(self, key: str, default: Any = _MISSING) -> Any:
+        if not dict.__contains__(self, key):
+            if default is SampleBatch._MISSING:
+                raise KeyError(key)
+            return default
+        value = dict.__getitem__(self, key)
+        del self[key]
+        return value
+
+    def popitem(self) -> tuple[str, Any]:
+        if not dict.__len__(self):
+            raise KeyError("popitem(): SampleBatch has no columns")
+        key = next(reversed(dict.keys(self)))
+        return key, self.pop(key)
+
+    def clear(self) -> None:
+        if self._tracking:
+            self.deleted_keys.update(dict.keys(self))
+        dict.clear(self)
+        self.count, self._seq_keys = 0, frozenset()
+
+    def update(self, other: Any = (), /, **kwargs: Any) -> None:  # type: ignore[override]
+        for k, v in dict(other, **kwargs).items():
+            self[k] = v
+
+    def __ior__(self, other: Any) -> SampleBatch:  # type: ignore[override]
+        self.update(other)
+        return self
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if not dict.__contains__(self, key):
+            self[key] = default
+        return self[key]
+
+    # -- access tracking -----------------------------------------------------
+
+    def enable_access_tracking(self) -> None:
+        """Record reads (``[]``, ``get``, ``items``/``values``), added and deleted columns.
+
+        They go to ``accessed_keys``, ``added_keys`` and ``deleted_keys``.
+        Slices and copies of a tracked batch are tracked too and record their
+        reads into the same ``accessed_keys`` set.
+        """
+        self._tracking = True
+
+    def disable_access_tracking(self) -> None:
+        """Stop recording accesses (the recorded sets are kept)."""
+        self._tracking = False
+
+    def _inherit_tracking(self, child: SampleBatch) -> SampleBatch:
+        if self._tracking:
+            child._tracking = True
+            child.accessed_keys = self.accessed_keys
+        return child
+
+    # -- rows ----------------------------------------------------------------
+
+    def _slice_rows(self, s: slice) -> SampleBatch:
+        if s.step not in (None, 1):
+            raise ValueError(f"SampleBatch row slices must have step 1, got {s.step!r}")
+        count = self.count
+        a, b, _ = s.indices(count)
+        b = max(a, b)
+        seqs: tuple[int, int] | None = None
+        seq_lens = dict.get(self, SampleBatch.SEQ_LENS)
+        if seq_lens is not None:
+            bounds = np.concatenate(([0], np.cumsum(seq_lens)))
+            if bounds[-1] != count:
+                raise ValueError(
+                    f"cannot slice rows of a SampleBatch whose {SampleBatch.SEQ_LENS!r} sum to {bounds[-1]}, "
+                    f"expected {count} (the batch rows)"
+                )
+
+            def seq_index(x: int) -> int:
+                i = len(seq_lens) if x == count else int(np.searchsorted(bounds, x))
+                if bounds[i] != x:
+                    shown = bounds.tolist() if len(bounds) <= 20 else [*bounds[:20].tolist(), "..."]
+                    raise ValueError(
+                        f"SampleBatch row slice {a}:{b} must start and end on sequence boundaries "
+                        f"{shown}, got {x}"
+                    )
+                return i
+
+            seqs = (seq_index(a), seq_index(b))
+        cols = {
+            k: (v[seqs[0] : seqs[1]] if seqs is not None and k in self._seq_keys else v[a:b])
+            for k, v in dict.items(self)
+        }
+        out = self._from_columns(cols, b - a, self._seq_keys, self._extra_seq_keys)
+        seg = self._seg
+        if seg is not None:
+            handed = {k: cols[k] for k, v in dict.items(self) if seg.handed.get(k) is v}
+            new_seqs = None
+            if seqs is not None and seg.seqs is not None:
+                new_seqs = (seg.seqs[0] + seqs[0], seg.seqs[0] + seqs[1])
+            out._seg = _Segment(seg.parent, (seg.rows[0] + a, seg.rows[0] + b), new_seqs, handed)
+        return self._inherit_tracking(out)
+
+    def split_by_episode(self) -> list[SampleBatch]:
+        """Split into one batch (of views) per episode.
+
+        Episodes end where ``eps_id`` changes or, without ``eps_id``, after each
+        row where ``terminateds`` or ``truncateds`` (or ``dones``) is set.
+        """
+        if self.count == 0:
+            return []
+        eps = dict.get(self, SampleBatch.EPS_ID)
+        if eps is not None:
+            eps = np.asarray(eps)
+            cuts = np.flatnonzero(eps[1:] != eps[:-1]) + 1
+        else:
+            flags = [dict.__getitem__(self, k) for k in (self.TERMINATEDS, self.TRUNCATEDS, self.DONES) if k in self]
+            if not flags:
+                raise ValueError(
+                    f"split_by_episode needs column {self.EPS_ID!r} or {self.TERMINATEDS!r}/"
+                    f"{self.TRUNCATEDS!r}/{self.DONES!r}, got columns {list(self.keys())}"
+                )
+            done = np.zeros(self.count, dtype=bool)
+            for f in flags:
+                done |= np.asarray(f, dtype=bool).reshape(self.count, -1).any(axis=1)
+            cuts = np.flatnonzero(done[:-1]) + 1
+        edges = [0, *cuts.tolist(), self.count]
+        return [self[a:b] for a, b in zip(edges[:-1], edges[1:])]
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """Yield one dict per timestep row holding that row of every per-step column."""
+        keys = [k for k in dict.keys(self) if k not in self._seq_keys]
+        if self._tracking:
+            self.accessed_keys.update(keys)
+        cols = [dict.__getitem__(self, k) for k in keys]
+        for i in range(self.count):
+            yield {k: c[i] for k, c in zip(keys, cols)}
+
+    # -- copies --------------------------------------------------------------
+
+    def copy(self, shallow: bool = False) -> SampleBatch:
+        """A new batch; its arrays are copies unless ``shallow`` (then the same arrays)."""
+        if shallow:
+            out = self._from_columns(dict(dict.items(self)), self.count, self._seq_keys, self._extra_seq_keys)
+            out._seg = self._seg  # same array objects, so still a segment
+        else:
+            cols = {k: (v.copy() if hasattr(v, "copy") else np.array(v)) for k, v in dict.items(self)}
+            out = self._from_columns(cols, self.count, self._seq_keys, self._extra_seq_keys)
+        return self._inherit_tracking(out)
+
+    def __copy__(self) -> SampleBatch:
+        return self.copy(shallow=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain ``dict`` of the columns (the same arrays)."""
+        if self._tracking:
+            self.accessed_keys.update(dict.keys(self))
+        return dict(dict.items(self))
+
+    def __reduce__(self):
+        return _rebuild, (type(self), dict(dict.items(self)), self._extra_seq_keys)
+
+    def __repr__(self) -> str:
+        seqs = ""
+        if SampleBatch.SEQ_LENS in self:
+            seqs = f", {len(dict.__getitem__(self, SampleBatch.SEQ_LENS))} seqs"
+        return f"{type(self).__name__}({self.count} rows{seqs}: {list(self.keys())})"
+
+
+class MultiAgentBatch:
+    """One `SampleBatch` per policy, plus the number of env steps they cover.
+
+    ``count`` and ``len(batch)`` are ``env_steps``; ``agent_steps()`` sums the
+    rows of the policy batches.
+    """
+
+    __slots__ = ("policy_batches", "count")
+
+    def __init__(self, policy_batches: Mapping[str, SampleBatch | Mapping[str, Any]], env_steps: int) -> None:
+        if not isinstance(policy_batches, Mapping):
+            raise TypeError(
+                f"MultiAgentBatch policy_batches must be a dict policy_id -> SampleBatch, "
+                f"got {type(policy_batches).__name__}"
+            )
+        if isinstance(env_steps, (bool, np.bool_)) or not isinstance(env_steps, (int, np.integer)):
+            raise TypeError(f"MultiAgentBatch env_steps must be an int, got {env_steps!r}")
+        if env_steps < 0:
+            raise ValueError(f"MultiAgentBatch env_steps must be >= 0, got {env_steps}")
+        batches: dict[str, SampleBatch] = {}
+        for pid, b in policy_batches.items():
+            if isinstance(b, SampleBatch):
+                batches[pid] = b
+            elif isinstance(b, Mapping):
+                batches[pid] = SampleBatch(b)
+            else:
+                raise TypeError(
+                    f"MultiAgentBatch policy_batches[{pid!r}] must be a SampleBatch, got {type(b).__name__}"
+                )
+        self.policy_batches = batches
+        self.count = int(env_steps)
+
+    def env_steps(self) -> int:
+        """Env steps covered by this batch."""
+        return self.count
+
+    def agent_steps(self) -> int:
+        """Sum of the rows of all policy batches."""
+        return sum(b.count for b in self.policy_batches.values())
+
+    def __len__(self) -> int:
+        return self.count
+
+    def copy(self, shallow: bool = False) -> MultiAgentBatch:
+        """A new batch whose policy batches are `SampleBatch.copy` ``(shallow)`` copies."""
+        return MultiAgentBatch({pid: b.copy(shallow) for pid, b in self.policy_batches.items()}, self.count)
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{pid!r}: {b!r}" for pid, b in self.policy_batches.items())
+        return f"MultiAgentBatch(env_steps={self.count}, {{{inner}}})"
+
+
+def _concat_column(key: str, arrays: list[Any]) -> Any:
+    shape0 = tuple(arrays[0].shape[1:])
+    for i, a in enumerate(arrays[1:], 1):
+        if tuple(a.shape[1:]) != shape0:
+            raise ValueError(
+                f"concat_samples: column {key!r} has per-row shape {tuple(a.shape[1:])} in batch {i}, "
+                f"expected {shape0} (as in batch 0)"
+            )
+    return np.concatenate(arrays, axis=0)
+
+
+def _concat_multi_agent(batches: list[MultiAgentBatch]) -> MultiAgentBatch:
+    pids: dict[str, None] = {}
+    for b in batches:
+        pids.update(dict.fromkeys(b.policy_batches))
+    merged = {
+        pid: concat_samples([b.policy_batches[pid] for b in batches if pid in b.policy_batches]) for pid in pids
+    }
+    return MultiAgentBatch(merged, sum(b.count for b in batches))
+
+
+def _chain(
+    segs: list[_Segment],
+) -> tuple[Mapping[str, np.ndarray], tuple[int, int], tuple[int, int] | None] | None:
+    """(parent, rows span, seqs span or None) when ``segs`` are consecutive segments of one parent."""
+    parent = segs[0].parent
+    if any(s.parent is not parent for s in segs):
+        return None
+    if any(segs[i].rows[0] != segs[i - 1].rows[1] for i in range(1, len(segs))):
+        return None
+    rows = (segs[0].rows[0], segs[-1].rows[1])
+    seqs_list = [s.seqs for s in segs if s.seqs is not None]
+    seqs = None
+    if len(seqs_list) == len(segs) and all(seqs_list[i][0] == seqs_list[i - 1][1] for i in range(1, len(seqs_list))):
+        seqs = (seqs_list[0][0], seqs_list[-1][1])
+    return parent, rows, seqs
+
+
+def concat_samples(batches: Iterable[SampleBatch] | Iterable[MultiAgentBatch]) -> SampleBatch | MultiAgentBatch:
+    """Concatenate batches along their rows (per policy for `MultiAgentBatch`, summing env steps).
+
+    All batches must have the same columns. Per-sequence columns are
+    concatenated too. Where every batch is an untouched segment of the same
+    collector buffer and the segments are consecutive, a column of the result
+    is a view of that buffer (no copy); otherwise it is a fresh array. The
+    result of a single batch shares its arrays.
+    """
+    batches = list(batches)
+    if not batches:
+        return SampleBatch()
+    if all(isinstance(b, MultiAgentBatch) for b in batches):
+        return _concat_multi_agent(batches)  # type: ignore[arg-type]
+    for i, b in enumerate(batches):
+        if not isinstance(b, SampleBatch):
+            raise TypeError(
+                f"concat_samples expects a list of SampleBatch or a list of MultiAgentBatch, "
+                f"got {type(b).__name__} at index {i}"
+            )
+    first: SampleBatch = batches[0]
+    if len(batches) == 1:
+        out = SampleBatch._from_columns(dict(dict.items(first)), first.count, first._seq_keys, first._extra_seq_keys)
+        out._seg = first._seg
+        return out
+    keys = list(dict.keys(first))
+    for i, b in enumerate(batches[1:], 1):
+        if dict.keys(b) != dict.keys(first):
+            missing = [k for k in keys if not dict.__contains__(b, k)]
+            if missing:
+                raise ValueError(f"concat_samples: batch {i} has no column {missing[0]!r} (batch 0 has it)")
+            extra = next(k for k in dict.keys(b) if not dict.__contains__(first, k))
+            raise ValueError(f"concat_samples: batch 0 has no column {extra!r} (batch {i} has it)")
+        if b._seq_keys != first._seq_keys:
+            k = sorted(b._seq_keys ^ first._seq_keys)[0]
+            where = (0, i) if k in first._seq_keys else (i, 0)
+            raise ValueError(
+                f"concat_samples: column {k!r} is per-sequence in batch {where[0]} but per-step in batch {where[1]}"
+            )
+
+    # Zero-copy eligibility shared by all columns: one parent, consecutive ranges.
+    segs = [b._seg for b in batches if b._seg is not None]
+    chain = _chain(segs) if len(segs) == len(batches) else None
+    seq_keys = first._seq_keys
+    cols: dict[str, Any] = {}
+    handed: dict[str, Any] = {}
+    for k in keys:
+        arrays = [dict.__getitem__(b, k) for b in batches]
+        span = None if chain is None else (chain[2] if k in seq_keys else chain[1])
+        if (
+            chain is not None
+            and span is not None
+            and k in chain[0]
+            and all(a is s.handed.get(k) for a, s in zip(arrays, segs))
+        ):
+            cols[k] = handed[k] = chain[0][k][span[0] : span[1]]
+        else:
+            cols[k] = _concat_column(k, arrays)
+    extra = frozenset().union(*(b._extra_seq_keys for b in batches))
+    out = SampleBatch._from_columns(cols, sum(b.count for b in batches), seq_keys, extra)
+    if handed and chain is not None:
+        out._seg = _Segment(chain[0], chain[1], chain[2], handed)
+    return out

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Sets up what trajview's tests need on a fresh Debian machine and runs them all:
+# the GoogleTest suite (plain, then under ASan/UBSan), then pytest (tests/ and a
+# quick pass over bench/) against the wheel installed into a fresh virtualenv.
+# Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=${PYTHON:-python3}
+JOBS=$(nproc)
+
+echo "== system packages"
+need=()
+dpkg -s libgtest-dev >/dev/null 2>&1 || need+=(libgtest-dev)
+command -v g++ >/dev/null 2>&1 || need+=(g++)
+if ((${#need[@]})); then
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq "${need[@]}"
+fi
+
+echo "== python environment"
+VENV=${TRAJVIEW_VENV:-$ROOT/.venv}
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+# shellcheck disable=SC1091
+. "$VENV/bin/activate"
+python -m pip install -q torch==2.13.0          # torch first: the CPU build on disk
+python -m pip install -q -r requirements-dev.txt
+
+echo "== C++ tests (warnings as errors)"
+cmake --preset test >/dev/null
+cmake --build --preset test -j"$JOBS"
+ctest --preset test
+
+echo "== C++ tests under ASan + UBSan"
+cmake --preset asan >/dev/null
+cmake --build --preset asan -j"$JOBS"
+ctest --preset asan
+
+echo "== wheel"
+rm -rf dist
+python -m pip wheel . --no-deps --no-build-isolation -w dist -q
+python -m pip install -q --force-reinstall --no-deps dist/trajview-*.whl
+python - <<'PY'
+import trajview, os
+assert "site-packages" in trajview.__file__, f"tests must run against the installed wheel, got {trajview.__file__}"
+print("testing", trajview.__file__)
+PY
+
+echo "== pytest"
+export HYPOTHESIS_PROFILE=ci
+python -m pytest tests bench -p no:cacheprovider --benchmark-disable -q
