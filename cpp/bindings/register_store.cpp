@@ -80,8 +80,14 @@ py::array wrap(const BatchColumn& col) {
 class PyStore {
  public:
   PyStore(std::int64_t num_slots, const py::list& columns, const py::list& views, std::int64_t chunk_rows,
-          std::int64_t eps_id_start)
+          std::int64_t eps_id_start, const std::vector<std::string>& inference_boundary)
       : store_(num_slots, parse_columns(columns), parse_views(views), StoreOptions{chunk_rows, eps_id_start}) {
+    for (const auto& b : inference_boundary) {
+      if (b == "t") infer_t_ = true;
+      else if (b == "eps_id") infer_eps_ = true;
+      else if (b == "env_id") infer_env_ = true;
+      else throw py::value_error("inference boundary column must be t, eps_id or env_id, got '" + b + "'");
+    }
     py::module_ np = py::module_::import("numpy");
     can_cast_ = np.attr("can_cast");
     for (const auto& c : store_.columns()) {
@@ -122,7 +128,7 @@ class PyStore {
     return py::cast(store_.begin_episodes(slots.ids, in));
   }
 
-  void add_step(const py::dict& data, const py::object& env_ids) {
+  void add_step(const py::object& data, const py::object& env_ids) {
     Slots slots = parse_slots(env_ids, "add_step", /*allow_none=*/true);
     std::vector<py::array> keep;
     std::vector<ArrayIn> in;
@@ -137,7 +143,7 @@ class PyStore {
     return gather(slots);
   }
 
-  py::dict step(const py::dict& data, const py::object& env_ids) {
+  py::dict step(const py::object& data, const py::object& env_ids) {
     Slots slots = parse_slots(env_ids, "step", /*allow_none=*/true);
     std::vector<py::array> keep;
     std::vector<ArrayIn> in;
@@ -307,8 +313,9 @@ class PyStore {
     return ArrayIn{arr.data(), *dt, shape_of(keep.back())};
   }
 
-  void collect_step(const py::dict& data, std::vector<py::array>& keep, std::vector<ArrayIn>& in,
+  void collect_step(const py::object& obj, std::vector<py::array>& keep, std::vector<ArrayIn>& in,
                     std::size_t& bytes) {
+    const py::dict data = PyDict_Check(obj.ptr()) ? py::reinterpret_borrow<py::dict>(obj) : py::dict(obj);
     const std::size_t ncols = col_names_.size();
     keep.reserve(ncols);
     in.reserve(ncols);
@@ -368,10 +375,10 @@ class PyStore {
       bytes += static_cast<std::size_t>(a.nbytes());
       out[inf_names_[k]] = std::move(a);
     }
-    py::array_t<std::int64_t> t(n), eps(n);
+    py::array_t<std::int64_t> t(infer_t_ ? n : 0), eps(infer_eps_ ? n : 0);
     if (n > 0) {
-      auto* tp = t.mutable_data();
-      auto* ep = eps.mutable_data();
+      auto* tp = infer_t_ ? t.mutable_data() : nullptr;
+      auto* ep = infer_eps_ ? eps.mutable_data() : nullptr;
       auto run = [&] {
         std::lock_guard<std::mutex> lock(mu_);
         store_.check_active(slots.ids, "input_dict");
@@ -384,8 +391,14 @@ class PyStore {
         run();
       }
     }
-    out[t_key_] = t;
-    out[eps_key_] = eps;
+    if (infer_t_) out[t_key_] = t;
+    if (infer_eps_) out[eps_key_] = eps;
+    if (infer_env_) {
+      py::array_t<std::int64_t> env(n);
+      auto* p = env.mutable_data();
+      for (py::ssize_t i = 0; i < n; ++i) p[i] = slots.given ? slots.ids[static_cast<std::size_t>(i)] : i;
+      out[env_key_] = env;
+    }
     return out;
   }
 
@@ -399,6 +412,10 @@ class PyStore {
   std::vector<std::vector<py::ssize_t>> inf_shapes_;
   py::str t_key_{"t"};
   py::str eps_key_{"eps_id"};
+  py::str env_key_{"env_id"};
+  bool infer_t_ = false;
+  bool infer_eps_ = false;
+  bool infer_env_ = false;
 };
 
 }  // namespace
@@ -411,8 +428,10 @@ void register_store(py::module_& m) {
   m.def("_live_buffers", &Buffer::live_count, "Number of C++ batch buffers alive (for leak tests).");
 
   py::class_<PyStore>(m, "_Store", "The C++ trajectory store; use trajview.Collector.")
-      .def(py::init<std::int64_t, const py::list&, const py::list&, std::int64_t, std::int64_t>(),
-           py::arg("num_slots"), py::arg("columns"), py::arg("views"), py::arg("chunk_rows"), py::arg("eps_id_start"))
+      .def(py::init<std::int64_t, const py::list&, const py::list&, std::int64_t, std::int64_t,
+                    const std::vector<std::string>&>(),
+           py::arg("num_slots"), py::arg("columns"), py::arg("views"), py::arg("chunk_rows"), py::arg("eps_id_start"),
+           py::arg("inference_boundary"))
       .def("begin_episodes", &PyStore::begin_episodes, py::arg("env_ids"), py::arg("obs"))
       .def("add_step", &PyStore::add_step, py::arg("data"), py::arg("env_ids") = py::none())
       .def("input_dict", &PyStore::input_dict, py::arg("env_ids") = py::none())

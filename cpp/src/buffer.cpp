@@ -15,7 +15,9 @@ constexpr std::size_t kHugePage = std::size_t{2} << 20;
 
 }  // namespace
 
-Buffer::Buffer(std::size_t nbytes) : size_(nbytes) {
+void AlignedFree::operator()(std::byte* p) const noexcept { std::free(p); }
+
+AlignedBytes allocate_aligned(std::size_t nbytes) {
   const std::size_t align = nbytes >= 4 * kHugePage ? kHugePage : kSmallAlign;
   const std::size_t rounded = nbytes == 0 ? align : (nbytes + align - 1) / align * align;
   void* p = std::aligned_alloc(align, rounded);
@@ -23,14 +25,14 @@ Buffer::Buffer(std::size_t nbytes) : size_(nbytes) {
 #ifdef MADV_HUGEPAGE
   if (align == kHugePage) ::madvise(p, rounded, MADV_HUGEPAGE);
 #endif
-  data_ = static_cast<std::byte*>(p);
+  return AlignedBytes(static_cast<std::byte*>(p));
+}
+
+Buffer::Buffer(std::size_t nbytes) : data_(allocate_aligned(nbytes)), size_(nbytes) {
   g_live.fetch_add(1, std::memory_order_relaxed);
 }
 
-Buffer::~Buffer() {
-  std::free(data_);
-  g_live.fetch_sub(1, std::memory_order_relaxed);
-}
+Buffer::~Buffer() { g_live.fetch_sub(1, std::memory_order_relaxed); }
 
 long Buffer::live_count() noexcept { return g_live.load(std::memory_order_relaxed); }
 

@@ -29,13 +29,17 @@ std::size_t ColumnSpec::row_elems() const noexcept {
   return n;
 }
 
+/// An episode of one slot. Step row t of every column lives at stream
+/// position g0 + t; observation row t >= 1 at position g0 + t - 1 (written by
+/// the add_step of step t - 1), and row 0 (the reset observation) in first_obs.
 struct TrajectoryStore::Episode {
   std::int64_t eps_id = 0;
   std::int64_t slot = 0;
-  std::int64_t steps = 0;    // steps written (rows of step columns)
+  std::int64_t g0 = 0;       // stream position of step 0
+  std::int64_t steps = 0;    // steps written
   std::int64_t emitted = 0;  // steps [0, emitted) already in a batch
   bool finished = false;
-  std::vector<RowStore> cols;
+  std::vector<std::vector<std::byte>> first_obs;  // per observation column
 };
 
 TrajectoryStore::TrajectoryStore(std::int64_t num_slots, std::vector<ColumnSpec> columns,
@@ -63,11 +67,21 @@ TrajectoryStore::TrajectoryStore(std::int64_t num_slots, std::vector<ColumnSpec>
       throw std::invalid_argument("column '" + col.name + "': pad row must be " + std::to_string(col.row_bytes()) +
                                   " bytes (dtype " + std::string(dtype_name(col.dtype)) + ", shape " +
                                   shape_str(col.shape) + "), got " + std::to_string(col.pad_row.size()));
+    obs_index_.push_back(col.kind == ColumnKind::Observation ? static_cast<std::int64_t>(obs_columns_.size()) : -1);
     if (col.kind == ColumnKind::Observation) obs_columns_.push_back(c);
-    zero_or_pad_.push_back(col.pad_row.empty() ? std::vector<std::byte>(col.row_bytes(), std::byte{0}) : col.pad_row);
-    pools_.emplace_back(static_cast<std::size_t>(options_.chunk_rows) * col.row_bytes(),
-                        static_cast<std::size_t>(num_slots_) + 2);
+    pad_rows_.push_back(col.pad_row.empty() ? std::vector<std::byte>(col.row_bytes(), std::byte{0}) : col.pad_row);
   }
+  pools_.reserve(columns_.size());
+  streams_.reserve(columns_.size());
+  for (const auto& col : columns_) {
+    pools_.emplace_back(static_cast<std::size_t>(options_.chunk_rows) * static_cast<std::size_t>(num_slots_) *
+                            col.row_bytes(),
+                        std::size_t{2});
+    streams_.emplace_back(col.row_bytes(), num_slots_, options_.chunk_rows, pools_.back());
+  }
+  pos_.assign(static_cast<std::size_t>(num_slots_), 0);
+  steps_.assign(static_cast<std::size_t>(num_slots_), -1);
+  slot_eps_.assign(static_cast<std::size_t>(num_slots_), -1);
   lookback_.assign(columns_.size(), 0);
   for (std::size_t v = 0; v < views_.size(); ++v) {
     const auto& view = views_[v];
@@ -151,6 +165,7 @@ void TrajectoryStore::check_slots(std::span<const std::int64_t> slots, const cha
 
 void TrajectoryStore::check_active(std::span<const std::int64_t> slots, const char* what) const {
   if (slots.empty()) {
+    if (active_ == num_slots_) return;
     for (std::int64_t s = 0; s < num_slots_; ++s) {
       if (!slots_[static_cast<std::size_t>(s)])
         throw std::invalid_argument(std::string(what) + ": env " + std::to_string(s) +
@@ -183,19 +198,6 @@ void TrajectoryStore::check_input(std::size_t column, const ArrayIn& in, std::in
     throw std::invalid_argument("column '" + col.name + "': no data");
 }
 
-std::unique_ptr<TrajectoryStore::Episode> TrajectoryStore::new_episode(std::int64_t slot) {
-  auto e = std::make_unique<Episode>();
-  e->eps_id = next_eps_id_++;
-  e->slot = slot;
-  e->cols.reserve(columns_.size());
-  for (const auto& col : columns_) e->cols.emplace_back(col.row_bytes(), options_.chunk_rows);
-  return e;
-}
-
-void TrajectoryStore::release(std::unique_ptr<Episode> e) {
-  for (std::size_t c = 0; c < columns_.size(); ++c) e->cols[c].clear(pools_[c]);
-}
-
 std::vector<std::int64_t> TrajectoryStore::begin_episodes(std::span<const std::int64_t> slots,
                                                           std::span<const ArrayIn> obs) {
   check_slots(slots, "begin_episodes");
@@ -214,14 +216,21 @@ std::vector<std::int64_t> TrajectoryStore::begin_episodes(std::span<const std::i
   std::vector<std::int64_t> ids;
   ids.reserve(slots.size());
   for (std::size_t i = 0; i < slots.size(); ++i) {
-    auto e = new_episode(slots[i]);
+    auto e = std::make_unique<Episode>();
+    e->eps_id = next_eps_id_++;
+    e->slot = slots[i];
+    e->g0 = pos_[static_cast<std::size_t>(slots[i])];
+    e->first_obs.reserve(obs_columns_.size());
     for (std::size_t k = 0; k < obs_columns_.size(); ++k) {
-      const std::size_t c = obs_columns_[k];
-      const std::size_t rb = columns_[c].row_bytes();
-      if (rb) std::memcpy(e->cols[c].append(pools_[c]), static_cast<const std::byte*>(obs[k].data) + i * rb, rb);
-      else e->cols[c].append(pools_[c]);
+      const std::size_t rb = columns_[obs_columns_[k]].row_bytes();
+      const auto* src = static_cast<const std::byte*>(obs[k].data) + i * rb;
+      e->first_obs.emplace_back(src, src + rb);
+      episode_bytes_ += rb;
     }
     ids.push_back(e->eps_id);
+    steps_[static_cast<std::size_t>(slots[i])] = 0;
+    ++active_;
+    slot_eps_[static_cast<std::size_t>(slots[i])] = e->eps_id;
     slots_[static_cast<std::size_t>(slots[i])] = std::move(e);
   }
   return ids;
@@ -235,19 +244,52 @@ void TrajectoryStore::add_step(std::span<const std::int64_t> slots, std::span<co
   const auto n = static_cast<std::int64_t>(num_rows(slots));
   for (std::size_t c = 0; c < columns_.size(); ++c) check_input(c, inputs[c], n);
 
+  const bool all = slots.empty() || n == num_slots_;
+  if (slots.empty() && aligned_pos_ >= 0) {
+    // Every slot writes the same position: one copy per column.
+    for (std::size_t c = 0; c < columns_.size(); ++c) {
+      if (streams_[c].stride() == 0) continue;
+      std::memcpy(streams_[c].position_for_write(aligned_pos_), inputs[c].data, streams_[c].stride());
+    }
+    ++aligned_pos_;
+    for (auto& t : steps_) ++t;
+    for (auto& p : pos_) ++p;
+    return;
+  }
   for (std::size_t c = 0; c < columns_.size(); ++c) {
-    const std::size_t rb = columns_[c].row_bytes();
+    BlockStream& stream = streams_[c];
+    const std::size_t rb = stream.row_bytes();
+    if (rb == 0) continue;
     const auto* src = static_cast<const std::byte*>(inputs[c].data);
-    ChunkPool& pool = pools_[c];
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t s = slots.empty() ? i : slots[static_cast<std::size_t>(i)];
-      std::byte* dst = slots_[static_cast<std::size_t>(s)]->cols[c].append(pool);
-      if (rb) std::memcpy(dst, src + static_cast<std::size_t>(i) * rb, rb);
+      std::memcpy(stream.position_for_write(pos_[static_cast<std::size_t>(s)]) + static_cast<std::size_t>(s) * rb,
+                  src + static_cast<std::size_t>(i) * rb, rb);
     }
   }
+  std::int64_t top = 0;
   for (std::int64_t i = 0; i < n; ++i) {
-    const std::int64_t s = slots.empty() ? i : slots[static_cast<std::size_t>(i)];
-    ++slots_[static_cast<std::size_t>(s)]->steps;
+    const auto s = static_cast<std::size_t>(slots.empty() ? i : slots[static_cast<std::size_t>(i)]);
+    ++steps_[s];
+    top = std::max(top, ++pos_[s]);
+  }
+  // Slots that did not step and hold no step yet (idle, or an episode just
+  // begun) move up to the others, so that a vector of envs stays aligned.
+  if (!all) {
+    for (std::size_t s = 0; s < slots_.size(); ++s) {
+      Episode* e = slots_[s].get();
+      if (pos_[s] < top && steps_[s] <= 0) {
+        pos_[s] = top;
+        if (e) e->g0 = top;
+      }
+    }
+  }
+  aligned_pos_ = pos_[0];
+  for (auto p : pos_) {
+    if (p != aligned_pos_) {
+      aligned_pos_ = -1;
+      break;
+    }
   }
 }
 
@@ -257,37 +299,49 @@ void TrajectoryStore::end_episodes(std::span<const std::int64_t> slots) {
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t s = slots.empty() ? i : slots[static_cast<std::size_t>(i)];
     auto e = std::move(slots_[static_cast<std::size_t>(s)]);
+    e->steps = steps_[static_cast<std::size_t>(s)];
     e->finished = true;
-    if (e->steps > e->emitted) finished_.push_back(std::move(e));
-    else release(std::move(e));
+    steps_[static_cast<std::size_t>(s)] = -1;
+    --active_;
+    slot_eps_[static_cast<std::size_t>(s)] = -1;
+    if (steps(*e) > e->emitted) {
+      finished_.push_back(std::move(e));
+    } else {
+      for (const auto& f : e->first_obs) episode_bytes_ -= f.size();
+    }
   }
+}
+
+std::int64_t TrajectoryStore::steps(const Episode& e) const noexcept {
+  return e.finished ? e.steps : steps_[static_cast<std::size_t>(e.slot)];
+}
+
+std::int64_t TrajectoryStore::rows_available(const Episode& e, std::size_t c) const noexcept {
+  return steps(e) + (obs_index_[c] >= 0 ? 1 : 0);
+}
+
+const std::byte* TrajectoryStore::row(const Episode& e, std::size_t c, std::int64_t r) const noexcept {
+  const std::int64_t k = obs_index_[c];
+  if (k >= 0) {
+    if (r == 0) return e.first_obs[static_cast<std::size_t>(k)].data();
+    return streams_[c].at(e.g0 + r - 1, e.slot);
+  }
+  return streams_[c].at(e.g0 + r, e.slot);
 }
 
 void TrajectoryStore::copy_rows(const Episode& e, std::size_t c, std::int64_t r0, std::int64_t r1, Padding padding,
                                 std::byte* dst) const {
-  const RowStore& rows = e.cols[c];
-  const std::size_t rb = rows.row_bytes();
+  const std::size_t rb = columns_[c].row_bytes();
+  if (rb == 0) return;
+  const std::int64_t avail = rows_available(e, c);
   std::int64_t r = r0;
   if (r < 0) {
-    const std::byte* pad = zero_or_pad_[c].data();
-    if (padding == Padding::Reset && rows.end() > 0) {
-      if (rows.first() > 0) throw std::logic_error("trajview: row 0 of column '" + columns_[c].name + "' was released");
-      pad = rows.row(0);
-    }
+    const std::byte* pad = padding == Padding::Reset && avail > 0 ? row(e, c, 0) : pad_rows_[c].data();
     const std::int64_t stop = std::min<std::int64_t>(0, r1);
     for (; r < stop; ++r, dst += rb) std::memcpy(dst, pad, rb);
   }
-  const std::int64_t hi = std::min(r1, rows.end());
-  if (r < hi && r < rows.first())
-    throw std::logic_error("trajview: row " + std::to_string(r) + " of column '" + columns_[c].name +
-                           "' was released (first held " + std::to_string(rows.first()) + ")");
-  while (r < hi) {
-    const std::int64_t run = std::min(rows.contiguous_from(r), hi - r);
-    const std::size_t bytes = static_cast<std::size_t>(run) * rb;
-    std::memcpy(dst, rows.row(r), bytes);
-    dst += bytes;
-    r += run;
-  }
+  const std::int64_t hi = std::min(r1, avail);
+  for (; r < hi; ++r, dst += rb) std::memcpy(dst, row(e, c, r), rb);
   if (r < r1) std::memset(dst, 0, static_cast<std::size_t>(r1 - r) * rb);
 }
 
@@ -310,15 +364,38 @@ void TrajectoryStore::gather_view(const Episode& e, std::size_t v, std::int64_t 
 void TrajectoryStore::gather_inference(std::span<const std::int64_t> slots, std::span<std::byte* const> outputs,
                                        std::int64_t* t_out, std::int64_t* eps_out) const {
   const std::size_t n = num_rows(slots);
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::int64_t s = slots.empty() ? static_cast<std::int64_t>(i) : slots[i];
-    const Episode& e = *slots_[static_cast<std::size_t>(s)];
-    for (std::size_t k = 0; k < inference_views_.size(); ++k) {
-      const std::size_t v = inference_views_[k];
-      gather_view(e, v, e.steps, outputs[k] + i * view_row_bytes(v));
+  const bool aligned = slots.empty() && aligned_pos_ >= 0;
+  for (std::size_t k = 0; k < inference_views_.size(); ++k) {
+    const std::size_t v = inference_views_[k];
+    const ViewSpec& view = views_[v];
+    const std::size_t c = view_column_[v];
+    const std::size_t vrb = view_row_bytes(v);
+    if (aligned && !view.adds_axis) {
+      // Every slot reads the same stream position: one copy, then patch the
+      // slots whose row is before the stream (row 0 of an observation column,
+      // or padding).
+      const bool is_obs = obs_index_[c] >= 0;
+      const std::int64_t shift = view.shifts[0];
+      const std::int64_t p = aligned_pos_ + shift - (is_obs ? 1 : 0);
+      if (streams_[c].holds(p) && vrb > 0) {
+        std::memcpy(outputs[k], streams_[c].position(p), streams_[c].stride());
+        const std::int64_t first_in_stream = (is_obs ? 1 : 0) - shift;
+        for (std::size_t i = 0; i < n; ++i) {
+          if (steps_[i] < first_in_stream) gather_view(*slots_[i], v, steps_[i], outputs[k] + i * vrb);
+        }
+        continue;
+      }
     }
-    if (t_out) t_out[i] = e.steps;
-    if (eps_out) eps_out[i] = e.eps_id;
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int64_t s = slots.empty() ? static_cast<std::int64_t>(i) : slots[i];
+      const Episode& e = *slots_[static_cast<std::size_t>(s)];
+      gather_view(e, v, steps(e), outputs[k] + i * vrb);
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto s = static_cast<std::size_t>(slots.empty() ? static_cast<std::int64_t>(i) : slots[i]);
+    if (t_out) t_out[i] = steps_[s];
+    if (eps_out) eps_out[i] = slot_eps_[s];
   }
 }
 
@@ -327,7 +404,7 @@ Batch TrajectoryStore::build_batch(bool complete_only) {
   for (auto& e : finished_) order.push_back(e.get());
   if (!complete_only) {
     for (auto& e : slots_) {
-      if (e && e->steps > e->emitted) order.push_back(e.get());
+      if (e && steps(*e) > e->emitted) order.push_back(e.get());
     }
   }
   Batch batch;
@@ -337,7 +414,7 @@ Batch TrajectoryStore::build_batch(bool complete_only) {
     seg.eps_id = e->eps_id;
     seg.env_id = e->slot;
     seg.t_start = e->emitted;
-    seg.length = e->steps - e->emitted;
+    seg.length = steps(*e) - e->emitted;
     seg.row_offset = batch.count;
     seg.seq_offset = batch.num_seqs;
     seg.num_seqs = k > 1 ? (seg.length + k - 1) / k : 0;
@@ -401,22 +478,44 @@ Batch TrajectoryStore::build_batch(bool complete_only) {
   }
 
   // Free what no view can read any more.
-  for (auto& e : finished_) release(std::move(e));
+  for (auto& e : finished_) {
+    for (const auto& f : e->first_obs) episode_bytes_ -= f.size();
+  }
   finished_.clear();
   if (!complete_only) {
     for (auto& e : slots_) {
-      if (!e) continue;
-      e->emitted = e->steps;
-      for (std::size_t c = 0; c < columns_.size(); ++c) e->cols[c].keep_from(e->steps - lookback_[c], pools_[c]);
+      if (e) e->emitted = steps(*e);
     }
   }
+  release_storage(!complete_only);
   return batch;
+}
+
+void TrajectoryStore::release_storage(bool compact) {
+  const std::int64_t end = *std::max_element(pos_.begin(), pos_.end());
+  for (std::size_t c = 0; c < columns_.size(); ++c) {
+    std::int64_t need = end;
+    for (std::size_t s = 0; s < slots_.size(); ++s) {
+      const Episode* e = slots_[s].get();
+      if (!e) {
+        need = std::min(need, pos_[s]);
+        continue;
+      }
+      // Rows [r_min, ...) can still be read: the unemitted steps and what
+      // their views look back at.
+      const std::int64_t r_min = std::max<std::int64_t>(0, e->emitted - lookback_[c]);
+      need = std::min(need, e->g0 + (obs_index_[c] >= 0 ? std::max<std::int64_t>(r_min - 1, 0) : r_min));
+    }
+    for (const auto& e : finished_) need = std::min(need, e->g0);
+    if (compact) streams_[c].compact(need, end);
+    else streams_[c].release_before(need);
+  }
 }
 
 std::int64_t TrajectoryStore::num_steps() const noexcept {
   std::int64_t n = num_complete_steps();
   for (const auto& e : slots_) {
-    if (e) n += e->steps - e->emitted;
+    if (e) n += steps(*e) - e->emitted;
   }
   return n;
 }
@@ -430,19 +529,15 @@ std::int64_t TrajectoryStore::num_complete_steps() const noexcept {
 std::size_t TrajectoryStore::nbytes() const noexcept {
   std::size_t n = 0;
   for (const auto& p : pools_) n += p.allocated_chunks() * p.chunk_bytes();
-  return n;
+  return n + episode_bytes_;
 }
 
 std::vector<std::int64_t> TrajectoryStore::slot_eps_ids() const {
-  std::vector<std::int64_t> out;
-  for (const auto& e : slots_) out.push_back(e ? e->eps_id : -1);
-  return out;
+  return slot_eps_;
 }
 
 std::vector<std::int64_t> TrajectoryStore::slot_lengths() const {
-  std::vector<std::int64_t> out;
-  for (const auto& e : slots_) out.push_back(e ? e->steps : -1);
-  return out;
+  return steps_;
 }
 
 }  // namespace trajview

@@ -81,6 +81,7 @@ class Collector:
                 raise ValueError(f"obs_columns names {c!r}, which is not in columns {sorted(specs)}")
 
         views: list[tuple] = []
+        inference_boundary: list[str] = []
         self.view_requirements: dict[str, ViewRequirement] = {}
         for name, vr in view_requirements.items():
             if not isinstance(vr, ViewRequirement):
@@ -93,6 +94,8 @@ class Collector:
                         f"view {name!r} reads boundary column {col!r} with shift {vr.shift!r}: boundary columns "
                         f"({', '.join(BOUNDARY_COLUMNS)}) are always in batches under their own name, at shift 0"
                     )
+                if vr.used_for_compute_actions and col != "is_init":
+                    inference_boundary.append(col)
                 continue
             if col not in specs and vr.space is not None:
                 specs[col] = column_spec_from_space(vr.space)
@@ -127,7 +130,14 @@ class Collector:
         self.num_envs = int(num_envs)
         self.columns: dict[str, tuple[np.dtype, tuple[int, ...]]] = specs
         self.obs_columns = obs_columns
-        self._impl = _core._Store(int(num_envs), col_list, views, int(chunk_rows), int(eps_id_start))
+        self._impl = _core._Store(
+            int(num_envs), col_list, views, int(chunk_rows), int(eps_id_start), inference_boundary
+        )
+        # The per-step calls go straight to C++ (no Python frame on the hot path);
+        # the methods below document them.
+        self.add_step = self._impl.add_step  # type: ignore[method-assign]
+        self.step = self._impl.step  # type: ignore[method-assign]
+        self.input_dict = self._impl.input_dict  # type: ignore[method-assign]
 
     # -- episodes and steps -------------------------------------------------
 
@@ -137,19 +147,23 @@ class Collector:
 
     def add_step(self, data: Mapping[str, Any], env_ids: Any = None) -> None:
         """Appends one step (every column, ``[n, *shape]``) to each slot's episode."""
-        self._impl.add_step(data if type(data) is dict else dict(data), env_ids)
+        self._impl.add_step(data, env_ids)
 
     def end_episodes(self, env_ids: Any) -> None:
         """Marks the episodes in those slots finished; the slots become idle."""
         self._impl.end_episodes(env_ids)
 
     def input_dict(self, env_ids: Any = None) -> dict[str, np.ndarray]:
-        """The compute-actions views for ``env_ids`` (all slots if None), plus ``t`` and ``eps_id``."""
+        """The compute-actions views for ``env_ids`` (all slots if None).
+
+        ``t``, ``eps_id`` and ``env_id`` are in it when ``view_requirements``
+        has a view of that name used for compute actions.
+        """
         return self._impl.input_dict(env_ids)
 
     def step(self, data: Mapping[str, Any], env_ids: Any = None) -> dict[str, np.ndarray]:
         """``add_step`` then ``input_dict`` for the same slots, in one C++ call."""
-        return self._impl.step(data if type(data) is dict else dict(data), env_ids)
+        return self._impl.step(data, env_ids)
 
     # -- batches ----------------------------------------------------------------
 
@@ -192,7 +206,7 @@ class Collector:
 
     @property
     def inference_keys(self) -> list[str]:
-        """Views in ``input_dict`` (besides ``t`` and ``eps_id``)."""
+        """Stored-column views in ``input_dict`` (besides ``t`` / ``eps_id`` / ``env_id``)."""
         return list(self._impl.inference_keys())
 
     @property

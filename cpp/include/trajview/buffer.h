@@ -6,6 +6,17 @@
 
 namespace trajview {
 
+/// Frees memory from allocate_aligned.
+struct AlignedFree {
+  void operator()(std::byte* p) const noexcept;
+};
+
+/// Aligned memory, uninitialised. Blocks of 8 MiB or more are aligned to 2 MiB
+/// and asked to use transparent huge pages: first-touch page faults then cost
+/// one fault per 2 MiB instead of per 4 KiB.
+using AlignedBytes = std::unique_ptr<std::byte[], AlignedFree>;
+AlignedBytes allocate_aligned(std::size_t nbytes);
+
 /// A block of aligned memory that one or more numpy arrays view.
 ///
 /// Invariant: the block never moves or shrinks while the Buffer lives; batch
@@ -13,8 +24,7 @@ namespace trajview {
 /// filled them is gone.
 class Buffer {
  public:
-  /// Allocates `nbytes` bytes (uninitialised). Large blocks ask the kernel for
-  /// transparent huge pages, which makes first-touch page faults rarer.
+  /// Allocates `nbytes` bytes (uninitialised), see allocate_aligned.
   explicit Buffer(std::size_t nbytes);
   ~Buffer();
   Buffer(const Buffer&) = delete;
@@ -22,15 +32,15 @@ class Buffer {
   Buffer(Buffer&&) = delete;
   Buffer& operator=(Buffer&&) = delete;
 
-  std::byte* data() noexcept { return data_; }
-  const std::byte* data() const noexcept { return data_; }
+  std::byte* data() noexcept { return data_.get(); }
+  const std::byte* data() const noexcept { return data_.get(); }
   std::size_t size() const noexcept { return size_; }
 
   /// Number of Buffers alive in the process (for leak tests).
   static long live_count() noexcept;
 
  private:
-  std::byte* data_ = nullptr;
+  AlignedBytes data_;
   std::size_t size_ = 0;
 };
 

@@ -12,7 +12,7 @@
 
 #include "trajview/buffer.h"
 #include "trajview/dtype.h"
-#include "trajview/row_store.h"
+#include "trajview/block_stream.h"
 
 namespace trajview {
 
@@ -89,7 +89,7 @@ struct Batch {
 };
 
 struct StoreOptions {
-  std::int64_t chunk_rows = 256;
+  std::int64_t chunk_rows = 256;  ///< stream positions per block (each holds every slot's row)
   std::int64_t eps_id_start = 0;
 };
 
@@ -164,15 +164,17 @@ class TrajectoryStore {
 
  private:
   struct Episode;
-  struct ViewPlan;
 
   void check_slots(std::span<const std::int64_t> slots, const char* what) const;
   void check_input(std::size_t column, const ArrayIn& in, std::int64_t n) const;
+  /// Address of row r of column c (0 <= r < rows available), or null if absent.
+  const std::byte* row(const Episode& e, std::size_t c, std::int64_t r) const noexcept;
+  std::int64_t rows_available(const Episode& e, std::size_t c) const noexcept;
+  std::int64_t steps(const Episode& e) const noexcept;
   void copy_rows(const Episode& e, std::size_t column, std::int64_t r0, std::int64_t r1, Padding padding,
                  std::byte* dst) const;
   void gather_view(const Episode& e, std::size_t view, std::int64_t t, std::byte* dst) const;
-  std::unique_ptr<Episode> new_episode(std::int64_t slot);
-  void release(std::unique_ptr<Episode> e);
+  void release_storage(bool compact);
 
   std::int64_t num_slots_;
   std::vector<ColumnSpec> columns_;
@@ -181,14 +183,22 @@ class TrajectoryStore {
   std::vector<std::size_t> inference_views_;
   std::vector<std::size_t> training_views_;
   std::vector<std::size_t> obs_columns_;
-  std::vector<std::size_t> view_column_;        // per view: its column index
-  std::vector<std::int64_t> lookback_;          // per column: max rows read before t (>= 0)
-  std::vector<std::vector<std::byte>> zero_or_pad_;  // per column: the pad row (zeros if unset)
-  std::vector<ChunkPool> pools_;                // per column
+  std::vector<std::int64_t> obs_index_;          // per column: index into obs_columns_, or -1
+  std::vector<std::size_t> view_column_;         // per view: its column index
+  std::vector<std::int64_t> lookback_;           // per column: max rows read before t (>= 0)
+  std::vector<std::vector<std::byte>> pad_rows_;  // per column: the pad row (zeros if unset)
+  std::vector<ChunkPool> pools_;                 // per column; outlives streams_
+  std::vector<BlockStream> streams_;             // per column: rows of every slot, time-major
+  std::vector<std::int64_t> pos_;                // per slot: next stream position to write
+  std::vector<std::int64_t> steps_;              // per slot: the running episode's steps, or -1
+  std::vector<std::int64_t> slot_eps_;           // per slot: the running episode's id, or -1
+  std::int64_t active_ = 0;                      // slots with an episode in progress
+  std::int64_t aligned_pos_ = 0;                 // the common pos_ of all slots, or -1
   std::vector<std::unique_ptr<Episode>> slots_;  // per slot: running episode or null
   std::vector<std::unique_ptr<Episode>> finished_;
   std::int64_t next_eps_id_;
   std::int64_t batch_repeat_ = 1;
+  std::size_t episode_bytes_ = 0;                // bytes of live episodes' first observations
 };
 
 }  // namespace trajview

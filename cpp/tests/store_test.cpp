@@ -1,0 +1,1083 @@
+#include "trajview/store.h"
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "test_util.h"
+#include "trajview/buffer.h"
+
+namespace trajview {
+namespace {
+
+using testing::Array;
+using testing::find_column;
+using testing::ins;
+using testing::make_array;
+using testing::read_values;
+using testing::same_batch;
+using testing::shape_of;
+using testing::throws_invalid_argument;
+using testing::values;
+
+using I64 = std::vector<std::int64_t>;
+using F32 = std::vector<float>;
+using B8 = std::vector<bool>;
+
+// ------------------------------------------------------------------ helpers
+
+ColumnSpec col(std::string name, DType dtype, std::vector<std::int64_t> shape = {},
+               ColumnKind kind = ColumnKind::Step) {
+  ColumnSpec c;
+  c.name = std::move(name);
+  c.dtype = dtype;
+  c.shape = std::move(shape);
+  c.kind = kind;
+  return c;
+}
+
+ColumnSpec obs_col(std::string name = "obs", std::vector<std::int64_t> shape = {}) {
+  return col(std::move(name), DType::Float32, std::move(shape), ColumnKind::Observation);
+}
+
+template <class T>
+std::vector<std::byte> row_bytes_of(const std::vector<T>& v) {
+  std::vector<std::byte> out(v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+/// An int shift.
+ViewSpec view(std::string name, std::string column, std::int64_t shift) {
+  ViewSpec v;
+  v.name = std::move(name);
+  v.column = std::move(column);
+  v.shifts = {shift};
+  return v;
+}
+
+/// A list / range shift (adds an axis).
+ViewSpec view(std::string name, std::string column, std::vector<std::int64_t> shifts) {
+  ViewSpec v;
+  v.name = std::move(name);
+  v.column = std::move(column);
+  v.shifts = std::move(shifts);
+  v.adds_axis = true;
+  return v;
+}
+
+ViewSpec reset(ViewSpec v) {
+  v.padding = Padding::Reset;
+  return v;
+}
+
+ViewSpec training_only(ViewSpec v) {
+  v.for_inference = false;
+  return v;
+}
+
+ViewSpec repeated(ViewSpec v, std::int64_t k) {
+  v.batch_repeat = k;
+  return v;
+}
+
+/// obs (float32 observation), actions (int64), rewards (float32), all scalars.
+std::vector<ColumnSpec> basic_columns() {
+  return {obs_col(), col("actions", DType::Int64), col("rewards", DType::Float32)};
+}
+
+/// obs, new_obs, actions, prev_actions, rewards.
+std::vector<ViewSpec> basic_views() {
+  return {view("obs", "obs", 0), view("new_obs", "obs", 1), view("actions", "actions", 0),
+          view("prev_actions", "actions", -1), view("rewards", "rewards", 0)};
+}
+
+StoreOptions opts(std::int64_t chunk_rows, std::int64_t eps_id_start = 0) {
+  StoreOptions o;
+  o.chunk_rows = chunk_rows;
+  o.eps_id_start = eps_id_start;
+  return o;
+}
+
+/// Begins episodes in `slots` with one scalar float observation each (stores
+/// with a single scalar observation column).
+I64 begin(TrajectoryStore& s, const I64& slots, const F32& obs) {
+  const Array a = make_array(obs);
+  const ArrayIn in = a.in();
+  return s.begin_episodes(slots, std::span<const ArrayIn>(&in, 1));
+}
+
+/// One step for a basic_columns() store.
+void step(TrajectoryStore& s, const I64& slots, const F32& obs, const I64& act, const F32& rew) {
+  const std::vector<Array> a{make_array(obs), make_array(act), make_array(rew)};
+  s.add_step(slots, ins(a));
+}
+
+/// One step for a basic_columns() store, every reward 0.5.
+void step(TrajectoryStore& s, const I64& slots, const F32& obs, const I64& act) {
+  step(s, slots, obs, act, F32(obs.size(), 0.5f));
+}
+
+/// gather_inference's outputs.
+struct Inference {
+  std::vector<std::string> names;
+  std::vector<std::vector<std::byte>> out;
+  I64 t;
+  I64 eps;
+
+  template <class T>
+  std::vector<T> get(const std::string& name) const {
+    for (std::size_t k = 0; k < names.size(); ++k) {
+      if (names[k] == name) return read_values<T>(out[k].data(), out[k].size() / sizeof(T));
+    }
+    ADD_FAILURE() << "no inference view '" << name << "'";
+    return {};
+  }
+};
+
+Inference infer(const TrajectoryStore& s, const I64& slots = {}) {
+  s.check_active(slots, "infer");
+  Inference r;
+  const std::size_t n = s.num_rows(slots);
+  std::vector<std::byte*> ptrs;
+  for (std::size_t v : s.inference_views()) {
+    r.names.push_back(s.views()[v].name);
+    r.out.emplace_back(n * s.view_row_bytes(v) + 1);  // +1: never a null data()
+  }
+  for (auto& o : r.out) ptrs.push_back(o.data());
+  r.t.resize(n);
+  r.eps.resize(n);
+  s.gather_inference(slots, ptrs, r.t.data(), r.eps.data());
+  for (std::size_t k = 0; k < r.out.size(); ++k) r.out[k].pop_back();
+  return r;
+}
+
+std::vector<std::string> view_names(const TrajectoryStore& s, const std::vector<std::size_t>& idx) {
+  std::vector<std::string> out;
+  for (auto i : idx) out.push_back(s.views()[i].name);
+  return out;
+}
+
+// ------------------------------------------------------------ construction
+
+TEST(StoreConstruction, BasicSetsOfViews) {
+  TrajectoryStore s(2, basic_columns(), basic_views());
+  EXPECT_EQ(s.num_slots(), 2);
+  EXPECT_EQ(s.columns().size(), 3u);
+  EXPECT_EQ(s.column_index("obs"), 0);
+  EXPECT_EQ(s.column_index("rewards"), 2);
+  EXPECT_EQ(s.column_index("nope"), -1);
+  EXPECT_EQ(s.obs_columns(), std::vector<std::size_t>{0});
+  // new_obs (obs at +1), actions (at 0) and rewards (at 0) are not known
+  // before the step's action.
+  EXPECT_EQ(view_names(s, s.inference_views()), (std::vector<std::string>{"obs", "prev_actions"}));
+  EXPECT_EQ(view_names(s, s.training_views()),
+            (std::vector<std::string>{"obs", "new_obs", "actions", "prev_actions", "rewards"}));
+}
+
+TEST(StoreConstruction, ViewFlags) {
+  std::vector<ViewSpec> views{view("obs", "obs", 0), training_only(view("prev_actions", "actions", -1)),
+                              view("prev_rewards", "rewards", -1)};
+  views[2].for_training = false;
+  TrajectoryStore s(1, basic_columns(), views);
+  EXPECT_EQ(view_names(s, s.inference_views()), (std::vector<std::string>{"obs", "prev_rewards"}));
+  EXPECT_EQ(view_names(s, s.training_views()), (std::vector<std::string>{"obs", "prev_actions"}));
+}
+
+TEST(StoreConstruction, ViewRowBytes) {
+  std::vector<ColumnSpec> cols{obs_col("obs", {3}), col("actions", DType::Int64)};
+  std::vector<ViewSpec> views{view("obs", "obs", 0), view("stack", "obs", I64{-3, -2, -1, 0}),
+                              view("prev_actions", "actions", -1)};
+  TrajectoryStore s(1, cols, views);
+  EXPECT_EQ(s.view_row_bytes(0), 12u);      // 3 float32
+  EXPECT_EQ(s.view_row_bytes(1), 4u * 12u);  // 4 frames of 3 float32
+  EXPECT_EQ(s.view_row_bytes(2), 8u);
+}
+
+TEST(StoreConstruction, UnknownColumnNamesViewAndColumn) {
+  auto views = basic_views();
+  views.push_back(view("state_in_0", "state_out_0", -1));
+  EXPECT_TRUE(throws_invalid_argument([&] { TrajectoryStore s(1, basic_columns(), views); },
+                                      {"'state_in_0'", "'state_out_0'", "obs", "actions", "rewards"}));
+}
+
+TEST(StoreConstruction, DuplicateColumnName) {
+  auto cols = basic_columns();
+  cols.push_back(col("actions", DType::Int32));
+  EXPECT_TRUE(throws_invalid_argument([&] { TrajectoryStore s(1, cols, basic_views()); }, {"'actions'", "twice"}));
+}
+
+TEST(StoreConstruction, DuplicateViewName) {
+  auto views = basic_views();
+  views.push_back(view("prev_actions", "actions", -2));
+  EXPECT_TRUE(
+      throws_invalid_argument([&] { TrajectoryStore s(1, basic_columns(), views); }, {"'prev_actions'", "twice"}));
+}
+
+TEST(StoreConstruction, BoundaryNamesAreReserved) {
+  for (const char* name : {"eps_id", "env_id", "t", "is_init", "seq_lens"}) {
+    auto cols = basic_columns();
+    cols.push_back(col(name, DType::Int64));
+    EXPECT_TRUE(throws_invalid_argument([&] { TrajectoryStore s(1, cols, basic_views()); },
+                                        {"'" + std::string(name) + "'", "boundary"}))
+        << name;
+    auto views = basic_views();
+    views.push_back(view(name, "actions", 0));
+    EXPECT_TRUE(throws_invalid_argument([&] { TrajectoryStore s(1, basic_columns(), views); },
+                                        {"'" + std::string(name) + "'", "boundary"}))
+        << name;
+  }
+}
+
+TEST(StoreConstruction, BadPadRowSize) {
+  for (std::size_t bad : {std::size_t{4}, std::size_t{12}}) {
+    auto cols = basic_columns();
+    ColumnSpec so = col("state_out_0", DType::Float32, {2});
+    so.pad_row.assign(bad, std::byte{0});
+    cols.push_back(so);
+    EXPECT_TRUE(throws_invalid_argument([&] { TrajectoryStore s(1, cols, basic_views()); },
+                                        {"'state_out_0'", "8 bytes", "got " + std::to_string(bad)}))
+        << bad;
+  }
+  auto cols = basic_columns();
+  ColumnSpec so = col("state_out_0", DType::Float32, {2});
+  so.pad_row = row_bytes_of(F32{1.0f, 2.0f});
+  cols.push_back(so);
+  EXPECT_NO_THROW(TrajectoryStore(1, cols, basic_views()));
+}
+
+TEST(StoreConstruction, ResetPaddingOnStepColumnForInference) {
+  auto views = basic_views();
+  views.push_back(reset(view("prev_rewards", "rewards", -1)));
+  EXPECT_TRUE(throws_invalid_argument([&] { TrajectoryStore s(1, basic_columns(), views); },
+                                      {"'prev_rewards'", "'rewards'", "reset"}));
+  // Fine when the view is not used for compute actions.
+  views.back().for_inference = false;
+  TrajectoryStore ok(1, basic_columns(), views);
+  EXPECT_EQ(view_names(ok, ok.inference_views()), (std::vector<std::string>{"obs", "prev_actions"}));
+  // Fine on an observation column (row 0 exists from begin_episodes).
+  auto obs_views = basic_views();
+  obs_views.push_back(reset(view("stack", "obs", I64{-2, -1, 0})));
+  EXPECT_NO_THROW(TrajectoryStore(1, basic_columns(), obs_views));
+  // Fine when the view reads the step's own row (it is never in the input dict).
+  auto future = basic_views();
+  future.push_back(reset(view("around", "actions", I64{-1, 0})));
+  TrajectoryStore f(1, basic_columns(), future);
+  EXPECT_EQ(view_names(f, f.inference_views()), (std::vector<std::string>{"obs", "prev_actions"}));
+}
+
+TEST(StoreConstruction, MismatchedBatchRepeat) {
+  std::vector<ColumnSpec> cols{obs_col(), col("state_out_0", DType::Float32), col("state_out_1", DType::Float32)};
+  std::vector<ViewSpec> views{view("obs", "obs", 0), repeated(view("state_in_0", "state_out_0", -1), 4),
+                              repeated(view("state_in_1", "state_out_1", -1), 8)};
+  EXPECT_TRUE(throws_invalid_argument([&] { TrajectoryStore s(1, cols, views); }, {"'state_in_1'", "8", "4"}));
+  views[2].batch_repeat = 4;
+  EXPECT_NO_THROW(TrajectoryStore(1, cols, views));
+  // A view that is not in training batches does not count.
+  views[2].batch_repeat = 8;
+  views[2].for_training = false;
+  EXPECT_NO_THROW(TrajectoryStore(1, cols, views));
+}
+
+TEST(StoreConstruction, OtherBadSettings) {
+  EXPECT_TRUE(throws_invalid_argument([] { TrajectoryStore s(0, basic_columns(), basic_views()); },
+                                      {"num_envs", "got 0"}));
+  EXPECT_TRUE(throws_invalid_argument([] { TrajectoryStore s(1, basic_columns(), basic_views(), opts(0)); },
+                                      {"chunk_rows", "got 0"}));
+  EXPECT_TRUE(throws_invalid_argument([] { TrajectoryStore s(1, {}, {}); }, {"column"}));
+  auto no_name = basic_columns();
+  no_name.push_back(col("", DType::Int64));
+  EXPECT_TRUE(throws_invalid_argument([&] { TrajectoryStore s(1, no_name, {}); }, {"name"}));
+  auto neg = basic_columns();
+  neg.push_back(col("x", DType::Float32, {2, -1}));
+  EXPECT_TRUE(throws_invalid_argument([&] { TrajectoryStore s(1, neg, {}); }, {"'x'", "(2, -1)"}));
+  auto empty_shift = basic_views();
+  empty_shift.push_back(view("none", "obs", I64{}));
+  EXPECT_TRUE(throws_invalid_argument([&] { TrajectoryStore s(1, basic_columns(), empty_shift); }, {"'none'"}));
+  auto two_ints = basic_views();
+  two_ints.push_back(view("two", "obs", I64{0, 1}));
+  two_ints.back().adds_axis = false;
+  EXPECT_TRUE(throws_invalid_argument([&] { TrajectoryStore s(1, basic_columns(), two_ints); }, {"'two'"}));
+  auto zero_repeat = basic_views();
+  zero_repeat.push_back(repeated(view("r", "obs", 0), 0));
+  EXPECT_TRUE(
+      throws_invalid_argument([&] { TrajectoryStore s(1, basic_columns(), zero_repeat); }, {"'r'", "got 0"}));
+}
+
+// ------------------------------------------------------------- lifecycle
+
+TEST(StoreEpisodes, BeginAddEndTracksSlots) {
+  TrajectoryStore s(3, basic_columns(), basic_views(), opts(256, 7));
+  EXPECT_EQ(s.slot_eps_ids(), (I64{-1, -1, -1}));
+  EXPECT_EQ(s.slot_lengths(), (I64{-1, -1, -1}));
+  EXPECT_EQ(begin(s, {2, 0}, {1, 2}), (I64{7, 8}));
+  EXPECT_EQ(s.slot_eps_ids(), (I64{8, -1, 7}));
+  EXPECT_EQ(s.slot_lengths(), (I64{0, -1, 0}));
+  step(s, {0, 2}, {3, 4}, {1, 2});
+  step(s, {2}, {5}, {3});
+  EXPECT_EQ(s.slot_lengths(), (I64{1, -1, 2}));
+  s.end_episodes(I64{2});
+  EXPECT_EQ(s.slot_eps_ids(), (I64{8, -1, -1}));
+  EXPECT_EQ(s.slot_lengths(), (I64{1, -1, -1}));
+  EXPECT_EQ(begin(s, {1, 2}, {6, 7}), (I64{9, 10}));
+  EXPECT_EQ(s.slot_eps_ids(), (I64{8, 9, 10}));
+  step(s, {}, {8, 9, 10}, {4, 5, 6});  // empty = every slot
+  EXPECT_EQ(s.slot_lengths(), (I64{2, 1, 1}));
+  s.end_episodes(I64{});  // empty = every slot
+  EXPECT_EQ(s.slot_eps_ids(), (I64{-1, -1, -1}));
+  EXPECT_EQ(s.num_steps(), 6);
+  EXPECT_EQ(s.num_complete_steps(), 6);
+}
+
+TEST(StoreEpisodes, BeginOnBusySlotAndEndOnIdleSlotThrow) {
+  TrajectoryStore s(2, basic_columns(), basic_views(), opts(256, 5));
+  begin(s, {1}, {1});
+  EXPECT_TRUE(throws_invalid_argument([&] { begin(s, {1}, {2}); }, {"env 1", "in progress", "eps_id 5"}));
+  EXPECT_TRUE(throws_invalid_argument([&] { s.end_episodes(I64{0}); }, {"env 0", "no episode"}));
+  EXPECT_TRUE(throws_invalid_argument([&] { s.end_episodes(I64{}); }, {"env 0", "no episode"}));
+  EXPECT_EQ(s.slot_eps_ids(), (I64{-1, 5}));
+}
+
+TEST(StoreEpisodes, EndingAnEmptyEpisodeEmitsNothing) {
+  TrajectoryStore s(1, basic_columns(), basic_views());
+  begin(s, {0}, {1});
+  s.end_episodes(I64{0});
+  EXPECT_EQ(s.num_steps(), 0);
+  const Batch b = s.build_batch(false);
+  EXPECT_EQ(b.count, 0);
+  EXPECT_TRUE(b.segments.empty());
+}
+
+// ------------------------------------------------------------- inference
+
+TEST(StoreInference, IntShiftsWithZeroPadding) {
+  TrajectoryStore s(2, basic_columns(), basic_views(), opts(256, 3));
+  begin(s, {0, 1}, {1, 2});
+  Inference r = infer(s);
+  EXPECT_EQ(r.names, (std::vector<std::string>{"obs", "prev_actions"}));
+  EXPECT_EQ(r.get<float>("obs"), (F32{1, 2}));
+  EXPECT_EQ(r.get<std::int64_t>("prev_actions"), (I64{0, 0}));
+  EXPECT_EQ(r.t, (I64{0, 0}));
+  EXPECT_EQ(r.eps, (I64{3, 4}));
+
+  step(s, {}, {11, 12}, {5, 6});
+  r = infer(s);
+  EXPECT_EQ(r.get<float>("obs"), (F32{11, 12}));
+  EXPECT_EQ(r.get<std::int64_t>("prev_actions"), (I64{5, 6}));
+  EXPECT_EQ(r.t, (I64{1, 1}));
+
+  // Rows come in the order of the slots asked for.
+  r = infer(s, {1, 0});
+  EXPECT_EQ(r.get<float>("obs"), (F32{12, 11}));
+  EXPECT_EQ(r.get<std::int64_t>("prev_actions"), (I64{6, 5}));
+  EXPECT_EQ(r.eps, (I64{4, 3}));
+  r = infer(s, {1});
+  EXPECT_EQ(r.get<float>("obs"), (F32{12}));
+  EXPECT_EQ(r.t, (I64{1}));
+}
+
+TEST(StoreInference, RangeAndListShifts) {
+  std::vector<ViewSpec> views{view("stack", "obs", I64{-2, -1, 0}), view("pick", "obs", I64{0, -2}),
+                              view("prev2", "actions", I64{-2, -1})};
+  TrajectoryStore s(1, basic_columns(), views, opts(2));
+  begin(s, {0}, {1});
+  Inference r = infer(s);
+  EXPECT_EQ(r.get<float>("stack"), (F32{0, 0, 1}));
+  EXPECT_EQ(r.get<float>("pick"), (F32{1, 0}));
+  EXPECT_EQ(r.get<std::int64_t>("prev2"), (I64{0, 0}));
+  step(s, {0}, {2}, {10});
+  r = infer(s);
+  EXPECT_EQ(r.get<float>("stack"), (F32{0, 1, 2}));
+  EXPECT_EQ(r.get<float>("pick"), (F32{2, 0}));
+  EXPECT_EQ(r.get<std::int64_t>("prev2"), (I64{0, 10}));
+  step(s, {0}, {3}, {20});
+  r = infer(s);
+  EXPECT_EQ(r.get<float>("stack"), (F32{1, 2, 3}));
+  EXPECT_EQ(r.get<float>("pick"), (F32{3, 1}));
+  EXPECT_EQ(r.get<std::int64_t>("prev2"), (I64{10, 20}));
+  step(s, {0}, {4}, {30});
+  r = infer(s);
+  EXPECT_EQ(r.get<float>("stack"), (F32{2, 3, 4}));
+  EXPECT_EQ(r.get<float>("pick"), (F32{4, 2}));
+  EXPECT_EQ(r.get<std::int64_t>("prev2"), (I64{20, 30}));
+  EXPECT_EQ(r.t, (I64{3}));
+}
+
+TEST(StoreInference, VectorObservationsKeepTheirShape) {
+  std::vector<ColumnSpec> cols{obs_col("obs", {2})};
+  std::vector<ViewSpec> views{view("stack", "obs", I64{-1, 0})};
+  TrajectoryStore s(2, cols, views);
+  const Array o = make_array<float>({2, 2}, {1, -1, 2, -2});
+  const ArrayIn in = o.in();
+  s.begin_episodes(I64{0, 1}, std::span<const ArrayIn>(&in, 1));
+  Inference r = infer(s);
+  // [n=2, 2 frames, 2]
+  EXPECT_EQ(r.get<float>("stack"), (F32{0, 0, 1, -1, 0, 0, 2, -2}));
+  const Array o2 = make_array<float>({2, 2}, {3, -3, 4, -4});
+  const std::vector<ArrayIn> step_in{o2.in()};
+  s.add_step(I64{}, step_in);
+  r = infer(s);
+  EXPECT_EQ(r.get<float>("stack"), (F32{1, -1, 3, -3, 2, -2, 4, -4}));
+}
+
+TEST(StoreInference, PadRowIsTheInitialState) {
+  ColumnSpec so = col("state_out_0", DType::Float32, {2});
+  so.pad_row = row_bytes_of(F32{0.5f, -1.5f});
+  std::vector<ColumnSpec> cols{obs_col(), so};
+  std::vector<ViewSpec> views{view("state_in_0", "state_out_0", -1),
+                              view("state_hist", "state_out_0", I64{-2, -1})};
+  TrajectoryStore s(1, cols, views);
+  auto add = [&](float o, F32 state) {
+    const std::vector<Array> a{make_array(F32{o}), make_array<float>({1, 2}, state)};
+    s.add_step(I64{0}, ins(a));
+  };
+  begin(s, {0}, {1});
+  Inference r = infer(s);
+  EXPECT_EQ(r.get<float>("state_in_0"), (F32{0.5f, -1.5f}));
+  EXPECT_EQ(r.get<float>("state_hist"), (F32{0.5f, -1.5f, 0.5f, -1.5f}));
+  add(2, {1, 2});
+  r = infer(s);
+  EXPECT_EQ(r.get<float>("state_in_0"), (F32{1, 2}));
+  EXPECT_EQ(r.get<float>("state_hist"), (F32{0.5f, -1.5f, 1, 2}));
+  add(3, {3, 4});
+  r = infer(s);
+  EXPECT_EQ(r.get<float>("state_hist"), (F32{1, 2, 3, 4}));
+  // A new episode in the slot starts from the initial state again.
+  s.end_episodes(I64{0});
+  begin(s, {0}, {9});
+  r = infer(s);
+  EXPECT_EQ(r.get<float>("state_in_0"), (F32{0.5f, -1.5f}));
+  EXPECT_EQ(r.get<float>("state_hist"), (F32{0.5f, -1.5f, 0.5f, -1.5f}));
+}
+
+TEST(StoreInference, ResetPaddingReadsRowZero) {
+  std::vector<ViewSpec> views{reset(view("stack_reset", "obs", I64{-2, -1, 0})),
+                              view("stack_zero", "obs", I64{-2, -1, 0}), reset(view("prev_obs", "obs", -1))};
+  TrajectoryStore s(1, basic_columns(), views);
+  begin(s, {0}, {1});
+  Inference r = infer(s);
+  EXPECT_EQ(r.get<float>("stack_reset"), (F32{1, 1, 1}));
+  EXPECT_EQ(r.get<float>("stack_zero"), (F32{0, 0, 1}));
+  EXPECT_EQ(r.get<float>("prev_obs"), (F32{1}));
+  step(s, {0}, {2}, {10});
+  r = infer(s);
+  EXPECT_EQ(r.get<float>("stack_reset"), (F32{1, 1, 2}));
+  EXPECT_EQ(r.get<float>("stack_zero"), (F32{0, 1, 2}));
+  EXPECT_EQ(r.get<float>("prev_obs"), (F32{1}));
+  step(s, {0}, {3}, {20});
+  r = infer(s);
+  EXPECT_EQ(r.get<float>("stack_reset"), (F32{1, 2, 3}));
+  EXPECT_EQ(r.get<float>("prev_obs"), (F32{2}));
+  // The next episode pads with its own first row.
+  s.end_episodes(I64{0});
+  begin(s, {0}, {7});
+  r = infer(s);
+  EXPECT_EQ(r.get<float>("stack_reset"), (F32{7, 7, 7}));
+  EXPECT_EQ(r.get<float>("stack_zero"), (F32{0, 0, 7}));
+}
+
+// ------------------------------------------------------ episodes never mix
+
+void check_episodes_never_mix(std::int64_t chunk_rows) {
+  SCOPED_TRACE("chunk_rows " + std::to_string(chunk_rows));
+  auto views = basic_views();
+  views.push_back(view("next_actions", "actions", 1));
+  views.push_back(view("stack", "obs", I64{-2, -1, 0}));
+  TrajectoryStore s(1, basic_columns(), views, opts(chunk_rows));
+  begin(s, {0}, {1});
+  step(s, {0}, {2}, {10});
+  step(s, {0}, {3}, {20});
+  s.end_episodes(I64{0});
+  begin(s, {0}, {101});
+  Inference r = infer(s);
+  EXPECT_EQ(r.get<float>("obs"), (F32{101}));
+  EXPECT_EQ(r.get<std::int64_t>("prev_actions"), (I64{0}));
+  EXPECT_EQ(r.get<float>("stack"), (F32{0, 0, 101}));
+  EXPECT_EQ(r.eps, (I64{1}));
+  EXPECT_EQ(r.t, (I64{0}));
+  step(s, {0}, {102}, {110});
+
+  const Batch b = s.build_batch(false);
+  ASSERT_EQ(b.count, 3);
+  ASSERT_EQ(b.segments.size(), 2u);
+  EXPECT_EQ(values<float>(b, "obs"), (F32{1, 2, 101}));
+  EXPECT_EQ(values<float>(b, "new_obs"), (F32{2, 3, 102}));  // A's last new_obs is A's final obs
+  EXPECT_EQ(values<std::int64_t>(b, "actions"), (I64{10, 20, 110}));
+  EXPECT_EQ(values<std::int64_t>(b, "prev_actions"), (I64{0, 10, 0}));
+  EXPECT_EQ(values<std::int64_t>(b, "next_actions"), (I64{20, 0, 0}));
+  EXPECT_EQ(values<float>(b, "stack"), (F32{0, 0, 1, 0, 1, 2, 0, 0, 101}));
+  EXPECT_EQ(values<std::int64_t>(b, "eps_id"), (I64{0, 0, 1}));
+  EXPECT_EQ(values<std::int64_t>(b, "env_id"), (I64{0, 0, 0}));
+  EXPECT_EQ(values<std::int64_t>(b, "t"), (I64{0, 1, 0}));
+  EXPECT_EQ(values<bool>(b, "is_init"), (B8{true, false, true}));
+}
+
+TEST(StoreEpisodes, ViewsNeverReadAnotherEpisode) {
+  check_episodes_never_mix(256);
+  check_episodes_never_mix(2);
+  check_episodes_never_mix(1);
+}
+
+TEST(StoreEpisodes, SlotsNeverReadEachOther) {
+  auto views = basic_views();
+  views.push_back(view("stack", "obs", I64{-2, -1, 0}));
+  TrajectoryStore s(2, basic_columns(), views, opts(1));
+  begin(s, {0}, {1});
+  step(s, {0}, {2}, {10});
+  step(s, {0}, {3}, {20});
+  begin(s, {1}, {50});
+  Inference r = infer(s, {1, 0});
+  EXPECT_EQ(r.get<float>("stack"), (F32{0, 0, 50, 1, 2, 3}));
+  EXPECT_EQ(r.get<std::int64_t>("prev_actions"), (I64{0, 20}));
+}
+
+// ------------------------------------------------------------ batch layout
+
+TEST(StoreBatch, FlatLayoutSegmentsInOrder) {
+  TrajectoryStore s(3, basic_columns(), basic_views(), opts(2, 100));
+  EXPECT_EQ(begin(s, {0, 1, 2}, {1, 2, 3}), (I64{100, 101, 102}));
+  step(s, {}, {11, 12, 13}, {1, 2, 3}, {1.5f, 2.5f, 3.5f});
+  s.end_episodes(I64{2});  // eps 102 (1 step) finishes first
+  step(s, {0, 1}, {21, 22}, {4, 5}, {4.5f, 5.5f});
+  s.end_episodes(I64{0});  // eps 100 (2 steps) finishes second
+  EXPECT_EQ(begin(s, {2, 0}, {31, 30}), (I64{103, 104}));
+  step(s, {}, {40, 41, 42}, {6, 7, 8}, {6.5f, 7.5f, 8.5f});
+  EXPECT_EQ(s.num_steps(), 8);
+  EXPECT_EQ(s.num_complete_steps(), 3);
+
+  const Batch b = s.build_batch(false);
+  // Finished in finish order (102, 100), then ongoing by slot (104 in slot 0,
+  // 101 in slot 1, 103 in slot 2).
+  ASSERT_EQ(b.count, 8);
+  EXPECT_EQ(b.num_seqs, 0);
+  ASSERT_EQ(b.segments.size(), 5u);
+  const I64 eps{102, 100, 104, 101, 103}, env{2, 0, 0, 1, 2}, len{1, 2, 1, 3, 1}, off{0, 1, 3, 4, 7};
+  const B8 fin{true, true, false, false, false};
+  for (std::size_t i = 0; i < 5; ++i) {
+    const Segment& g = b.segments[i];
+    EXPECT_EQ(g.eps_id, eps[i]) << i;
+    EXPECT_EQ(g.env_id, env[i]) << i;
+    EXPECT_EQ(g.t_start, 0) << i;
+    EXPECT_EQ(g.length, len[i]) << i;
+    EXPECT_EQ(g.row_offset, off[i]) << i;
+    EXPECT_EQ(g.num_seqs, 0) << i;
+    EXPECT_EQ(g.finished, fin[i]) << i;
+  }
+  EXPECT_EQ(values<float>(b, "obs"), (F32{3, 1, 11, 30, 2, 12, 22, 31}));
+  EXPECT_EQ(values<float>(b, "new_obs"), (F32{13, 11, 21, 40, 12, 22, 41, 42}));
+  EXPECT_EQ(values<std::int64_t>(b, "actions"), (I64{3, 1, 4, 6, 2, 5, 7, 8}));
+  EXPECT_EQ(values<std::int64_t>(b, "prev_actions"), (I64{0, 0, 1, 0, 0, 2, 5, 0}));
+  EXPECT_EQ(values<float>(b, "rewards"), (F32{3.5f, 1.5f, 4.5f, 6.5f, 2.5f, 5.5f, 7.5f, 8.5f}));
+  EXPECT_EQ(values<std::int64_t>(b, "eps_id"), (I64{102, 100, 100, 104, 101, 101, 101, 103}));
+  EXPECT_EQ(values<std::int64_t>(b, "env_id"), (I64{2, 0, 0, 0, 1, 1, 1, 2}));
+  EXPECT_EQ(values<std::int64_t>(b, "t"), (I64{0, 0, 1, 0, 0, 1, 2, 0}));
+  EXPECT_EQ(values<bool>(b, "is_init"), (B8{true, true, false, true, true, false, false, true}));
+  EXPECT_EQ(find_column(b, "seq_lens"), nullptr);
+  EXPECT_EQ(shape_of(b, "obs"), (I64{8}));
+  EXPECT_EQ(shape_of(b, "eps_id"), (I64{8}));
+  EXPECT_EQ(b.columns.size(), 9u);  // 5 views + eps_id, env_id, t, is_init
+  EXPECT_EQ(s.num_steps(), 0);
+}
+
+TEST(StoreBatch, ListShiftAddsAnAxis) {
+  std::vector<ColumnSpec> cols{obs_col("obs", {2}), col("actions", DType::Int64)};
+  std::vector<ViewSpec> views{view("stack", "obs", I64{-1, 0}), view("new_obs", "obs", 1)};
+  TrajectoryStore s(1, cols, views);
+  const Array o0 = make_array<float>({1, 2}, {1, -1});
+  const ArrayIn in0 = o0.in();
+  s.begin_episodes(I64{0}, std::span<const ArrayIn>(&in0, 1));
+  for (std::int64_t t = 0; t < 2; ++t) {
+    const float v = static_cast<float>(t + 2);
+    const std::vector<Array> a{make_array<float>({1, 2}, {v, -v}), make_array(I64{t})};
+    s.add_step(I64{0}, ins(a));
+  }
+  const Batch b = s.build_batch(false);
+  EXPECT_EQ(shape_of(b, "stack"), (I64{2, 2, 2}));
+  EXPECT_EQ(shape_of(b, "new_obs"), (I64{2, 2}));
+  EXPECT_EQ(values<float>(b, "stack"), (F32{0, 0, 1, -1, 1, -1, 2, -2}));
+  EXPECT_EQ(values<float>(b, "new_obs"), (F32{2, -2, 3, -3}));
+}
+
+TEST(StoreBatch, SeqLensWithBatchRepeat) {
+  ColumnSpec so = col("state_out_0", DType::Float32, {2});
+  so.pad_row = row_bytes_of(F32{-1, -1});
+  std::vector<ColumnSpec> cols{obs_col(), so};
+  std::vector<ViewSpec> views{view("obs", "obs", 0), repeated(view("state_in_0", "state_out_0", -1), 3)};
+  TrajectoryStore s(2, cols, views, opts(2));
+  // state_out at step t: slot 0 [100 + t, -(100 + t)], slot 1 [200 + t, ...].
+  std::int64_t t0 = 0, t1 = 0;
+  auto add = [&](const I64& slots) {
+    F32 o, st;
+    for (auto sl : slots) {
+      const std::int64_t v = sl == 0 ? 100 + t0++ : 200 + t1++;
+      o.push_back(static_cast<float>(v));
+      st.push_back(static_cast<float>(v));
+      st.push_back(-static_cast<float>(v));
+    }
+    const auto n = static_cast<std::int64_t>(slots.size());
+    const std::vector<Array> a{make_array(o), make_array<float>({n, 2}, st)};
+    s.add_step(slots, ins(a));
+  };
+  begin(s, {0, 1}, {0, 0});
+  add({0, 1});
+  add({0, 1});
+  for (int i = 0; i < 5; ++i) add({0});
+  s.end_episodes(I64{0});
+  // Repeated views still give one row per slot at inference.
+  Inference r = infer(s, {1});
+  EXPECT_EQ(r.get<float>("state_in_0"), (F32{201, -201}));
+
+  const Batch b = s.build_batch(false);
+  EXPECT_EQ(b.count, 9);  // 7 + 2
+  EXPECT_EQ(b.num_seqs, 4);
+  EXPECT_EQ(values<std::int32_t>(b, "seq_lens"), (std::vector<std::int32_t>{3, 3, 1, 2}));
+  EXPECT_EQ(shape_of(b, "seq_lens"), (I64{4}));
+  EXPECT_EQ(shape_of(b, "state_in_0"), (I64{4, 2}));
+  ASSERT_NE(find_column(b, "state_in_0"), nullptr);
+  EXPECT_TRUE(find_column(b, "state_in_0")->per_sequence);
+  EXPECT_TRUE(find_column(b, "seq_lens")->per_sequence);
+  EXPECT_FALSE(find_column(b, "obs")->per_sequence);
+  // Sequences start at t = 0, 3, 6 (slot 0) and t = 0 (slot 1).
+  EXPECT_EQ(values<float>(b, "state_in_0"), (F32{-1, -1, 102, -102, 105, -105, -1, -1}));
+  ASSERT_EQ(b.segments.size(), 2u);
+  EXPECT_EQ(b.segments[0].seq_offset, 0);
+  EXPECT_EQ(b.segments[0].num_seqs, 3);
+  EXPECT_EQ(b.segments[1].seq_offset, 3);
+  EXPECT_EQ(b.segments[1].num_seqs, 1);
+
+  // Slot 1 goes on after the cut: sequences start at the segment's first step.
+  for (int i = 0; i < 4; ++i) add({1});
+  const Batch b2 = s.build_batch(false);
+  ASSERT_EQ(b2.segments.size(), 1u);
+  EXPECT_EQ(b2.segments[0].t_start, 2);
+  EXPECT_EQ(b2.count, 4);
+  EXPECT_EQ(b2.num_seqs, 2);
+  EXPECT_EQ(values<std::int32_t>(b2, "seq_lens"), (std::vector<std::int32_t>{3, 1}));
+  EXPECT_EQ(values<float>(b2, "state_in_0"), (F32{201, -201, 204, -204}));
+  EXPECT_EQ(values<std::int64_t>(b2, "t"), (I64{2, 3, 4, 5}));
+}
+
+TEST(StoreBatch, FutureShiftsReadZerosPastTheLastRow) {
+  std::vector<ViewSpec> views{view("next_actions", "actions", 1), view("next2", "actions", I64{1, 2}),
+                              view("new_obs", "obs", 1), view("obs_future", "obs", I64{1, 2})};
+  TrajectoryStore s(1, basic_columns(), views, opts(2));
+  begin(s, {0}, {1});
+  step(s, {0}, {2}, {10});
+  step(s, {0}, {3}, {20});
+  step(s, {0}, {4}, {30});
+  s.end_episodes(I64{0});
+  const Batch b = s.build_batch(false);
+  ASSERT_EQ(b.count, 3);
+  EXPECT_EQ(values<std::int64_t>(b, "next_actions"), (I64{20, 30, 0}));
+  EXPECT_EQ(values<std::int64_t>(b, "next2"), (I64{20, 30, 30, 0, 0, 0}));
+  EXPECT_EQ(values<float>(b, "new_obs"), (F32{2, 3, 4}));
+  EXPECT_EQ(values<float>(b, "obs_future"), (F32{2, 3, 3, 4, 4, 0}));
+}
+
+TEST(StoreBatch, ObservationColumnsHaveOneMoreRow) {
+  std::vector<ColumnSpec> cols{obs_col("obs"), col("actions", DType::Int64),
+                               col("mask", DType::UInt8, {}, ColumnKind::Observation)};
+  std::vector<ViewSpec> views{view("obs", "obs", 0), view("new_obs", "obs", 1), view("mask", "mask", 0),
+                              view("new_mask", "mask", 1)};
+  TrajectoryStore s(1, cols, views);
+  EXPECT_EQ(s.obs_columns(), (std::vector<std::size_t>{0, 2}));
+  const std::vector<Array> first{make_array(F32{1}), make_array(std::vector<std::uint8_t>{7})};
+  s.begin_episodes(I64{0}, ins(first));
+  for (std::int64_t t = 0; t < 2; ++t) {
+    const std::vector<Array> a{make_array(F32{static_cast<float>(t + 2)}), make_array(I64{t}),
+                               make_array(std::vector<std::uint8_t>{static_cast<std::uint8_t>(t + 8)})};
+    s.add_step(I64{0}, ins(a));
+  }
+  // Before end: the input dict sees the final observation (row T).
+  Inference r = infer(s);
+  EXPECT_EQ(r.get<float>("obs"), (F32{3}));
+  EXPECT_EQ(r.get<std::uint8_t>("mask"), (std::vector<std::uint8_t>{9}));
+  s.end_episodes(I64{0});
+  const Batch b = s.build_batch(true);
+  ASSERT_EQ(b.count, 2);
+  EXPECT_EQ(values<float>(b, "obs"), (F32{1, 2}));
+  EXPECT_EQ(values<float>(b, "new_obs"), (F32{2, 3}));
+  EXPECT_EQ(values<std::uint8_t>(b, "mask"), (std::vector<std::uint8_t>{7, 8}));
+  EXPECT_EQ(values<std::uint8_t>(b, "new_mask"), (std::vector<std::uint8_t>{8, 9}));
+}
+
+TEST(StoreBatch, EmptyBatchHasEmptyColumns) {
+  TrajectoryStore s(1, basic_columns(), basic_views());
+  begin(s, {0}, {1});
+  const Batch b = s.build_batch(false);
+  EXPECT_EQ(b.count, 0);
+  EXPECT_TRUE(b.segments.empty());
+  EXPECT_EQ(shape_of(b, "obs"), (I64{0}));
+  EXPECT_EQ(shape_of(b, "eps_id"), (I64{0}));
+}
+
+TEST(StoreBatch, CompleteOnlyKeepsOngoingEpisodesWhole) {
+  auto views = basic_views();
+  views.push_back(view("stack", "obs", I64{-1, 0}));
+  TrajectoryStore s(2, basic_columns(), views, opts(2));
+  begin(s, {0, 1}, {1, 101});
+  step(s, {}, {2, 102}, {10, 110});
+  step(s, {}, {3, 103}, {20, 120});
+  s.end_episodes(I64{0});
+  Batch b = s.build_batch(true);
+  ASSERT_EQ(b.segments.size(), 1u);
+  EXPECT_EQ(b.segments[0].eps_id, 0);
+  EXPECT_EQ(values<float>(b, "obs"), (F32{1, 2}));
+  EXPECT_EQ(values<float>(b, "new_obs"), (F32{2, 3}));
+  EXPECT_EQ(s.num_steps(), 2);
+  EXPECT_EQ(s.num_complete_steps(), 0);
+
+  b = s.build_batch(true);  // nothing finished
+  EXPECT_EQ(b.count, 0);
+  EXPECT_EQ(s.num_steps(), 2);
+
+  step(s, {1}, {104}, {130});
+  step(s, {1}, {105}, {140});
+  step(s, {1}, {106}, {150});
+  s.end_episodes(I64{1});
+  b = s.build_batch(true);
+  ASSERT_EQ(b.segments.size(), 1u);
+  EXPECT_EQ(b.segments[0].eps_id, 1);
+  EXPECT_EQ(b.segments[0].t_start, 0);
+  EXPECT_EQ(b.segments[0].length, 5);
+  EXPECT_TRUE(b.segments[0].finished);
+  EXPECT_EQ(values<std::int64_t>(b, "t"), (I64{0, 1, 2, 3, 4}));
+  EXPECT_EQ(values<float>(b, "obs"), (F32{101, 102, 103, 104, 105}));
+  EXPECT_EQ(values<float>(b, "new_obs"), (F32{102, 103, 104, 105, 106}));
+  EXPECT_EQ(values<std::int64_t>(b, "actions"), (I64{110, 120, 130, 140, 150}));
+  EXPECT_EQ(values<std::int64_t>(b, "prev_actions"), (I64{0, 110, 120, 130, 140}));
+  EXPECT_EQ(values<float>(b, "stack"), (F32{0, 101, 101, 102, 102, 103, 103, 104, 104, 105}));
+  EXPECT_EQ(s.num_steps(), 0);
+}
+
+// --------------------------------------------------------- fragment cuts
+
+TEST(StoreFragments, ViewsLookBackAcrossTheCut) {
+  ColumnSpec so = col("state_out_0", DType::Float32);
+  so.pad_row = row_bytes_of(F32{9});
+  std::vector<ColumnSpec> cols{obs_col(), col("actions", DType::Int64), so};
+  std::vector<ViewSpec> views{view("obs", "obs", 0),
+                              view("new_obs", "obs", 1),
+                              view("actions", "actions", 0),
+                              view("prev_actions", "actions", -1),
+                              view("stack", "obs", I64{-2, -1, 0}),
+                              view("state_in_0", "state_out_0", -1)};
+  TrajectoryStore s(1, cols, views, opts(2));
+  // Step t: new obs t + 2, action 10 (t + 1), state_out 10 (t + 1) + 1.
+  std::int64_t t = 0;
+  auto add = [&](int n) {
+    for (int i = 0; i < n; ++i, ++t) {
+      const std::vector<Array> a{make_array(F32{static_cast<float>(t + 2)}), make_array(I64{10 * (t + 1)}),
+                                 make_array(F32{static_cast<float>(10 * (t + 1) + 1)})};
+      s.add_step(I64{0}, ins(a));
+    }
+  };
+  begin(s, {0}, {1});
+  add(5);
+  Batch b = s.build_batch(false);
+  ASSERT_EQ(b.segments.size(), 1u);
+  EXPECT_FALSE(b.segments[0].finished);
+  EXPECT_EQ(values<std::int64_t>(b, "t"), (I64{0, 1, 2, 3, 4}));
+  EXPECT_EQ(values<float>(b, "new_obs"), (F32{2, 3, 4, 5, 6}));
+  EXPECT_EQ(values<float>(b, "state_in_0"), (F32{9, 11, 21, 31, 41}));
+
+  // Right after the cut the input dict still reads the earlier steps.
+  Inference r = infer(s);
+  EXPECT_EQ(r.get<float>("obs"), (F32{6}));
+  EXPECT_EQ(r.get<std::int64_t>("prev_actions"), (I64{50}));
+  EXPECT_EQ(r.get<float>("stack"), (F32{4, 5, 6}));
+  EXPECT_EQ(r.get<float>("state_in_0"), (F32{51}));
+  EXPECT_EQ(r.t, (I64{5}));
+
+  add(3);
+  b = s.build_batch(false);
+  ASSERT_EQ(b.segments.size(), 1u);
+  EXPECT_EQ(b.segments[0].eps_id, 0);
+  EXPECT_EQ(b.segments[0].t_start, 5);
+  EXPECT_EQ(b.segments[0].length, 3);
+  EXPECT_EQ(values<std::int64_t>(b, "t"), (I64{5, 6, 7}));
+  EXPECT_EQ(values<bool>(b, "is_init"), (B8{false, false, false}));
+  EXPECT_EQ(values<std::int64_t>(b, "eps_id"), (I64{0, 0, 0}));
+  EXPECT_EQ(values<float>(b, "obs"), (F32{6, 7, 8}));
+  EXPECT_EQ(values<float>(b, "new_obs"), (F32{7, 8, 9}));
+  EXPECT_EQ(values<std::int64_t>(b, "actions"), (I64{60, 70, 80}));
+  EXPECT_EQ(values<std::int64_t>(b, "prev_actions"), (I64{50, 60, 70}));
+  EXPECT_EQ(values<float>(b, "stack"), (F32{4, 5, 6, 5, 6, 7, 6, 7, 8}));
+  EXPECT_EQ(values<float>(b, "state_in_0"), (F32{51, 61, 71}));
+
+  add(2);
+  s.end_episodes(I64{0});
+  EXPECT_EQ(s.num_complete_steps(), 2);
+  b = s.build_batch(false);
+  ASSERT_EQ(b.segments.size(), 1u);
+  EXPECT_TRUE(b.segments[0].finished);
+  EXPECT_EQ(b.segments[0].t_start, 8);
+  EXPECT_EQ(values<std::int64_t>(b, "prev_actions"), (I64{80, 90}));
+  EXPECT_EQ(values<float>(b, "stack"), (F32{7, 8, 9, 8, 9, 10}));
+  EXPECT_EQ(values<float>(b, "new_obs"), (F32{10, 11}));
+  EXPECT_EQ(values<float>(b, "state_in_0"), (F32{81, 91}));
+}
+
+TEST(StoreFragments, CutEarlyKeepsPadding) {
+  std::vector<ViewSpec> views{view("stack_zero", "obs", I64{-2, -1, 0}),
+                              training_only(reset(view("prev_actions_reset", "actions", I64{-2, -1}))),
+                              reset(view("stack_reset", "obs", I64{-2, -1, 0}))};
+  TrajectoryStore s(1, basic_columns(), views, opts(1));
+  begin(s, {0}, {1});
+  step(s, {0}, {2}, {10});
+  Batch b = s.build_batch(false);  // cut after one step
+  EXPECT_EQ(values<float>(b, "stack_reset"), (F32{1, 1, 1}));
+  step(s, {0}, {3}, {20});
+  Inference r = infer(s);
+  EXPECT_EQ(r.get<float>("stack_reset"), (F32{1, 2, 3}));
+  b = s.build_batch(false);
+  EXPECT_EQ(values<std::int64_t>(b, "t"), (I64{1}));
+  EXPECT_EQ(values<float>(b, "stack_zero"), (F32{0, 1, 2}));
+  EXPECT_EQ(values<float>(b, "stack_reset"), (F32{1, 1, 2}));
+  EXPECT_EQ(values<std::int64_t>(b, "prev_actions_reset"), (I64{10, 10}));
+  step(s, {0}, {4}, {30});
+  step(s, {0}, {5}, {40});
+  b = s.build_batch(false);
+  EXPECT_EQ(values<float>(b, "stack_reset"), (F32{1, 2, 3, 2, 3, 4}));
+  EXPECT_EQ(values<std::int64_t>(b, "prev_actions_reset"), (I64{10, 20, 20, 30}));
+}
+
+TEST(StoreFragments, CutAfterEveryStep) {
+  auto views = basic_views();
+  views.push_back(view("stack", "obs", I64{-3, -2, -1, 0}));
+  TrajectoryStore s(1, basic_columns(), views, opts(1));
+  begin(s, {0}, {1});
+  // obs row r holds r + 1, action t holds 10 (t + 1).
+  for (std::int64_t t = 0; t < 7; ++t) {
+    step(s, {0}, {static_cast<float>(t + 2)}, {10 * (t + 1)});
+    const Batch b = s.build_batch(false);
+    ASSERT_EQ(b.count, 1) << t;
+    EXPECT_EQ(values<std::int64_t>(b, "t"), (I64{t}));
+    EXPECT_EQ(values<float>(b, "obs"), (F32{static_cast<float>(t + 1)}));
+    EXPECT_EQ(values<float>(b, "new_obs"), (F32{static_cast<float>(t + 2)}));
+    EXPECT_EQ(values<std::int64_t>(b, "prev_actions"), (I64{10 * t}));
+    F32 stack;
+    for (std::int64_t k = t - 3; k <= t; ++k) stack.push_back(k < 0 ? 0.0f : static_cast<float>(k + 1));
+    EXPECT_EQ(values<float>(b, "stack"), stack) << t;
+  }
+}
+
+// -------------------------------------------------------------- counters
+
+TEST(StoreCounts, NumStepsAndNumCompleteSteps) {
+  TrajectoryStore s(2, basic_columns(), basic_views());
+  EXPECT_EQ(s.num_steps(), 0);
+  begin(s, {0, 1}, {1, 2});
+  EXPECT_EQ(s.num_steps(), 0);
+  for (int i = 0; i < 3; ++i) step(s, {}, {1, 2}, {1, 2});
+  EXPECT_EQ(s.num_steps(), 6);
+  EXPECT_EQ(s.num_complete_steps(), 0);
+  s.end_episodes(I64{0});
+  EXPECT_EQ(s.num_steps(), 6);
+  EXPECT_EQ(s.num_complete_steps(), 3);
+  step(s, {1}, {3}, {3});
+  EXPECT_EQ(s.num_steps(), 7);
+  EXPECT_EQ(s.build_batch(true).count, 3);
+  EXPECT_EQ(s.num_steps(), 4);
+  EXPECT_EQ(s.num_complete_steps(), 0);
+  EXPECT_EQ(s.build_batch(false).count, 4);
+  EXPECT_EQ(s.num_steps(), 0);
+  step(s, {1}, {4}, {4});
+  EXPECT_EQ(s.num_steps(), 1);
+  EXPECT_EQ(s.num_complete_steps(), 0);
+  s.end_episodes(I64{1});
+  EXPECT_EQ(s.num_complete_steps(), 1);
+  const Batch b = s.build_batch(false);
+  EXPECT_EQ(b.count, 1);
+  EXPECT_EQ(values<std::int64_t>(b, "t"), (I64{4}));
+  EXPECT_EQ(s.num_steps(), 0);
+}
+
+// ---------------------------------------------------------------- memory
+
+TEST(StoreMemory, NbytesCountsChunks) {
+  // chunk_rows 2: obs chunks 2 * 4 bytes, actions 2 * 8, rewards 2 * 4.
+  TrajectoryStore s(1, basic_columns(), basic_views(), opts(2));
+  EXPECT_EQ(s.nbytes(), 0u);
+  begin(s, {0}, {0});
+  EXPECT_EQ(s.nbytes(), 8u);  // one obs chunk
+  for (int i = 0; i < 20; ++i) step(s, {0}, {1}, {1});
+  // obs: 21 rows = 11 chunks; actions, rewards: 20 rows = 10 chunks.
+  EXPECT_EQ(s.nbytes(), 11u * 8u + 10u * 16u + 10u * 8u);
+}
+
+TEST(StoreMemory, NbytesShrinksAfterEpisodesAreEmitted) {
+  TrajectoryStore s(1, basic_columns(), basic_views(), opts(2));
+  begin(s, {0}, {0});
+  for (int i = 0; i < 20; ++i) step(s, {0}, {1}, {1});
+  const std::size_t full = s.nbytes();
+  s.end_episodes(I64{0});
+  EXPECT_EQ(s.nbytes(), full);  // not emitted yet
+  s.build_batch(false);
+  const std::size_t after = s.nbytes();
+  EXPECT_LT(after, full / 2) << "finished, emitted episodes must be freed";
+
+  // Steady state: the same episode again allocates nothing more.
+  for (int round = 0; round < 3; ++round) {
+    begin(s, {0}, {0});
+    for (int i = 0; i < 20; ++i) step(s, {0}, {1}, {1});
+    s.end_episodes(I64{0});
+    s.build_batch(false);
+    EXPECT_EQ(s.nbytes(), after) << round;
+  }
+}
+
+TEST(StoreMemory, FragmentCutFreesWhatNoViewReads) {
+  TrajectoryStore s(1, basic_columns(), basic_views(), opts(2));
+  begin(s, {0}, {0});
+  for (int i = 0; i < 40; ++i) step(s, {0}, {1}, {1});
+  const std::size_t full = s.nbytes();
+  s.build_batch(false);  // ongoing: keeps obs row 40 and actions row 39 only
+  EXPECT_LT(s.nbytes(), full / 2);
+  // And the episode goes on correctly.
+  step(s, {0}, {2}, {2});
+  const Batch b = s.build_batch(false);
+  EXPECT_EQ(values<std::int64_t>(b, "prev_actions"), (I64{1}));
+  EXPECT_EQ(values<float>(b, "obs"), (F32{1}));
+  EXPECT_EQ(values<float>(b, "new_obs"), (F32{2}));
+}
+
+TEST(StoreMemory, BufferLiveCountReturnsWhenBatchesAreDropped) {
+  const long start = Buffer::live_count();
+  {
+    TrajectoryStore s(2, basic_columns(), basic_views());
+    begin(s, {0, 1}, {1, 2});
+    step(s, {}, {3, 4}, {5, 6});
+    {
+      const Batch b = s.build_batch(false);
+      EXPECT_EQ(Buffer::live_count(), start + static_cast<long>(b.columns.size()));
+    }
+    EXPECT_EQ(Buffer::live_count(), start);
+  }
+  EXPECT_EQ(Buffer::live_count(), start);
+}
+
+TEST(StoreMemory, BatchOutlivesTheStore) {
+  const long start = Buffer::live_count();
+  Batch b;
+  {
+    TrajectoryStore s(1, basic_columns(), basic_views());
+    begin(s, {0}, {1});
+    step(s, {0}, {2}, {7});
+    b = s.build_batch(false);
+  }
+  EXPECT_EQ(values<float>(b, "obs"), (F32{1}));
+  EXPECT_EQ(values<float>(b, "new_obs"), (F32{2}));
+  EXPECT_EQ(values<std::int64_t>(b, "actions"), (I64{7}));
+  EXPECT_GT(Buffer::live_count(), start);
+  b = Batch{};
+  EXPECT_EQ(Buffer::live_count(), start);
+}
+
+// ------------------------------------------------------------- bad input
+
+// Feeds a 3-slot store (slot 2 never begun); with `bad`, every kind of bad
+// call is made in between, each of which must throw and change nothing.
+Batch run_script(bool bad) {
+  auto views = basic_views();
+  views.push_back(view("stack", "obs", I64{-2, -1, 0}));
+  TrajectoryStore s(3, basic_columns(), views, opts(2));
+
+  struct Snapshot {
+    std::int64_t steps, complete;
+    std::size_t nbytes;
+    I64 eps, lengths;
+    std::vector<std::vector<std::byte>> inference;
+    bool operator==(const Snapshot&) const = default;
+  };
+  auto snap = [&] {
+    return Snapshot{s.num_steps(), s.num_complete_steps(), s.nbytes(), s.slot_eps_ids(), s.slot_lengths(),
+                    infer(s, {0, 1}).out};
+  };
+
+  auto bad_calls = [&] {
+    if (!bad) return;
+    const Snapshot before = snap();
+    const Array obs2 = make_array(F32{1, 2});
+    const Array act2 = make_array(I64{1, 2});
+    const Array rew2 = make_array(F32{1, 2});
+    auto add = [&](const I64& slots, const std::vector<Array>& a) { s.add_step(slots, ins(a)); };
+    // Wrong dtype (the last column, so the earlier ones would already be written).
+    EXPECT_TRUE(throws_invalid_argument([&] { add({0, 1}, {obs2, act2, make_array(std::vector<double>{1, 2})}); },
+                                        {"'rewards'", "float32", "float64"}));
+    EXPECT_TRUE(throws_invalid_argument([&] { add({0, 1}, {obs2, make_array(F32{1, 2}), rew2}); },
+                                        {"'actions'", "int64", "float32"}));
+    // Wrong shape: a trailing axis, and the wrong number of rows.
+    EXPECT_TRUE(throws_invalid_argument([&] { add({0, 1}, {obs2, act2, make_array<float>({2, 1}, {1, 2})}); },
+                                        {"'rewards'", "(2,)", "(2, 1)"}));
+    EXPECT_TRUE(throws_invalid_argument([&] { add({0, 1}, {make_array(F32{1, 2, 3}), act2, rew2}); },
+                                        {"'obs'", "(2,)", "(3,)"}));
+    EXPECT_TRUE(throws_invalid_argument([&] { add({}, {obs2, act2, rew2}); }, {"env 2", "no episode"}));
+    // A missing column.
+    EXPECT_TRUE(throws_invalid_argument([&] { add({0, 1}, {obs2, act2}); }, {"3 columns", "got 2"}));
+    // Slots: out of range, repeated, idle.
+    EXPECT_TRUE(throws_invalid_argument([&] { add({0, 5}, {obs2, act2, rew2}); }, {"env_ids", "got 5"}));
+    EXPECT_TRUE(throws_invalid_argument([&] { add({0, -1}, {obs2, act2, rew2}); }, {"env_ids", "got -1"}));
+    EXPECT_TRUE(throws_invalid_argument([&] { add({1, 1}, {obs2, act2, rew2}); }, {"distinct", "1 twice"}));
+    EXPECT_TRUE(throws_invalid_argument([&] { add({0, 2}, {obs2, act2, rew2}); }, {"env 2", "no episode"}));
+    // No data.
+    Array null_rew = rew2;
+    null_rew.bytes.clear();
+    EXPECT_TRUE(throws_invalid_argument([&] { add({0, 1}, {obs2, act2, null_rew}); }, {"'rewards'", "no data"}));
+    // begin_episodes: busy slot, bad obs, wrong number of obs arrays.
+    EXPECT_TRUE(throws_invalid_argument([&] { begin(s, {2, 0}, {1, 2}); }, {"env 0", "in progress"}));
+    EXPECT_TRUE(throws_invalid_argument([&] { begin(s, {2, 2}, {1, 2}); }, {"distinct", "2 twice"}));
+    EXPECT_TRUE(throws_invalid_argument(
+        [&] {
+          const Array o = make_array(I64{1});
+          const ArrayIn in = o.in();
+          s.begin_episodes(I64{2}, std::span<const ArrayIn>(&in, 1));
+        },
+        {"'obs'", "float32", "int64"}));
+    EXPECT_TRUE(throws_invalid_argument(
+        [&] {
+          const std::vector<Array> two{make_array(F32{1}), make_array(F32{1})};
+          s.begin_episodes(I64{2}, ins(two));
+        },
+        {"1 observation", "got 2"}));
+    // end_episodes on an idle slot, with a valid one first.
+    EXPECT_TRUE(throws_invalid_argument([&] { s.end_episodes(I64{0, 2}); }, {"env 2", "no episode"}));
+    EXPECT_TRUE(before == snap()) << "a call that threw changed the store";
+  };
+
+  begin(s, {0, 1}, {1, 2});
+  bad_calls();
+  step(s, {0, 1}, {11, 12}, {1, 2}, {0.5f, 0.25f});
+  bad_calls();
+  step(s, {1, 0}, {22, 21}, {4, 3}, {1.5f, 1.25f});
+  bad_calls();
+  step(s, {1}, {32}, {6}, {2.5f});
+  s.end_episodes(I64{0});
+  bad_calls();
+  return s.build_batch(false);
+}
+
+TEST(StoreBadInput, ThrowsNamingTheProblemAndChangesNothing) {
+  const Batch good = run_script(false);
+  const Batch checked = run_script(true);
+  EXPECT_TRUE(same_batch(good, checked));
+  // And the good run is what it should be.
+  ASSERT_EQ(good.count, 5);
+  EXPECT_EQ(values<std::int64_t>(good, "eps_id"), (I64{0, 0, 1, 1, 1}));
+  EXPECT_EQ(values<float>(good, "obs"), (F32{1, 11, 2, 12, 22}));
+  EXPECT_EQ(values<float>(good, "new_obs"), (F32{11, 21, 12, 22, 32}));
+  EXPECT_EQ(values<std::int64_t>(good, "actions"), (I64{1, 3, 2, 4, 6}));
+  EXPECT_EQ(values<float>(good, "rewards"), (F32{0.5f, 1.25f, 0.25f, 1.5f, 2.5f}));
+  EXPECT_EQ(values<float>(good, "stack"), (F32{0, 0, 1, 0, 1, 11, 0, 0, 2, 0, 2, 12, 2, 12, 22}));
+}
+
+}  // namespace
+}  // namespace trajview

@@ -1,0 +1,187 @@
+// Small helpers shared by the trajview GoogleTest suites.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "trajview/dtype.h"
+#include "trajview/store.h"
+
+namespace trajview::testing {
+
+template <class T>
+constexpr DType dtype_of() noexcept;
+template <>
+constexpr DType dtype_of<bool>() noexcept { return DType::Bool; }
+template <>
+constexpr DType dtype_of<std::uint8_t>() noexcept { return DType::UInt8; }
+template <>
+constexpr DType dtype_of<std::int32_t>() noexcept { return DType::Int32; }
+template <>
+constexpr DType dtype_of<std::int64_t>() noexcept { return DType::Int64; }
+template <>
+constexpr DType dtype_of<float>() noexcept { return DType::Float32; }
+template <>
+constexpr DType dtype_of<double>() noexcept { return DType::Float64; }
+
+/// An owned input array (C-contiguous), handed to the store as an ArrayIn.
+struct Array {
+  std::vector<std::byte> bytes;
+  DType dtype = DType::Float32;
+  std::vector<std::int64_t> shape;
+
+  ArrayIn in() const { return ArrayIn{bytes.empty() ? nullptr : bytes.data(), dtype, shape}; }
+};
+
+/// `values` laid out with the given full shape (leading axis included).
+template <class T>
+Array make_array(std::vector<std::int64_t> shape, const std::vector<T>& values) {
+  std::size_t n = 1;
+  for (auto d : shape) n *= static_cast<std::size_t>(d);
+  EXPECT_EQ(n, values.size()) << "test bug: shape does not match the number of values";
+  Array a;
+  a.dtype = dtype_of<T>();
+  a.shape = std::move(shape);
+  a.bytes.resize(values.size() * sizeof(T));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const T v = values[i];
+    std::memcpy(a.bytes.data() + i * sizeof(T), &v, sizeof(T));
+  }
+  return a;
+}
+
+/// A 1-D array (one scalar per row).
+template <class T>
+Array make_array(const std::vector<T>& values) {
+  return make_array<T>({static_cast<std::int64_t>(values.size())}, values);
+}
+
+inline std::vector<ArrayIn> ins(const std::vector<Array>& arrays) {
+  std::vector<ArrayIn> out;
+  out.reserve(arrays.size());
+  for (const auto& a : arrays) out.push_back(a.in());
+  return out;
+}
+
+/// Reads `n` values of type T from raw bytes.
+template <class T>
+std::vector<T> read_values(const std::byte* p, std::size_t n) {
+  std::vector<T> out;
+  out.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, p + i * sizeof(T), sizeof(T));
+    out.push_back(v);
+  }
+  return out;
+}
+
+/// Succeeds when `f()` throws std::invalid_argument whose what() contains
+/// every one of `parts`.
+template <class F>
+::testing::AssertionResult throws_invalid_argument(F&& f, std::initializer_list<std::string_view> parts) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    const std::string msg = e.what();
+    for (auto p : parts) {
+      if (msg.find(p) == std::string::npos)
+        return ::testing::AssertionFailure() << "message \"" << msg << "\" lacks \"" << p << "\"";
+    }
+    return ::testing::AssertionSuccess() << "message \"" << msg << "\"";
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << "threw another exception: " << e.what();
+  } catch (...) {
+    return ::testing::AssertionFailure() << "threw a non-std exception";
+  }
+  return ::testing::AssertionFailure() << "did not throw";
+}
+
+/// The batch column called `name`, or nullptr.
+inline const BatchColumn* find_column(const Batch& b, std::string_view name) {
+  for (const auto& c : b.columns) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+inline std::size_t num_elems(const std::vector<std::int64_t>& shape) {
+  std::size_t n = 1;
+  for (auto d : shape) n *= static_cast<std::size_t>(d);
+  return n;
+}
+
+/// Every value of batch column `name`, flattened; fails the test (and returns
+/// {}) if it is missing or has another dtype.
+template <class T>
+std::vector<T> values(const Batch& b, std::string_view name) {
+  const BatchColumn* c = find_column(b, name);
+  if (c == nullptr) {
+    ADD_FAILURE() << "batch has no column '" << name << "'";
+    return {};
+  }
+  if (c->dtype != dtype_of<T>()) {
+    ADD_FAILURE() << "column '" << name << "' has dtype " << dtype_name(c->dtype) << ", test reads "
+                  << dtype_name(dtype_of<T>());
+    return {};
+  }
+  return read_values<T>(c->buffer->data(), num_elems(c->shape));
+}
+
+/// Shape of batch column `name` ({} with a failure if missing).
+inline std::vector<std::int64_t> shape_of(const Batch& b, std::string_view name) {
+  const BatchColumn* c = find_column(b, name);
+  if (c == nullptr) {
+    ADD_FAILURE() << "batch has no column '" << name << "'";
+    return {};
+  }
+  return c->shape;
+}
+
+/// Names of the batch's columns, in order.
+inline std::vector<std::string> column_names(const Batch& b) {
+  std::vector<std::string> out;
+  for (const auto& c : b.columns) out.push_back(c.name);
+  return out;
+}
+
+/// Succeeds when two batches have the same rows, segments and column bytes.
+inline ::testing::AssertionResult same_batch(const Batch& a, const Batch& b) {
+  if (a.count != b.count) return ::testing::AssertionFailure() << "count " << a.count << " vs " << b.count;
+  if (a.num_seqs != b.num_seqs)
+    return ::testing::AssertionFailure() << "num_seqs " << a.num_seqs << " vs " << b.num_seqs;
+  if (a.segments.size() != b.segments.size())
+    return ::testing::AssertionFailure() << "segments " << a.segments.size() << " vs " << b.segments.size();
+  for (std::size_t i = 0; i < a.segments.size(); ++i) {
+    const Segment& x = a.segments[i];
+    const Segment& y = b.segments[i];
+    if (x.eps_id != y.eps_id || x.env_id != y.env_id || x.t_start != y.t_start || x.length != y.length ||
+        x.row_offset != y.row_offset || x.seq_offset != y.seq_offset || x.num_seqs != y.num_seqs ||
+        x.finished != y.finished)
+      return ::testing::AssertionFailure() << "segment " << i << " differs";
+  }
+  if (a.columns.size() != b.columns.size())
+    return ::testing::AssertionFailure() << "columns " << a.columns.size() << " vs " << b.columns.size();
+  for (std::size_t i = 0; i < a.columns.size(); ++i) {
+    const BatchColumn& x = a.columns[i];
+    const BatchColumn& y = b.columns[i];
+    if (x.name != y.name || x.dtype != y.dtype || x.shape != y.shape || x.per_sequence != y.per_sequence)
+      return ::testing::AssertionFailure() << "column " << i << " ('" << x.name << "' / '" << y.name
+                                           << "') differs in name, dtype or shape";
+    const std::size_t bytes = num_elems(x.shape) * itemsize(x.dtype);
+    if (bytes && std::memcmp(x.buffer->data(), y.buffer->data(), bytes) != 0)
+      return ::testing::AssertionFailure() << "column '" << x.name << "' differs in content";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace trajview::testing
