@@ -67,16 +67,21 @@ void BlockStream::compact(std::int64_t p, std::int64_t end) {
     base_ = std::max(base_, p);
     return;
   }
-  if (p == base_) return;  // nothing before p to free
-  std::deque<AlignedBytes> fresh;
+  const std::int64_t shift = p - base_;
+  if (shift == 0) return;  // nothing before p to free
+  // Shift the kept positions to the front, in place: position p + i moves to
+  // index i. Copying in increasing i never overwrites a row not yet moved.
   const std::int64_t n = end - p;
-  for (std::int64_t i = 0; i < (n + block_rows_ - 1) / block_rows_; ++i) fresh.push_back(pool_->acquire());
   for (std::int64_t i = 0; i < n; ++i) {
-    std::memcpy(fresh[static_cast<std::size_t>(i / block_rows_)].get() + static_cast<std::size_t>(i % block_rows_) * stride_,
-                position(p + i), stride_);
+    std::byte* dst = blocks_[static_cast<std::size_t>(i / block_rows_)].get() +
+                     static_cast<std::size_t>(i % block_rows_) * stride_;
+    std::memcpy(dst, position(p + i), stride_);
   }
-  for (auto& b : blocks_) pool_->release(std::move(b));
-  blocks_ = std::move(fresh);
+  const auto keep = static_cast<std::size_t>((n + block_rows_ - 1) / block_rows_);
+  while (blocks_.size() > keep) {
+    pool_->release(std::move(blocks_.back()));
+    blocks_.pop_back();
+  }
   base_ = p;
 }
 

@@ -71,14 +71,6 @@ TrajectoryStore::TrajectoryStore(std::int64_t num_slots, std::vector<ColumnSpec>
     if (col.kind == ColumnKind::Observation) obs_columns_.push_back(c);
     pad_rows_.push_back(col.pad_row.empty() ? std::vector<std::byte>(col.row_bytes(), std::byte{0}) : col.pad_row);
   }
-  pools_.reserve(columns_.size());
-  streams_.reserve(columns_.size());
-  for (const auto& col : columns_) {
-    pools_.emplace_back(static_cast<std::size_t>(options_.chunk_rows) * static_cast<std::size_t>(num_slots_) *
-                            col.row_bytes(),
-                        std::size_t{2});
-    streams_.emplace_back(col.row_bytes(), num_slots_, options_.chunk_rows, pools_.back());
-  }
   pos_.assign(static_cast<std::size_t>(num_slots_), 0);
   steps_.assign(static_cast<std::size_t>(num_slots_), -1);
   slot_eps_.assign(static_cast<std::size_t>(num_slots_), -1);
@@ -124,6 +116,17 @@ TrajectoryStore::TrajectoryStore(std::int64_t num_slots, std::vector<ColumnSpec>
     if (view.for_training) training_views_.push_back(v);
     if (view.for_inference || view.for_training)
       lookback_[static_cast<std::size_t>(c)] = std::max(lookback_[static_cast<std::size_t>(c)], -*lo);
+  }
+  pools_.reserve(columns_.size());
+  streams_.reserve(columns_.size());
+  for (std::size_t c = 0; c < columns_.size(); ++c) {
+    // A block holds a fragment of chunk_rows steps plus the rows its views
+    // look back at, so that a cut-and-compacted episode fits in one block.
+    // (An observation column also keeps the newest observation: one more.)
+    const std::int64_t rows = options_.chunk_rows + lookback_[c] + (obs_index_[c] >= 0 ? 1 : 0);
+    const std::size_t rb = columns_[c].row_bytes();
+    pools_.emplace_back(static_cast<std::size_t>(rows) * static_cast<std::size_t>(num_slots_) * rb, std::size_t{1});
+    streams_.emplace_back(rb, num_slots_, rows, pools_.back());
   }
   next_eps_id_ = options_.eps_id_start;
   slots_.resize(static_cast<std::size_t>(num_slots_));

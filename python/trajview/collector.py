@@ -55,7 +55,10 @@ class Collector:
         obs_columns: the columns with ``T + 1`` rows per episode.
         initial_rows: ``{column: row}`` read before an episode's start instead
             of zeros (e.g. ``state_out_0`` -> the policy's initial state).
-        chunk_rows: rows per storage chunk (the granularity of allocation).
+        chunk_rows: steps per env that one storage block holds (besides the
+            rows that views look back at). Set it to the steps collected
+            between ``build_batch`` calls (the rollout fragment length): a
+            fragment then fits in one block and nothing else is allocated.
         eps_id_start: the first episode id; ids count up from it.
     """
 

@@ -77,8 +77,9 @@ class BlockStream {
   /// Frees every block whose positions are all before p.
   void release_before(std::int64_t p);
 
-  /// Keeps exactly positions [p, end): copies them to the front of fresh
-  /// blocks and frees the old ones (positions keep their numbers).
+  /// Keeps exactly positions [p, end): moves them to the front of the first
+  /// block, in place, and frees the blocks no longer needed (positions keep
+  /// their numbers).
   void compact(std::int64_t p, std::int64_t end);
 
   std::size_t num_blocks() const noexcept { return blocks_.size(); }

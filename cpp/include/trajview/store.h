@@ -89,7 +89,10 @@ struct Batch {
 };
 
 struct StoreOptions {
-  std::int64_t chunk_rows = 256;  ///< stream positions per block (each holds every slot's row)
+  /// Steps per slot that a storage block holds beyond its columns' lookback:
+  /// set it to the steps collected between build_batch calls (the rollout
+  /// fragment length) and a fragment fits one block.
+  std::int64_t chunk_rows = 256;
   std::int64_t eps_id_start = 0;
 };
 

@@ -11,8 +11,13 @@ of SPEC section 3:
   offset ``s``;
 * an index before row 0 reads the column's pad row (zeros of its dtype and
   shape, or ``initial_rows[col]``), or the episode's row 0 with
-  ``padding="reset"``;
+  ``padding="reset"`` (refused on step columns for compute-actions views:
+  row 0 is not known before the first action);
 * an index past the last stored row reads zeros.
+
+The boundary columns ``eps_id``, ``env_id``, ``t``, ``is_init`` are in every
+batch; ``t``, ``eps_id``, ``env_id`` are in the input dict only when a view
+of that name asks for them.
 
 Observation columns hold ``T + 1`` rows per episode of ``T`` steps, step
 columns ``T``. Nothing of an ongoing episode is ever freed.
@@ -70,6 +75,8 @@ class ReferenceCollector:
         self.dtypes: dict[str, np.dtype] = {}
         self.shapes: dict[str, tuple[int, ...]] = {}
         for name, spec in columns.items():
+            if name in BOUNDARY_COLUMNS or name == "seq_lens":
+                raise ValueError(f"column {name!r} is a boundary column that the collector computes; it cannot be stored")
             self._add_column(name, spec)
 
         self.obs_columns = tuple(obs_columns)
@@ -90,8 +97,15 @@ class ReferenceCollector:
                 continue
             if col not in self.dtypes and vr.space is not None:
                 self._add_column(col, (vr.space.dtype, vr.space.shape))
+            if key == "seq_lens":
+                raise ValueError("a view cannot be named 'seq_lens': the collector computes that column")
             if col not in self.dtypes:
                 raise ValueError(f"view {key!r} reads column {col!r}, which is not in columns {sorted(self.dtypes)}")
+            inference = vr.used_for_compute_actions and self._known_before_action(key, vr)
+            if vr.padding == "reset" and inference and not self._is_obs(col):
+                # Row 0 of a step column is not known before the first action: the view
+                # would read one value at inference and another in training.
+                raise ValueError(f"view {key!r}: padding='reset' on step column {col!r} cannot be used for compute actions")
             self.view_requirements[key] = vr
         # batch_repeat_value matters in training batches only; there every repeated view shares it.
         repeat = {vr.batch_repeat_value for vr in self.view_requirements.values() if vr.used_for_training}
@@ -179,7 +193,7 @@ class ReferenceCollector:
         rows = ep.rows[col]
         if i < 0:
             if padding == "reset":
-                return self._row(ep, col, 0, "zero")  # row 0 (zeros if it does not exist yet)
+                return self._row(ep, col, 0, "zero")  # the episode's row 0
             return self.pad_rows[col]
         if i >= len(rows):
             return self._zeros(col)
@@ -267,7 +281,7 @@ class ReferenceCollector:
         for key, vr in self.view_requirements.items():
             if not vr.used_for_training:
                 continue
-            if self.seq_len > 1 and vr.batch_repeat_value > 1:
+            if vr.batch_repeat_value > 1:
                 cols[key] = self._view(ep, key, vr, seq_starts)
                 seq_keys.append(key)
             else:
@@ -278,9 +292,8 @@ class ReferenceCollector:
         cols["is_init"] = cols["t"] == 0
         if seq_keys:
             cols["seq_lens"] = np.array([min(self.seq_len, ep.num_steps - s) for s in seq_starts], dtype=np.int32)
-            seq_keys.append("seq_lens")
         ep.emitted = ep.num_steps
-        return SampleBatch(cols, seq_keys=seq_keys) if seq_keys else SampleBatch(cols)
+        return SampleBatch(cols, seq_keys=seq_keys)
 
     def build_batch(self, complete_only: bool = False) -> list[SampleBatch]:
         """Every step not emitted before, one segment per episode: finished episodes
