@@ -3,11 +3,20 @@
 from .view_requirement import ViewRequirement
 from .sample_batch import MultiAgentBatch, SampleBatch, concat_samples
 from .collector import Collector
+from .callbacks import Callbacks, Episode
+from .policy import Policy
+from .rollout_worker import RolloutWorker
+from . import postprocessing
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Callbacks",
     "Collector",
+    "Episode",
+    "Policy",
+    "RolloutWorker",
+    "postprocessing",
     "MultiAgentBatch",
     "SampleBatch",
     "ViewRequirement",

@@ -25,7 +25,8 @@ columns ``T``. Nothing of an ongoing episode is ever freed.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -199,11 +200,11 @@ class ReferenceCollector:
             return self._zeros(col)
         return rows[i]
 
-    def _view(self, ep: _Episode, key: str, vr: ViewRequirement, ts: Iterable[int]) -> np.ndarray:
-        """The view ``key`` at each timestep of ``ts``: ``[n, *shape]`` or ``[n, len(shift), *shape]``."""
+    def _view(self, key: str, vr: ViewRequirement, at: Iterable[tuple[_Episode, int]]) -> np.ndarray:
+        """The view ``key`` at each ``(episode, t)`` of ``at``: ``[n, *shape]`` or ``[n, len(shift), *shape]``."""
         col = vr.column(key)
         out = []
-        for t in ts:
+        for ep, t in at:
             vals = [self._row(ep, col, t + int(s), vr.padding) for s in vr.shift_arr]
             out.append(np.stack(vals) if vr.adds_axis else vals[0])
         shape = (len(vr.shift_arr),) if vr.adds_axis else ()
@@ -256,8 +257,7 @@ class ReferenceCollector:
         out = {}
         for key, vr in self.view_requirements.items():
             if vr.used_for_compute_actions and self._known_before_action(key, vr):
-                parts = [self._view(ep, key, vr, [ep.num_steps]) for ep in eps]
-                out[key] = np.concatenate(parts) if parts else self._view(None, key, vr, [])
+                out[key] = self._view(key, vr, [(ep, ep.num_steps) for ep in eps])
         boundary = {
             "t": [ep.num_steps for ep in eps],
             "eps_id": [ep.eps_id for ep in eps],
@@ -282,10 +282,10 @@ class ReferenceCollector:
             if not vr.used_for_training:
                 continue
             if vr.batch_repeat_value > 1:
-                cols[key] = self._view(ep, key, vr, seq_starts)
+                cols[key] = self._view(key, vr, [(ep, t) for t in seq_starts])
                 seq_keys.append(key)
             else:
-                cols[key] = self._view(ep, key, vr, ts)
+                cols[key] = self._view(key, vr, [(ep, t) for t in ts])
         cols["eps_id"] = np.full(len(ts), ep.eps_id, dtype=np.int64)
         cols["env_id"] = np.full(len(ts), ep.env_id, dtype=np.int64)
         cols["t"] = np.array(ts, dtype=np.int64)

@@ -1,0 +1,91 @@
+"""Advantage estimation for one trajectory (RLlib's ``compute_advantages``, with correct bootstrapping)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .sample_batch import SampleBatch
+
+__all__ = ["Postprocessing", "discount_cumsum", "compute_advantages", "compute_gae_for_sample_batch"]
+
+
+class Postprocessing:
+    """Column names that postprocessing adds."""
+
+    ADVANTAGES = "advantages"
+    VALUE_TARGETS = "value_targets"
+
+
+def discount_cumsum(x: np.ndarray, gamma: float) -> np.ndarray:
+    """``y[t] = sum_k gamma**k * x[t + k]`` (float64)."""
+    x = np.asarray(x, dtype=np.float64)
+    out = np.empty_like(x)
+    acc = 0.0
+    for t in range(len(x) - 1, -1, -1):
+        acc = x[t] + gamma * acc
+        out[t] = acc
+    return out
+
+
+def compute_advantages(
+    rollout: SampleBatch,
+    last_r: float,
+    gamma: float = 0.9,
+    lambda_: float = 1.0,
+    use_gae: bool = True,
+    use_critic: bool = True,
+) -> SampleBatch:
+    """Adds ``advantages`` and ``value_targets`` (float32) to one trajectory's batch.
+
+    ``last_r`` is the value of the state after the batch's last step: the
+    critic's value of the last ``new_obs`` when the trajectory was truncated
+    (time limit, horizon, fragment cut), 0 when it terminated.
+    ``compute_gae_for_sample_batch`` chooses it for you.
+    """
+    rewards = np.asarray(rollout[SampleBatch.REWARDS], dtype=np.float64)
+    if use_gae:
+        if not use_critic:
+            raise ValueError("compute_advantages: use_gae=True needs a critic (use_critic=True)")
+        vf = np.asarray(rollout[SampleBatch.VF_PREDS], dtype=np.float64)
+        vpred = np.append(vf, float(last_r))
+        delta = rewards + gamma * vpred[1:] - vpred[:-1]
+        adv = discount_cumsum(delta, gamma * lambda_)
+        targets = adv + vf
+    else:
+        returns = discount_cumsum(np.append(rewards, float(last_r)), gamma)[:-1]
+        if use_critic:
+            vf = np.asarray(rollout[SampleBatch.VF_PREDS], dtype=np.float64)
+            adv, targets = returns - vf, returns
+        else:
+            adv, targets = returns, np.zeros_like(returns)
+    rollout[Postprocessing.ADVANTAGES] = adv.astype(np.float32)
+    rollout[Postprocessing.VALUE_TARGETS] = targets.astype(np.float32)
+    return rollout
+
+
+def compute_gae_for_sample_batch(
+    sample_batch: SampleBatch,
+    value_fn: Callable[[np.ndarray], float] | None,
+    gamma: float = 0.99,
+    lambda_: float = 0.95,
+    use_gae: bool = True,
+    use_critic: bool = True,
+) -> SampleBatch:
+    """``compute_advantages`` with ``last_r`` chosen by how the trajectory ended.
+
+    Terminated at its last step: ``last_r = 0``. Otherwise (truncated by a
+    time limit or the horizon, or cut at a fragment's end) the episode goes
+    on past the batch, so ``last_r = value_fn(new_obs[-1])``.
+    """
+    if len(sample_batch) == 0:
+        return sample_batch
+    terminated = bool(np.asarray(sample_batch[SampleBatch.TERMINATEDS])[-1])
+    if terminated or not use_critic:
+        last_r = 0.0
+    else:
+        if value_fn is None:
+            raise ValueError("compute_gae_for_sample_batch: a truncated trajectory needs value_fn to bootstrap")
+        last_r = float(value_fn(np.asarray(sample_batch[SampleBatch.NEXT_OBS])[-1]))
+    return compute_advantages(sample_batch, last_r, gamma, lambda_, use_gae, use_critic)

@@ -1,0 +1,445 @@
+"""`RolloutWorker`: steps envs with a policy and returns batches of exactly the views the policy asked for."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from .callbacks import Callbacks, Episode
+from .collector import BOUNDARY_COLUMNS, Collector
+from .policy import Policy
+from .sample_batch import SampleBatch, concat_samples
+
+__all__ = ["RolloutWorker"]
+
+_BATCH_MODES = ("truncate_episodes", "complete_episodes")
+_COUNT_BY = ("env_steps", "agent_steps")
+_HOOKS = ("on_episode_start", "on_episode_step", "on_episode_end", "on_postprocess_trajectory", "on_sample_end")
+DEFAULT_POLICY_ID = "default_policy"
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return int(value)
+
+
+def _view_snapshot(vrs: dict) -> dict:
+    return {
+        k: (
+            vr.data_col,
+            tuple(vr.shift_arr.tolist()),
+            vr.adds_axis,
+            vr.padding,
+            vr.batch_repeat_value,
+            vr.used_for_compute_actions,
+            vr.used_for_training,
+        )
+        for k, vr in vrs.items()
+    }
+
+
+class RolloutWorker:
+    """Collects experience from gymnasium envs with one policy (SPEC section 6).
+
+    ``env_creator(env_config)`` returns a ``gymnasium.Env`` (the worker makes
+    ``num_envs`` of them and steps them together) or a
+    ``gymnasium.vector.VectorEnv`` (any autoreset mode; its ``num_envs`` is
+    used). Every step is stored once in a C++ `Collector`; ``sample()``
+    returns a `SampleBatch` with the policy's training views, postprocessed
+    one episode segment at a time.
+    """
+
+    def __init__(
+        self,
+        env_creator: Callable[[dict], Any],
+        policy: Policy | type[Policy],
+        *,
+        num_envs: int = 1,
+        batch_mode: str = "truncate_episodes",
+        rollout_fragment_length: int = 200,
+        count_steps_by: str = "env_steps",
+        horizon: int | None = None,
+        soft_horizon: bool = False,
+        no_done_at_end: bool = False,
+        callbacks: Callbacks | None = None,
+        env_config: dict | None = None,
+        policy_mapping_fn: Callable | None = None,
+        seed: int | None = None,
+        worker_index: int = 0,
+    ) -> None:
+        if batch_mode not in _BATCH_MODES:
+            raise ValueError(f"batch_mode must be one of {_BATCH_MODES}, got {batch_mode!r}")
+        if count_steps_by not in _COUNT_BY:
+            raise ValueError(f"count_steps_by must be one of {_COUNT_BY}, got {count_steps_by!r}")
+        self.rollout_fragment_length = _positive_int("rollout_fragment_length", rollout_fragment_length)
+        num_envs = _positive_int("num_envs", num_envs)
+        if horizon is not None:
+            horizon = _positive_int("horizon", horizon)
+        if soft_horizon and horizon is None:
+            raise ValueError("soft_horizon=True needs a horizon, got horizon=None")
+        if callbacks is not None and not isinstance(callbacks, Callbacks):
+            raise TypeError(f"callbacks must be a tv.Callbacks instance, got {type(callbacks).__name__}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            raise ValueError(f"seed must be an int or None, got {seed!r}")
+        self.batch_mode = batch_mode
+        self.count_steps_by = count_steps_by
+        self.horizon = horizon
+        self.soft_horizon = bool(soft_horizon)
+        self.no_done_at_end = bool(no_done_at_end)
+        self.callbacks = callbacks if callbacks is not None else Callbacks()
+        self.env_config = dict(env_config or {})
+        self.seed = None if seed is None else int(seed)
+        self.worker_index = int(worker_index)
+        self.policy_mapping_fn = policy_mapping_fn
+
+        first = env_creator(self.env_config)
+        if isinstance(first, gym.vector.VectorEnv):
+            if num_envs not in (1, first.num_envs):
+                raise ValueError(f"num_envs={num_envs} but env_creator returned a VectorEnv of {first.num_envs} envs")
+            self.vector_env: gym.vector.VectorEnv | None = first
+            self.envs: list[gym.Env] = []
+            self.num_envs = int(first.num_envs)
+            obs_space, act_space = first.single_observation_space, first.single_action_space
+            self._autoreset = first.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
+            self.base_env: Any = first
+        elif isinstance(first, gym.Env):
+            self.vector_env = None
+            self.envs = [first] + [env_creator(self.env_config) for _ in range(num_envs - 1)]
+            self.num_envs = num_envs
+            obs_space, act_space = first.observation_space, first.action_space
+            self._autoreset = None
+            self.base_env = self.envs
+        else:
+            raise TypeError(
+                f"env_creator must return a gymnasium.Env or gymnasium.vector.VectorEnv, got {type(first).__name__} "
+                "(multi-agent envs are not supported yet)"
+            )
+        if isinstance(policy, dict):
+            raise TypeError("a dict of policies is for multi-agent envs, which are not supported yet")
+        if isinstance(policy, type) and issubclass(policy, Policy):
+            policy = policy(obs_space, act_space, {})
+        if not isinstance(policy, Policy):
+            raise TypeError(f"policy must be a tv.Policy instance or subclass, got {type(policy).__name__}")
+        self.policy = policy
+        self.policy_map = {DEFAULT_POLICY_ID: policy}
+        self._discrete = isinstance(act_space, gym.spaces.Discrete)
+        overridden = {h for h in _HOOKS if getattr(type(self.callbacks), h) is not getattr(Callbacks, h)}
+        self._hooks = overridden
+
+        self.collector: Collector | None = None
+        self._snapshot: dict | None = None
+        self._episodes: list[Episode | None] = [None] * self.num_envs
+        self._ended: dict[int, Episode] = {}
+        self._infos: dict[int, tuple[int, list]] = {}
+        self._ep_len = np.zeros(self.num_envs, dtype=np.int64)
+        self._ep_ret = np.zeros(self.num_envs, dtype=np.float64)
+        self._obs: np.ndarray | None = None
+        self._timestep = 0
+        self._resets = 0
+
+    # -- set-up -------------------------------------------------------------------
+
+    def _build_collector(self) -> None:
+        policy = self.policy
+        policy._initialize_view_requirements()
+        specs = policy.column_specs()
+        views = {}
+        for key, vr in policy.view_requirements.items():
+            col = vr.column(key)
+            if col == SampleBatch.INFOS:
+                continue
+            if col in specs or col in BOUNDARY_COLUMNS:
+                views[key] = vr
+            elif col not in policy.postprocessed_columns:
+                raise ValueError(
+                    f"view {key!r} reads column {col!r}, which no one produces; known columns: "
+                    f"{sorted(specs) + list(BOUNDARY_COLUMNS)} (plus what postprocessing adds: "
+                    f"{sorted(policy.postprocessed_columns)})"
+                )
+        init = {f"state_out_{i}": np.asarray(s) for i, s in enumerate(policy.get_initial_state())}
+        self.collector = Collector(
+            self.num_envs,
+            specs,
+            views,
+            initial_rows=init,
+            chunk_rows=self.rollout_fragment_length,
+            eps_id_start=self.worker_index << 40 | self._resets << 32,
+        )
+        infos_vr = policy.view_requirements.get(SampleBatch.INFOS)
+        self._need_infos = infos_vr is not None and infos_vr.used_for_training
+        self._state_keys = [f"state_out_{i}" for i in range(len(init))]
+        self._extra_keys = list(policy.extra_fetch_columns)
+        self._snapshot = _view_snapshot(policy.view_requirements)
+        self._episodes = [None] * self.num_envs
+        self._ended = {}
+        self._infos = {}
+        self._resets += 1
+        self._reset_all()
+
+    def _reset_all(self) -> None:
+        ids = np.arange(self.num_envs)
+        if self.vector_env is not None:
+            seed = None if self.seed is None or self._resets > 1 else self.seed
+            obs, info = self.vector_env.reset(seed=seed)
+            infos = [self._vector_info(info, i) for i in ids]
+        else:
+            pairs = [
+                env.reset(seed=None if self.seed is None or self._resets > 1 else self.seed + i)
+                for i, env in enumerate(self.envs)
+            ]
+            obs = np.stack([p[0] for p in pairs])
+            infos = [p[1] for p in pairs]
+        self._begin(ids, obs, infos)
+
+    @staticmethod
+    def _vector_info(info: dict, i: int) -> dict:
+        out = {}
+        for k, v in info.items():
+            if k.startswith("_"):
+                continue
+            mask = info.get("_" + k)
+            if mask is None or mask[i]:
+                out[k] = v[i] if isinstance(v, np.ndarray) else v
+        return out
+
+    def _begin(self, ids: np.ndarray, obs: np.ndarray, infos: list) -> None:
+        try:
+            eps_ids = self.collector.begin_episodes(ids, {SampleBatch.OBS: obs})
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"RolloutWorker: the env's reset observation does not fit the observation space: {e}") from e
+        self._ep_len[ids] = 0
+        self._ep_ret[ids] = 0.0
+        for j, (i, eid, info) in enumerate(zip(ids, eps_ids, infos)):
+            ep = Episode(int(eid), int(i), obs[j], info)
+            self._episodes[i] = ep
+            if self._need_infos:
+                self._infos[int(eid)] = (0, [])
+            if "on_episode_start" in self._hooks:
+                self.callbacks.on_episode_start(
+                    worker=self, base_env=self.base_env, policies=self.policy_map, episode=ep, env_index=int(i)
+                )
+
+    # -- sampling ---------------------------------------------------------------
+
+    def sample(self) -> SampleBatch:
+        """Runs the envs and returns one batch (SPEC section 6 for its size)."""
+        if self.collector is None or _view_snapshot(self.policy.view_requirements) != self._snapshot:
+            # First call, or views were added or changed: a new store, and
+            # every episode restarts so that each view holds from t = 0.
+            self._build_collector()
+        coll = self.collector
+        target = self.rollout_fragment_length * self.num_envs
+        complete = self.batch_mode == "complete_episodes"
+        if complete:
+            while coll.num_complete_steps() < target:
+                self._step()
+        else:
+            for _ in range(self.rollout_fragment_length):
+                self._step()
+        return self._emit(complete)
+
+    def _step(self) -> None:
+        coll = self.collector
+        policy = self.policy
+        n = self.num_envs
+        inputs = coll.input_dict()
+        actions, state_outs, extra = policy.compute_actions_from_input_dict(
+            SampleBatch._from_columns(inputs, n, frozenset(), frozenset()), explore=True, timestep=self._timestep
+        )
+        actions = np.asarray(actions)
+        if actions.ndim == 0 or actions.shape[0] != n:
+            raise ValueError(
+                f"column 'actions': compute_actions_from_input_dict must return one action per env, "
+                f"expected leading dim {n}, got shape {actions.shape}"
+            )
+
+        # Step the envs.
+        final_obs = None
+        if self.vector_env is not None:
+            obs, rew, term, trunc, info = self.vector_env.step(actions)
+            rew = np.asarray(rew)
+            term = np.asarray(term, dtype=bool)
+            trunc = np.asarray(trunc, dtype=bool)
+            done = term | trunc
+            new_obs = obs
+            if done.any() and self._autoreset == gym.vector.AutoresetMode.SAME_STEP:
+                new_obs = obs.copy()
+                for i in np.flatnonzero(done):
+                    new_obs[i] = info["final_obs"][i]
+                final_obs = obs  # the reset observations
+            infos = [self._vector_info(info, i) for i in range(n)] if self._need_infos else None
+        else:
+            results = [env.step(a) for env, a in zip(self.envs, actions.tolist() if self._discrete else actions)]
+            new_obs = np.stack([r[0] for r in results])
+            rew = np.array([r[1] for r in results], dtype=np.float64)
+            term = np.array([r[2] for r in results], dtype=bool)
+            trunc = np.array([r[3] for r in results], dtype=bool)
+            done = term | trunc
+            infos = [r[4] for r in results]
+        self._timestep += n
+
+        self._ep_len += 1
+        self._ep_ret += rew
+        cut = done
+        soft = None
+        if self.horizon is not None:
+            hit = (self._ep_len >= self.horizon) & ~done
+            if hit.any():
+                if self.soft_horizon:
+                    soft = hit
+                else:
+                    trunc = trunc | hit
+                    cut = done | hit
+        if self.no_done_at_end:
+            term_s = trunc_s = np.zeros(n, dtype=bool)
+        else:
+            term_s, trunc_s = term, trunc
+        data = {
+            SampleBatch.OBS: new_obs,
+            SampleBatch.ACTIONS: actions,
+            SampleBatch.REWARDS: rew,
+            SampleBatch.TERMINATEDS: term_s,
+            SampleBatch.TRUNCATEDS: trunc_s,
+        }
+        for k, s in zip(self._state_keys, state_outs):
+            data[k] = s
+        for k in self._extra_keys:
+            if k not in extra:
+                raise ValueError(
+                    f"column {k!r}: compute_actions_from_input_dict returned it in extra_fetches during the "
+                    f"view-pruning pass, but not now; got extra fetches {sorted(extra)}"
+                )
+            data[k] = extra[k]
+        if len(extra) != len(self._extra_keys):
+            unknown = sorted(set(extra) - set(self._extra_keys))
+            raise ValueError(
+                f"compute_actions_from_input_dict returned extra fetches {unknown} that it did not return in the "
+                f"view-pruning pass; known: {sorted(self._extra_keys)}"
+            )
+        if len(state_outs) != len(self._state_keys):
+            raise ValueError(
+                f"compute_actions_from_input_dict returned {len(state_outs)} state_outs, expected "
+                f"{len(self._state_keys)} (len(get_initial_state()))"
+            )
+        try:
+            coll.add_step(data)
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"RolloutWorker: bad data from the env or the policy: {e}") from e
+
+        if self._need_infos:
+            for i, eid in enumerate(coll.eps_ids()):
+                self._infos[int(eid)][1].append(infos[i])
+        hooks = self._hooks
+        if "on_episode_step" in hooks or "on_episode_end" in hooks or "on_episode_start" in hooks:
+            for i in range(n):
+                ep = self._episodes[i]
+                ep.length = int(self._ep_len[i])
+                ep.total_reward = float(self._ep_ret[i])
+                ep._last_action = actions[i]
+                ep._last_reward = float(rew[i])
+                ep._last_obs = new_obs[i]
+                if infos is not None:
+                    ep._last_info = infos[i]
+                if "on_episode_step" in hooks:
+                    self.callbacks.on_episode_step(
+                        worker=self, base_env=self.base_env, policies=self.policy_map, episode=ep, env_index=i
+                    )
+
+        if cut.any() or soft is not None:
+            self._end_and_restart(cut, soft, new_obs, final_obs)
+
+    def _end_and_restart(self, cut: np.ndarray, soft: np.ndarray | None, new_obs: np.ndarray, reset_obs: Any) -> None:
+        """Ends the episodes in `cut` (env reset) and `soft` (soft horizon: no reset), and begins new ones."""
+        ends = np.flatnonzero(cut | soft) if soft is not None else np.flatnonzero(cut)
+        self.collector.end_episodes(ends)
+        for i in ends:
+            ep = self._episodes[i]
+            ep.length = int(self._ep_len[i])
+            ep.total_reward = float(self._ep_ret[i])
+            self._ended[ep.episode_id] = ep
+            self._episodes[i] = None
+            if "on_episode_end" in self._hooks:
+                self.callbacks.on_episode_end(
+                    worker=self, base_env=self.base_env, policies=self.policy_map, episode=ep, env_index=int(i)
+                )
+        resets = np.flatnonzero(cut)
+        obs = np.empty((len(ends),) + new_obs.shape[1:], dtype=new_obs.dtype)
+        infos: list = [{} for _ in ends]
+        pos = {int(i): j for j, i in enumerate(ends)}
+        if len(resets):
+            if self.vector_env is not None:
+                if reset_obs is not None:  # SAME_STEP: the env already reset them
+                    r_obs = reset_obs
+                else:
+                    mask = np.zeros(self.num_envs, dtype=bool)
+                    mask[resets] = True
+                    r_obs, r_info = self.vector_env.reset(options={"reset_mask": mask})
+                    for i in resets:
+                        infos[pos[int(i)]] = self._vector_info(r_info, int(i))
+                for i in resets:
+                    obs[pos[int(i)]] = r_obs[i]
+            else:
+                for i in resets:
+                    o, info = self.envs[i].reset()
+                    obs[pos[int(i)]] = o
+                    infos[pos[int(i)]] = info
+        if soft is not None:
+            for i in np.flatnonzero(soft):
+                obs[pos[int(i)]] = new_obs[i]
+        self._begin(ends, obs, infos)
+
+    def _emit(self, complete: bool) -> SampleBatch:
+        policy = self.policy
+        segments = self.collector.build_batch(complete_only=complete)
+        out = []
+        for seg in segments:
+            eid = int(seg[SampleBatch.EPS_ID][0])
+            ep = self._ended.get(eid)
+            if ep is None:
+                ep = next(e for e in self._episodes if e is not None and e.episode_id == eid)
+            if self._need_infos:
+                start, infos = self._infos[eid]
+                t0 = int(seg[SampleBatch.T][0])
+                arr = np.empty(len(seg), dtype=object)
+                arr[:] = infos[t0 - start : t0 - start + len(seg)]
+                seg[SampleBatch.INFOS] = arr
+                self._infos[eid] = (t0 + len(seg), infos[t0 - start + len(seg) :])
+            post = policy.postprocess_trajectory(seg, None, ep)
+            if not isinstance(post, SampleBatch):
+                raise TypeError(
+                    f"{type(policy).__name__}.postprocess_trajectory must return a SampleBatch, got {type(post).__name__}"
+                )
+            if "on_postprocess_trajectory" in self._hooks:
+                self.callbacks.on_postprocess_trajectory(
+                    worker=self,
+                    episode=ep,
+                    agent_id=0,
+                    policy_id=DEFAULT_POLICY_ID,
+                    policies=self.policy_map,
+                    postprocessed_batch=post,
+                    original_batches={0: (policy, seg)},
+                )
+            out.append(post)
+            if eid in self._ended:
+                del self._ended[eid]
+                self._infos.pop(eid, None)
+        batch = concat_samples(out) if out else SampleBatch()
+        if "on_sample_end" in self._hooks:
+            self.callbacks.on_sample_end(worker=self, samples=batch)
+        return batch
+
+    # -- misc -------------------------------------------------------------------
+
+    def get_policy(self, policy_id: str = DEFAULT_POLICY_ID) -> Policy:
+        return self.policy_map[policy_id]
+
+    def stop(self) -> None:
+        """Closes the envs."""
+        if self.vector_env is not None:
+            self.vector_env.close()
+        for env in self.envs:
+            env.close()
