@@ -10,12 +10,23 @@ from . import postprocessing
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    # TorchPolicy needs torch, an optional dependency: import it on first use.
+    if name == "TorchPolicy":
+        from .torch_policy import TorchPolicy
+
+        return TorchPolicy
+    raise AttributeError(f"module 'trajview' has no attribute {name!r}")
+
+
 __all__ = [
     "Callbacks",
     "Collector",
     "Episode",
     "Policy",
     "RolloutWorker",
+    "TorchPolicy",
     "postprocessing",
     "MultiAgentBatch",
     "SampleBatch",

@@ -101,6 +101,10 @@ class Policy:
 
     # -- the view-pruning pass ---------------------------------------------------
 
+    def _run_loss_for_pruning(self, batch: SampleBatch) -> None:
+        """Calls the loss on a dummy batch (frameworks convert it first)."""
+        self.loss(batch)
+
     def column_specs(self) -> dict[str, ColumnSpec]:
         """Every column a collector stores for this policy (after the pruning pass)."""
         specs: dict[str, ColumnSpec] = {
@@ -243,7 +247,7 @@ class Policy:
         loss_batch.enable_access_tracking()
         has_loss = True
         try:
-            self.loss(loss_batch)
+            self._run_loss_for_pruning(loss_batch)
         except NotImplementedError:
             has_loss = False
         read_in_loss = set(loss_batch.accessed_keys)

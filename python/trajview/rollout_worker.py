@@ -127,6 +127,9 @@ class RolloutWorker:
         self.policy = policy
         self.policy_map = {DEFAULT_POLICY_ID: policy}
         self._discrete = isinstance(act_space, gym.spaces.Discrete)
+        self._obs_dtype = np.dtype(obs_space.dtype)
+        self._obs_shape = tuple(obs_space.shape)
+        self._false = np.zeros(self.num_envs, dtype=bool)
         overridden = {h for h in _HOOKS if getattr(type(self.callbacks), h) is not getattr(Callbacks, h)}
         self._hooks = overridden
 
@@ -242,60 +245,84 @@ class RolloutWorker:
                 self._step()
         return self._emit(complete)
 
+    def _env_obs_error(self, i: int, o: Any) -> Exception:
+        a = np.asarray(o)
+        return ValueError(
+            f"column 'obs': env {i} returned an observation of dtype {a.dtype} and shape {a.shape}, expected "
+            f"dtype {self._obs_dtype} and shape {self._obs_shape} (the observation space; casting would lose data)"
+        )
+
+    def _step_envs(self, actions: np.ndarray) -> tuple:
+        """Steps every env once: (new_obs, rewards, terminateds, truncateds, infos, reset_obs, any_done)."""
+        n = self.num_envs
+        if self.vector_env is not None:
+            obs, rew, term, trunc, info = self.vector_env.step(actions)
+            term = np.asarray(term, dtype=bool)
+            trunc = np.asarray(trunc, dtype=bool)
+            new_obs, reset_obs = obs, None
+            if self._autoreset == gym.vector.AutoresetMode.SAME_STEP and (term.any() or trunc.any()):
+                new_obs = obs.copy()
+                for i in np.flatnonzero(term | trunc):
+                    new_obs[i] = info["final_obs"][i]
+                reset_obs = obs  # the env already reset those
+            infos = [self._vector_info(info, i) for i in range(n)] if self._need_infos else None
+            return new_obs, np.asarray(rew), term, trunc, infos, reset_obs, bool(term.any() or trunc.any())
+        obs_dtype, obs_shape = self._obs_dtype, self._obs_shape
+        new_obs = np.empty((n,) + obs_shape, dtype=obs_dtype)
+        rew = np.empty(n, dtype=np.float64)
+        term = np.empty(n, dtype=bool)
+        trunc = np.empty(n, dtype=bool)
+        infos = [] if self._need_infos else None
+        acts = actions.tolist() if self._discrete else actions
+        any_done = False
+        for i, env in enumerate(self.envs):
+            o, r, te, tr, info = env.step(acts[i])
+            if type(o) is not np.ndarray or o.dtype != obs_dtype or o.shape != obs_shape:
+                a = np.asarray(o)
+                if a.shape != obs_shape or not np.can_cast(a.dtype, obs_dtype, "safe"):
+                    raise self._env_obs_error(i, o)
+                o = a
+            new_obs[i] = o
+            rew[i] = r
+            term[i] = te
+            trunc[i] = tr
+            if te or tr:
+                any_done = True
+            if infos is not None:
+                infos.append(info)
+        return new_obs, rew, term, trunc, infos, None, any_done
+
     def _step(self) -> None:
         coll = self.collector
-        policy = self.policy
         n = self.num_envs
-        inputs = coll.input_dict()
-        actions, state_outs, extra = policy.compute_actions_from_input_dict(
-            SampleBatch._from_columns(inputs, n, frozenset(), frozenset()), explore=True, timestep=self._timestep
+        actions, state_outs, extra = self.policy.compute_actions_from_input_dict(
+            coll.input_dict(), explore=True, timestep=self._timestep
         )
-        actions = np.asarray(actions)
-        if actions.ndim == 0 or actions.shape[0] != n:
+        if type(actions) is not np.ndarray:
+            actions = np.asarray(actions)
+        if actions.shape[:1] != (n,):
             raise ValueError(
                 f"column 'actions': compute_actions_from_input_dict must return one action per env, "
                 f"expected leading dim {n}, got shape {actions.shape}"
             )
-
-        # Step the envs.
-        final_obs = None
-        if self.vector_env is not None:
-            obs, rew, term, trunc, info = self.vector_env.step(actions)
-            rew = np.asarray(rew)
-            term = np.asarray(term, dtype=bool)
-            trunc = np.asarray(trunc, dtype=bool)
-            done = term | trunc
-            new_obs = obs
-            if done.any() and self._autoreset == gym.vector.AutoresetMode.SAME_STEP:
-                new_obs = obs.copy()
-                for i in np.flatnonzero(done):
-                    new_obs[i] = info["final_obs"][i]
-                final_obs = obs  # the reset observations
-            infos = [self._vector_info(info, i) for i in range(n)] if self._need_infos else None
-        else:
-            results = [env.step(a) for env, a in zip(self.envs, actions.tolist() if self._discrete else actions)]
-            new_obs = np.stack([r[0] for r in results])
-            rew = np.array([r[1] for r in results], dtype=np.float64)
-            term = np.array([r[2] for r in results], dtype=bool)
-            trunc = np.array([r[3] for r in results], dtype=bool)
-            done = term | trunc
-            infos = [r[4] for r in results]
+        new_obs, rew, term, trunc, infos, reset_obs, any_done = self._step_envs(actions)
         self._timestep += n
-
         self._ep_len += 1
         self._ep_ret += rew
-        cut = done
+        cut = (term | trunc) if any_done else None
         soft = None
         if self.horizon is not None:
-            hit = (self._ep_len >= self.horizon) & ~done
+            if cut is None:
+                cut = self._false
+            hit = (self._ep_len >= self.horizon) & ~cut
             if hit.any():
                 if self.soft_horizon:
                     soft = hit
                 else:
                     trunc = trunc | hit
-                    cut = done | hit
+                    cut = cut | hit
         if self.no_done_at_end:
-            term_s = trunc_s = np.zeros(n, dtype=bool)
+            term_s = trunc_s = self._false
         else:
             term_s, trunc_s = term, trunc
         data = {
@@ -305,6 +332,40 @@ class RolloutWorker:
             SampleBatch.TERMINATEDS: term_s,
             SampleBatch.TRUNCATEDS: trunc_s,
         }
+        if self._state_keys or self._extra_keys or state_outs or extra:
+            self._add_policy_columns(data, state_outs, extra)
+        try:
+            coll.add_step(data)
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"RolloutWorker: bad data from the env or the policy: {e}") from e
+
+        if infos is not None:
+            for eid, info in zip(coll.eps_ids().tolist(), infos):
+                self._infos[eid][1].append(info)
+        hooks = self._hooks
+        if hooks:
+            for i in range(n):
+                ep = self._episodes[i]
+                ep.length = int(self._ep_len[i])
+                ep.total_reward = float(self._ep_ret[i])
+                ep._last_action = actions[i]
+                ep._last_reward = float(rew[i])
+                ep._last_obs = new_obs[i]
+                if infos is not None:
+                    ep._last_info = infos[i]
+                if "on_episode_step" in hooks:
+                    self.callbacks.on_episode_step(
+                        worker=self, base_env=self.base_env, policies=self.policy_map, episode=ep, env_index=i
+                    )
+        if soft is not None or (cut is not None and cut.any()):
+            self._end_and_restart(self._false if cut is None else cut, soft, new_obs, reset_obs)
+
+    def _add_policy_columns(self, data: dict, state_outs: list, extra: dict) -> None:
+        if len(state_outs) != len(self._state_keys):
+            raise ValueError(
+                f"compute_actions_from_input_dict returned {len(state_outs)} state_outs, expected "
+                f"{len(self._state_keys)} (len(get_initial_state()))"
+            )
         for k, s in zip(self._state_keys, state_outs):
             data[k] = s
         for k in self._extra_keys:
@@ -320,37 +381,6 @@ class RolloutWorker:
                 f"compute_actions_from_input_dict returned extra fetches {unknown} that it did not return in the "
                 f"view-pruning pass; known: {sorted(self._extra_keys)}"
             )
-        if len(state_outs) != len(self._state_keys):
-            raise ValueError(
-                f"compute_actions_from_input_dict returned {len(state_outs)} state_outs, expected "
-                f"{len(self._state_keys)} (len(get_initial_state()))"
-            )
-        try:
-            coll.add_step(data)
-        except (ValueError, TypeError) as e:
-            raise type(e)(f"RolloutWorker: bad data from the env or the policy: {e}") from e
-
-        if self._need_infos:
-            for i, eid in enumerate(coll.eps_ids()):
-                self._infos[int(eid)][1].append(infos[i])
-        hooks = self._hooks
-        if "on_episode_step" in hooks or "on_episode_end" in hooks or "on_episode_start" in hooks:
-            for i in range(n):
-                ep = self._episodes[i]
-                ep.length = int(self._ep_len[i])
-                ep.total_reward = float(self._ep_ret[i])
-                ep._last_action = actions[i]
-                ep._last_reward = float(rew[i])
-                ep._last_obs = new_obs[i]
-                if infos is not None:
-                    ep._last_info = infos[i]
-                if "on_episode_step" in hooks:
-                    self.callbacks.on_episode_step(
-                        worker=self, base_env=self.base_env, policies=self.policy_map, episode=ep, env_index=i
-                    )
-
-        if cut.any() or soft is not None:
-            self._end_and_restart(cut, soft, new_obs, final_obs)
 
     def _end_and_restart(self, cut: np.ndarray, soft: np.ndarray | None, new_obs: np.ndarray, reset_obs: Any) -> None:
         """Ends the episodes in `cut` (env reset) and `soft` (soft horizon: no reset), and begins new ones."""

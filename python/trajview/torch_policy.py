@@ -1,0 +1,113 @@
+"""`TorchPolicy`: a policy whose model is a ``torch.nn.Module`` with ``view_requirements``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from .policy import Policy
+from .sample_batch import SampleBatch
+
+__all__ = ["TorchPolicy"]
+
+
+def _to_numpy(x: Any) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+class TorchPolicy(Policy):
+    """Base of torch policies.
+
+    The model is a ``torch.nn.Module``; its ``view_requirements`` dict (if
+    any) is merged into the policy's, so a model declares what it reads (frame
+    stacks, previous actions, ``state_in_i``) and the collector builds it. A
+    model with ``get_initial_state()`` is recurrent.
+
+    Subclasses implement ``action_sampler(input_dict, explore) -> (actions,
+    state_outs, extra_fetches)`` and ``loss(train_batch) -> scalar tensor``,
+    both on dicts of torch tensors (zero-copy views of the collector's arrays).
+    """
+
+    def __init__(
+        self,
+        observation_space: Any,
+        action_space: Any,
+        config: dict | None = None,
+        *,
+        model: torch.nn.Module,
+    ) -> None:
+        super().__init__(observation_space, action_space, config)
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        self.device = torch.device(self.config.get("device", "cpu"))
+        self.model = model.to(self.device)
+        self.view_requirements.update(getattr(model, "view_requirements", {}) or {})
+        self._optimizer: torch.optim.Optimizer | None = None
+
+    # -- numpy <-> torch -------------------------------------------------------------
+
+    def _to_torch(self, batch: Mapping[str, Any]) -> SampleBatch:
+        """A batch of tensors viewing the arrays (``infos`` and other object columns are left out)."""
+        cols = {}
+        for k, v in batch.items():
+            if isinstance(v, torch.Tensor):
+                cols[k] = v.to(self.device)
+            elif isinstance(v, np.ndarray) and v.dtype != object:
+                t = torch.from_numpy(v) if v.flags.writeable else torch.from_numpy(v.copy())
+                cols[k] = t.to(self.device)
+        seq_keys = getattr(batch, "seq_keys", frozenset())
+        out = SampleBatch(cols, seq_keys=[k for k in seq_keys if k in cols])
+        if getattr(batch, "_tracking", False):
+            out.enable_access_tracking()
+        return out
+
+    @staticmethod
+    def _merge_tracking(src: Any, dst: SampleBatch) -> None:
+        if getattr(src, "_tracking", False):
+            src.accessed_keys.update(dst.accessed_keys)
+
+    # -- Policy API --------------------------------------------------------------
+
+    def get_initial_state(self) -> list[np.ndarray]:
+        fn = getattr(self.model, "get_initial_state", None)
+        return [_to_numpy(s) for s in fn()] if fn is not None else []
+
+    def action_sampler(
+        self, input_dict: SampleBatch, explore: bool | None
+    ) -> tuple[torch.Tensor, list[torch.Tensor], dict[str, torch.Tensor]]:
+        raise NotImplementedError(f"{type(self).__name__} must implement action_sampler")
+
+    def compute_actions_from_input_dict(
+        self, input_dict: Mapping[str, Any], explore: bool | None = None, timestep: int | None = None, **kwargs: Any
+    ) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
+        tensors = self._to_torch(input_dict)
+        with torch.no_grad():
+            actions, state_outs, extra = self.action_sampler(tensors, explore)
+        self._merge_tracking(input_dict, tensors)
+        return _to_numpy(actions), [_to_numpy(s) for s in state_outs], {k: _to_numpy(v) for k, v in extra.items()}
+
+    def _run_loss_for_pruning(self, batch: SampleBatch) -> None:
+        tensors = self._to_torch(batch)
+        self.loss(tensors)
+        self._merge_tracking(batch, tensors)
+
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The optimizer ``learn_on_batch`` steps (Adam, ``config["lr"]``, default 5e-5)."""
+        return torch.optim.Adam(self.model.parameters(), lr=float(self.config.get("lr", 5e-5)))
+
+    def learn_on_batch(self, train_batch: SampleBatch) -> dict:
+        """One gradient step on ``loss(train_batch)``; returns ``{"loss": float}``."""
+        if self._optimizer is None:
+            self._optimizer = self.optimizer()
+        tensors = self._to_torch(train_batch)
+        loss = self.loss(tensors)
+        self._optimizer.zero_grad()
+        loss.backward()
+        max_norm = self.config.get("grad_clip")
+        if max_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(max_norm))
+        self._optimizer.step()
+        return {"loss": float(loss.detach())}
