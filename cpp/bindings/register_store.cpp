@@ -80,8 +80,9 @@ py::array wrap(const BatchColumn& col) {
 class PyStore {
  public:
   PyStore(std::int64_t num_slots, const py::list& columns, const py::list& views, std::int64_t chunk_rows,
-          std::int64_t eps_id_start, const std::vector<std::string>& inference_boundary)
-      : store_(num_slots, parse_columns(columns), parse_views(views), StoreOptions{chunk_rows, eps_id_start}) {
+          std::int64_t eps_id_start, const std::vector<std::string>& inference_boundary, bool emit_env_id)
+      : store_(num_slots, parse_columns(columns), parse_views(views),
+               StoreOptions{chunk_rows, eps_id_start, emit_env_id}) {
     for (const auto& b : inference_boundary) {
       if (b == "t") infer_t_ = true;
       else if (b == "eps_id") infer_eps_ = true;
@@ -429,9 +430,9 @@ void register_store(py::module_& m) {
 
   py::class_<PyStore>(m, "_Store", "The C++ trajectory store; use trajview.Collector.")
       .def(py::init<std::int64_t, const py::list&, const py::list&, std::int64_t, std::int64_t,
-                    const std::vector<std::string>&>(),
+                    const std::vector<std::string>&, bool>(),
            py::arg("num_slots"), py::arg("columns"), py::arg("views"), py::arg("chunk_rows"), py::arg("eps_id_start"),
-           py::arg("inference_boundary"))
+           py::arg("inference_boundary"), py::arg("emit_env_id"))
       .def("begin_episodes", &PyStore::begin_episodes, py::arg("env_ids"), py::arg("obs"))
       .def("add_step", &PyStore::add_step, py::arg("data"), py::arg("env_ids") = py::none())
       .def("input_dict", &PyStore::input_dict, py::arg("env_ids") = py::none())

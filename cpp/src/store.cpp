@@ -463,7 +463,9 @@ Batch TrajectoryStore::build_batch(bool complete_only) {
   }
 
   auto* eps = reinterpret_cast<std::int64_t*>(make("eps_id", DType::Int64, {batch.count}, false).buffer->data());
-  auto* env = reinterpret_cast<std::int64_t*>(make("env_id", DType::Int64, {batch.count}, false).buffer->data());
+  std::int64_t* env = nullptr;
+  if (options_.emit_env_id)
+    env = reinterpret_cast<std::int64_t*>(make("env_id", DType::Int64, {batch.count}, false).buffer->data());
   auto* ts = reinterpret_cast<std::int64_t*>(make("t", DType::Int64, {batch.count}, false).buffer->data());
   auto* init = reinterpret_cast<bool*>(make("is_init", DType::Bool, {batch.count}, false).buffer->data());
   std::int32_t* seq_lens = nullptr;
@@ -472,7 +474,7 @@ Batch TrajectoryStore::build_batch(bool complete_only) {
     for (std::int64_t i = 0; i < seg.length; ++i) {
       const auto r = static_cast<std::size_t>(seg.row_offset + i);
       eps[r] = seg.eps_id;
-      env[r] = seg.env_id;
+      if (env) env[r] = seg.env_id;
       ts[r] = seg.t_start + i;
       init[r] = seg.t_start + i == 0;
     }

@@ -85,6 +85,7 @@ class Collector:
 
         views: list[tuple] = []
         inference_boundary: list[str] = []
+        emit_env_id = True
         self.view_requirements: dict[str, ViewRequirement] = {}
         for name, vr in view_requirements.items():
             if not isinstance(vr, ViewRequirement):
@@ -99,6 +100,8 @@ class Collector:
                     )
                 if vr.used_for_compute_actions and col != "is_init":
                     inference_boundary.append(col)
+                if col == "env_id" and not vr.used_for_training:
+                    emit_env_id = False
                 continue
             if col not in specs and vr.space is not None:
                 specs[col] = column_spec_from_space(vr.space)
@@ -134,7 +137,7 @@ class Collector:
         self.columns: dict[str, tuple[np.dtype, tuple[int, ...]]] = specs
         self.obs_columns = obs_columns
         self._impl = _core._Store(
-            int(num_envs), col_list, views, int(chunk_rows), int(eps_id_start), inference_boundary
+            int(num_envs), col_list, views, int(chunk_rows), int(eps_id_start), inference_boundary, emit_env_id
         )
         # The per-step calls go straight to C++ (no Python frame on the hot path);
         # the methods below document them.

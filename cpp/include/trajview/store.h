@@ -94,6 +94,8 @@ struct StoreOptions {
   /// fragment length) and a fragment fits one block.
   std::int64_t chunk_rows = 256;
   std::int64_t eps_id_start = 0;
+  /// Whether batches carry env_id (eps_id, t and is_init they always carry).
+  bool emit_env_id = true;
 };
 
 /// Per env slot, the episode in progress, plus finished episodes not yet
