@@ -1,0 +1,92 @@
+"""Property tests over whole rollouts: every env step appears exactly once, with the right views."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import trajview as tv
+from rollout_helpers import UID_STRIDE, ObsActionPolicy, ScriptedEnv, expected_action
+
+VR = tv.ViewRequirement
+
+
+class LookbackPolicy(ObsActionPolicy):
+    def __init__(self, obs_space, act_space, config=None):
+        super().__init__(obs_space, act_space, config)
+        self.view_requirements["stack"] = VR("obs", shift="-2:0")
+        self.view_requirements["prev_actions"] = VR("actions", shift=-1)
+        self.view_requirements["next_actions"] = VR("actions", shift=1, used_for_compute_actions=False)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    num_envs=st.integers(1, 4),
+    lengths=st.lists(st.integers(1, 9), min_size=1, max_size=4),
+    truncate=st.booleans(),
+    fragment=st.integers(1, 12),
+    batch_mode=st.sampled_from(["truncate_episodes", "complete_episodes"]),
+    horizon=st.one_of(st.none(), st.integers(1, 8)),
+    vector=st.sampled_from([None, "NEXT_STEP", "SAME_STEP"]),
+    samples=st.integers(1, 5),
+)
+def test_every_env_step_appears_exactly_once(num_envs, lengths, truncate, fragment, batch_mode, horizon, vector, samples):
+    envs = [ScriptedEnv(lengths, i, truncate) for i in range(num_envs)]
+    if vector is None:
+        it = iter(envs)
+        creator = lambda cfg: next(it)  # noqa: E731
+    else:
+        mode = getattr(gym.vector.AutoresetMode, vector)
+        creator = lambda cfg: gym.vector.SyncVectorEnv([lambda e=e: e for e in envs], autoreset_mode=mode)  # noqa: E731
+    w = tv.RolloutWorker(
+        creator, LookbackPolicy, num_envs=1 if vector else num_envs, batch_mode=batch_mode,
+        rollout_fragment_length=fragment, horizon=horizon,
+    )
+    seen: dict[tuple[int, int], int] = {}
+    for _ in range(samples):
+        b = w.sample()
+        target = fragment * num_envs
+        if batch_mode == "truncate_episodes":
+            assert len(b) == target
+        else:
+            assert len(b) >= target
+        uid = b["obs"][:, 0].astype(int)
+        env_t = b["obs"][:, 1].astype(int)
+        for r in range(len(b)):
+            key = (uid[r], env_t[r])
+            assert key not in seen, f"env step {key} emitted twice"
+            seen[key] = int(b["eps_id"][r])
+        for ep in b.split_by_episode():
+            u = ep["obs"][:, 0].astype(int)
+            et = ep["obs"][:, 1].astype(int)
+            t = ep["t"]
+            assert len(set(u)) == 1  # one env episode (the horizon may split it into several)
+            assert (np.diff(t) == 1).all() and (np.diff(et) == 1).all()
+            if batch_mode == "complete_episodes":
+                assert t[0] == 0
+            length = lengths[(u[0] % UID_STRIDE) % len(lengths)]
+            # Views read only this episode: the frame stack and previous/next actions.
+            for r in range(len(ep)):
+                for j, s in enumerate(range(-2, 1)):
+                    want = [u[r], et[r] + s] if t[r] + s >= 0 else [0, 0]
+                    assert ep["stack"][r, j].tolist() == want
+                assert ep["prev_actions"][r] == (expected_action(u[r], et[r] - 1) if t[r] >= 1 else 0)
+                if r + 1 < len(ep):
+                    assert ep["next_actions"][r] == expected_action(u[r], et[r] + 1)
+            np.testing.assert_array_equal(ep["new_obs"][:, 1], et + 1)
+            np.testing.assert_array_equal(ep["actions"], (u + et) % 5)
+            ended_env = et[-1] + 1 == length
+            flag = ep["truncateds"][-1] if truncate else ep["terminateds"][-1]
+            if ended_env:
+                assert flag
+            if horizon is not None and not ended_env and t[-1] + 1 == horizon:
+                assert ep["truncateds"][-1]
+    # Every step the envs took before the last sample's end, per episode, forms a prefix with no gaps.
+    by_uid: dict[int, list[int]] = {}
+    for u, et in seen:
+        by_uid.setdefault(u, []).append(et)
+    for u, ts in by_uid.items():
+        if batch_mode == "truncate_episodes":
+            assert sorted(ts) == list(range(len(ts))), f"episode {u} has gaps"
