@@ -1,0 +1,79 @@
+"""TorchPolicy: the model's view requirements, recurrent state through the collector, learning."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import trajview as tv  # noqa: E402
+from rollout_helpers import ScriptedEnv, creator_from  # noqa: E402
+
+VR = tv.ViewRequirement
+
+
+class CountingRNN(torch.nn.Module):
+    """state_out = state_in + 1 (starting from 7), logits from obs: a recurrence the test can follow."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 5)
+        self.view_requirements = {
+            "state_in_0": VR("state_out_0", shift=-1),
+            "prev_n_obs": VR("obs", shift="-1:0"),
+        }
+
+    def get_initial_state(self):
+        return [torch.full((3,), 7.0)]
+
+    def forward(self, obs, state):
+        return self.lin(obs), state + 1
+
+
+class RNNPolicy(tv.TorchPolicy):
+    def __init__(self, obs_space, act_space, config=None):
+        super().__init__(obs_space, act_space, config, model=CountingRNN())
+
+    def action_sampler(self, input_dict, explore):
+        logits, state = self.model(input_dict["obs"], input_dict["state_in_0"])
+        _ = input_dict["prev_n_obs"]
+        actions = torch.argmax(logits, dim=-1)
+        logp = torch.log_softmax(logits, -1).gather(1, actions[:, None])[:, 0]
+        return actions, [state], {"action_logp": logp}
+
+    def loss(self, train_batch):
+        logits, _ = self.model(train_batch["obs"], train_batch["state_in_0"])
+        logp = torch.log_softmax(logits, -1).gather(1, train_batch["actions"][:, None])[:, 0]
+        return -(logp * train_batch["rewards"].float()).mean() + 0 * train_batch["action_logp"].sum()
+
+
+def test_model_views_merge_and_recurrent_state_flows_through_the_store():
+    w = tv.RolloutWorker(creator_from([ScriptedEnv((4,), 0)]), RNNPolicy, rollout_fragment_length=6)
+    b = w.sample()
+    vrs = w.policy.view_requirements
+    assert "prev_n_obs" in vrs and vrs["state_in_0"].used_for_compute_actions
+    assert w.policy.state_columns == {"state_out_0": (np.dtype(np.float32), (3,))}
+    assert w.policy.extra_fetch_columns["action_logp"] == (np.dtype(np.float32), ())
+    t = b["t"]
+    # state_in at t is state_out at t-1; at t=0 it is the initial state (7).
+    np.testing.assert_array_equal(b["state_in_0"][:, 0], 7 + t)
+    np.testing.assert_array_equal(b["state_out_0"][:, 0], 8 + t)
+    assert b["action_logp"].dtype == np.float32 and (b["action_logp"] <= 0).all()
+    # Continues across the fragment cut.
+    b2 = w.sample()
+    np.testing.assert_array_equal(b2["state_in_0"][:, 0], 7 + b2["t"])
+
+
+def test_learn_on_batch_steps_the_optimizer():
+    w = tv.RolloutWorker(creator_from([ScriptedEnv((4,), 0)]), RNNPolicy, rollout_fragment_length=8)
+    b = w.sample()
+    before = [p.detach().clone() for p in w.policy.model.parameters()]
+    stats = w.policy.learn_on_batch(b)
+    assert np.isfinite(stats["loss"])
+    assert any(not torch.equal(p0, p) for p0, p in zip(before, w.policy.model.parameters()))
+
+
+def test_model_must_be_a_module():
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got int"):
+        tv.TorchPolicy(ScriptedEnv.observation_space, ScriptedEnv.action_space, model=3)
