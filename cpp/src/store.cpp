@@ -496,20 +496,48 @@ Batch TrajectoryStore::build_batch(bool complete_only) {
   return batch;
 }
 
+std::int64_t TrajectoryStore::first_needed(const Episode& e, std::size_t c) const noexcept {
+  // Rows [r_min, ...) can still be read: the unemitted steps and what their
+  // views look back at.
+  const std::int64_t r_min = std::max<std::int64_t>(0, e.emitted - lookback_[c]);
+  return e.g0 + (obs_index_[c] >= 0 ? std::max<std::int64_t>(r_min - 1, 0) : r_min);
+}
+
+void TrajectoryStore::realign_slots() {
+  const std::int64_t top = *std::max_element(pos_.begin(), pos_.end());
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    if (pos_[s] == top) continue;
+    Episode* e = slots_[s].get();
+    if (e && steps_[s] > 0) {
+      // Move the rows this slot still needs forward in its own lane (its
+      // positions from pos_[s] on are unwritten), last row first.
+      const std::int64_t d = top - pos_[s];
+      for (std::size_t c = 0; c < columns_.size(); ++c) {
+        BlockStream& stream = streams_[c];
+        const std::size_t rb = stream.row_bytes();
+        if (rb == 0) continue;
+        const std::int64_t from = std::max(first_needed(*e, c), stream.base());
+        for (std::int64_t p = pos_[s] - 1; p >= from; --p)
+          std::memcpy(stream.position_for_write(p + d) + s * rb, stream.at(p, static_cast<std::int64_t>(s)), rb);
+      }
+      e->g0 += d;
+    } else if (e) {
+      e->g0 = top;
+    }
+    pos_[s] = top;
+  }
+  aligned_pos_ = top;
+}
+
 void TrajectoryStore::release_storage(bool compact) {
-  const std::int64_t end = *std::max_element(pos_.begin(), pos_.end());
+  // A slot that fell behind (it stopped stepping while others went on) would
+  // pin every later position of every slot: bring it level first.
+  realign_slots();
+  const std::int64_t end = aligned_pos_;
   for (std::size_t c = 0; c < columns_.size(); ++c) {
     std::int64_t need = end;
-    for (std::size_t s = 0; s < slots_.size(); ++s) {
-      const Episode* e = slots_[s].get();
-      if (!e) {
-        need = std::min(need, pos_[s]);
-        continue;
-      }
-      // Rows [r_min, ...) can still be read: the unemitted steps and what
-      // their views look back at.
-      const std::int64_t r_min = std::max<std::int64_t>(0, e->emitted - lookback_[c]);
-      need = std::min(need, e->g0 + (obs_index_[c] >= 0 ? std::max<std::int64_t>(r_min - 1, 0) : r_min));
+    for (const auto& e : slots_) {
+      if (e) need = std::min(need, first_needed(*e, c));
     }
     for (const auto& e : finished_) need = std::min(need, e->g0);
     if (compact) streams_[c].compact(need, end);

@@ -106,6 +106,21 @@ template <class F>
   return ::testing::AssertionFailure() << "did not throw";
 }
 
+/// Succeeds when two byte strings are equal; otherwise names the first
+/// differing byte and its row (rows of `row_bytes`).
+inline ::testing::AssertionResult same_bytes(const std::vector<std::byte>& got, const std::vector<std::byte>& want,
+                                             std::size_t row_bytes) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "got " << got.size() << " bytes, want " << want.size();
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i])
+      return ::testing::AssertionFailure() << "first difference at byte " << i << " (row "
+                                           << (row_bytes ? i / row_bytes : 0) << "): got "
+                                           << static_cast<int>(got[i]) << ", want " << static_cast<int>(want[i]);
+  }
+  return ::testing::AssertionSuccess();
+}
+
 /// The batch column called `name`, or nullptr.
 inline const BatchColumn* find_column(const Batch& b, std::string_view name) {
   for (const auto& c : b.columns) {

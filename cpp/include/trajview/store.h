@@ -180,6 +180,11 @@ class TrajectoryStore {
                  std::byte* dst) const;
   void gather_view(const Episode& e, std::size_t view, std::int64_t t, std::byte* dst) const;
   void release_storage(bool compact);
+  /// First stream position of column c that episode e can still read.
+  std::int64_t first_needed(const Episode& e, std::size_t c) const noexcept;
+  /// Moves every slot up to the newest position (copying the rows a lagging
+  /// episode still needs), so that no slot pins old blocks.
+  void realign_slots();
 
   std::int64_t num_slots_;
   std::vector<ColumnSpec> columns_;
