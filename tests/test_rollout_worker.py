@@ -335,3 +335,20 @@ def test_view_of_a_column_no_one_produces_is_a_clear_error():
     w, _ = worker(1, policy=Bad)
     with pytest.raises(ValueError, match="'nope'.*no one produces"):
         w.sample()
+
+
+class SignPolicy(tv.Policy):
+    def compute_actions_from_input_dict(self, input_dict, explore=None, timestep=None, **kwargs):
+        return (np.asarray(input_dict["obs"])[:, 2] > 0).astype(np.int64), [], {}
+
+
+def test_seed_makes_sampling_reproducible():
+    def run(seed):
+        w = tv.RolloutWorker(lambda cfg: gym.make("CartPole-v1"), SignPolicy, num_envs=3, seed=seed,
+                             rollout_fragment_length=30)
+        return w.sample()
+
+    a, b, c = run(1), run(1), run(2)
+    np.testing.assert_array_equal(a["obs"], b["obs"])
+    np.testing.assert_array_equal(a["actions"], b["actions"])
+    assert not np.array_equal(a["obs"], c["obs"])
