@@ -130,8 +130,16 @@ class RolloutWorker:
         self._obs_dtype = np.dtype(obs_space.dtype)
         self._obs_shape = tuple(obs_space.shape)
         self._false = np.zeros(self.num_envs, dtype=bool)
+        self._bufs = (
+            np.empty((self.num_envs,) + self._obs_shape, dtype=self._obs_dtype),
+            np.empty(self.num_envs, dtype=np.float64),
+            np.empty(self.num_envs, dtype=bool),
+            np.empty(self.num_envs, dtype=bool),
+        )
         overridden = {h for h in _HOOKS if getattr(type(self.callbacks), h) is not getattr(Callbacks, h)}
         self._hooks = overridden
+        # Per-slot episode lengths in Python only when the horizon or callbacks need them each step.
+        self._track_len = horizon is not None or bool(overridden & {"on_episode_step", "on_episode_end"})
 
         self.collector: Collector | None = None
         self._snapshot: dict | None = None
@@ -268,10 +276,9 @@ class RolloutWorker:
             infos = [self._vector_info(info, i) for i in range(n)] if self._need_infos else None
             return new_obs, np.asarray(rew), term, trunc, infos, reset_obs, bool(term.any() or trunc.any())
         obs_dtype, obs_shape = self._obs_dtype, self._obs_shape
-        new_obs = np.empty((n,) + obs_shape, dtype=obs_dtype)
-        rew = np.empty(n, dtype=np.float64)
-        term = np.empty(n, dtype=bool)
-        trunc = np.empty(n, dtype=bool)
+        # Reused every step: the collector copies them in add_step, and nothing
+        # else keeps them past the step (callbacks get copies).
+        new_obs, rew, term, trunc = self._bufs
         infos = [] if self._need_infos else None
         acts = actions.tolist() if self._discrete else actions
         any_done = False
@@ -307,7 +314,8 @@ class RolloutWorker:
             )
         new_obs, rew, term, trunc, infos, reset_obs, any_done = self._step_envs(actions)
         self._timestep += n
-        self._ep_len += 1
+        if self._track_len:
+            self._ep_len += 1
         self._ep_ret += rew
         cut = (term | trunc) if any_done else None
         soft = None
@@ -348,9 +356,9 @@ class RolloutWorker:
                 ep = self._episodes[i]
                 ep.length = int(self._ep_len[i])
                 ep.total_reward = float(self._ep_ret[i])
-                ep._last_action = actions[i]
+                ep._last_action = actions[i].copy()
                 ep._last_reward = float(rew[i])
-                ep._last_obs = new_obs[i]
+                ep._last_obs = new_obs[i].copy()
                 if infos is not None:
                     ep._last_info = infos[i]
                 if "on_episode_step" in hooks:
@@ -385,6 +393,8 @@ class RolloutWorker:
     def _end_and_restart(self, cut: np.ndarray, soft: np.ndarray | None, new_obs: np.ndarray, reset_obs: Any) -> None:
         """Ends the episodes in `cut` (env reset) and `soft` (soft horizon: no reset), and begins new ones."""
         ends = np.flatnonzero(cut | soft) if soft is not None else np.flatnonzero(cut)
+        if not self._track_len:
+            self._ep_len[ends] = self.collector.episode_lengths()[ends]
         self.collector.end_episodes(ends)
         for i in ends:
             ep = self._episodes[i]

@@ -16,8 +16,9 @@ of SPEC section 3:
 * an index past the last stored row reads zeros.
 
 The boundary columns ``eps_id``, ``env_id``, ``t``, ``is_init`` are in every
-batch; ``t``, ``eps_id``, ``env_id`` are in the input dict only when a view
-of that name asks for them.
+batch (``env_id`` unless its view has ``used_for_training=False``); ``t``,
+``eps_id``, ``env_id`` are in the input dict only when a view of that name
+asks for them.
 
 Observation columns hold ``T + 1`` rows per episode of ``T`` steps, step
 columns ``T``. Nothing of an ongoing episode is ever freed.
@@ -88,6 +89,7 @@ class ReferenceCollector:
         # Views of stored columns, and the boundary columns that input_dict holds.
         self.view_requirements: dict[str, ViewRequirement] = {}
         self.inference_boundary: list[str] = []
+        self.emit_env_id = True
         for key, vr in view_requirements.items():
             col = vr.column(key)
             if col in BOUNDARY_COLUMNS:
@@ -95,6 +97,8 @@ class ReferenceCollector:
                     raise ValueError(f"view {key!r} reads boundary column {col!r}: only under its own name, at shift 0")
                 if vr.used_for_compute_actions and col != "is_init":
                     self.inference_boundary.append(col)
+                if col == "env_id" and not vr.used_for_training:
+                    self.emit_env_id = False  # the only boundary column that can be pruned
                 continue
             if col not in self.dtypes and vr.space is not None:
                 self._add_column(col, (vr.space.dtype, vr.space.shape))
@@ -287,7 +291,8 @@ class ReferenceCollector:
             else:
                 cols[key] = self._view(key, vr, [(ep, t) for t in ts])
         cols["eps_id"] = np.full(len(ts), ep.eps_id, dtype=np.int64)
-        cols["env_id"] = np.full(len(ts), ep.env_id, dtype=np.int64)
+        if self.emit_env_id:
+            cols["env_id"] = np.full(len(ts), ep.env_id, dtype=np.int64)
         cols["t"] = np.array(ts, dtype=np.int64)
         cols["is_init"] = cols["t"] == 0
         if seq_keys:

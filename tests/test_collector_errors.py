@@ -1,0 +1,332 @@
+"""Bad input to `tv.Collector` (SPEC section 7, docs/collector.md).
+
+Each bad call must raise at once, naming the column or setting (and for a
+dtype, the expected and the given dtype), and write nothing: afterwards the
+collector goes on and its batches equal those of `ReferenceCollector` that
+never saw the bad call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import trajview as tv
+from trajview.testing import ReferenceCollector
+
+VR = tv.ViewRequirement
+
+COLUMNS = {
+    "obs": (np.float32, (2,)),
+    "img": (np.uint8, (3, 3)),
+    "actions": (np.int64, ()),
+    "rewards": (np.float32, ()),
+    "terminateds": (np.bool_, ()),
+    "truncateds": (np.bool_, ()),
+}
+VIEWS = {
+    "obs": VR(),
+    "stack": VR("obs", shift="-2:0"),
+    "new_obs": VR("obs", shift=1),
+    "img": VR(),
+    "actions": VR(),
+    "prev_actions": VR("actions", shift=-1),
+    "next_actions": VR("actions", shift=1),
+    "rewards": VR(),
+    "terminateds": VR(),
+    "t": VR(),
+    "eps_id": VR(),
+}
+NUM_ENVS = 3
+
+
+def obs_rows(n, t=0):
+    return {"obs": np.full((n, 2), t, dtype=np.float32)}
+
+
+def step_rows(n, t):
+    return {
+        "obs": np.full((n, 2), t + 1, dtype=np.float32),
+        "img": np.full((n, 3, 3), t, dtype=np.uint8),
+        "actions": np.arange(n, dtype=np.int64) + 10 * t,
+        "rewards": np.full(n, 0.5 * t, dtype=np.float32),
+        "terminateds": np.zeros(n, dtype=bool),
+        "truncateds": np.zeros(n, dtype=bool),
+    }
+
+
+class Pair:
+    """`tv.Collector` and the reference, both with episodes running in slots 0 and 1 (slot 2 idle)."""
+
+    def __init__(self):
+        self.cpp = tv.Collector(NUM_ENVS, COLUMNS, VIEWS, chunk_rows=2)
+        self.ref = ReferenceCollector(NUM_ENVS, COLUMNS, VIEWS, chunk_rows=2)
+        self.t = 0
+        self.both("begin_episodes", np.array([0, 1]), obs_rows(2))
+        self.step()
+
+    def both(self, method, *args):
+        got = getattr(self.cpp, method)(*args)
+        want = getattr(self.ref, method)(*args)
+        return got, want
+
+    def step(self, env_ids=(0, 1)):
+        self.both("add_step", step_rows(len(env_ids), self.t), np.array(env_ids))
+        self.t += 1
+
+    def check(self):
+        """Same state, same input dicts, and after a few more steps the same batches."""
+        assert self.cpp.num_steps() == self.ref.num_steps()
+        assert self.cpp.num_complete_steps() == self.ref.num_complete_steps()
+        np.testing.assert_array_equal(self.cpp.eps_ids(), self.ref.eps_ids())
+        np.testing.assert_array_equal(self.cpp.episode_lengths(), self.ref.episode_lengths())
+        running = np.flatnonzero(self.ref.eps_ids() >= 0)
+        assert_same(*self.both("input_dict", running))
+        for _ in range(3):
+            self.step(tuple(running))
+        assert_same(*self.both("input_dict", running))
+        self.both("end_episodes", running[:1])
+        got, want = self.both("build_batch")
+        assert len(got) == len(want) > 0
+        for g, w in zip(got, want):
+            assert_same(g, w)
+
+
+def assert_same(got, want):
+    assert sorted(got) == sorted(want)
+    for key in want:
+        assert got[key].dtype == want[key].dtype, key
+        assert got[key].shape == want[key].shape, key
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+
+
+def with_change(column, value):
+    def bad(n, t):
+        rows = step_rows(n, t)
+        rows[column] = value(rows[column])
+        return rows
+
+    return bad
+
+
+LOSSY_DTYPES = [
+    ("obs", np.float64, "float32"),
+    ("obs", np.int64, "float32"),
+    ("img", np.int16, "uint8"),
+    ("img", np.float32, "uint8"),
+    ("actions", np.float32, "int64"),
+    ("actions", np.uint64, "int64"),
+    ("rewards", np.float64, "float32"),
+    ("rewards", np.int32, "float32"),
+    ("terminateds", np.int8, "bool"),
+]
+
+
+@pytest.mark.parametrize("column, dtype, expected", LOSSY_DTYPES)
+def test_lossy_dtype_raises_naming_column_and_dtypes(column, dtype, expected):
+    pair = Pair()
+    data = step_rows(2, pair.t)
+    data[column] = data[column].astype(dtype)
+    with pytest.raises(ValueError, match=column) as info:
+        pair.cpp.add_step(data, np.array([0, 1]))
+    message = str(info.value)
+    assert expected in message and np.dtype(dtype).name in message, message
+    with pytest.raises(ValueError, match=column):
+        pair.ref.add_step(data, np.array([0, 1]))
+    pair.check()
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_lossy_obs_dtype_in_step_writes_nothing(fused):
+    pair = Pair()
+    data = step_rows(2, pair.t)
+    data["obs"] = data["obs"].astype(np.float64)
+    with pytest.raises(ValueError, match="obs"):
+        (pair.cpp.step if fused else pair.cpp.add_step)(data, np.array([0, 1]))
+    pair.check()
+
+
+BAD_SHAPES = [
+    ("obs", lambda a: np.zeros((2, 3), dtype=np.float32)),
+    ("obs", lambda a: a[:, :1]),
+    ("obs", lambda a: a[0]),
+    ("img", lambda a: a.reshape(2, 9)),
+    ("img", lambda a: a[:1]),
+    ("actions", lambda a: a[:, None]),
+    ("actions", lambda a: np.concatenate([a, a])),
+    ("rewards", lambda a: a[:1]),
+    ("rewards", lambda a: np.float32(1.0)),
+    ("truncateds", lambda a: a[None]),
+]
+
+
+@pytest.mark.parametrize("column, change", BAD_SHAPES)
+def test_wrong_shape_raises_naming_column(column, change):
+    pair = Pair()
+    data = with_change(column, change)(2, pair.t)
+    for coll in (pair.cpp, pair.ref):
+        with pytest.raises(ValueError, match=column):
+            coll.add_step(data, np.array([0, 1]))
+    pair.check()
+
+
+def test_missing_column():
+    pair = Pair()
+    data = step_rows(2, pair.t)
+    del data["rewards"]
+    for coll in (pair.cpp, pair.ref):
+        with pytest.raises(ValueError, match="rewards"):
+            coll.add_step(data, np.array([0, 1]))
+    pair.check()
+
+
+def test_unknown_column():
+    pair = Pair()
+    data = step_rows(2, pair.t)
+    data["bogus"] = data["rewards"]
+    for coll in (pair.cpp, pair.ref):
+        with pytest.raises(ValueError, match="bogus"):
+            coll.add_step(data, np.array([0, 1]))
+    pair.check()
+
+
+def test_new_obs_is_not_a_column():
+    pair = Pair()
+    data = step_rows(2, pair.t)
+    data["new_obs"] = data["obs"]
+    for coll in (pair.cpp, pair.ref):
+        with pytest.raises(ValueError, match="new_obs"):
+            coll.add_step(data, np.array([0, 1]))
+    pair.check()
+
+
+@pytest.mark.parametrize("env_ids", [[0, 2], [2], None])
+def test_add_step_on_a_slot_without_episode(env_ids):
+    pair = Pair()
+    n = NUM_ENVS if env_ids is None else len(env_ids)
+    ids = None if env_ids is None else np.array(env_ids)
+    for coll in (pair.cpp, pair.ref):
+        with pytest.raises(ValueError, match=r"\b2\b"):
+            coll.add_step(step_rows(n, pair.t), ids)
+        with pytest.raises(ValueError, match=r"\b2\b"):
+            coll.step(step_rows(n, pair.t), ids)
+        with pytest.raises(ValueError, match=r"\b2\b"):
+            coll.input_dict(ids)
+    pair.check()
+
+
+def test_end_episodes_on_a_slot_without_episode():
+    pair = Pair()
+    for coll in (pair.cpp, pair.ref):
+        with pytest.raises(ValueError, match=r"\b2\b"):
+            coll.end_episodes(np.array([0, 2]))
+    pair.check()
+
+
+def test_begin_episodes_on_a_slot_with_an_episode_in_progress():
+    pair = Pair()
+    for coll in (pair.cpp, pair.ref):
+        with pytest.raises(ValueError, match=r"\b1\b"):
+            coll.begin_episodes(np.array([2, 1]), obs_rows(2))
+    np.testing.assert_array_equal(pair.cpp.eps_ids(), [0, 1, -1])
+    # The next episode still gets the next id: the failed call took none.
+    got, want = pair.both("begin_episodes", np.array([2]), obs_rows(1, 5))
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, [2])
+    pair.check()
+
+
+@pytest.mark.parametrize(
+    "obs, match",
+    [
+        ({"obs": np.zeros((1, 2), dtype=np.float64)}, "obs"),
+        ({"obs": np.zeros((1, 3), dtype=np.float32)}, "obs"),
+        ({"obs": np.zeros((2, 2), dtype=np.float32)}, "obs"),
+        ({}, "obs"),
+        ({"obs": np.zeros((1, 2), dtype=np.float32), "actions": np.zeros(1, dtype=np.int64)}, "actions"),
+    ],
+)
+def test_bad_first_observation(obs, match):
+    pair = Pair()
+    for coll in (pair.cpp, pair.ref):
+        with pytest.raises(ValueError, match=match):
+            coll.begin_episodes(np.array([2]), obs)
+    np.testing.assert_array_equal(pair.cpp.eps_ids(), [0, 1, -1])
+    pair.check()
+
+
+BAD_ENV_IDS = [
+    np.array([0, 3]),  # out of range
+    np.array([-1, 0]),  # negative
+    np.array([0, 0]),  # repeated
+    np.array([[0, 1]]),  # 2-D
+    np.array([0.0, 1.0]),  # not ints
+]
+
+
+@pytest.mark.parametrize("env_ids", BAD_ENV_IDS, ids=["out_of_range", "negative", "repeated", "2d", "float"])
+@pytest.mark.parametrize("method", ["add_step", "step", "input_dict", "end_episodes"])
+def test_bad_env_ids(method, env_ids):
+    pair = Pair()
+    args = {"add_step": (step_rows(2, pair.t), env_ids), "step": (step_rows(2, pair.t), env_ids)}.get(method, (env_ids,))
+    for coll in (pair.cpp, pair.ref):
+        with pytest.raises((ValueError, TypeError), match="env_ids"):
+            getattr(coll, method)(*args)
+    pair.check()
+
+
+@pytest.mark.parametrize("env_ids", BAD_ENV_IDS[:3], ids=["out_of_range", "negative", "repeated"])
+def test_bad_env_ids_in_begin_episodes(env_ids):
+    pair = Pair()
+    pair.both("end_episodes", np.array([0, 1]))
+    for coll in (pair.cpp, pair.ref):
+        with pytest.raises((ValueError, TypeError), match="env_ids"):
+            coll.begin_episodes(env_ids, obs_rows(2))
+    np.testing.assert_array_equal(pair.cpp.eps_ids(), [-1, -1, -1])
+    pair.both("begin_episodes", np.array([0, 2]), obs_rows(2, 3))
+    pair.check()
+
+
+def test_rows_must_match_env_ids():
+    pair = Pair()
+    for coll in (pair.cpp, pair.ref):
+        with pytest.raises(ValueError, match="obs|img|actions|rewards|terminateds|truncateds"):
+            coll.add_step(step_rows(2, pair.t), np.array([0]))
+    pair.check()
+
+
+def test_caller_arrays_are_copied():
+    """Changing an array after add_step changes nothing stored."""
+    pair = Pair()
+    data = step_rows(2, pair.t)
+    pair.both("add_step", data, np.array([0, 1]))
+    pair.t += 1
+    for value in data.values():
+        value[...] = 1
+    pair.check()
+
+
+# -- bad configuration ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "views, kwargs, match",
+    [
+        ({"x": VR("nope")}, {}, "nope"),
+        ({"a": VR("obs", batch_repeat_value=2), "b": VR("obs", batch_repeat_value=3)}, {}, "batch_repeat_value"),
+        ({"prev_actions": VR("actions", shift=-1, padding="reset")}, {}, "prev_actions"),
+        ({"time": VR("t")}, {}, "time"),
+        ({"t": VR(shift=-1)}, {}, "boundary"),
+        ({"obs": VR()}, {"obs_columns": ("obs", "pixels")}, "pixels"),
+        ({"obs": VR()}, {"initial_rows": {"obs": np.zeros(3, dtype=np.float32)}}, "obs"),
+        ({"obs": VR()}, {"initial_rows": {"nope": np.zeros(2, dtype=np.float32)}}, "nope"),
+        ({"obs": VR()}, {"num_envs": 0}, "num_envs"),
+        ({"obs": VR()}, {"chunk_rows": 0}, "chunk_rows"),
+    ],
+)
+def test_bad_configuration(views, kwargs, match):
+    kwargs = {"num_envs": 2, **kwargs}
+    num_envs = kwargs.pop("num_envs")
+    for cls in (tv.Collector, ReferenceCollector):
+        with pytest.raises(ValueError, match=match):
+            cls(num_envs, COLUMNS, views, **kwargs)
