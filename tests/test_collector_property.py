@@ -157,13 +157,18 @@ class Twin:
     def input_dict(self, env_ids, where):
         assert_dicts_equal(self.cpp.input_dict(env_ids), self.ref.input_dict(env_ids), f"{where} input_dict")
 
+    def emitted(self):
+        """Per slot, steps of its ongoing episode already emitted (from the reference)."""
+        return [0 if ep is None else ep.emitted for ep in self.ref.ongoing]
+
     def end(self, env_ids):
         self.cpp.end_episodes(env_ids)
         self.ref.end_episodes(env_ids)
 
-    def build(self, complete_only, where):
-        got, want = self.cpp.build_batch(complete_only=complete_only), self.ref.build_batch(complete_only=complete_only)
-        assert_batches_equal(got, want, f"{where} build_batch(complete_only={complete_only})")
+    def build(self, complete_only, where, hold=None):
+        got = self.cpp.build_batch(complete_only=complete_only, hold=hold)
+        want = self.ref.build_batch(complete_only=complete_only, hold=hold)
+        assert_batches_equal(got, want, f"{where} build_batch(complete_only={complete_only}, hold={hold})")
         return got
 
 
@@ -234,7 +239,11 @@ def play(data, twin, kwargs, fill_eps_id=False, on_dict=None, on_batches=None, o
             slots = data.draw(st.lists(st.sampled_from(running), unique=True), label="end slots")
             twin.end(np.array(slots, dtype=np.int64))
         else:
-            batches = twin.build(data.draw(st.booleans(), label="complete_only"), where)
+            hold = None
+            if data.draw(st.booleans(), label="hold some steps back"):
+                unemitted = [0 if n < 0 else n - e for n, e in zip(lengths, twin.emitted())]
+                hold = [data.draw(st.integers(0, u), label=f"hold[{i}]") for i, u in enumerate(unemitted)]
+            batches = twin.build(data.draw(st.booleans(), label="complete_only"), where, hold)
             if on_batches is not None:
                 on_batches(batches)
         twin.check_counters(where)

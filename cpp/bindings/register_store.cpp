@@ -162,12 +162,14 @@ class PyStore {
     store_.end_episodes(slots.ids);
   }
 
-  py::tuple build_batch(bool complete_only) {
+  py::tuple build_batch(bool complete_only, const py::object& hold) {
+    std::vector<std::int64_t> held;
+    if (!hold.is_none()) held = parse_slots(hold, "build_batch hold", false).ids;
     Batch batch;
     {
       py::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(mu_);
-      batch = store_.build_batch(complete_only);
+      batch = store_.build_batch(complete_only, held);
     }
     py::dict cols;
     py::list seq_keys;
@@ -438,7 +440,7 @@ void register_store(py::module_& m) {
       .def("input_dict", &PyStore::input_dict, py::arg("env_ids") = py::none())
       .def("step", &PyStore::step, py::arg("data"), py::arg("env_ids") = py::none())
       .def("end_episodes", &PyStore::end_episodes, py::arg("env_ids"))
-      .def("build_batch", &PyStore::build_batch, py::arg("complete_only"))
+      .def("build_batch", &PyStore::build_batch, py::arg("complete_only"), py::arg("hold") = py::none())
       .def("num_steps", &PyStore::num_steps)
       .def("num_complete_steps", &PyStore::num_complete_steps)
       .def("nbytes", &PyStore::nbytes)

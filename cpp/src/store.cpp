@@ -402,12 +402,27 @@ void TrajectoryStore::gather_inference(std::span<const std::int64_t> slots, std:
   }
 }
 
-Batch TrajectoryStore::build_batch(bool complete_only) {
+Batch TrajectoryStore::build_batch(bool complete_only, std::span<const std::int64_t> hold) {
+  if (!hold.empty() && hold.size() != static_cast<std::size_t>(num_slots_))
+    throw std::invalid_argument("build_batch: hold must have one count per env slot (" + std::to_string(num_slots_) +
+                                "), got " + std::to_string(hold.size()));
+  // Per slot: the step up to which its ongoing episode is emitted.
+  std::vector<std::int64_t> upto(static_cast<std::size_t>(num_slots_), 0);
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    const Episode* e = slots_[s].get();
+    if (!e) continue;
+    const std::int64_t h = hold.empty() ? 0 : hold[s];
+    if (h < 0 || h > steps(*e) - e->emitted)
+      throw std::invalid_argument("build_batch: hold[" + std::to_string(s) + "] must be in [0, " +
+                                  std::to_string(steps(*e) - e->emitted) + "] (its unemitted steps), got " +
+                                  std::to_string(h));
+    upto[s] = steps(*e) - h;
+  }
   std::vector<Episode*> order;
   for (auto& e : finished_) order.push_back(e.get());
   if (!complete_only) {
     for (auto& e : slots_) {
-      if (e && steps(*e) > e->emitted) order.push_back(e.get());
+      if (e && upto[static_cast<std::size_t>(e->slot)] > e->emitted) order.push_back(e.get());
     }
   }
   Batch batch;
@@ -417,7 +432,7 @@ Batch TrajectoryStore::build_batch(bool complete_only) {
     seg.eps_id = e->eps_id;
     seg.env_id = e->slot;
     seg.t_start = e->emitted;
-    seg.length = steps(*e) - e->emitted;
+    seg.length = (e->finished ? e->steps : upto[static_cast<std::size_t>(e->slot)]) - e->emitted;
     seg.row_offset = batch.count;
     seg.seq_offset = batch.num_seqs;
     seg.num_seqs = k > 1 ? (seg.length + k - 1) / k : 0;
@@ -489,7 +504,7 @@ Batch TrajectoryStore::build_batch(bool complete_only) {
   finished_.clear();
   if (!complete_only) {
     for (auto& e : slots_) {
-      if (e) e->emitted = steps(*e);
+      if (e) e->emitted = upto[static_cast<std::size_t>(e->slot)];
     }
   }
   release_storage(!complete_only);

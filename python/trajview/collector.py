@@ -173,13 +173,15 @@ class Collector:
 
     # -- batches ----------------------------------------------------------------
 
-    def build_batch(self, complete_only: bool = False) -> list[SampleBatch]:
+    def build_batch(self, complete_only: bool = False, hold: Any = None) -> list[SampleBatch]:
         """Every step not emitted before, one ``SampleBatch`` per episode segment.
 
         Segments are zero-copy slices of one C++-owned flat buffer per column;
         ``tv.concat_samples`` of untouched consecutive segments is a view too.
+        ``hold`` (one int per slot) keeps that many of each slot's newest steps
+        of its ongoing episode back for the next batch.
         """
-        cols, segs, seq_keys, _count, num_seqs = self._impl.build_batch(bool(complete_only))
+        cols, segs, seq_keys, _count, num_seqs = self._impl.build_batch(bool(complete_only), hold)
         keys = frozenset(seq_keys)
         out = []
         for s in segs:

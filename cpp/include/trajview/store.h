@@ -157,7 +157,9 @@ class TrajectoryStore {
   /// Emits every step not emitted before: finished episodes (in the order
   /// they finished), then, unless complete_only, each ongoing episode's steps
   /// since its last emission. See the class invariants for what is freed.
-  Batch build_batch(bool complete_only);
+  /// `hold` (empty, or one count per slot) keeps that slot's newest steps of
+  /// its ongoing episode back for the next batch.
+  Batch build_batch(bool complete_only, std::span<const std::int64_t> hold = {});
 
   std::int64_t num_steps() const noexcept;
   std::int64_t num_complete_steps() const noexcept;

@@ -276,9 +276,9 @@ class ReferenceCollector:
         self.add_step(data, env_ids)
         return self.input_dict(env_ids)
 
-    def _segment(self, ep: _Episode) -> SampleBatch:
-        """The steps of ``ep`` not emitted yet, as one SampleBatch; marks them emitted."""
-        ts = list(range(ep.emitted, ep.num_steps))
+    def _segment(self, ep: _Episode, upto: int) -> SampleBatch:
+        """Steps [emitted, upto) of ``ep``, as one SampleBatch; marks them emitted."""
+        ts = list(range(ep.emitted, upto))
         seq_starts = ts[:: self.seq_len]
         cols: dict[str, np.ndarray] = {}
         seq_keys = []
@@ -296,18 +296,29 @@ class ReferenceCollector:
         cols["t"] = np.array(ts, dtype=np.int64)
         cols["is_init"] = cols["t"] == 0
         if seq_keys:
-            cols["seq_lens"] = np.array([min(self.seq_len, ep.num_steps - s) for s in seq_starts], dtype=np.int32)
-        ep.emitted = ep.num_steps
+            cols["seq_lens"] = np.array([min(self.seq_len, upto - s) for s in seq_starts], dtype=np.int32)
+        ep.emitted = upto
         return SampleBatch(cols, seq_keys=seq_keys)
 
-    def build_batch(self, complete_only: bool = False) -> list[SampleBatch]:
+    def build_batch(self, complete_only: bool = False, hold=None) -> list[SampleBatch]:
         """Every step not emitted before, one segment per episode: finished episodes
-        (in the order they finished), then, unless ``complete_only``, ongoing ones by slot."""
-        eps = list(self.finished)
+        (in the order they finished), then, unless ``complete_only``, ongoing ones by slot.
+        ``hold[slot]`` newest steps of a slot's ongoing episode stay for the next batch."""
+        hold = [0] * self.num_envs if hold is None else [int(h) for h in hold]
+        if len(hold) != self.num_envs:
+            raise ValueError(f"build_batch: hold must have one count per env slot ({self.num_envs}), got {len(hold)}")
+        for slot, ep in enumerate(self.ongoing):
+            if ep is not None and not 0 <= hold[slot] <= ep.unemitted():
+                raise ValueError(
+                    f"build_batch: hold[{slot}] must be in [0, {ep.unemitted()}] (its unemitted steps), got {hold[slot]}"
+                )
+        out = [self._segment(ep, ep.num_steps) for ep in self.finished if ep.unemitted() > 0]
         self.finished = []
         if not complete_only:
-            eps += [ep for ep in self.ongoing if ep is not None]
-        return [self._segment(ep) for ep in eps if ep.unemitted() > 0]
+            for slot, ep in enumerate(self.ongoing):
+                if ep is not None and ep.unemitted() - hold[slot] > 0:
+                    out.append(self._segment(ep, ep.num_steps - hold[slot]))
+        return out
 
     def num_steps(self) -> int:
         """Steps stored and not yet emitted."""
