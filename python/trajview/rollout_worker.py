@@ -10,8 +10,9 @@ import numpy as np
 
 from .callbacks import Callbacks, Episode
 from .collector import BOUNDARY_COLUMNS, Collector
+from .multi_agent import MultiAgentSampler, is_parallel_env
 from .policy import Policy
-from .sample_batch import SampleBatch, concat_samples
+from .sample_batch import MultiAgentBatch, SampleBatch, concat_samples
 
 __all__ = ["RolloutWorker"]
 
@@ -97,7 +98,37 @@ class RolloutWorker:
         self.policy_mapping_fn = policy_mapping_fn
 
         first = env_creator(self.env_config)
-        if isinstance(first, gym.vector.VectorEnv):
+        self.multi_agent: MultiAgentSampler | None = None
+        if is_parallel_env(first):
+            envs = [first] + [env_creator(self.env_config) for _ in range(num_envs - 1)]
+            self.num_envs = num_envs
+            self.vector_env = None
+            self.envs = envs
+            self.base_env = envs
+            self._autoreset = None
+            policies = policy if isinstance(policy, dict) else {DEFAULT_POLICY_ID: policy}
+            if policy_mapping_fn is None:
+                if len(policies) != 1:
+                    raise ValueError(
+                        f"policy_mapping_fn is required with {len(policies)} policies ({sorted(policies)})"
+                    )
+                only = next(iter(policies))
+                policy_mapping_fn = lambda agent_id, episode, **kw: only  # noqa: E731
+            built = {}
+            for pid, p in policies.items():
+                if isinstance(p, type) and issubclass(p, Policy):
+                    agent = next(
+                        (a for a in first.possible_agents if policy_mapping_fn(a, None) == pid), first.possible_agents[0]
+                    )
+                    p = p(first.observation_space(agent), first.action_space(agent), {})
+                if not isinstance(p, Policy):
+                    raise TypeError(f"policy {pid!r} must be a tv.Policy instance or subclass, got {type(p).__name__}")
+                built[pid] = p
+            self.policy_map = built
+            self.policy = next(iter(built.values()))
+            self.policy_mapping_fn = policy_mapping_fn
+            obs_space, act_space = self.policy.observation_space, self.policy.action_space
+        elif isinstance(first, gym.vector.VectorEnv):
             if num_envs not in (1, first.num_envs):
                 raise ValueError(f"num_envs={num_envs} but env_creator returned a VectorEnv of {first.num_envs} envs")
             self.vector_env: gym.vector.VectorEnv | None = first
@@ -115,17 +146,18 @@ class RolloutWorker:
             self.base_env = self.envs
         else:
             raise TypeError(
-                f"env_creator must return a gymnasium.Env or gymnasium.vector.VectorEnv, got {type(first).__name__} "
-                "(multi-agent envs are not supported yet)"
+                "env_creator must return a gymnasium.Env, a gymnasium.vector.VectorEnv or a PettingZoo "
+                f"ParallelEnv, got {type(first).__name__}"
             )
-        if isinstance(policy, dict):
-            raise TypeError("a dict of policies is for multi-agent envs, which are not supported yet")
-        if isinstance(policy, type) and issubclass(policy, Policy):
-            policy = policy(obs_space, act_space, {})
-        if not isinstance(policy, Policy):
-            raise TypeError(f"policy must be a tv.Policy instance or subclass, got {type(policy).__name__}")
-        self.policy = policy
-        self.policy_map = {DEFAULT_POLICY_ID: policy}
+        if not is_parallel_env(first):
+            if isinstance(policy, dict):
+                raise TypeError("a dict of policies needs a multi-agent (PettingZoo ParallelEnv) env")
+            if isinstance(policy, type) and issubclass(policy, Policy):
+                policy = policy(obs_space, act_space, {})
+            if not isinstance(policy, Policy):
+                raise TypeError(f"policy must be a tv.Policy instance or subclass, got {type(policy).__name__}")
+            self.policy = policy
+            self.policy_map = {DEFAULT_POLICY_ID: policy}
         self._discrete = isinstance(act_space, gym.spaces.Discrete)
         self._obs_dtype = np.dtype(obs_space.dtype)
         self._obs_shape = tuple(obs_space.shape)
@@ -148,14 +180,15 @@ class RolloutWorker:
         self._infos: dict[int, tuple[int, list]] = {}
         self._ep_len = np.zeros(self.num_envs, dtype=np.int64)
         self._ep_ret = np.zeros(self.num_envs, dtype=np.float64)
-        self._obs: np.ndarray | None = None
         self._timestep = 0
         self._resets = 0
+        self._episode_returns: list[float] = []
+        self._episode_lengths: list[int] = []
+        self.collectors: dict[str, Collector] = {}
 
     # -- set-up -------------------------------------------------------------------
 
-    def _build_collector(self) -> None:
-        policy = self.policy
+    def _make_collector(self, policy: Policy, num_slots: int, policy_index: int = 0) -> Collector:
         policy._initialize_view_requirements()
         specs = policy.column_specs()
         views = {}
@@ -172,17 +205,26 @@ class RolloutWorker:
                     f"{sorted(policy.postprocessed_columns)})"
                 )
         init = {f"state_out_{i}": np.asarray(s) for i, s in enumerate(policy.get_initial_state())}
-        self.collector = Collector(
-            self.num_envs,
+        return Collector(
+            num_slots,
             specs,
             views,
             initial_rows=init,
             chunk_rows=self.rollout_fragment_length,
-            eps_id_start=self.worker_index << 40 | self._resets << 32,
+            # Unique across workers, store rebuilds and policies (2**24 trajectories each).
+            eps_id_start=self.worker_index << 40 | (self._resets & 0xFF) << 32 | policy_index << 24,
         )
+
+    def _build_collector(self) -> None:
+        if self.multi_agent is not None or is_parallel_env(self.envs[0] if self.envs else None):
+            self._build_multi_agent()
+            return
+        policy = self.policy
+        self.collector = self._make_collector(policy, self.num_envs)
+        self.collectors = {DEFAULT_POLICY_ID: self.collector}
         infos_vr = policy.view_requirements.get(SampleBatch.INFOS)
         self._need_infos = infos_vr is not None and infos_vr.used_for_training
-        self._state_keys = [f"state_out_{i}" for i in range(len(init))]
+        self._state_keys = [f"state_out_{i}" for i in range(len(policy.get_initial_state()))]
         self._extra_keys = list(policy.extra_fetch_columns)
         self._snapshot = _view_snapshot(policy.view_requirements)
         self._episodes = [None] * self.num_envs
@@ -190,6 +232,21 @@ class RolloutWorker:
         self._infos = {}
         self._resets += 1
         self._reset_all()
+
+    def _build_multi_agent(self) -> None:
+        n_slots = self.num_envs * len(self.envs[0].possible_agents)
+        self.collectors = {
+            pid: self._make_collector(p, n_slots, k) for k, (pid, p) in enumerate(self.policy_map.items())
+        }
+        self._state_keys = {
+            pid: [f"state_out_{i}" for i in range(len(p.get_initial_state()))] for pid, p in self.policy_map.items()
+        }
+        self._extra_keys = {pid: list(p.extra_fetch_columns) for pid, p in self.policy_map.items()}
+        self._snapshot = {pid: _view_snapshot(p.view_requirements) for pid, p in self.policy_map.items()}
+        first = self.multi_agent is None
+        self.multi_agent = MultiAgentSampler(self, self.envs, self.policy_map, self.policy_mapping_fn)
+        self._resets += 1
+        self.multi_agent.reset_all(first)
 
     def _reset_all(self) -> None:
         ids = np.arange(self.num_envs)
@@ -236,12 +293,17 @@ class RolloutWorker:
 
     # -- sampling ---------------------------------------------------------------
 
-    def sample(self) -> SampleBatch:
+    def sample(self) -> SampleBatch | MultiAgentBatch:
         """Runs the envs and returns one batch (SPEC section 6 for its size)."""
-        if self.collector is None or _view_snapshot(self.policy.view_requirements) != self._snapshot:
-            # First call, or views were added or changed: a new store, and
+        if self._views_changed():
+            # First call, or views were added or changed: new stores, and
             # every episode restarts so that each view holds from t = 0.
             self._build_collector()
+        if self.multi_agent is not None:
+            batch = self.multi_agent.sample()
+            if "on_sample_end" in self._hooks:
+                self.callbacks.on_sample_end(worker=self, samples=batch)
+            return batch
         coll = self.collector
         target = self.rollout_fragment_length * self.num_envs
         complete = self.batch_mode == "complete_episodes"
@@ -252,6 +314,19 @@ class RolloutWorker:
             for _ in range(self.rollout_fragment_length):
                 self._step()
         return self._emit(complete)
+
+    def _views_changed(self) -> bool:
+        if not self.collectors:
+            return True
+        if self.multi_agent is not None:
+            return any(_view_snapshot(p.view_requirements) != self._snapshot[pid] for pid, p in self.policy_map.items())
+        return _view_snapshot(self.policy.view_requirements) != self._snapshot
+
+    def get_metrics(self) -> dict:
+        """Returns of the episodes finished since the last call (and forgets them)."""
+        out = {"episode_returns": self._episode_returns, "episode_lengths": self._episode_lengths}
+        self._episode_returns, self._episode_lengths = [], []
+        return out
 
     def _env_obs_error(self, i: int, o: Any) -> Exception:
         a = np.asarray(o)
@@ -400,6 +475,8 @@ class RolloutWorker:
             ep = self._episodes[i]
             ep.length = int(self._ep_len[i])
             ep.total_reward = float(self._ep_ret[i])
+            self._episode_returns.append(ep.total_reward)
+            self._episode_lengths.append(ep.length)
             self._ended[ep.episode_id] = ep
             self._episodes[i] = None
             if "on_episode_end" in self._hooks:
