@@ -37,6 +37,7 @@ TARGET_W1_SPEEDUP_VS_REFERENCE = 100.0
 TARGET_W2_VS_NUMPY = 1.25
 TARGET_BATCH_VS_MEMCPY = 0.25
 TARGET_BYTES_RATIO = 1.05
+TARGET_WORKER_OVERHEAD_NS = {1: 5000.0, 64: 1000.0}  # issue 3: sample() minus the bare env+policy loop
 BYTES_B = 8  # the B of the headline bytes-per-step ratio (a B=8, L=200 rollout)
 
 
@@ -175,6 +176,20 @@ def main() -> None:
     print("  (mid = L/2 steps into a fragment, end = L steps, before build_batch; steady = the last fragment run;"
           "\n   the reference never frees an ongoing episode, so its ratios grow with the fragments run)")
 
+    # ---------------------------------------------------------------- worker
+    print("\n== RolloutWorker.sample(): per env-step time, trivial env + constant policy, fragment 200 (ns) ==")
+    worker: dict[int, dict[str, float]] = {}
+    for b in benches:
+        e = b["extra_info"]
+        if e.get("question") == "worker" and "per_env_step_ns" in e:
+            worker.setdefault(e["num_envs"], {})[e["impl"]] = e["per_env_step_ns"]
+    rows = []
+    for n in sorted(worker):
+        w = worker[n]
+        over = w["trajview"] - w["plain"] if "trajview" in w and "plain" in w else None
+        rows.append([f"num_envs={n}", fmt(w.get("trajview"), ".0f"), fmt(w.get("plain"), ".0f"), fmt(over, ".0f")])
+    print(table(["workload", "worker", "plain loop", "worker's own cost"], rows))
+
     # ---------------------------------------------------------------- targets
     print("\n== targets ==")
     checks: list[tuple[str, float | None, str, bool | None]] = []
@@ -196,6 +211,10 @@ def main() -> None:
     for when in ("first_end", "steady_end"):
         check(f"(c) bytes/step/frame B={BYTES_B} chunk_rows=L, {when.replace('_', ' ')}",
               None if e is None else e[when], "<=", TARGET_BYTES_RATIO)
+    for n, limit in TARGET_WORKER_OVERHEAD_NS.items():
+        w = worker.get(n, {})
+        over = w["trajview"] - w["plain"] if "trajview" in w and "plain" in w else None
+        check(f"worker's own cost per env-step (ns), num_envs={n}", over, "<=", limit)
     rows = [[n, fmt(v, ".3f"), t, "-" if ok is None else ("PASS" if ok else "FAIL")] for n, v, t, ok in checks]
     print(table(["target", "measured", "wanted", ""], rows))
     npy = bytes_rows.get(("numpy", BYTES_B, 200))
