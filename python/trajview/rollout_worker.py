@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 
 from .callbacks import Callbacks, Episode
+from ._validate import positive_int
 from .collector import BOUNDARY_COLUMNS, Collector
 from .multi_agent import MultiAgentSampler, is_parallel_env
 from .policy import Policy
@@ -20,12 +21,6 @@ _BATCH_MODES = ("truncate_episodes", "complete_episodes")
 _COUNT_BY = ("env_steps", "agent_steps")
 _HOOKS = ("on_episode_start", "on_episode_step", "on_episode_end", "on_postprocess_trajectory", "on_sample_end")
 DEFAULT_POLICY_ID = "default_policy"
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    return int(value)
 
 
 def _view_snapshot(vrs: dict) -> dict:
@@ -76,10 +71,10 @@ class RolloutWorker:
             raise ValueError(f"batch_mode must be one of {_BATCH_MODES}, got {batch_mode!r}")
         if count_steps_by not in _COUNT_BY:
             raise ValueError(f"count_steps_by must be one of {_COUNT_BY}, got {count_steps_by!r}")
-        self.rollout_fragment_length = _positive_int("rollout_fragment_length", rollout_fragment_length)
-        num_envs = _positive_int("num_envs", num_envs)
+        self.rollout_fragment_length = positive_int("rollout_fragment_length", rollout_fragment_length)
+        num_envs = positive_int("num_envs", num_envs)
         if horizon is not None:
-            horizon = _positive_int("horizon", horizon)
+            horizon = positive_int("horizon", horizon)
         if soft_horizon and horizon is None:
             raise ValueError("soft_horizon=True needs a horizon, got horizon=None")
         if callbacks is not None and not isinstance(callbacks, Callbacks):

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from .._validate import positive_int
+
 from ..sample_batch import SampleBatch
 from ..view_requirement import ViewRequirement
 
@@ -68,10 +70,8 @@ class ReferenceCollector:
         chunk_rows: int = 256,
         eps_id_start: int = 0,
     ) -> None:
-        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-            raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
-        if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, (int, np.integer)) or chunk_rows < 1:
-            raise ValueError(f"chunk_rows must be an int >= 1, got {chunk_rows!r}")
+        positive_int("num_envs", num_envs)
+        positive_int("chunk_rows", chunk_rows)
         self.num_envs = int(num_envs)
 
         self.dtypes: dict[str, np.dtype] = {}
