@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace trajview {
@@ -45,6 +47,9 @@ BlockStream::BlockStream(BlockStream&& other) noexcept
 
 std::byte* BlockStream::position_for_write(std::int64_t p) {
   if (blocks_.empty()) base_ = p;
+  if (p < base_)
+    throw std::logic_error("trajview: write to released stream position " + std::to_string(p) + " (first held " +
+                           std::to_string(base_) + ")");
   while (p >= limit()) blocks_.push_back(pool_->acquire());
   return const_cast<std::byte*>(position(p));
 }
