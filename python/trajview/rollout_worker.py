@@ -39,14 +39,23 @@ def _view_snapshot(vrs: dict) -> dict:
 
 
 class RolloutWorker:
-    """Collects experience from gymnasium envs with one policy (SPEC section 6).
+    """Collects experience from gymnasium envs (SPEC section 6).
 
     ``env_creator(env_config)`` returns a ``gymnasium.Env`` (the worker makes
-    ``num_envs`` of them and steps them together) or a
+    ``num_envs`` of them and steps them together), a
     ``gymnasium.vector.VectorEnv`` (any autoreset mode; its ``num_envs`` is
-    used). Every step is stored once in a C++ `Collector`; ``sample()``
-    returns a `SampleBatch` with the policy's training views, postprocessed
-    one episode segment at a time.
+    used), or a PettingZoo ``ParallelEnv`` (multi-agent: ``policy`` is then a
+    dict ``policy_id -> Policy`` with ``policy_mapping_fn(agent_id, episode)``,
+    and ``sample()`` returns a `MultiAgentBatch`). Every step is stored once
+    in a C++ `Collector` (one per policy); ``sample()`` returns a
+    `SampleBatch` with the policy's training views, postprocessed one episode
+    segment at a time.
+
+    The first ``sample()`` runs the policy's view-pruning pass. If the
+    policy's ``view_requirements`` change between ``sample()`` calls, the next
+    call builds a new store and restarts every episode (so that each view
+    holds from t = 0); episodes in progress are dropped without
+    ``on_episode_end``.
     """
 
     def __init__(
