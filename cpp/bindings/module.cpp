@@ -6,6 +6,7 @@ namespace py = pybind11;
 
 namespace trajview::bindings {
 void register_store(py::module_& m);
+void register_replay(py::module_& m);
 }
 
 #ifndef TRAJVIEW_VERSION
@@ -16,4 +17,5 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "trajview's C++ core: columnar trajectory storage and views";
   m.attr("__version__") = TRAJVIEW_VERSION;
   trajview::bindings::register_store(m);
+  trajview::bindings::register_replay(m);
 }

@@ -3,10 +3,12 @@
 from .view_requirement import ViewRequirement
 from .sample_batch import MultiAgentBatch, SampleBatch, concat_samples
 from .collector import Collector
+from .replay import ReplayBuffer, SliceSampler
 from .callbacks import Callbacks, Episode
 from .policy import Policy
 from .rollout_worker import RolloutWorker
 from . import postprocessing
+from . import envs
 
 __version__ = "0.1.0"
 
@@ -17,6 +19,14 @@ def __getattr__(name: str):
         from .torch_policy import TorchPolicy
 
         return TorchPolicy
+    if name == "PPOPolicy":
+        from .ppo import PPOPolicy
+
+        return PPOPolicy
+    if name == "models":
+        from . import models
+
+        return models
     raise AttributeError(f"module 'trajview' has no attribute {name!r}")
 
 
@@ -27,8 +37,13 @@ __all__ = [
     "Policy",
     "RolloutWorker",
     "TorchPolicy",
+    "PPOPolicy",
+    "envs",
+    "models",
     "postprocessing",
     "MultiAgentBatch",
+    "ReplayBuffer",
+    "SliceSampler",
     "SampleBatch",
     "ViewRequirement",
     "concat_samples",

@@ -1,0 +1,161 @@
+// Replay storage in the flat layout: a circular buffer of env steps, sampled as
+// sub-trajectory slices with any view built at sample time from one stored copy.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "trajview/buffer.h"
+#include "trajview/dtype.h"
+#include "trajview/store.h"
+
+namespace trajview {
+
+/// One contiguous run of a trajectory's steps in the ring: absolute rows
+/// [g0, g0 + n) hold steps [step0, step0 + n); when `tail`, absolute row
+/// g0 + n holds the observation after the piece's last step (new_obs), a row
+/// that is not a step.
+struct ReplayPiece {
+  std::int64_t g0 = 0;
+  std::int64_t n = 0;
+  std::int64_t step0 = 0;
+  bool tail = false;
+};
+
+/// A stored trajectory: its pieces in step order.
+struct ReplayTrajectory {
+  std::int64_t uid = 0;       ///< 0, 1, 2, ... in order of creation
+  std::int64_t key = 0;       ///< the eps_id / traj id it was added under
+  std::int64_t first_g = 0;   ///< absolute row of its first step
+  std::int64_t steps = 0;
+  std::int64_t last_t = 0;    ///< t of its last step (when adds carry t)
+  bool open = true;           ///< may be continued by a later add (no done flag yet)
+  bool starts_episode = true; ///< its first stored step is an episode's first step
+  std::vector<ReplayPiece> pieces;
+
+  /// The final observation's absolute row (the last piece's tail), or -1.
+  std::int64_t tail_g() const noexcept;
+};
+
+/// What to sample: TorchRL's SliceSampler semantics.
+struct SliceRequest {
+  std::int64_t num_slices = 1;
+  std::int64_t slice_len = 1;
+  /// true: only trajectories of at least slice_len steps; false: shorter
+  /// trajectories give shorter slices (their whole length).
+  bool strict_length = false;
+  /// Every slice padded to slice_len rows by repeating its last real row;
+  /// the batch gets a bool `mask` column (false on padding).
+  bool pad_output = false;
+  std::uint64_t seed = 0;
+  /// Index of a Bool column set true at each slice's last real step (TorchRL's
+  /// truncated_key), or -1.
+  std::int64_t truncated_column = -1;
+  /// Index of a Bool column OR-ed with that mark (e.g. `dones`), or -1.
+  std::int64_t done_column = -1;
+};
+
+/// A sampled slice: `length` steps of trajectory `uid` from step `start`.
+struct SlicePick {
+  std::int64_t uid = 0;
+  std::int64_t start = 0;
+  std::int64_t length = 0;
+};
+
+/// A sampled batch: one column per requested view, plus `is_init` (and
+/// `mask` when padded); `index` is each output row's absolute stored row
+/// (padding rows repeat their slice's last).
+struct ReplayBatch {
+  std::int64_t count = 0;
+  std::vector<BatchColumn> columns;
+  std::vector<SlicePick> slices;
+  std::vector<std::int64_t> index;
+};
+
+/// A circular buffer of `capacity` rows per column, each env step stored once.
+///
+/// Trajectories: `add` splits its rows into pieces where the key changes or
+/// after a row with `done` set. A piece joins the open trajectory with the same
+/// key when t continues (or t is not given); otherwise it starts a new one.
+/// Each piece of an add given next observations is followed by one extra row
+/// holding the observation after its last step (the trajectory's final
+/// observation when it is its last piece): `new_obs` is `obs` read at +1.
+///
+/// Overwriting: the oldest rows are overwritten first. A trajectory whose
+/// first step is overwritten is dropped whole (never sampled again; a later
+/// continuation starts a new trajectory), so a slice never crosses a
+/// trajectory boundary, the write head, or a partly overwritten trajectory.
+///
+/// Views: the value of view (column, shifts) at step j of a trajectory is
+/// the column at step j + s; before its first stored step it is zeros (or
+/// step 0's row for Padding::Reset); at step == steps an observation column
+/// reads the final observation; past that, zeros.
+///
+/// Thread safety: `add` takes the lock exclusively, `sample` and the
+/// accessors share it, so one writer and any number of samplers can run at
+/// once without torn rows.
+class ReplayStore {
+ public:
+  /// Columns of kind Observation may take next observations in `add`.
+  ReplayStore(std::int64_t capacity, std::vector<ColumnSpec> columns);
+  ReplayStore(const ReplayStore&) = delete;
+  ReplayStore& operator=(const ReplayStore&) = delete;
+
+  std::int64_t capacity() const noexcept { return capacity_; }
+  const std::vector<ColumnSpec>& columns() const noexcept { return columns_; }
+  std::int64_t column_index(const std::string& name) const noexcept;
+
+  /// Appends n steps. `inputs[c]` is column c's [n, *shape] data (exact dtype).
+  /// `next_obs` is empty, or one array per column: [n, *shape] for an
+  /// Observation column (row i = the observation after step i; only each
+  /// piece's last row is read) and data == nullptr for the others. `keys` is
+  /// [n] trajectory ids, `t` [n] timesteps or null, `done` [n] (0/1).
+  /// Validates everything before writing; throws std::invalid_argument.
+  void add(std::int64_t n, std::span<const ArrayIn> inputs, std::span<const ArrayIn> next_obs,
+           const std::int64_t* keys, const std::int64_t* t, const std::uint8_t* done);
+
+  /// Samples req.num_slices slices of up to req.slice_len steps: a trajectory
+  /// uniformly among the eligible ones, then a start uniformly among those
+  /// leaving slice_len steps (0 for a shorter trajectory). Builds every view
+  /// in `views` (ViewSpec.column names a stored column) into fresh buffers.
+  ReplayBatch sample(const SliceRequest& req, std::span<const ViewSpec> views) const;
+
+  /// Builds the views of explicitly given slices (no randomness).
+  ReplayBatch gather(std::span<const SlicePick> picks, const SliceRequest& req, std::span<const ViewSpec> views) const;
+
+  /// Steps in sampleable trajectories.
+  std::int64_t num_steps() const;
+  /// Rows written since construction (steps and final-observation rows).
+  std::int64_t rows_written() const;
+  std::int64_t num_trajectories() const;
+  /// Bytes of row storage allocated.
+  std::size_t nbytes() const noexcept;
+  /// A copy of the sampleable trajectories, oldest first.
+  std::vector<ReplayTrajectory> trajectories() const;
+
+ private:
+  void check_views(std::span<const ViewSpec> views) const;
+  ReplayBatch build(std::vector<SlicePick> picks, const SliceRequest& req, std::span<const ViewSpec> views) const;
+  const ReplayTrajectory* find(std::int64_t uid) const noexcept;
+  /// Absolute row of step j of t (0 <= j < t.steps).
+  static std::int64_t step_g(const ReplayTrajectory& t, std::int64_t j) noexcept;
+  void drop_overwritten();
+
+  std::int64_t capacity_;
+  std::vector<ColumnSpec> columns_;
+  std::vector<AlignedBytes> data_;  // per column: capacity rows
+  std::int64_t head_ = 0;           // next absolute row to write
+  std::deque<ReplayTrajectory> trajs_;
+  std::int64_t next_uid_ = 0;
+  std::int64_t live_steps_ = 0;
+  std::unordered_map<std::int64_t, std::int64_t> open_;  // key -> uid of its open trajectory
+  mutable std::shared_mutex mu_;
+};
+
+}  // namespace trajview

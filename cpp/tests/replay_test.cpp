@@ -1,0 +1,336 @@
+#include "trajview/replay.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.h"
+
+namespace trajview {
+namespace {
+
+using testing::Array;
+using testing::ins;
+using testing::make_array;
+using testing::read_values;
+using testing::throws_invalid_argument;
+
+using I64 = std::vector<std::int64_t>;
+using F32 = std::vector<float>;
+
+ColumnSpec col(std::string name, DType dtype, std::vector<std::int64_t> shape = {},
+               ColumnKind kind = ColumnKind::Step) {
+  ColumnSpec c;
+  c.name = std::move(name);
+  c.dtype = dtype;
+  c.shape = std::move(shape);
+  c.kind = kind;
+  return c;
+}
+
+ViewSpec view(std::string name, std::string column, std::vector<std::int64_t> shifts, bool adds_axis = false,
+              Padding padding = Padding::Zero) {
+  ViewSpec v;
+  v.name = std::move(name);
+  v.column = std::move(column);
+  v.shifts = std::move(shifts);
+  v.adds_axis = adds_axis;
+  v.padding = padding;
+  return v;
+}
+
+/// obs float32 (observation column), actions int64, truncateds bool.
+ReplayStore make_store(std::int64_t capacity) {
+  return ReplayStore(capacity, {col("obs", DType::Float32, {}, ColumnKind::Observation), col("actions", DType::Int64),
+                                col("truncateds", DType::Bool)});
+}
+
+/// Adds steps whose obs are `obs`, actions obs*10, next obs = obs + 1, with
+/// the given keys, t and done flags.
+void add(ReplayStore& s, const F32& obs, const I64& keys, const I64& t, const std::vector<std::uint8_t>& done,
+         bool with_next = true) {
+  const auto n = static_cast<std::int64_t>(obs.size());
+  I64 act;
+  F32 next;
+  std::vector<bool> trunc;
+  for (float o : obs) {
+    act.push_back(static_cast<std::int64_t>(o * 10));
+    next.push_back(o + 1);
+    trunc.push_back(false);
+  }
+  std::vector<Array> in{make_array<float>({n}, obs), make_array<std::int64_t>({n}, act), make_array<bool>({n}, trunc)};
+  std::vector<Array> nx{make_array<float>({n}, next), Array{{}, DType::Int64, {}}, Array{{}, DType::Bool, {}}};
+  auto nxi = ins(nx);
+  s.add(n, ins(in), with_next ? std::span<const ArrayIn>(nxi) : std::span<const ArrayIn>(), keys.data(),
+        t.empty() ? nullptr : t.data(), done.data());
+}
+
+template <class T>
+std::vector<T> column(const ReplayBatch& b, const std::string& name) {
+  for (const auto& c : b.columns) {
+    if (c.name == name) return read_values<T>(c.buffer->data(), testing::num_elems(c.shape));
+  }
+  ADD_FAILURE() << "no column " << name;
+  return {};
+}
+
+std::vector<ViewSpec> basic_views() {
+  return {view("obs", "obs", {0}), view("actions", "actions", {0}), view("truncateds", "truncateds", {0}),
+          view("new_obs", "obs", {1}), view("stack", "obs", {-2, -1, 0}, true), view("prev_actions", "actions", {-1})};
+}
+
+TEST(Replay, ViewsOfOneTrajectory) {
+  auto s = make_store(16);
+  add(s, {1, 2, 3, 4}, {7, 7, 7, 7}, {0, 1, 2, 3}, {0, 0, 0, 1});
+  ASSERT_EQ(s.num_steps(), 4);
+  ASSERT_EQ(s.rows_written(), 5);  // 4 steps + the final observation
+  SliceRequest req;
+  req.slice_len = 4;
+  const auto views = basic_views();
+  SlicePick pick{0, 0, 4};
+  auto b = s.gather({&pick, 1}, req, views);
+  ASSERT_EQ(b.count, 4);
+  EXPECT_EQ(column<float>(b, "obs"), (F32{1, 2, 3, 4}));
+  EXPECT_EQ(column<float>(b, "new_obs"), (F32{2, 3, 4, 5}));  // the final observation kept
+  EXPECT_EQ(column<float>(b, "stack"), (F32{0, 0, 1, 0, 1, 2, 1, 2, 3, 2, 3, 4}));
+  EXPECT_EQ(column<std::int64_t>(b, "prev_actions"), (I64{0, 10, 20, 30}));
+  EXPECT_EQ(column<bool>(b, "is_init"), (std::vector<bool>{true, false, false, false}));
+  EXPECT_EQ(b.index, (I64{0, 1, 2, 3}));
+
+  // A slice from the middle: is_init at its first step, the stack reaches back.
+  SlicePick mid{0, 2, 2};
+  req.truncated_column = 2;
+  b = s.gather({&mid, 1}, req, views);
+  EXPECT_EQ(column<float>(b, "stack"), (F32{1, 2, 3, 2, 3, 4}));
+  EXPECT_EQ(column<bool>(b, "is_init"), (std::vector<bool>{true, false}));
+  EXPECT_EQ(column<bool>(b, "truncateds"), (std::vector<bool>{false, true}));
+  EXPECT_EQ(column<float>(b, "new_obs"), (F32{4, 5}));
+}
+
+TEST(Replay, ResetPaddingReadsFirstStep) {
+  auto s = make_store(16);
+  add(s, {1, 2, 3}, {0, 0, 0}, {0, 1, 2}, {0, 0, 1});
+  SliceRequest req;
+  req.slice_len = 3;
+  std::vector<ViewSpec> views{view("stack", "obs", {-1, 0}, true, Padding::Reset)};
+  SlicePick pick{0, 0, 3};
+  auto b = s.gather({&pick, 1}, req, views);
+  EXPECT_EQ(column<float>(b, "stack"), (F32{1, 1, 1, 2, 2, 3}));
+}
+
+TEST(Replay, ContinuationJoinsTheStoredTrajectory) {
+  auto s = make_store(32);
+  // Two trajectories interleaved across two adds (fragments of two envs).
+  add(s, {1, 2, 100, 101}, {5, 5, 9, 9}, {0, 1, 0, 1}, {0, 0, 0, 0});
+  add(s, {3, 4, 102}, {5, 5, 9}, {2, 3, 2}, {0, 1, 1});
+  ASSERT_EQ(s.num_trajectories(), 2);
+  auto trajs = s.trajectories();
+  EXPECT_EQ(trajs[0].steps, 4);
+  EXPECT_EQ(trajs[0].pieces.size(), 2U);
+  EXPECT_FALSE(trajs[0].open);
+  SliceRequest req;
+  req.slice_len = 4;
+  const auto views = basic_views();
+  SlicePick pick{0, 0, 4};
+  auto b = s.gather({&pick, 1}, req, views);
+  EXPECT_EQ(column<float>(b, "obs"), (F32{1, 2, 3, 4}));
+  EXPECT_EQ(column<float>(b, "new_obs"), (F32{2, 3, 4, 5}));  // across the cut: obs of the next piece
+  EXPECT_EQ(column<float>(b, "stack"), (F32{0, 0, 1, 0, 1, 2, 1, 2, 3, 2, 3, 4}));
+  SlicePick other{1, 1, 2};
+  b = s.gather({&other, 1}, req, views);
+  EXPECT_EQ(column<float>(b, "stack"), (F32{0, 100, 101, 100, 101, 102}));
+  EXPECT_EQ(column<float>(b, "new_obs"), (F32{102, 103}));
+}
+
+TEST(Replay, BrokenTimeStartsANewTrajectory) {
+  auto s = make_store(32);
+  add(s, {1, 2}, {5, 5}, {0, 1}, {0, 0});
+  add(s, {3, 4}, {5, 5}, {7, 8}, {0, 0});  // t jumps: not a continuation
+  auto trajs = s.trajectories();
+  ASSERT_EQ(trajs.size(), 2U);
+  EXPECT_FALSE(trajs[0].open);
+  EXPECT_FALSE(trajs[1].starts_episode);  // t = 7 at its first step
+  // Without t, the key alone joins.
+  auto s2 = make_store(32);
+  add(s2, {1, 2}, {5, 5}, {}, {0, 0});
+  add(s2, {3}, {5}, {}, {1});
+  ASSERT_EQ(s2.num_trajectories(), 1);
+  EXPECT_EQ(s2.trajectories()[0].steps, 3);
+}
+
+TEST(Replay, OverwritingDropsWholeTrajectories) {
+  auto s = make_store(10);
+  add(s, {1, 2, 3}, {0, 0, 0}, {0, 1, 2}, {0, 0, 1});      // rows 0..3
+  add(s, {11, 12, 13}, {1, 1, 1}, {0, 1, 2}, {0, 0, 0});   // rows 4..7, open
+  EXPECT_EQ(s.num_trajectories(), 2);
+  add(s, {21, 22}, {2, 2}, {0, 1}, {0, 1});                // rows 8..10: overwrites row 0
+  auto trajs = s.trajectories();
+  ASSERT_EQ(trajs.size(), 2U);
+  EXPECT_EQ(trajs[0].key, 1);
+  EXPECT_EQ(s.num_steps(), 5);
+  // Continuing key 1 would need rows 4.. to survive 4 more rows: they would not.
+  add(s, {14, 15, 16}, {1, 1, 1}, {3, 4, 5}, {0, 0, 1});   // rows 11..14
+  trajs = s.trajectories();
+  ASSERT_EQ(trajs.size(), 2U);
+  EXPECT_EQ(trajs[0].key, 2);
+  EXPECT_EQ(trajs[1].key, 1);
+  EXPECT_FALSE(trajs[1].starts_episode);
+  EXPECT_EQ(trajs[1].steps, 3);
+  SliceRequest req;
+  req.slice_len = 3;
+  const auto views = basic_views();
+  SlicePick pick{trajs[1].uid, 0, 3};
+  auto b = s.gather({&pick, 1}, req, views);
+  EXPECT_EQ(column<float>(b, "obs"), (F32{14, 15, 16}));
+  EXPECT_EQ(column<float>(b, "stack"), (F32{0, 0, 14, 0, 14, 15, 14, 15, 16}));  // nothing before its first stored step
+  EXPECT_EQ(column<bool>(b, "is_init"), (std::vector<bool>{true, false, false}));
+}
+
+TEST(Replay, SampleStrictAndPadded) {
+  auto s = make_store(64);
+  add(s, {1, 2}, {0, 0}, {0, 1}, {0, 1});
+  add(s, {10, 11, 12, 13, 14, 15}, {1, 1, 1, 1, 1, 1}, {0, 1, 2, 3, 4, 5}, {0, 0, 0, 0, 0, 1});
+  const auto views = basic_views();
+  SliceRequest req;
+  req.num_slices = 50;
+  req.slice_len = 4;
+  req.strict_length = true;
+  req.seed = 3;
+  auto b = s.sample(req, views);
+  EXPECT_EQ(b.count, 200);
+  for (const auto& p : b.slices) {
+    EXPECT_EQ(p.uid, 1);
+    EXPECT_LE(p.start, 2);
+  }
+  req.strict_length = false;
+  b = s.sample(req, views);
+  std::int64_t rows = 0;
+  bool saw_short = false;
+  for (const auto& p : b.slices) {
+    rows += p.length;
+    if (p.uid == 0) {
+      EXPECT_EQ(p.length, 2);
+      saw_short = true;
+    }
+  }
+  EXPECT_TRUE(saw_short);
+  EXPECT_EQ(b.count, rows);
+  req.pad_output = true;
+  req.truncated_column = 2;
+  SlicePick pick{0, 0, 2};
+  b = s.gather({&pick, 1}, req, views);
+  EXPECT_EQ(b.count, 4);
+  EXPECT_EQ(column<float>(b, "obs"), (F32{1, 2, 2, 2}));
+  EXPECT_EQ(column<bool>(b, "mask"), (std::vector<bool>{true, true, false, false}));
+  EXPECT_EQ(column<bool>(b, "truncateds"), (std::vector<bool>{false, true, true, true}));
+  // Same seed, same sample.
+  req.pad_output = false;
+  auto x = s.sample(req, views), y = s.sample(req, views);
+  EXPECT_EQ(column<float>(x, "stack"), column<float>(y, "stack"));
+}
+
+TEST(Replay, BadInputNamesWhatIsWrong) {
+  EXPECT_TRUE(throws_invalid_argument([] { make_store(0); }, {"capacity", "0"}));
+  auto s = make_store(4);
+  EXPECT_TRUE(throws_invalid_argument([&] { add(s, {1, 2, 3, 4}, {0, 0, 0, 0}, {0, 1, 2, 3}, {0, 0, 0, 0}); },
+                                      {"4 steps", "1 final-observation rows", "capacity 4"}));
+  std::vector<Array> in{make_array<double>({1}, std::vector<double>{1.0}), make_array<std::int64_t>({1}, I64{1}),
+                        make_array<bool>({1}, std::vector<bool>{false})};
+  I64 keys{0};
+  std::vector<std::uint8_t> done{0};
+  EXPECT_TRUE(throws_invalid_argument([&] { s.add(1, ins(in), {}, keys.data(), nullptr, done.data()); },
+                                      {"column 'obs'", "float32", "float64"}));
+  in[0] = make_array<float>({1, 1}, F32{1.0F});
+  EXPECT_TRUE(throws_invalid_argument([&] { s.add(1, ins(in), {}, keys.data(), nullptr, done.data()); },
+                                      {"column 'obs'", "expected shape (1,)", "got (1, 1)"}));
+  EXPECT_EQ(s.rows_written(), 0);
+  SliceRequest req;
+  EXPECT_TRUE(throws_invalid_argument([&] { s.sample(req, basic_views()); }, {"holds no steps"}));
+  add(s, {1}, {0}, {0}, {1});
+  std::vector<ViewSpec> bad{view("x", "nope", {0})};
+  EXPECT_TRUE(throws_invalid_argument([&] { s.sample(req, bad); }, {"view 'x'", "'nope'", "obs, actions"}));
+  req.slice_len = 5;
+  req.strict_length = true;
+  EXPECT_TRUE(throws_invalid_argument([&] { s.sample(req, basic_views()); }, {"slice_len=5", "strict_length"}));
+  req.num_slices = 0;
+  EXPECT_TRUE(throws_invalid_argument([&] { s.sample(req, basic_views()); }, {"num_slices", "0"}));
+}
+
+// One writer, several samplers: every sampled row must be a row that was
+// written whole. Rows encode one value v in every element of every column.
+TEST(Replay, OneWriterManySamplersSeeNoTornRows) {
+  constexpr std::int64_t kWidth = 64;
+  ReplayStore s(256, {col("obs", DType::Float32, {kWidth}, ColumnKind::Observation), col("actions", DType::Int64)});
+  std::vector<ViewSpec> views{view("obs", "obs", {0}), view("actions", "actions", {0}),
+                              view("stack", "obs", {-1, 0}, true), view("new_obs", "obs", {1})};
+  std::atomic<bool> stop{false};
+  std::atomic<std::int64_t> failures{0}, samples{0};
+  auto writer = [&] {
+    float v = 1;
+    std::int64_t key = 0;
+    for (int round = 0; round < 3000; ++round, ++key) {
+      constexpr std::int64_t n = 20;
+      F32 obs, next;
+      I64 act, keys(n, key), t;
+      std::vector<std::uint8_t> done(n, 0);
+      done[n - 1] = 1;
+      for (std::int64_t i = 0; i < n; ++i, v += 1) {
+        for (std::int64_t w = 0; w < kWidth; ++w) {
+          obs.push_back(v);
+          next.push_back(v + 1);
+        }
+        act.push_back(static_cast<std::int64_t>(v));
+        t.push_back(i);
+      }
+      std::vector<Array> in{make_array<float>({n, kWidth}, obs), make_array<std::int64_t>({n}, act)};
+      std::vector<Array> nx{make_array<float>({n, kWidth}, next), Array{{}, DType::Int64, {}}};
+      auto nxi = ins(nx);
+      s.add(n, ins(in), nxi, keys.data(), t.data(), done.data());
+    }
+    stop = true;
+  };
+  auto sampler = [&](std::uint64_t seed) {
+    SliceRequest req;
+    req.num_slices = 8;
+    req.slice_len = 5;
+    while (!stop) {
+      if (s.num_steps() == 0) continue;
+      req.seed = seed++;
+      auto b = s.sample(req, views);
+      auto obs = column<float>(b, "obs");
+      auto act = column<std::int64_t>(b, "actions");
+      auto nxt = column<float>(b, "new_obs");
+      auto stk = column<float>(b, "stack");
+      for (std::int64_t r = 0; r < b.count; ++r) {
+        const auto ur = static_cast<std::size_t>(r);
+        const float v = obs[ur * kWidth];
+        bool ok = static_cast<std::int64_t>(v) == act[ur];
+        for (std::int64_t w = 0; w < kWidth; ++w) {
+          const auto uw = static_cast<std::size_t>(w);
+          ok = ok && obs[ur * kWidth + uw] == v && nxt[ur * kWidth + uw] == v + 1 &&
+               stk[(ur * 2 + 1) * kWidth + uw] == v;
+          const float before = stk[ur * 2 * kWidth + uw];
+          ok = ok && (before == v - 1 || before == 0);
+        }
+        if (!ok) ++failures;
+      }
+      ++samples;
+    }
+  };
+  std::thread w(writer);
+  std::vector<std::thread> readers;
+  for (std::uint64_t k = 0; k < 3; ++k) readers.emplace_back(sampler, 1000 * k);
+  w.join();
+  for (auto& r : readers) r.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(samples.load(), 0);
+}
+
+}  // namespace
+}  // namespace trajview

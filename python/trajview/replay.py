@@ -1,0 +1,503 @@
+"""`ReplayBuffer` and `SliceSampler`: TorchRL-style replay in the flat layout.
+
+The buffer stores flat env steps in C++ circular storage, each observation
+once: ``new_obs`` is ``obs`` read at ``+1`` within a trajectory, and each
+trajectory piece's final observation is kept in one extra row after it.
+Samples are slices of trajectories with any view (frame stacks, previous
+actions, ``new_obs``) built in C++ at sample time, without the GIL, into
+fresh arrays (zero copy to numpy and, with ``torch.from_numpy``, to torch).
+
+Trajectories: rows with the same ``traj_key`` value (default ``eps_id``,
+else ``traj_ids``) that sit next to each other in a batch form a piece; a
+piece ends after a row whose end flag (``end_key``; default ``terminateds |
+truncateds``, or ``dones``) is set. A piece continues the stored trajectory
+with the same key when that one has no end flag yet and ``t`` continues
+(``t`` of the piece's first step = the stored last ``t`` + 1; without a ``t``
+column the key alone decides): a batch cut at a rollout-fragment boundary
+joins the next. Without a ``traj_key`` column, trajectories are delimited by
+the end flags alone, across batches.
+
+Overwriting: when full, the oldest rows are overwritten; a trajectory whose
+first step is overwritten is dropped whole (never sampled again). A later
+continuation of it starts a new trajectory, whose views read zeros before its
+first stored step. ``capacity`` counts rows: steps plus one final-observation
+row per piece when the batches carry ``new_obs``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from . import _core
+from .sample_batch import MultiAgentBatch, SampleBatch
+from .view_requirement import ViewRequirement
+
+__all__ = ["ReplayBuffer", "SliceSampler"]
+
+_INT = (int, np.integer)
+#: Columns computed at sample time, never stored.
+_COMPUTED = ("is_init", "mask")
+_DEFAULT_NEXT_OBS = {"obs": "new_obs"}
+_END_FLAGS = ("terminateds", "truncateds", "dones")
+
+
+def _check_positive(name: str, value: Any) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, _INT) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return int(value)
+
+
+class SliceSampler:
+    """Samples slices of trajectories, with TorchRL's names and semantics.
+
+    Args:
+        num_slices: slices per sample; the slice length is then
+            ``batch_size // num_slices``. Exclusive with ``slice_len``.
+        slice_len: steps per slice; ``num_slices = batch_size // slice_len``.
+            The batch size must be divisible by either.
+        traj_key: the column holding trajectory ids (default: ``eps_id``, else
+            ``traj_ids``, else trajectories are cut at the ``end_key`` flags).
+        end_key: a bool column marking a trajectory's last step (default:
+            ``terminateds | truncateds``, or ``dones``).
+        truncated_key: a stored bool column set ``True`` at each slice's last
+            step in the output (so that value estimators see where a slice
+            stops), as TorchRL does; ``None`` leaves it as stored. A stored
+            ``dones`` column is OR-ed with the same mark.
+        strict_length: ``True``: only trajectories of at least ``slice_len``
+            steps are sampled. ``False`` (default): shorter trajectories give
+            shorter slices (the output then has fewer rows than the batch size).
+        pad_output: pad every slice to ``slice_len`` rows by repeating its last
+            real step and add a bool ``mask`` column (``False`` on padding).
+        seed: seed of the sampler's random generator.
+
+    A slice picks a trajectory uniformly among the eligible ones, then a start
+    uniformly among those leaving ``slice_len`` steps. Slices never cross a
+    trajectory boundary, the buffer's write head, or a partly overwritten
+    trajectory. ``is_init`` is set at each slice's first step and at every
+    real episode start.
+    """
+
+    def __init__(
+        self,
+        *,
+        num_slices: int | None = None,
+        slice_len: int | None = None,
+        traj_key: str | None = None,
+        end_key: str | None = None,
+        truncated_key: str | None = "truncateds",
+        strict_length: bool = False,
+        pad_output: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        if (num_slices is None) == (slice_len is None):
+            raise ValueError(
+                f"SliceSampler needs exactly one of num_slices and slice_len, got num_slices={num_slices!r}, "
+                f"slice_len={slice_len!r}"
+            )
+        self.num_slices = None if num_slices is None else _check_positive("num_slices", num_slices)
+        self.slice_len = None if slice_len is None else _check_positive("slice_len", slice_len)
+        for name, key in (("traj_key", traj_key), ("end_key", end_key), ("truncated_key", truncated_key)):
+            if key is not None and not isinstance(key, str):
+                raise TypeError(f"SliceSampler {name} must be a column name (str) or None, got {key!r}")
+        self.traj_key = traj_key
+        self.end_key = end_key
+        self.truncated_key = truncated_key
+        self.strict_length = bool(strict_length)
+        self.pad_output = bool(pad_output)
+        self._rng = np.random.default_rng(seed)
+        self._lock = threading.Lock()
+
+    def slices(self, batch_size: int) -> tuple[int, int]:
+        """``(num_slices, slice_len)`` for a batch of ``batch_size`` steps."""
+        batch_size = _check_positive("batch_size", batch_size)
+        if self.num_slices is not None:
+            if batch_size % self.num_slices:
+                raise ValueError(
+                    f"batch_size must be divisible by num_slices={self.num_slices}, got batch_size={batch_size}"
+                )
+            return self.num_slices, batch_size // self.num_slices
+        assert self.slice_len is not None
+        if batch_size % self.slice_len:
+            raise ValueError(f"batch_size must be divisible by slice_len={self.slice_len}, got batch_size={batch_size}")
+        return batch_size // self.slice_len, self.slice_len
+
+    def _next_seed(self) -> int:
+        with self._lock:
+            return int(self._rng.integers(0, 2**63))
+
+    def __repr__(self) -> str:
+        size = f"num_slices={self.num_slices}" if self.num_slices is not None else f"slice_len={self.slice_len}"
+        return (
+            f"SliceSampler({size}, traj_key={self.traj_key!r}, end_key={self.end_key!r}, "
+            f"strict_length={self.strict_length}, pad_output={self.pad_output})"
+        )
+
+
+def _column_specs(spec: Mapping[str, Any]) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    out: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
+    for name, s in spec.items():
+        if not (isinstance(s, tuple) and len(s) == 2):
+            raise ValueError(f"columns[{name!r}] must be (dtype, shape), got {s!r}")
+        try:
+            dt = np.dtype(s[0])
+        except TypeError as e:
+            raise ValueError(f"column {name!r}: bad dtype {s[0]!r}") from e
+        shape = (int(s[1]),) if isinstance(s[1], _INT) else tuple(int(d) for d in s[1])
+        out[str(name)] = (dt, shape)
+    return out
+
+
+class ReplayBuffer:
+    """Circular replay storage of flat steps, sampled as trajectory slices.
+
+    Args:
+        capacity: rows of storage (steps, plus one final-observation row per
+            added trajectory piece when batches carry ``new_obs``).
+        sampler: a `SliceSampler` (default ``SliceSampler(slice_len=1)``).
+        batch_size: default steps per `sample`.
+        columns: which batch columns to store: ``None`` (every column of the
+            first batch except ``new_obs``-style next columns, ``is_init``,
+            ``infos`` and per-sequence columns), a list of names (dtype and
+            shape from the first batch; other batch columns are ignored, which
+            is how views such as a stored frame stack are left out), or
+            ``{name: (dtype, shape)}``.
+        views: ``{name: ViewRequirement}`` built by every `sample` besides the
+            stored columns (default: ``new_obs = obs@+1`` when batches carry
+            ``new_obs``).
+        next_obs: ``{obs column: its next column}`` (default
+            ``{"obs": "new_obs"}``): the next column is not stored, only each
+            piece's final observation.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        sampler: SliceSampler | None = None,
+        batch_size: int | None = None,
+        columns: Iterable[str] | Mapping[str, Any] | None = None,
+        views: Mapping[str, ViewRequirement] | None = None,
+        next_obs: Mapping[str, str] | None = None,
+    ) -> None:
+        self._capacity = _check_positive("capacity", capacity)
+        if sampler is None:
+            sampler = SliceSampler(slice_len=1)
+        if not isinstance(sampler, SliceSampler):
+            raise TypeError(f"sampler must be a tv.SliceSampler, got {type(sampler).__name__}")
+        self.sampler = sampler
+        self.batch_size = None if batch_size is None else _check_positive("batch_size", batch_size)
+        self._next_obs = dict(_DEFAULT_NEXT_OBS if next_obs is None else next_obs)
+        self._explicit_columns: tuple[str, ...] | None = None
+        self._specs: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None
+        if isinstance(columns, Mapping):
+            self._specs = _column_specs(columns)
+            self._explicit_columns = tuple(self._specs)
+        elif columns is not None:
+            if isinstance(columns, str):
+                raise TypeError(f"columns must be a list of names or a dict, got the str {columns!r}")
+            self._explicit_columns = tuple(str(c) for c in columns)
+            if not self._explicit_columns:
+                raise ValueError("columns must name at least one column, got an empty list")
+        if self._explicit_columns is not None:
+            for c in self._explicit_columns:
+                if c in _COMPUTED or c in self._next_obs.values():
+                    raise ValueError(f"column {c!r} is computed at sample time; it cannot be stored")
+        self._views = None if views is None else self._check_views(views)
+        self._impl: _core._Replay | None = None
+        self._has_next = False
+        self._traj_key: str | None = None
+        self._end_keys: tuple[str, ...] = ()
+        self._fallback_key = 0  # next synthetic trajectory id (no traj_key column)
+        self._lock = threading.Lock()
+        if self._specs is not None:
+            self._create()
+
+    # -- schema --------------------------------------------------------------
+
+    @staticmethod
+    def _check_views(views: Mapping[str, ViewRequirement]) -> dict[str, ViewRequirement]:
+        out = {}
+        for name, vr in views.items():
+            if not isinstance(vr, ViewRequirement):
+                raise TypeError(f"views[{name!r}] must be a tv.ViewRequirement, got {type(vr).__name__}")
+            if vr.batch_repeat_value != 1:
+                raise ValueError(
+                    f"views[{name!r}]: batch_repeat_value must be 1 for replay samples, got {vr.batch_repeat_value}"
+                )
+            if name in _COMPUTED:
+                raise ValueError(f"views[{name!r}]: {name!r} is computed by the sampler; use another name")
+            out[str(name)] = vr
+        return out
+
+    def _create(self) -> None:
+        assert self._specs is not None
+        for name, (dt, shape) in self._specs.items():
+            if not dt.isnative or dt.kind not in "biuf" or dt.itemsize > 8:
+                raise ValueError(
+                    f"column {name!r}: replay stores bool, int and float columns only, got dtype {dt}; "
+                    f"leave it out with columns=[...]"
+                )
+            if any(d < 0 for d in shape):
+                raise ValueError(f"column {name!r}: shape must have dims >= 0, got {shape}")
+        obs = set(self._next_obs)
+        spec = [(n, np.dtype(dt).name, list(shape), n in obs) for n, (dt, shape) in self._specs.items()]
+        self._impl = _core._Replay(self._capacity, spec)
+        if self._views is None:
+            self._views = {
+                nxt: ViewRequirement(o, shift=1) for o, nxt in self._next_obs.items() if o in self._specs
+            }
+        for name, vr in self._views.items():
+            col = vr.column(name)
+            if col not in self._specs:
+                raise ValueError(f"views[{name!r}] reads column {col!r}, which is not stored; stored: {list(self._specs)}")
+            if name in self._specs:
+                raise ValueError(f"views[{name!r}]: {name!r} is a stored column; give the view another name")
+
+    def _infer(self, batch: Mapping[str, Any]) -> None:
+        seq = batch.seq_keys if isinstance(batch, SampleBatch) else frozenset()
+        nexts = set(self._next_obs.values())
+        names = self._explicit_columns
+        if names is None:
+            names = tuple(
+                k for k in batch
+                if k not in nexts and k not in _COMPUTED and k != SampleBatch.INFOS and k not in seq
+                and k != SampleBatch.SEQ_LENS and not k.startswith("state_in_")
+            )
+            if not names:
+                raise ValueError(f"add: the batch has no column to store, got columns {list(batch)}")
+        specs = {}
+        for k in names:
+            if k not in batch:
+                raise ValueError(f"add: missing column {k!r}; expected every column of {list(names)}")
+            if k in seq:
+                raise ValueError(f"column {k!r} has one row per sequence; replay stores per-step columns only")
+            arr = np.asarray(batch[k])
+            specs[k] = (arr.dtype, tuple(arr.shape[1:]))
+        self._specs = specs
+        self._create()
+
+    # -- writing -------------------------------------------------------------
+
+    def add(self, batch: SampleBatch | Mapping[str, Any]) -> int:
+        """Store a batch's steps (one or many trajectories, complete or cut). Returns the steps added.
+
+        Every stored column must be present, with the stored per-step shape
+        and a dtype that casts to the stored one without loss.
+        """
+        if isinstance(batch, MultiAgentBatch):
+            raise TypeError("ReplayBuffer.add takes a SampleBatch; add each policy batch of a MultiAgentBatch separately")
+        if not isinstance(batch, Mapping):
+            raise TypeError(f"ReplayBuffer.add takes a SampleBatch, got {type(batch).__name__}")
+        with self._lock:
+            if self._impl is None:
+                self._infer(batch)
+            assert self._impl is not None and self._specs is not None
+            n = len(batch) if isinstance(batch, SampleBatch) else None
+            data: dict[str, np.ndarray] = {}
+            for k, (dt, shape) in self._specs.items():
+                if k not in batch:
+                    raise ValueError(f"add: missing column {k!r}; expected every stored column {list(self._specs)}")
+                data[k] = self._convert(k, batch[k], dt, shape, n)
+                n = len(data[k])
+            if self._explicit_columns is None:
+                nexts = set(self._next_obs.values())
+                for k in batch:
+                    if k not in self._specs and k not in nexts and k not in _COMPUTED and k != SampleBatch.INFOS \
+                            and k != SampleBatch.SEQ_LENS and not k.startswith("state_in_") \
+                            and not (isinstance(batch, SampleBatch) and k in batch.seq_keys):
+                        raise ValueError(
+                            f"add: column {k!r} is not stored (stored: {list(self._specs)}); "
+                            f"pass columns=[...] to choose what the buffer keeps"
+                        )
+            assert n is not None
+            next_obs: dict[str, np.ndarray] = {}
+            have = [o for o, nxt in self._next_obs.items() if o in self._specs and nxt in batch]
+            want = [o for o in self._next_obs if o in self._specs]
+            if self._impl.rows_written() == 0 and not self._has_next:
+                self._has_next = bool(want) and len(have) == len(want)
+            if self._has_next:
+                for o in want:
+                    nxt = self._next_obs[o]
+                    if nxt not in batch:
+                        raise ValueError(f"add: missing column {nxt!r} (the next observations of {o!r}), "
+                                         f"which earlier batches carried")
+                    dt, shape = self._specs[o]
+                    next_obs[o] = self._convert(nxt, batch[nxt], dt, shape, n)
+            keys, done = self._keys(batch, n)
+            t = None
+            if "t" in batch:
+                t = np.asarray(batch["t"])
+                if t.shape != (n,) or not np.issubdtype(t.dtype, np.integer):
+                    raise ValueError(f"column 't' must be a 1-D int array of {n} rows, got shape {t.shape} dtype {t.dtype}")
+            self._impl.add(data, next_obs, keys, t, done)
+            return n
+
+    extend = add  # TorchRL's name
+
+    @staticmethod
+    def _convert(name: str, value: Any, dt: np.dtype, shape: tuple[int, ...], n: int | None) -> np.ndarray:
+        arr = np.asarray(value)
+        if arr.dtype != dt:
+            if not np.can_cast(arr.dtype, dt, "safe"):
+                raise ValueError(f"column {name!r}: expected dtype {dt}, got {arr.dtype} (casting would lose data)")
+            arr = arr.astype(dt)
+        if arr.ndim == 0 or tuple(arr.shape[1:]) != shape:
+            raise ValueError(f"column {name!r}: expected per-step shape {shape}, got {tuple(arr.shape[1:])}")
+        if n is not None and len(arr) != n:
+            raise ValueError(f"column {name!r}: expected {n} rows, got {len(arr)}")
+        return np.ascontiguousarray(arr)
+
+    def _keys(self, batch: Mapping[str, Any], n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: trajectory key (int64) and end flag (uint8)."""
+        s = self.sampler
+        end_keys = (s.end_key,) if s.end_key is not None else tuple(k for k in _END_FLAGS if k in batch)
+        if s.end_key is not None and s.end_key not in batch:
+            raise ValueError(f"add: missing end_key column {s.end_key!r}")
+        done = np.zeros(n, dtype=bool)
+        for k in end_keys:
+            f = np.asarray(batch[k])
+            if f.shape[:1] != (n,):
+                raise ValueError(f"column {k!r}: expected {n} rows, got shape {f.shape}")
+            done |= f.reshape(n, -1).astype(bool).any(axis=1)
+        traj_key = s.traj_key
+        if traj_key is None:
+            traj_key = next((k for k in ("eps_id", "traj_ids") if k in batch), None)
+        elif traj_key not in batch:
+            raise ValueError(f"add: missing traj_key column {traj_key!r}")
+        if traj_key is not None:
+            keys = np.asarray(batch[traj_key])
+            if keys.shape != (n,) or not np.issubdtype(keys.dtype, np.integer):
+                raise ValueError(
+                    f"column {traj_key!r} (the trajectory ids) must be a 1-D int array of {n} rows, "
+                    f"got shape {keys.shape} dtype {keys.dtype}"
+                )
+            keys = keys.astype(np.int64)
+        else:
+            if not end_keys:
+                raise ValueError(
+                    "add: the batch has no trajectory ids ('eps_id' or 'traj_ids') and no end flags "
+                    f"({', '.join(repr(k) for k in _END_FLAGS)}), so its trajectories are unknown; "
+                    f"got columns {list(batch)}"
+                )
+            # Synthetic ids: a new one after each end flag, carried across batches.
+            ends_before = np.concatenate(([0], np.cumsum(done[:-1]))).astype(np.int64)
+            keys = self._fallback_key + ends_before
+            self._fallback_key += int(done.sum())
+        return np.ascontiguousarray(keys, dtype=np.int64), done.view(np.uint8)
+
+    # -- sampling ------------------------------------------------------------
+
+    def _view_specs(self, views: Mapping[str, ViewRequirement] | None) -> list[tuple[str, str, list[int], bool, str]]:
+        assert self._specs is not None
+        extra = self._views if views is None else self._check_views(views)
+        assert extra is not None
+        out = [(k, k, [0], False, "zero") for k in self._specs]
+        for name, vr in extra.items():
+            col = vr.column(name)
+            if col not in self._specs:
+                raise ValueError(f"views[{name!r}] reads column {col!r}, which is not stored; stored: {list(self._specs)}")
+            if name in self._specs:
+                raise ValueError(f"views[{name!r}]: {name!r} is a stored column; give the view another name")
+            out.append((name, col, [int(s) for s in vr.shift_arr], vr.adds_axis, vr.padding))
+        return out
+
+    def _marks(self) -> tuple[str | None, str | None]:
+        assert self._specs is not None
+        tk = self.sampler.truncated_key
+        if tk is not None and tk in self._specs:
+            if self._specs[tk][0] != np.bool_:
+                raise ValueError(f"truncated_key column {tk!r} must be bool, got {self._specs[tk][0]}")
+        else:
+            tk = None
+        dk = "dones" if tk is not None and "dones" in self._specs and self._specs["dones"][0] == np.bool_ else None
+        return tk, dk
+
+    def _wrap(self, result: tuple, return_info: bool) -> SampleBatch | tuple[SampleBatch, dict[str, np.ndarray]]:
+        cols, index, slices, count = result
+        batch = SampleBatch._from_columns(cols, int(count), frozenset(), frozenset())
+        if return_info:
+            return batch, {"index": index, "slices": slices}
+        return batch
+
+    def sample(
+        self,
+        batch_size: int | None = None,
+        *,
+        views: Mapping[str, ViewRequirement] | None = None,
+        return_info: bool = False,
+    ) -> SampleBatch | tuple[SampleBatch, dict[str, np.ndarray]]:
+        """Sample slices (see `SliceSampler`) as one flat `SampleBatch`.
+
+        The batch holds every stored column, each view (``views``, else the
+        buffer's), ``is_init`` and, with ``pad_output``, ``mask``; slices sit
+        end to end (``num_slices`` x up to ``slice_len`` rows). Arrays are
+        fresh, C++-owned (zero copy to torch with ``torch.from_numpy``).
+        ``return_info=True`` also returns ``{"index": stored row of each output
+        row, "slices": [num_slices, 3] (trajectory uid, start step, length)}``.
+        """
+        size = self.batch_size if batch_size is None else batch_size
+        if size is None:
+            raise ValueError("sample: batch_size is required (give it here or to ReplayBuffer(batch_size=...))")
+        num_slices, slice_len = self.sampler.slices(size)
+        if self._impl is None:
+            raise ValueError("sample: the replay buffer holds no steps")
+        vs = self._view_specs(views)
+        tk, dk = self._marks()
+        s = self.sampler
+        res = self._impl.sample(num_slices, slice_len, s.strict_length, s.pad_output, s._next_seed(), vs, tk, dk)
+        return self._wrap(res, return_info)
+
+    def _gather(
+        self,
+        picks: Any,
+        slice_len: int,
+        *,
+        pad_output: bool = False,
+        views: Mapping[str, ViewRequirement] | None = None,
+    ) -> tuple[SampleBatch, dict[str, np.ndarray]]:
+        """The batch of explicitly given slices ``[(uid, start, length), ...]`` (for tests)."""
+        if self._impl is None:
+            raise ValueError("gather: the replay buffer holds no steps")
+        vs = self._view_specs(views)
+        tk, dk = self._marks()
+        picks = np.asarray(picks, dtype=np.int64).reshape(-1, 3)
+        res = self._impl.gather(picks, slice_len, pad_output, vs, tk, dk)
+        return self._wrap(res, True)  # type: ignore[return-value]
+
+    # -- state ---------------------------------------------------------------
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def columns(self) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+        """``{name: (dtype, per-step shape)}`` of the stored columns (empty before the first add)."""
+        return dict(self._specs or {})
+
+    def __len__(self) -> int:
+        """Steps in sampleable trajectories."""
+        return 0 if self._impl is None else self._impl.num_steps()
+
+    def num_trajectories(self) -> int:
+        return 0 if self._impl is None else self._impl.num_trajectories()
+
+    def rows_written(self) -> int:
+        """Rows written since construction (steps and final-observation rows)."""
+        return 0 if self._impl is None else self._impl.rows_written()
+
+    def nbytes(self) -> int:
+        """Bytes of row storage allocated (``capacity`` rows of every column)."""
+        return 0 if self._impl is None else self._impl.nbytes()
+
+    def trajectories(self) -> list[dict[str, Any]]:
+        """The sampleable trajectories, oldest first: uid, key, steps, open, starts_episode,
+        has_final_obs and rows (the absolute stored row of each step)."""
+        return [] if self._impl is None else self._impl.trajectories()
+
+    def __repr__(self) -> str:
+        return f"ReplayBuffer(capacity={self._capacity}, steps={len(self)}, sampler={self.sampler!r})"
