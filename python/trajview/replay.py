@@ -317,9 +317,10 @@ class ReplayBuffer:
             next_obs: dict[str, np.ndarray] = {}
             have = [o for o, nxt in self._next_obs.items() if o in self._specs and nxt in batch]
             want = [o for o in self._next_obs if o in self._specs]
-            if self._impl.rows_written() == 0 and not self._has_next:
-                self._has_next = bool(want) and len(have) == len(want)
-            if self._has_next:
+            has_next = self._has_next
+            if self._impl.rows_written() == 0 and not has_next:
+                has_next = bool(want) and len(have) == len(want)
+            if has_next:
                 for o in want:
                     nxt = self._next_obs[o]
                     if nxt not in batch:
@@ -328,13 +329,21 @@ class ReplayBuffer:
                     dt, shape = self._specs[o]
                     next_obs[o] = self._convert(nxt, batch[nxt], dt, shape, n)
             keys, done = self._keys(batch, n)
+            if n == 0:
+                return 0
             t = None
             if "t" in batch:
                 t = np.asarray(batch["t"])
                 if t.shape != (n,) or not np.issubdtype(t.dtype, np.integer):
                     raise ValueError(f"column 't' must be a 1-D int array of {n} rows, got shape {t.shape} dtype {t.dtype}")
             self._impl.add(data, next_obs, keys, t, done)
+            self._has_next = has_next
+            if not self._uses_traj_key(batch):
+                self._fallback_key += int(done.sum())
             return n
+
+    def _uses_traj_key(self, batch: Mapping[str, Any]) -> bool:
+        return self.sampler.traj_key is not None or any(k in batch for k in ("eps_id", "traj_ids"))
 
     extend = add  # TorchRL's name
 
@@ -362,7 +371,7 @@ class ReplayBuffer:
             f = np.asarray(batch[k])
             if f.shape[:1] != (n,):
                 raise ValueError(f"column {k!r}: expected {n} rows, got shape {f.shape}")
-            done |= f.reshape(n, -1).astype(bool).any(axis=1)
+            done |= f.reshape(n, int(np.prod(f.shape[1:], dtype=np.int64))).astype(bool).any(axis=1)
         traj_key = s.traj_key
         if traj_key is None:
             traj_key = next((k for k in ("eps_id", "traj_ids") if k in batch), None)
@@ -384,9 +393,9 @@ class ReplayBuffer:
                     f"got columns {list(batch)}"
                 )
             # Synthetic ids: a new one after each end flag, carried across batches.
-            ends_before = np.concatenate(([0], np.cumsum(done[:-1]))).astype(np.int64)
+            # (The caller advances self._fallback_key once the add succeeded.)
+            ends_before = (np.cumsum(done) - done).astype(np.int64)
             keys = self._fallback_key + ends_before
-            self._fallback_key += int(done.sum())
         return np.ascontiguousarray(keys, dtype=np.int64), done.view(np.uint8)
 
     # -- sampling ------------------------------------------------------------
