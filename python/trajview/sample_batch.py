@@ -71,6 +71,15 @@ def _check_key(key: Any) -> None:
         raise TypeError(f"SampleBatch column names must be str, got {key!r} ({type(key).__name__})")
 
 
+def _is_integer_dtype(dtype: Any) -> bool:
+    try:
+        return bool(np.issubdtype(dtype, np.integer))
+    except TypeError:  # a framework's dtype (torch tensors in TorchPolicy's batches)
+        return not (getattr(dtype, "is_floating_point", True) or getattr(dtype, "is_complex", True)) and str(
+            dtype
+        ) != "torch.bool"
+
+
 def _layout(cols: Mapping[str, Any], extra_seq_keys: frozenset[str]) -> tuple[int, frozenset[str]]:
     """Validate ``cols`` and return (number of timestep rows, per-sequence column names).
 
@@ -81,7 +90,7 @@ def _layout(cols: Mapping[str, Any], extra_seq_keys: frozenset[str]) -> tuple[in
     seq_lens = cols.get(SampleBatch.SEQ_LENS)
     n_seqs: int | None = None
     if seq_lens is not None:
-        if seq_lens.ndim != 1 or not np.issubdtype(seq_lens.dtype, np.integer):
+        if seq_lens.ndim != 1 or not _is_integer_dtype(seq_lens.dtype):
             raise TypeError(
                 f"SampleBatch column {SampleBatch.SEQ_LENS!r} must be a 1-D integer array, "
                 f"got shape {tuple(seq_lens.shape)} dtype {seq_lens.dtype}"
@@ -411,6 +420,125 @@ class SampleBatch(dict):
             cuts = np.flatnonzero(done[:-1]) + 1
         edges = [0, *cuts.tolist(), self.count]
         return [self[a:b] for a, b in zip(edges[:-1], edges[1:])]
+
+    def to_padded(self) -> dict[str, np.ndarray]:
+        """One row per episode, padded: ``{column: [N, T_max, *shape], "mask": bool [N, T_max]}``.
+
+        Episodes as in `split_by_episode`; ``T_max`` is the longest; rows past
+        an episode's end are zeros (``None`` for ``infos``) and ``mask`` is
+        ``False`` there. Per-sequence columns (``seq_lens``, ``state_in_*``)
+        have no per-step rows and raise ``ValueError``.
+        """
+        if self._seq_keys:
+            raise ValueError(
+                f"to_padded needs per-step columns only, got per-sequence columns {sorted(self._seq_keys)}"
+            )
+        if "mask" in self:
+            raise ValueError("to_padded adds a 'mask' column, but the batch already has one")
+        episodes = self.split_by_episode()
+        n = len(episodes)
+        t_max = max((e.count for e in episodes), default=0)
+        out: dict[str, np.ndarray] = {}
+        for k in dict.keys(self):
+            col = np.asarray(dict.__getitem__(self, k))
+            padded = np.zeros((n, t_max, *col.shape[1:]), dtype=col.dtype)
+            if col.dtype == object:
+                padded[...] = None
+            start = 0
+            for i, e in enumerate(episodes):
+                padded[i, : e.count] = col[start : start + e.count]
+                start += e.count
+            out[k] = padded
+        mask = np.zeros((n, t_max), dtype=bool)
+        for i, e in enumerate(episodes):
+            mask[i, : e.count] = True
+        out["mask"] = mask
+        return out
+
+    def to_tensordict(self) -> Any:
+        """A `tensordict.TensorDict` in TorchRL's layout, zero copy where possible.
+
+        ``new_obs`` -> ``("next", "obs")``; ``rewards`` -> ``("next", "reward")``,
+        ``terminateds``/``truncateds`` -> ``("next", "terminated")``/``("next", "truncated")``
+        and ``("next", "done")`` (their OR, or ``dones``), each ``[B, 1]``; the
+        root ``done``/``terminated``/``truncated`` (the flags before each
+        step: always ``False`` inside a trajectory); ``is_init`` ``[B, 1]``
+        (the batch's, else ``t == 0``, else where ``eps_id`` changes);
+        ``eps_id`` -> ``("collector", "traj_ids")``; ``actions`` -> ``action``;
+        every other column under its own name. ``infos`` is left out.
+        Needs ``torch`` and ``tensordict`` (``pip install tensordict``).
+        """
+        try:
+            import torch
+            from tensordict import TensorDict
+        except ImportError as e:
+            raise ImportError("SampleBatch.to_tensordict needs torch and tensordict (pip install tensordict)") from e
+        if self._seq_keys:
+            raise ValueError(
+                f"to_tensordict needs per-step columns only, got per-sequence columns {sorted(self._seq_keys)}"
+            )
+        n = self.count
+
+        def tensor(a: Any) -> Any:
+            if isinstance(a, torch.Tensor):
+                return a
+            arr = np.asarray(a)
+            if arr.dtype == object:
+                raise ValueError(f"to_tensordict cannot convert a column of dtype object (shape {arr.shape})")
+            if not arr.flags.writeable or not arr.flags.c_contiguous:
+                arr = np.ascontiguousarray(arr).copy()
+            return torch.from_numpy(arr)
+
+        def flag(a: Any) -> Any:
+            t = tensor(a)
+            t = t.reshape(n, -1).any(dim=1) if t.dim() > 1 else t.bool()
+            return t.unsqueeze(-1)
+
+        cols = dict(dict.items(self))
+        root: dict[str, Any] = {}
+        nxt: dict[str, Any] = {}
+        collector: dict[str, Any] = {}
+        false = torch.zeros(n, 1, dtype=torch.bool)
+        if self.NEXT_OBS in cols:
+            nxt["obs"] = tensor(cols.pop(self.NEXT_OBS))
+        if self.REWARDS in cols:
+            r = tensor(cols.pop(self.REWARDS))
+            nxt["reward"] = r.unsqueeze(-1) if r.dim() == 1 else r
+        term = flag(cols.pop(self.TERMINATEDS)) if self.TERMINATEDS in cols else None
+        trunc = flag(cols.pop(self.TRUNCATEDS)) if self.TRUNCATEDS in cols else None
+        dones = flag(cols.pop(self.DONES)) if self.DONES in cols else None
+        if term is not None:
+            nxt["terminated"] = term
+        if trunc is not None:
+            nxt["truncated"] = trunc
+        if dones is not None:
+            nxt["done"] = dones
+        elif term is not None or trunc is not None:
+            nxt["done"] = (term if term is not None else false) | (trunc if trunc is not None else false)
+        for k in ("done", "terminated", "truncated"):
+            if k in nxt:
+                root[k] = torch.zeros(n, 1, dtype=torch.bool)
+        if self.IS_INIT in cols:
+            root["is_init"] = flag(cols.pop(self.IS_INIT))
+        elif self.T in cols:
+            root["is_init"] = (tensor(cols[self.T]) == 0).unsqueeze(-1)
+        elif self.EPS_ID in cols:
+            e = np.asarray(cols[self.EPS_ID])
+            init = np.ones(n, dtype=bool)
+            init[1:] = e[1:] != e[:-1]
+            root["is_init"] = torch.from_numpy(init).unsqueeze(-1)
+        if self.EPS_ID in cols:
+            collector["traj_ids"] = tensor(cols.pop(self.EPS_ID))
+        if self.ACTIONS in cols:
+            root["action"] = tensor(cols.pop(self.ACTIONS))
+        cols.pop(self.INFOS, None)
+        for k, v in cols.items():
+            root[k] = tensor(v)
+        if nxt:
+            root["next"] = TensorDict(nxt, batch_size=[n])
+        if collector:
+            root["collector"] = TensorDict(collector, batch_size=[n])
+        return TensorDict(root, batch_size=[n])
 
     def rows(self) -> Iterator[dict[str, Any]]:
         """Yield one dict per timestep row holding that row of every per-step column."""

@@ -52,7 +52,9 @@ class TorchPolicy(Policy):
     def _to_torch(self, batch: Mapping[str, Any]) -> SampleBatch:
         """A batch of tensors viewing the arrays (``infos`` and other object columns are left out)."""
         cols = {}
-        for k, v in batch.items():
+        # dict.items: converting is not reading (a tracked batch would count every column as read,
+        # and the pruning pass would keep every view); the reads are tracked on the tensor batch.
+        for k, v in dict.items(batch):
             if isinstance(v, torch.Tensor):
                 cols[k] = v.to(self.device)
             elif isinstance(v, np.ndarray) and v.dtype != object:
