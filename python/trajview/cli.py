@@ -1,0 +1,147 @@
+"""``trajview``: the command line (``trajview train``, ``trajview report``)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import math
+import sys
+from pathlib import Path
+
+__all__ = ["main", "build_parser"]
+
+log = logging.getLogger("trajview")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .train import MODEL_PRESETS, TrainConfig
+
+    d = TrainConfig()
+    p = argparse.ArgumentParser(prog="trajview", description="trajview: RL experience collection with trajectory views")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser(
+        "train",
+        help="train PPO (default: frame-stack model on Stateless CartPole)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Train PPO with a view-fed model. Writes metrics, a learning-curve PNG and a checkpoint to --out.",
+    )
+    t.add_argument("--env", default=d.env, help="gymnasium env id (trajview's ids are registered)")
+    t.add_argument("--model", default=d.model, choices=sorted(MODEL_PRESETS))
+    t.add_argument("--seed", type=int, default=d.seed)
+    t.add_argument("--timesteps", type=int, default=d.timesteps, help="stop after this many env steps")
+    t.add_argument("--workers", type=int, default=d.workers, help="RolloutWorkers (sampled in turn, in-process)")
+    t.add_argument("--envs-per-worker", type=int, default=d.envs_per_worker)
+    t.add_argument("--train-batch-size", type=int, default=d.train_batch_size)
+    t.add_argument("--minibatch-size", type=int, default=d.sgd_minibatch_size)
+    t.add_argument("--num-sgd-iter", type=int, default=d.num_sgd_iter)
+    t.add_argument("--lr", type=float, default=d.lr)
+    t.add_argument("--entropy-coeff", type=float, default=d.entropy_coeff)
+    t.add_argument("--stop-reward", type=float, default=d.stop_reward,
+                   help="stop once the mean return of the last 100 episodes reaches it (negative: never)")
+    t.add_argument("--model-config", type=json.loads, default=None,
+                   help="JSON keyword arguments of the model (default: the model's preset)")
+    t.add_argument("--out", default=None, help="run directory (default: runs/<model>-seed<seed>)")
+    t.add_argument("--metrics-format", choices=("csv", "jsonl"), default=d.metrics_format)
+    t.add_argument("--threads", type=int, default=d.threads, help="torch intra-op threads")
+    t.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its checkpoint (its settings; --timesteps may be raised)")
+    t.add_argument("--no-progress", action="store_true", help="log a line per iteration instead of a progress bar")
+
+    r = sub.add_parser("report", help="a markdown table of runs: env steps and time to the stop reward")
+    r.add_argument("runs", nargs="+", help="run directories")
+    r.add_argument("--target", type=float, default=150.0)
+    return p
+
+
+def _train(args: argparse.Namespace) -> int:
+    import torch
+
+    from .train import TrainConfig, Trainer
+
+    out = args.out or f"runs/{args.model}-seed{args.seed}"
+    if args.resume:
+        ckpt = Path(out) / "checkpoint.pt"
+        if not ckpt.exists():
+            log.error("--resume: no checkpoint at %s", ckpt)
+            return 2
+        saved = torch.load(ckpt, weights_only=False)["config"]
+        if args.timesteps != TrainConfig.timesteps:
+            saved["timesteps"] = args.timesteps
+        saved["out_dir"] = out
+        config = TrainConfig(**saved)
+    else:
+        config = TrainConfig(
+            env=args.env,
+            model=args.model,
+            seed=args.seed,
+            timesteps=args.timesteps,
+            workers=args.workers,
+            envs_per_worker=args.envs_per_worker,
+            train_batch_size=args.train_batch_size,
+            sgd_minibatch_size=args.minibatch_size,
+            num_sgd_iter=args.num_sgd_iter,
+            lr=args.lr,
+            entropy_coeff=args.entropy_coeff,
+            stop_reward=None if args.stop_reward is not None and args.stop_reward < 0 else args.stop_reward,
+            model_config=args.model_config or {},
+            out_dir=out,
+            metrics_format=args.metrics_format,
+            threads=args.threads,
+        )
+    trainer = Trainer(config, resume=args.resume)
+    if not args.resume:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        with open(Path(out) / "config.json", "w") as f:
+            json.dump(dataclasses.asdict(config), f, indent=2)
+    log.info("%s %s: PPO %s on %s, seed %d, up to %d env steps -> %s",
+             "resuming" if args.resume else "training", out, config.model, config.env, config.seed,
+             config.timesteps, out)
+    summary = trainer.train(progress=not args.no_progress)
+    if summary["reached_stop_reward"]:
+        log.info("mean return reached %g after %d env steps (%.1f s)", config.stop_reward,
+                 summary["steps_to_stop_reward"], summary["time_to_stop_reward_s"])
+    elif config.stop_reward is not None:
+        log.info("mean return did not reach %g in %d env steps", config.stop_reward, summary["env_steps"])
+    log.info("final mean return %.1f after %d env steps, %.1f s; metrics %s, plot %s, checkpoint %s",
+             summary["episode_return_mean"], summary["env_steps"], summary["time_s"], summary["metrics"],
+             summary["plot"], summary["checkpoint"])
+    print(json.dumps(summary))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .train import read_metrics
+
+    print(f"| run | model | seed | env steps to mean return {args.target:g} | wall-clock to it (s) | final mean return | env steps run | wall-clock (s) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for run in args.runs:
+        d = Path(run)
+        cfg = json.loads((d / "config.json").read_text()) if (d / "config.json").exists() else {}
+        path = d / ("metrics.jsonl" if cfg.get("metrics_format") == "jsonl" else "metrics.csv")
+        rows = read_metrics(path)
+        if not rows:
+            print(f"| {d.name} | {cfg.get('model', '?')} | {cfg.get('seed', '?')} | no metrics | | | | |")
+            continue
+        hit = next((r for r in rows if r["episode_return_mean"] >= args.target), None)
+        last = rows[-1]
+        steps = f"{int(hit['env_steps']):,}" if hit else f"not reached"
+        secs = f"{hit['time_s']:.0f}" if hit else "–"
+        ret = last["episode_return_mean"]
+        print(f"| {d.name} | {cfg.get('model', '?')} | {cfg.get('seed', '?')} | {steps} | {secs} | "
+              f"{'nan' if math.isnan(ret) else f'{ret:.1f}'} | {int(last['env_steps']):,} | {last['time_s']:.0f} |")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    if args.command == "train":
+        return _train(args)
+    return _report(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""PPO in torch over trajview's views: clipped objective, GAE, minibatch SGD epochs.
+
+`PPOPolicy` is a `TorchPolicy` around one of `trajview.models` (or any
+`trajview.models.ViewModel`). Advantages come from
+`trajview.postprocessing.compute_gae_for_sample_batch`, per episode segment,
+bootstrapping truncated segments with the model's value of the *next step's
+views* (frame stack, recurrent state, attention memory), built from the
+segment's own rows. Training batches of recurrent models are split into
+minibatches of whole sequences.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from .models import ViewModel, make_model
+from .postprocessing import Postprocessing, compute_gae_for_sample_batch
+from .sample_batch import SampleBatch
+from .torch_policy import TorchPolicy
+
+__all__ = ["PPOPolicy", "PPO_DEFAULTS", "minibatches"]
+
+#: PPO's settings (RLlib's names where it has one).
+PPO_DEFAULTS: dict[str, Any] = {
+    "model": "mlp",
+    "model_config": {},
+    "lr": 3e-4,
+    "gamma": 0.99,
+    "lambda": 0.95,
+    "clip_param": 0.2,
+    "vf_loss_coeff": 0.5,
+    "entropy_coeff": 0.0,
+    "num_sgd_iter": 10,
+    "sgd_minibatch_size": 256,
+    "grad_clip": 0.5,
+    "explore": True,
+}
+
+
+def minibatches(batch: Mapping[str, torch.Tensor], size: int, generator: torch.Generator | None = None):
+    """Shuffled minibatches of about ``size`` rows (dicts of tensors).
+
+    Without ``seq_lens``: random rows. With ``seq_lens``: whole sequences
+    (their rows end to end, their per-sequence ``state_in_i`` rows and
+    ``seq_lens``), shuffled, grouped until a minibatch holds ``>= size`` rows.
+    """
+    seq_lens = batch.get(SampleBatch.SEQ_LENS)
+    n_rows = len(batch[SampleBatch.ACTIONS])
+    if seq_lens is None:
+        perm = torch.randperm(n_rows, generator=generator)
+        for a in range(0, n_rows, size):
+            idx = perm[a : a + size]
+            yield {k: v[idx] for k, v in batch.items()}
+        return
+    seq_lens = seq_lens.long()
+    n_seq = len(seq_lens)
+    starts = torch.cumsum(seq_lens, 0) - seq_lens
+    per_seq = {k for k, v in batch.items() if k == SampleBatch.SEQ_LENS or (k.startswith("state_in_") and len(v) == n_seq)}
+    perm = torch.randperm(n_seq, generator=generator)
+    # Close a minibatch after the sequence that brings it to >= size rows.
+    groups, rows_in, first = [], 0, 0
+    for j, L in enumerate(seq_lens[perm].tolist()):
+        rows_in += L
+        if rows_in >= size:
+            groups.append(perm[first : j + 1])
+            rows_in, first = 0, j + 1
+    if first < n_seq:
+        groups.append(perm[first:])
+    for seqs in groups:
+        lens = seq_lens[seqs]
+        rows = torch.repeat_interleave(starts[seqs] - (torch.cumsum(lens, 0) - lens), lens) + torch.arange(int(lens.sum()))
+        yield {k: (v[seqs] if k in per_seq else v[rows]) for k, v in batch.items()}
+
+
+class PPOPolicy(TorchPolicy):
+    """Proximal policy optimization (clipped surrogate) for a view-fed model and a Discrete action space.
+
+    ``config``: `PPO_DEFAULTS` keys. ``model`` is a `ViewModel` instance, or
+    built from ``config["model"]`` (a name in `trajview.models.MODELS`) and
+    ``config["model_config"]`` (its keyword arguments).
+    """
+
+    def __init__(self, observation_space: Any, action_space: Any, config: dict | None = None, *, model: ViewModel | None = None):
+        cfg = {**PPO_DEFAULTS, **(config or {})}
+        unknown = sorted(set(cfg) - set(PPO_DEFAULTS) - {"device"})
+        if unknown:
+            raise ValueError(f"PPOPolicy: unknown config keys {unknown}; known: {sorted(PPO_DEFAULTS)}")
+        if model is None:
+            model = make_model(cfg["model"], observation_space, action_space, **dict(cfg["model_config"]))
+        super().__init__(observation_space, action_space, cfg, model=model)
+        self.last_stats: dict[str, float] = {}
+
+    # -- acting ---------------------------------------------------------------
+
+    def action_sampler(self, input_dict, explore):
+        explore = self.config["explore"] if explore is None else explore
+        logits, value, state_outs = self.model.forward_step(input_dict)
+        dist = torch.distributions.Categorical(logits=logits)
+        actions = dist.sample() if explore else torch.argmax(logits, -1)
+        return actions, state_outs, {SampleBatch.ACTION_LOGP: dist.log_prob(actions), SampleBatch.VF_PREDS: value}
+
+    # -- postprocessing -----------------------------------------------------------
+
+    def value_of_next_step(self, segment: SampleBatch) -> float:
+        """The critic's value of the step after ``segment``'s last step (its views built from the segment)."""
+        inputs = self.model.bootstrap_input(segment)
+        with torch.no_grad():
+            _, value, _ = self.model.forward_step(self._to_torch(inputs))
+        return float(value[0])
+
+    def postprocess_trajectory(self, sample_batch, other_agent_batches=None, episode=None):
+        return compute_gae_for_sample_batch(
+            sample_batch,
+            lambda _new_obs: self.value_of_next_step(sample_batch),
+            gamma=float(self.config["gamma"]),
+            lambda_=float(self.config["lambda"]),
+        )
+
+    # -- learning -------------------------------------------------------------------
+
+    def loss(self, train_batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        cfg = self.config
+        logits, values = self.model.forward_train(train_batch)
+        dist = torch.distributions.Categorical(logits=logits)
+        actions = torch.as_tensor(train_batch[SampleBatch.ACTIONS]).long()
+        logp = dist.log_prob(actions)
+        old_logp = torch.as_tensor(train_batch[SampleBatch.ACTION_LOGP]).float()
+        adv = torch.as_tensor(train_batch[Postprocessing.ADVANTAGES]).float()
+        adv = (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8)
+        ratio = torch.exp(logp - old_logp)
+        clip = float(cfg["clip_param"])
+        surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
+        targets = torch.as_tensor(train_batch[Postprocessing.VALUE_TARGETS]).float()
+        vf_loss = torch.mean((values - targets) ** 2)
+        entropy = dist.entropy().mean()
+        policy_loss = -surrogate.mean()
+        total = policy_loss + float(cfg["vf_loss_coeff"]) * vf_loss - float(cfg["entropy_coeff"]) * entropy
+        with torch.no_grad():
+            self.last_stats = {
+                "policy_loss": float(policy_loss),
+                "vf_loss": float(vf_loss),
+                "entropy": float(entropy),
+                "kl": float(torch.mean(old_logp - logp)),
+                "clip_frac": float(torch.mean((torch.abs(ratio - 1) > clip).float())),
+            }
+        return total
+
+    def learn_on_batch(self, train_batch: SampleBatch) -> dict:
+        """``num_sgd_iter`` epochs of shuffled minibatches (whole sequences for recurrent models)."""
+        if self._optimizer is None:
+            self._optimizer = self.optimizer()
+        for g in self._optimizer.param_groups:
+            g["lr"] = float(self.config["lr"])
+        tensors = dict(self._to_torch(train_batch).items())
+        size = int(self.config["sgd_minibatch_size"])
+        grad_clip = self.config.get("grad_clip")
+        sums: dict[str, float] = {}
+        n = 0
+        self.model.train()
+        for _ in range(int(self.config["num_sgd_iter"])):
+            for mb in minibatches(tensors, size):
+                loss = self.loss(mb)
+                self._optimizer.zero_grad()
+                loss.backward()
+                if grad_clip is not None:
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(grad_clip))
+                self._optimizer.step()
+                for k, v in self.last_stats.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                sums["total_loss"] = sums.get("total_loss", 0.0) + float(loss.detach())
+                n += 1
+        return {k: v / max(n, 1) for k, v in sums.items()}
+
+    def optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.model.parameters(), lr=float(self.config["lr"]), eps=1e-5)
+
+    def get_state(self) -> dict:
+        """Model and optimizer state (for checkpoints)."""
+        if self._optimizer is None:
+            self._optimizer = self.optimizer()
+        return {"model": self.model.state_dict(), "optimizer": self._optimizer.state_dict()}
+
+    def set_state(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        if self._optimizer is None:
+            self._optimizer = self.optimizer()
+        self._optimizer.load_state_dict(state["optimizer"])
+
+

@@ -1,0 +1,98 @@
+"""`trajview train` end to end on a few hundred steps: metrics, plot, checkpoint, --resume; `trajview report`."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from trajview.cli import main  # noqa: E402
+
+SMALL = ["--env", "trajview/RepeatPrevious-v0", "--envs-per-worker", "4", "--train-batch-size", "200",
+         "--minibatch-size", "50", "--num-sgd-iter", "2", "--no-progress"]
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_train_writes_metrics_plot_checkpoint_and_resumes(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--model", "lstm", "--timesteps", "400", "--out", str(out), "--seed", "3",
+                 "--model-config", '{"max_seq_len": 8, "cell_size": 8, "hidden": 8}', *SMALL]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["env_steps"] == 400 and summary["iterations"] == 2
+    rows = _rows(out / "metrics.csv")
+    assert [int(r["iteration"]) for r in rows] == [1, 2]
+    assert [int(r["env_steps"]) for r in rows] == [200, 400]
+    assert all(float(r["steps_per_s"]) > 0 for r in rows) and float(rows[-1]["episode_return_mean"]) >= 0
+    assert (out / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    ckpt = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert ckpt["iteration"] == 2 and ckpt["env_steps"] == 400 and ckpt["config"]["model"] == "lstm"
+    weights = {k: v.clone() for k, v in ckpt["policy"]["model"].items()}
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["seed"] == 3 and cfg["model_config"]["cell_size"] == 8
+
+    # Resume: the run's own settings, more steps; iterations and steps go on, the weights are the checkpoint's.
+    from trajview.train import Trainer, TrainConfig
+
+    t = Trainer(TrainConfig(**{**ckpt["config"], "timesteps": 800}), resume=True)
+    for k, v in t.policy.model.state_dict().items():
+        assert torch.equal(v, weights[k]), k
+    assert main(["train", "--resume", "--timesteps", "800", "--out", str(out), "--no-progress"]) == 0
+    rows = _rows(out / "metrics.csv")
+    assert [int(r["iteration"]) for r in rows] == [1, 2, 3, 4]
+    assert [int(r["env_steps"]) for r in rows] == [200, 400, 600, 800]
+    assert float(rows[2]["time_s"]) > float(rows[1]["time_s"])
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["iteration"] == 4
+
+    capsys.readouterr()
+    assert main(["report", str(out), "--target", "1"]) == 0
+    table = capsys.readouterr().out
+    assert "| run | model | seed |" in table and "| run | lstm | 3 |" in table
+
+
+def test_resume_drops_metric_rows_written_after_the_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    assert main(["train", "--model", "mlp", "--timesteps", "400", "--out", str(out), *SMALL]) == 0
+    with open(out / "metrics.csv", "a") as f:  # a row from an iteration whose checkpoint was never written
+        f.write("3,600,0,1.0,1.0,1.0,1.0,0,0,0,0\n")
+    assert main(["train", "--resume", "--timesteps", "600", "--out", str(out), "--no-progress"]) == 0
+    rows = _rows(out / "metrics.csv")
+    assert [int(r["iteration"]) for r in rows] == [1, 2, 3]
+    assert float(rows[2]["episode_return_mean"]) != 1.0 or float(rows[2]["time_s"]) != 1.0
+
+
+def test_jsonl_metrics_and_stop_reward(tmp_path):
+    out = tmp_path / "run"
+    # The stop reward is reached at once (mean return >= 0): one iteration.
+    assert main(["train", "--model", "framestack", "--timesteps", "10000", "--stop-reward", "0", "--out", str(out),
+                 "--metrics-format", "jsonl", "--model-config", '{"num_frames": 2}', *SMALL]) == 0
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["env_steps"] == 200
+    assert (out / "learning_curve.png").exists()
+
+
+def test_resume_without_checkpoint_fails(tmp_path):
+    assert main(["train", "--resume", "--out", str(tmp_path / "none"), "--no-progress"]) == 2
+
+
+def test_console_script(tmp_path):
+    exe = shutil.which("trajview")
+    if exe is None:
+        pytest.fail("the trajview console script is not installed (pip install .)")
+    out = tmp_path / "run"
+    r = subprocess.run([exe, "train", "--model", "framestack", "--timesteps", "200", "--out", str(out), *SMALL],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1])["env_steps"] == 200
+    assert (out / "metrics.csv").exists() and (out / "checkpoint.pt").exists()
+    r = subprocess.run([exe, "train", "--help"], capture_output=True, text=True, timeout=60)
+    for flag in ("--env", "--model", "--seed", "--timesteps", "--workers", "--resume"):
+        assert flag in r.stdout
