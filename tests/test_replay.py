@@ -1,0 +1,317 @@
+"""`tv.ReplayBuffer` and `tv.SliceSampler`: hand-computed cases, bad input, zero copy, the GIL, threads."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import trajview as tv
+from trajview import _core
+
+VR = tv.ViewRequirement
+
+
+def episode_batch(eps_id, obs, t0=0, end=True, key="eps_id"):
+    """One trajectory piece: obs values `obs`, new_obs = obs + 1, actions = 10 * obs."""
+    obs = np.asarray(obs, dtype=np.float32)
+    n = len(obs)
+    term = np.zeros(n, bool)
+    term[-1] = end
+    return tv.SampleBatch({
+        "obs": obs[:, None],
+        "new_obs": obs[:, None] + 1,
+        "actions": (obs * 10).astype(np.int64),
+        "rewards": obs.copy(),
+        "terminateds": term,
+        "truncateds": np.zeros(n, bool),
+        key: np.full(n, eps_id, np.int64),
+        "t": np.arange(t0, t0 + n),
+    })
+
+
+def gather(rb, picks, slice_len, **kw):
+    return rb._gather(picks, slice_len, **kw)[0]
+
+
+def test_views_at_sample_time():
+    rb = tv.ReplayBuffer(32)
+    rb.add(episode_batch(7, [1, 2, 3, 4]))
+    assert len(rb) == 4 and rb.num_trajectories() == 1 and rb.rows_written() == 5
+    views = {"new_obs": VR("obs", shift=1), "stack": VR("obs", shift="-2:0"), "prev_actions": VR("actions", shift=-1),
+             "prev_rewards": VR("rewards", shift=-1)}
+    b = gather(rb, [(0, 0, 4)], 4, views=views)
+    assert b["obs"][:, 0].tolist() == [1, 2, 3, 4]
+    assert b["new_obs"][:, 0].tolist() == [2, 3, 4, 5]  # the final observation is kept
+    assert b["stack"][:, :, 0].tolist() == [[0, 0, 1], [0, 1, 2], [1, 2, 3], [2, 3, 4]]
+    assert b["prev_actions"].tolist() == [0, 10, 20, 30]
+    assert b["prev_rewards"].tolist() == [0, 1, 2, 3]
+    assert b["is_init"].tolist() == [True, False, False, False]
+    assert b["truncateds"].tolist() == [False, False, False, True]  # the slice's end (TorchRL's truncated_key)
+    b = gather(rb, [(0, 1, 2)], 2, views=views)
+    assert b["stack"][:, :, 0].tolist() == [[0, 1, 2], [1, 2, 3]]
+    assert b["is_init"].tolist() == [True, False]  # each slice's first step
+    assert b["truncateds"].tolist() == [False, True]
+
+
+def test_fragments_join_their_trajectory():
+    rb = tv.ReplayBuffer(64)
+    # Two envs' fragments per batch, as a rollout worker emits them.
+    rb.add(tv.concat_samples([episode_batch(1, [1, 2], end=False), episode_batch(2, [100, 101], end=False)]))
+    rb.add(tv.concat_samples([episode_batch(1, [3, 4], t0=2), episode_batch(2, [102], t0=2, end=False)]))
+    trajs = rb.trajectories()
+    assert [(d["key"], d["steps"], d["open"]) for d in trajs] == [(1, 4, False), (2, 3, True)]
+    b = gather(rb, [(0, 0, 4)], 4, views={"new_obs": VR("obs", shift=1), "stack": VR("obs", shift="-3:0")})
+    assert b["new_obs"][:, 0].tolist() == [2, 3, 4, 5]
+    assert b["stack"][3, :, 0].tolist() == [1, 2, 3, 4]
+    # t that does not continue starts a new trajectory.
+    rb.add(episode_batch(2, [500], t0=9))
+    assert [(d["key"], d["steps"]) for d in rb.trajectories()] == [(1, 4), (2, 3), (2, 1)]
+    assert rb.trajectories()[2]["starts_episode"] is False
+
+
+def test_traj_ids_and_end_flag_fallback():
+    rb = tv.ReplayBuffer(64)
+    rb.add(episode_batch(3, [1, 2], key="traj_ids"))
+    assert rb.trajectories()[0]["key"] == 3
+    rb = tv.ReplayBuffer(64)
+    b = episode_batch(0, [1, 2, 3, 4, 5])
+    del b["eps_id"], b["t"]
+    b["terminateds"] = np.array([0, 1, 0, 0, 0], bool)  # ends after step 1; the rest stays open
+    rb.add(b)
+    c = episode_batch(0, [6, 7])
+    del c["eps_id"], c["t"]
+    rb.add(c)  # continues the open trajectory
+    assert [d["steps"] for d in rb.trajectories()] == [2, 5]
+    picked = gather(rb, [(1, 0, 5)], 5, views={"stack": VR("obs", shift="-1:0")})
+    assert picked["obs"][:, 0].tolist() == [3, 4, 5, 6, 7]
+    assert picked["stack"][0, :, 0].tolist() == [0, 3]
+
+
+def test_overwrite_drops_partly_overwritten_trajectories():
+    rb = tv.ReplayBuffer(10)
+    rb.add(episode_batch(0, [1, 2, 3]))        # rows 0..3
+    rb.add(episode_batch(1, [11, 12, 13]))     # rows 4..7
+    rb.add(episode_batch(2, [21, 22]))         # rows 8..10: overwrites row 0
+    assert [d["key"] for d in rb.trajectories()] == [1, 2]
+    assert len(rb) == 5
+    rb.sampler = tv.SliceSampler(slice_len=2, seed=0)
+    for _ in range(20):
+        out = rb.sample(8)
+        assert set(out["eps_id"].tolist()) <= {1, 2}
+
+
+def test_sampler_semantics():
+    rb = tv.ReplayBuffer(200, sampler=tv.SliceSampler(num_slices=40, strict_length=True, seed=1))
+    rb.add(episode_batch(0, [1, 2]))
+    rb.add(episode_batch(1, np.arange(10, 20)))
+    out, info = rb.sample(160, return_info=True)  # 40 slices of 4
+    assert len(out) == 160 and (info["slices"][:, 0] == 1).all() and (info["slices"][:, 2] == 4).all()
+    starts = set(info["slices"][:, 1].tolist())
+    assert starts <= set(range(7)) and len(starts) > 3
+    rb.sampler = tv.SliceSampler(slice_len=4, seed=2)  # strict_length=False: the short one gives 2-step slices
+    out, info = rb.sample(160, return_info=True)
+    lens = info["slices"][:, 2]
+    assert set(lens.tolist()) == {2, 4} and len(out) == lens.sum()
+    assert out["obs"].shape == (lens.sum(), 1)
+    rb.sampler = tv.SliceSampler(slice_len=4, pad_output=True, seed=2)
+    out, info = rb.sample(160, return_info=True)
+    assert len(out) == 160 and out["mask"].sum() == info["slices"][:, 2].sum()
+    short = np.flatnonzero(info["slices"][:, 2] == 2)[0] * 4
+    assert out["mask"][short:short + 4].tolist() == [True, True, False, False]
+    assert out["obs"][short:short + 4, 0].tolist() == [1, 2, 2, 2]  # padding repeats the last real step
+    # Same seed, same sample; slices never mix trajectories.
+    a = tv.ReplayBuffer(200, sampler=tv.SliceSampler(slice_len=3, seed=5))
+    b = tv.ReplayBuffer(200, sampler=tv.SliceSampler(slice_len=3, seed=5))
+    for r in (a, b):
+        for e in range(6):
+            r.add(episode_batch(e, np.arange(e * 100, e * 100 + 3 + e)))
+    x, y = a.sample(300), b.sample(300)
+    np.testing.assert_array_equal(x["obs"], y["obs"])
+    ids = x["eps_id"].reshape(100, 3)
+    assert (ids == ids[:, :1]).all()
+    assert set(ids[:, 0].tolist()) == set(range(6))  # every trajectory gets sampled
+
+
+def test_collector_batches_round_trip():
+    """Batches from tv.Collector: sampled views equal the collector's own views of the same rows."""
+    B, T = 3, 40
+    rng = np.random.default_rng(0)
+    vrs = {"obs": VR("obs"), "actions": VR("actions"), "rewards": VR("rewards"), "terminateds": VR("terminateds"),
+           "truncateds": VR("truncateds"), "new_obs": VR("obs", shift=1, used_for_compute_actions=False),
+           "stack": VR("obs", shift="-3:0"), "prev_actions": VR("actions", shift=-1)}
+    coll = tv.Collector(B, {"obs": (np.float32, (2,)), "actions": (np.int64, ()), "rewards": (np.float32, ()),
+                            "terminateds": (np.bool_, ()), "truncateds": (np.bool_, ())}, vrs, chunk_rows=10)
+    coll.begin_episodes(np.arange(B), {"obs": rng.normal(size=(B, 2)).astype(np.float32)})
+    rb = tv.ReplayBuffer(1000, columns=["obs", "actions", "rewards", "terminateds", "truncateds", "eps_id", "t"])
+    emitted = []
+    for step in range(T):
+        term = rng.random(B) < 0.1
+        coll.add_step({"obs": rng.normal(size=(B, 2)).astype(np.float32), "actions": rng.integers(0, 5, B),
+                       "rewards": rng.normal(size=B).astype(np.float32), "terminateds": term,
+                       "truncateds": np.zeros(B, bool)})
+        done = np.flatnonzero(term)
+        if len(done):
+            coll.end_episodes(done)
+            coll.begin_episodes(done, {"obs": rng.normal(size=(len(done), 2)).astype(np.float32)})
+        if step % 10 == 9:
+            batch = tv.concat_samples(coll.build_batch())
+            rb.add(batch)
+            emitted.append(batch)
+    allb = tv.concat_samples(emitted)
+    by_eps: dict[int, list] = {}
+    for ep in allb.split_by_episode():
+        by_eps.setdefault(int(ep["eps_id"][0]), []).append(ep)
+    views = {"new_obs": VR("obs", shift=1), "stack": VR("obs", shift="-3:0"), "prev_actions": VR("actions", shift=-1)}
+    for d in rb.trajectories():
+        want = tv.concat_samples(by_eps[d["key"]])
+        got = gather(rb, [(d["uid"], 0, d["steps"])], d["steps"], views=views)
+        for k in ("obs", "actions", "t", "new_obs", "stack", "prev_actions"):
+            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="capacity must be an int >= 1, got 0"):
+        tv.ReplayBuffer(0)
+    with pytest.raises(ValueError, match="exactly one of num_slices and slice_len"):
+        tv.SliceSampler(num_slices=2, slice_len=3)
+    with pytest.raises(ValueError, match="slice_len must be an int >= 1, got 0"):
+        tv.SliceSampler(slice_len=0)
+    rb = tv.ReplayBuffer(8, sampler=tv.SliceSampler(slice_len=3))
+    with pytest.raises(ValueError, match="holds no steps"):
+        rb.sample(3)
+    rb.add(episode_batch(0, [1, 2]))
+    with pytest.raises(ValueError, match="divisible by slice_len=3, got batch_size=4"):
+        rb.sample(4)
+    with pytest.raises(ValueError, match="batch_size is required"):
+        rb.sample()
+    bad = episode_batch(1, [1, 2])
+    bad["obs"] = np.zeros((2, 1), np.float64)
+    with pytest.raises(ValueError, match="column 'obs': expected dtype float32, got float64"):
+        rb.add(bad)
+    bad = episode_batch(1, [1, 2])
+    bad["obs"] = np.zeros((2, 3), np.float32)
+    with pytest.raises(ValueError, match=r"column 'obs': expected per-step shape \(1,\), got \(3,\)"):
+        rb.add(bad)
+    bad = episode_batch(1, [1, 2])
+    del bad["actions"]
+    with pytest.raises(ValueError, match="missing column 'actions'"):
+        rb.add(bad)
+    bad = episode_batch(1, [1, 2])
+    bad["extra"] = np.zeros(2)
+    with pytest.raises(ValueError, match="column 'extra' is not stored"):
+        rb.add(bad)
+    with pytest.raises(ValueError, match="exceed capacity 8"):
+        rb.add(episode_batch(1, np.arange(8)))
+    assert len(rb) == 2  # nothing written by the failed adds
+    with pytest.raises(ValueError, match="reads column 'nope', which is not stored"):
+        rb.sample(3, views={"x": VR("nope")})
+    with pytest.raises(ValueError, match="batch_repeat_value must be 1"):
+        rb.sample(3, views={"x": VR("obs", batch_repeat_value=2)})
+    rb.sampler = tv.SliceSampler(slice_len=3, strict_length=True)
+    with pytest.raises(ValueError, match="slice_len=3 steps or more"):
+        rb.sample(3)
+    with pytest.raises(TypeError, match="MultiAgentBatch"):
+        rb.add(tv.MultiAgentBatch({}, 0))
+    words = episode_batch(0, [1])
+    words["name"] = np.array(["a"])
+    with pytest.raises(ValueError, match="column 'name': replay stores bool, int and float columns only"):
+        tv.ReplayBuffer(8).add(words)
+    no_ids = tv.SampleBatch(obs=np.zeros((2, 1), np.float32))
+    with pytest.raises(ValueError, match="no trajectory ids"):
+        tv.ReplayBuffer(8).add(no_ids)
+
+
+def test_zero_copy_to_numpy_and_torch():
+    torch = pytest.importorskip("torch")
+    rb = tv.ReplayBuffer(64, sampler=tv.SliceSampler(slice_len=2, seed=0))
+    rb.add(episode_batch(0, np.arange(10)))
+    out = rb.sample(8, views={"stack": VR("obs", shift="-3:0")})
+    stack = out["stack"]
+    base = stack.base
+    assert isinstance(base, _core._Buffer) and base.address == stack.__array_interface__["data"][0]
+    t = torch.from_numpy(stack)
+    assert t.data_ptr() == base.address
+    want = stack.copy()
+    del out, rb
+    gc.collect()
+    np.testing.assert_array_equal(t.numpy(), want)
+
+
+def test_sample_releases_the_gil():
+    rb = tv.ReplayBuffer(20000, sampler=tv.SliceSampler(slice_len=32, seed=0))
+    frames = np.random.default_rng(0).integers(0, 255, (2000, 84, 84), dtype=np.uint8)
+    for e in range(5):
+        rb.add(tv.SampleBatch(obs=frames, eps_id=np.full(2000, e), terminateds=np.zeros(2000, bool)))
+    stamps: list[float] = []
+    stop = threading.Event()
+
+    def count():
+        while not stop.is_set():
+            stamps.append(time.perf_counter())
+
+    th = threading.Thread(target=count)
+    th.start()
+    try:
+        time.sleep(0.01)
+        t0 = time.perf_counter()
+        out = rb.sample(4096, views={"stack": VR("obs", shift="-3:0")})  # ~140 MB written in C++
+        t1 = time.perf_counter()
+    finally:
+        stop.set()
+        th.join()
+    assert len(out) == 4096
+    assert t1 - t0 > 0.004, f"sample took {t1 - t0:.4f} s: too short to tell"
+    lo, hi = t0 + (t1 - t0) * 0.25, t0 + (t1 - t0) * 0.75
+    assert any(lo < s < hi for s in stamps), "no other Python thread ran while sample copied: the GIL was held"
+
+
+def test_one_writer_many_samplers_no_torn_rows():
+    """A collector thread adds while three learner threads sample: every row is whole and views consistent."""
+    W = 256
+    rb = tv.ReplayBuffer(3000, sampler=tv.SliceSampler(slice_len=8, seed=0))
+    errors: list[str] = []
+    done = threading.Event()
+
+    def writer():
+        v = 1
+        try:
+            for e in range(300):
+                n = 40
+                vals = np.arange(v, v + n, dtype=np.float32)
+                v += n + 1
+                rb.add(tv.SampleBatch(
+                    obs=np.repeat(vals[:, None], W, axis=1), new_obs=np.repeat(vals[:, None] + 1, W, axis=1),
+                    actions=vals.astype(np.int64), eps_id=np.full(n, e), t=np.arange(n),
+                    terminateds=np.arange(n) == n - 1, truncateds=np.zeros(n, bool)))
+        finally:
+            done.set()
+
+    def sampler(seed):
+        views = {"new_obs": VR("obs", shift=1), "stack": VR("obs", shift="-1:0")}
+        try:
+            while not done.is_set():
+                if len(rb) == 0:
+                    continue
+                out = rb.sample(64, views=views)
+                obs = out["obs"]
+                v = obs[:, 0]
+                ok = (obs == v[:, None]).all() and (out["actions"] == v.astype(np.int64)).all()
+                ok = ok and (out["new_obs"] == (v + 1)[:, None]).all() and (out["stack"][:, 1] == obs).all()
+                prev = out["stack"][:, 0, 0]
+                ok = ok and ((prev == v - 1) | (prev == 0)).all() and (out["stack"][:, 0] == prev[:, None]).all()
+                if not ok:
+                    errors.append("torn or inconsistent row")
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=sampler, args=(k,)) for k in range(3)] + [threading.Thread(target=writer)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[:3]
+    assert rb.rows_written() == 300 * 41
