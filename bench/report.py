@@ -10,7 +10,9 @@ Prints the medians per group, then the target ratios:
 (a) W1 B=64: trajview / numpy time per env step (target <= 1.0) and
     reference / trajview (target >= 100x); W2 B=64: trajview / numpy (<= 1.25);
 (b) GB/s written building the 4000-step W2 batch vs memcpy GB/s (>= 25 %);
-(c) bytes stored per step / bytes of one frame, W2 with the frame stack (<= 1.05).
+(c) bytes stored per step / bytes of one frame, W2 with the frame stack (<= 1.05);
+replay (issue 5): 256x32 stacked-frame slices / numpy gather (<= 2), float32[4] slices (< 1 ms),
+stored bytes per step / frame (<= 1.05).
 
 and draws a bar chart of the per env-step costs (``--png``).
 """
@@ -38,6 +40,10 @@ TARGET_W2_VS_NUMPY = 1.25
 TARGET_BATCH_VS_MEMCPY = 0.25
 TARGET_BYTES_RATIO = 1.05
 TARGET_WORKER_OVERHEAD_NS = {1: 5000.0, 64: 1000.0}  # issue 3: sample() minus the bare env+policy loop
+# issue 5 (replay): 256x32 slices from a 100k-step buffer
+TARGET_REPLAY_W2_VS_NUMPY = 2.0   # 4-frame stacks of 84x84 frames vs the numpy fancy-index gather of the same bytes
+TARGET_REPLAY_W1_MS = 1.0         # float32[4] obs
+TARGET_REPLAY_BYTES_RATIO = 1.05  # stored bytes per step / one frame
 BYTES_B = 8  # the B of the headline bytes-per-step ratio (a B=8, L=200 rollout)
 
 
@@ -190,6 +196,23 @@ def main() -> None:
         rows.append([f"num_envs={n}", fmt(w.get("trajview"), ".0f"), fmt(w.get("plain"), ".0f"), fmt(over, ".0f")])
     print(table(["workload", "worker", "plain loop", "worker's own cost"], rows))
 
+    # ---------------------------------------------------------------- replay
+    print("\n== replay (issue 5): 256 slices x 32 steps from a 100k-step buffer; add 1000 W2 steps ==")
+    replay: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    replay_bytes = None
+    for b in benches:
+        e = b["extra_info"]
+        if e.get("question") in ("replay-sample", "replay-add"):
+            replay[(e["question"], e["workload"])][e["impl"]] = b["stats"]["median"]
+            if "bytes_per_step_per_frame" in e:
+                replay_bytes = e["bytes_per_step_per_frame"]
+    rows = []
+    for (q, w), c in sorted(replay.items()):
+        rows.append([f"{q} {w}", fmt_time(c.get("trajview")), fmt_time(c.get("numpy")),
+                     fmt(ratio(c.get("trajview"), c.get("numpy")), ".2f")])
+    print(table(["benchmark", "trajview", "numpy", "tv/numpy"], rows))
+    print(f"  bytes stored per step / one 84x84 frame (full W2 buffer): {fmt(replay_bytes, '.4f')}")
+
     # ---------------------------------------------------------------- targets
     print("\n== targets ==")
     checks: list[tuple[str, float | None, str, bool | None]] = []
@@ -215,6 +238,12 @@ def main() -> None:
         w = worker.get(n, {})
         over = w["trajview"] - w["plain"] if "trajview" in w and "plain" in w else None
         check(f"worker's own cost per env-step (ns), num_envs={n}", over, "<=", limit)
+    rs2, rs1 = replay.get(("replay-sample", "W2"), {}), replay.get(("replay-sample", "W1"), {})
+    check("replay: W2 256x32 4-frame stacks, trajview / numpy gather", ratio(rs2.get("trajview"), rs2.get("numpy")),
+          "<=", TARGET_REPLAY_W2_VS_NUMPY)
+    check("replay: W1 256x32 slices (ms)", None if "trajview" not in rs1 else rs1["trajview"] * 1e3, "<=",
+          TARGET_REPLAY_W1_MS)
+    check("replay: bytes per stored step / frame", replay_bytes, "<=", TARGET_REPLAY_BYTES_RATIO)
     rows = [[n, fmt(v, ".3f"), t, "-" if ok is None else ("PASS" if ok else "FAIL")] for n, v, t, ok in checks]
     print(table(["target", "measured", "wanted", ""], rows))
     npy = bytes_rows.get(("numpy", BYTES_B, 200))
@@ -224,6 +253,9 @@ def main() -> None:
 
     # ---------------------------------------------------------------- chart
     png = args.png or (json_path.parent / "per_env_step.png")
+    if not step:
+        print("\nno chart (no per env-step benchmarks in this run)")
+        return
     try:
         draw(step, png)
         print(f"\nchart: {png}")
