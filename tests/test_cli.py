@@ -69,10 +69,11 @@ def test_resume_drops_metric_rows_written_after_the_checkpoint(tmp_path):
     assert float(rows[2]["episode_return_mean"]) != 1.0 or float(rows[2]["time_s"]) != 1.0
 
 
-def test_jsonl_metrics_and_stop_reward(tmp_path):
+def test_jsonl_metrics_stop_reward_and_two_workers(tmp_path):
     out = tmp_path / "run"
-    # The stop reward is reached at once (mean return >= 0): one iteration.
+    # The stop reward is reached at once (mean return >= 0): one iteration, 100 steps from each worker.
     assert main(["train", "--model", "framestack", "--timesteps", "10000", "--stop-reward", "0", "--out", str(out),
+                 "--workers", "2",
                  "--metrics-format", "jsonl", "--model-config", '{"num_frames": 2}', *SMALL]) == 0
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["env_steps"] == 200
