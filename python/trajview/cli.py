@@ -115,22 +115,23 @@ def _train(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from .train import read_metrics
 
-    print(f"| run | model | seed | env steps to mean return {args.target:g} | wall-clock to it (s) | final mean return | env steps run | wall-clock (s) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"| run | model | seed | env steps to mean return {args.target:g} | wall-clock to it (s) | best mean return | final mean return | env steps run | wall-clock (s) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for run in args.runs:
         d = Path(run)
         cfg = json.loads((d / "config.json").read_text()) if (d / "config.json").exists() else {}
         path = d / ("metrics.jsonl" if cfg.get("metrics_format") == "jsonl" else "metrics.csv")
         rows = read_metrics(path)
         if not rows:
-            print(f"| {d.name} | {cfg.get('model', '?')} | {cfg.get('seed', '?')} | no metrics | | | | |")
+            print(f"| {d.name} | {cfg.get('model', '?')} | {cfg.get('seed', '?')} | no metrics | | | | | |")
             continue
         hit = next((r for r in rows if r["episode_return_mean"] >= args.target), None)
         last = rows[-1]
-        steps = f"{int(hit['env_steps']):,}" if hit else f"not reached"
+        steps = f"{int(hit['env_steps']):,}" if hit else "not reached"
         secs = f"{hit['time_s']:.0f}" if hit else "–"
         ret = last["episode_return_mean"]
-        print(f"| {d.name} | {cfg.get('model', '?')} | {cfg.get('seed', '?')} | {steps} | {secs} | "
+        best = max((r["episode_return_mean"] for r in rows if not math.isnan(r["episode_return_mean"])), default=math.nan)
+        print(f"| {d.name} | {cfg.get('model', '?')} | {cfg.get('seed', '?')} | {steps} | {secs} | {best:.1f} | "
               f"{'nan' if math.isnan(ret) else f'{ret:.1f}'} | {int(last['env_steps']):,} | {last['time_s']:.0f} |")
     return 0
 
