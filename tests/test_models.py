@@ -75,12 +75,48 @@ def test_lstm_flat_pass_equals_step_by_step_on_random_sequences():
     assert all(p.grad is not None for p in m.parameters())
 
 
-def test_lstm_rejects_an_episode_start_inside_a_sequence():
-    m = LSTMModel(OBS, ACT, max_seq_len=4, cell_size=4, hidden=4)
-    batch = {"obs": torch.zeros(4, 2), "prev_actions": torch.zeros(4, dtype=torch.long), "seq_lens": torch.tensor([4]),
-             "is_init": torch.tensor([True, False, True, False]), **{f"state_in_{i}": torch.zeros(1, 4) for i in range(4)}}
-    with pytest.raises(ValueError, match="row 2 starts an episode"):
-        m.forward_train(batch)
+@pytest.mark.parametrize("model", ["lstm", "attention"])
+def test_episode_start_inside_a_sequence_resets_the_memory(model):
+    """A flat batch whose sequence holds the end of one episode and the start of the next (is_init):
+    the training pass equals a rollout that restarts from the initial state there."""
+    torch.manual_seed(2)
+    if model == "lstm":
+        m = LSTMModel(OBS, ACT, max_seq_len=6, cell_size=8, hidden=8)
+    else:
+        m = GTrXLModel(OBS, ACT, max_seq_len=6, memory=3, attention_dim=8, num_heads=2, ff_dim=8)
+    lens = [6, 3]
+    t = torch.tensor([7, 8, 0, 1, 2, 3, 4, 5, 6])  # episode A's t=7, 8, then episode B from t=0
+    is_init = t == 0
+    obs, acts = torch.randn(9, 2), torch.randint(0, 3, (9,))
+    k = 4 if model == "lstm" else 2
+    shape = (2, 8) if model == "lstm" else (2, 3, 8)
+    states = [torch.randn(*shape) for _ in range(k)]
+    # Sequence 1 starts at B's t=4: its state_in is whatever B's rollout had there; take it from the rollout below.
+    init = [s.detach() for s in m.get_initial_state()]
+    want_l, state, outs_b = [], [s[0] for s in states], {}
+    for r in range(6):
+        if is_init[r]:
+            state = [i if model == "lstm" else torch.zeros(3, 8) for i in init]
+        d = {"obs": obs[r : r + 1], "prev_actions": acts[r : r + 1], "t": t[r : r + 1],
+             **{f"state_in_{i}": s[None] for i, s in enumerate(state)}}
+        with torch.no_grad():
+            lg, v, outs = m.forward_step(d)
+        want_l.append(lg[0])
+        state = [o[0] for o in outs] if model == "lstm" else [torch.cat([s[1:], o]) for s, o in zip(state, outs)]
+    for i in range(k):
+        states[i][1] = state[i]
+    for r in range(6, 9):
+        d = {"obs": obs[r : r + 1], "prev_actions": acts[r : r + 1], "t": t[r : r + 1],
+             **{f"state_in_{i}": s[None] for i, s in enumerate(state)}}
+        with torch.no_grad():
+            lg, v, outs = m.forward_step(d)
+        want_l.append(lg[0])
+        state = [o[0] for o in outs] if model == "lstm" else [torch.cat([s[1:], o]) for s, o in zip(state, outs)]
+    batch = {"obs": obs, "prev_actions": acts, "t": t, "is_init": is_init, "seq_lens": torch.tensor(lens),
+             **{f"state_in_{i}": s for i, s in enumerate(states)}}
+    with torch.no_grad():
+        logits, _ = m.forward_train(batch)
+    torch.testing.assert_close(logits, torch.stack(want_l), atol=1e-5, rtol=1e-5)
 
 
 def test_gtrxl_flat_pass_equals_step_by_step_on_random_sequences():

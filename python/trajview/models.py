@@ -10,7 +10,8 @@ model reads from one stored copy of each step:
 * `LSTMModel`: ``state_in_i`` read from ``state_out_i`` at ``-1`` with
   ``batch_repeat_value=max_seq_len`` (one row per training sequence), plus
   ``prev_actions`` / ``prev_rewards``. The training pass runs over the flat
-  batch with ``torch.nn.utils.rnn.pack_sequence`` (no padding).
+  batch with ``torch.nn.utils.rnn.pack_sequence`` (no padding), split at each
+  sequence start and each ``is_init``.
 * `GTrXLModel`: a gated transformer (GTrXL) whose memory is the view
   ``state_in_i = ViewRequirement("state_out_i", shift="-{M}:-1",
   batch_repeat_value=max_seq_len)``: each step's layer input is stored once as
@@ -95,21 +96,25 @@ def flat_sequence_index(seq_lens: Tensor) -> tuple[Tensor, Tensor]:
     return seq_of_row, pos
 
 
-def _check_sequences(batch: Mapping[str, Any], seq_lens: Tensor) -> None:
-    """Every ``is_init`` row must start a sequence (sequences never span two episodes)."""
+def _split_points(batch: Mapping[str, Any], seq_lens: Tensor) -> tuple[Tensor, Tensor]:
+    """Where the flat rows split into runs: at every sequence start and at every ``is_init`` row.
+
+    Returns (run lengths, for each run the sequence whose ``state_in`` it starts
+    from, or -1 where the run starts an episode inside a sequence: the initial state).
+    """
+    seq_of_row, pos = flat_sequence_index(seq_lens)
+    n = len(pos)
+    start = pos == 0
     is_init = batch.get("is_init")
-    if is_init is None:
-        return
-    is_init = torch.as_tensor(is_init, dtype=torch.bool)
-    _, pos = flat_sequence_index(seq_lens)
-    if len(is_init) != len(pos):
-        raise ValueError(f"seq_lens sum to {len(pos)} rows, but the batch has {len(is_init)} rows")
-    bad = torch.nonzero(is_init & (pos != 0))
-    if len(bad):
-        raise ValueError(
-            f"row {int(bad[0])} starts an episode (is_init) in the middle of a sequence: "
-            "each sequence must hold one episode's consecutive steps"
-        )
+    if is_init is not None:
+        is_init = torch.as_tensor(is_init, dtype=torch.bool)
+        if len(is_init) != n:
+            raise ValueError(f"seq_lens sum to {n} rows, but the batch has {len(is_init)} rows")
+        start = start | is_init
+    first = torch.nonzero(start)[:, 0]
+    lens = torch.diff(first, append=torch.tensor([n]))
+    from_seq = torch.where(pos[first] == 0, seq_of_row[first], torch.full_like(first, -1))
+    return lens, from_seq
 
 
 class _PrevActionReward(nn.Module):
@@ -314,11 +319,18 @@ class LSTMModel(ViewModel):
 
     def forward_train(self, batch):
         seq_lens = torch.as_tensor(batch["seq_lens"])
-        _check_sequences(batch, seq_lens)
         x = self.features(batch)
-        s = [_f32(batch[f"state_in_{i}"]) for i in range(4)]
-        po = self.pi_core.flat(x, seq_lens, s[0], s[1])
-        vo = self.vf_core.flat(x, seq_lens, s[2], s[3])
+        # Runs of rows: each sequence, split again where an episode starts inside it (is_init);
+        # such a run starts from the initial state, the others from their sequence's state_in row.
+        lens, from_seq = _split_points(batch, seq_lens)
+        init = self.get_initial_state()
+        s = []
+        for i in range(4):
+            rows = _f32(batch[f"state_in_{i}"])
+            rows = torch.cat([rows, init[i].to(rows)[None]])  # index -1: the initial state
+            s.append(rows[from_seq])
+        po = self.pi_core.flat(x, lens, s[0], s[1])
+        vo = self.vf_core.flat(x, lens, s[2], s[3])
         return self.pi_head(po), self.vf_head(vo)[:, 0]
 
     def bootstrap_input(self, segment):
@@ -478,8 +490,9 @@ class GTrXLModel(ViewModel):
         return self.pi_head(po), self.vf_head(vo)[:, 0], ps + vs
 
     def forward_train(self, batch):
+        # An episode start inside a sequence needs no split here: its rows' windows mask every
+        # slot before their own t = 0, so they never read the previous episode.
         seq_lens = torch.as_tensor(batch["seq_lens"])
-        _check_sequences(batch, seq_lens)
         x = self.features(batch)
         t = torch.as_tensor(batch["t"]).long()
         L = self.num_layers
