@@ -2,9 +2,11 @@
 # Sets up a virtualenv with trajview and runs the main job: PPO on Stateless
 # CartPole (CartPole-v1 without the velocities) with a 16-frame-stack model fed
 # only by trajectory views, until the mean return of the last 100 episodes
-# reaches 150 (or 200,000 env steps). Progress bar on the terminal; metrics
-# CSV, learning-curve PNG and checkpoint in runs/framestack-seed0/.
-# Extra arguments go to `trajview train` (e.g. --model lstm, --seed 1, --resume).
+# reaches 150 (or 200,000 env steps); then the control, a plain MLP on the same
+# observations, for 200,000 env steps; then a table of both. Progress bars on
+# the terminal; metrics CSV, learning-curve PNG and checkpoint in
+# runs/framestack-seed0/ and runs/mlp-seed0/.
+# With arguments, runs `trajview train ARGS` instead (e.g. --model lstm --seed 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${TRAJVIEW_VENV:-$PWD/.venv}
@@ -13,4 +15,9 @@ VENV=${TRAJVIEW_VENV:-$PWD/.venv}
 . "$VENV/bin/activate"
 python -m pip install -q torch==2.13.0   # torch first: the CPU build on disk
 python -m pip install -q .
-trajview train "$@"
+if [ $# -gt 0 ]; then
+  exec trajview train "$@"
+fi
+trajview train --model framestack --seed 0 --out runs/framestack-seed0
+trajview train --model mlp --seed 0 --out runs/mlp-seed0
+trajview report runs/framestack-seed0 runs/mlp-seed0
