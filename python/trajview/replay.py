@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from . import _core
+from ._validate import positive_int
 from .sample_batch import MultiAgentBatch, SampleBatch
 from .view_requirement import ViewRequirement
 
@@ -43,12 +44,6 @@ _INT = (int, np.integer)
 _COMPUTED = ("is_init", "mask")
 _DEFAULT_NEXT_OBS = {"obs": "new_obs"}
 _END_FLAGS = ("terminateds", "truncateds", "dones")
-
-
-def _check_positive(name: str, value: Any) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, _INT) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    return int(value)
 
 
 class SliceSampler:
@@ -98,8 +93,8 @@ class SliceSampler:
                 f"SliceSampler needs exactly one of num_slices and slice_len, got num_slices={num_slices!r}, "
                 f"slice_len={slice_len!r}"
             )
-        self.num_slices = None if num_slices is None else _check_positive("num_slices", num_slices)
-        self.slice_len = None if slice_len is None else _check_positive("slice_len", slice_len)
+        self.num_slices = None if num_slices is None else positive_int("num_slices", num_slices)
+        self.slice_len = None if slice_len is None else positive_int("slice_len", slice_len)
         for name, key in (("traj_key", traj_key), ("end_key", end_key), ("truncated_key", truncated_key)):
             if key is not None and not isinstance(key, str):
                 raise TypeError(f"SliceSampler {name} must be a column name (str) or None, got {key!r}")
@@ -113,7 +108,7 @@ class SliceSampler:
 
     def slices(self, batch_size: int) -> tuple[int, int]:
         """``(num_slices, slice_len)`` for a batch of ``batch_size`` steps."""
-        batch_size = _check_positive("batch_size", batch_size)
+        batch_size = positive_int("batch_size", batch_size)
         if self.num_slices is not None:
             if batch_size % self.num_slices:
                 raise ValueError(
@@ -183,13 +178,13 @@ class ReplayBuffer:
         views: Mapping[str, ViewRequirement] | None = None,
         next_obs: Mapping[str, str] | None = None,
     ) -> None:
-        self._capacity = _check_positive("capacity", capacity)
+        self._capacity = positive_int("capacity", capacity)
         if sampler is None:
             sampler = SliceSampler(slice_len=1)
         if not isinstance(sampler, SliceSampler):
             raise TypeError(f"sampler must be a tv.SliceSampler, got {type(sampler).__name__}")
         self.sampler = sampler
-        self.batch_size = None if batch_size is None else _check_positive("batch_size", batch_size)
+        self.batch_size = None if batch_size is None else positive_int("batch_size", batch_size)
         self._next_obs = dict(_DEFAULT_NEXT_OBS if next_obs is None else next_obs)
         self._explicit_columns: tuple[str, ...] | None = None
         self._specs: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None
