@@ -11,33 +11,12 @@
 
 #include "trajview/buffer.h"
 #include "trajview/replay.h"
+#include "convert.h"
 
 namespace py = pybind11;
 
 namespace trajview::bindings {
 namespace {
-
-/// The DType of a numpy dtype in native byte order, if it is one of ours.
-std::optional<DType> dtype_of(const py::dtype& dt) {
-  if (!dt.attr("isnative").cast<bool>()) return std::nullopt;
-  try {
-    return dtype_from_name(py::str(dt.attr("name")).cast<std::string>());
-  } catch (const std::invalid_argument&) {
-    return std::nullopt;
-  }
-}
-
-py::dtype to_numpy(DType d) { return py::dtype(std::string(dtype_name(d))); }
-
-std::span<const std::int64_t> shape_of(const py::array& a) {
-  return {reinterpret_cast<const std::int64_t*>(a.shape()), static_cast<std::size_t>(a.ndim())};
-}
-
-py::array wrap(const BatchColumn& col) {
-  std::vector<py::ssize_t> shape(col.shape.begin(), col.shape.end());
-  py::object owner = py::cast(col.buffer);
-  return py::array(to_numpy(col.dtype), shape, {}, col.buffer->data(), owner);
-}
 
 using I64Array = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>;
 
@@ -55,7 +34,7 @@ class PyReplay {
     auto convert = [&](const ColumnSpec& col, py::handle h, const char* what) {
       py::array arr = py::array::ensure(h, py::array::c_style);
       if (!arr) throw py::type_error(std::string(what) + " '" + col.name + "': expected a numpy array");
-      const auto dt = dtype_of(arr.dtype());
+      const auto dt = to_dtype(arr.dtype());
       if (!dt || *dt != col.dtype)
         throw py::value_error(std::string(what) + " '" + col.name + "': expected dtype " +
                               std::string(dtype_name(col.dtype)) + ", got " + std::string(py::str(arr.dtype())));
@@ -155,38 +134,6 @@ class PyReplay {
   std::int64_t capacity() const { return store_.capacity(); }
 
  private:
-  static std::vector<ColumnSpec> parse_columns(const py::list& columns) {
-    std::vector<ColumnSpec> out;
-    for (const auto& item : columns) {
-      auto t = item.cast<py::tuple>();
-      ColumnSpec spec;
-      spec.name = t[0].cast<std::string>();
-      spec.dtype = dtype_from_name(t[1].cast<std::string>());
-      spec.shape = t[2].cast<std::vector<std::int64_t>>();
-      spec.kind = t[3].cast<bool>() ? ColumnKind::Observation : ColumnKind::Step;
-      out.push_back(std::move(spec));
-    }
-    return out;
-  }
-
-  static std::vector<ViewSpec> parse_views(const py::list& views) {
-    std::vector<ViewSpec> out;
-    for (const auto& item : views) {
-      auto t = item.cast<py::tuple>();
-      ViewSpec v;
-      v.name = t[0].cast<std::string>();
-      v.column = t[1].cast<std::string>();
-      v.shifts = t[2].cast<std::vector<std::int64_t>>();
-      v.adds_axis = t[3].cast<bool>();
-      const auto pad = t[4].cast<std::string>();
-      if (pad == "zero") v.padding = Padding::Zero;
-      else if (pad == "reset") v.padding = Padding::Reset;
-      else throw py::value_error("view '" + v.name + "': padding must be 'zero' or 'reset', got '" + pad + "'");
-      out.push_back(std::move(v));
-    }
-    return out;
-  }
-
   SliceRequest request(std::int64_t slice_len, bool pad, const std::optional<std::string>& truncated,
                        const std::optional<std::string>& done) const {
     SliceRequest req;

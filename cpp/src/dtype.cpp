@@ -42,4 +42,14 @@ DType dtype_from_name(std::string_view name) {
                               "int64, float16, float32, float64");
 }
 
+std::string shape_str(std::span<const std::int64_t> shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  if (shape.size() == 1) s += ",";
+  return s + ")";
+}
+
 }  // namespace trajview

@@ -13,15 +13,6 @@
 namespace trajview {
 namespace {
 
-std::string shape_str(std::span<const std::int64_t> shape) {
-  std::string s = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  if (shape.size() == 1) s += ",";
-  return s + ")";
-}
 
 /// Copies one row; small fixed sizes avoid a library call per row.
 inline void copy_row(std::byte* dst, const std::byte* src, std::size_t n) noexcept {

@@ -9,16 +9,6 @@
 namespace trajview {
 namespace {
 
-std::string shape_str(std::span<const std::int64_t> shape) {
-  std::string s = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  if (shape.size() == 1) s += ",";
-  return s + ")";
-}
-
 constexpr const char* kBoundaryColumns[] = {"eps_id", "env_id", "t", "is_init", "seq_lens"};
 
 }  // namespace

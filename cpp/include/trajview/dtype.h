@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -32,5 +33,8 @@ std::string_view dtype_name(DType dtype) noexcept;
 
 /// Parses a numpy name; throws std::invalid_argument naming the bad value.
 DType dtype_from_name(std::string_view name);
+
+/// A shape as Python prints it, for error messages: "(2, 3)", "(4,)", "()".
+std::string shape_str(std::span<const std::int64_t> shape);
 
 }  // namespace trajview
