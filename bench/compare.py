@@ -19,9 +19,9 @@ between the systems (round r runs every system once, in the same order):
    median time per env step minus the bare env + policy loop's (same envs,
    same policy, nothing stored);
 3. memory (W2, 64 envs, one child process per system): bytes the system
-   stores per step, in frames (7056 bytes), and the peak RSS growth while it
-   is built and runs two 4032-step samples (VmHWM reset through
-   /proc/self/clear_refs);
+   stores per step, in frames (7056 bytes), and the peak RSS growth while its
+   collector is built and runs one 4032-step sample (VmHWM reset through
+   /proc/self/clear_refs; imports excluded);
 4. training-batch build (W2, 64 envs x 63 steps, 4-frame stacks);
 5. replay: 256 slices x 32 steps from a 100k-step W2 buffer (4-frame stacks).
 
@@ -83,7 +83,7 @@ def _trim() -> None:
 
 
 def memory_child(system: str, workload: str, num_envs: int, steps: int) -> dict[str, Any]:
-    """Runs in a fresh process: build the system's collector, two samples; peak RSS growth and stored bytes."""
+    """Runs in a fresh process: build the system's collector, one sample; peak RSS growth and stored bytes."""
     # Import the system's modules first, so that imports do not count.
     run = cs.MAKERS[system](workload, 1, steps_for(1, 100))
     if run.setup:
@@ -95,11 +95,7 @@ def memory_child(system: str, workload: str, num_envs: int, steps: int) -> dict[
         f.write("5")  # reset VmHWM to the current RSS
     rss0 = _status_kb("VmRSS")
     run = cs.MAKERS[system](workload, num_envs, steps)
-    for _ in range(2):
-        data = None
-        if run.setup:
-            run.setup()
-        data = run.sample()
+    data = run.sample()  # the first sample: what it takes to build the collector and hold one sample
     stored = run.stored_bytes(data)
     peak = _status_kb("VmHWM") - rss0
     return {"peak_mb": peak / 1024, "stored_bytes": stored, "steps": steps,
@@ -252,7 +248,7 @@ def draw(res: dict[str, Any], png: Path, systems: list[str]) -> None:
     bars(axes[1], {s: mem.get(s, {}).get("bytes_per_step_frames") for s in systems},
          "W2: bytes stored per step\n(in 84x84 frames)", "frames per step", ".2f")
     bars(axes[2], {s: res.get("batch_build", {}).get(s, {}).get("median_ms") for s in systems},
-         "W2: training-batch build\n(4032 steps, 4-frame stacks)", "ms (median)", ".0f")
+         f"W2: training-batch build\n({res['args']['steps_64']} steps, 4-frame stacks)", "ms (median)", ".0f")
     bars(axes[3], {s: res.get("replay", {}).get(s, {}).get("median_ms") for s in systems},
          "W2: 256x32 slices from 100k steps", "ms (median)", ".0f", log=True)
     fig.tight_layout()
@@ -295,7 +291,9 @@ def report(res: dict[str, Any], systems: list[str]) -> str:
         rp = res.get("replay", {}).get(s, {})
         rows.append([s, fmt(m.get("bytes_per_step_frames"), ".3f"), fmt(m.get("peak_mb"), ".0f"),
                      fmt(bb.get("median_ms"), ".1f"), fmt(rp.get("median_ms"), ".1f"), m.get("store", m.get("error", ""))])
-    lines.append("\nW2 (84x84 frames, 4-frame stack), 64 envs x 63 steps; replay: 256x32 slices from 100k steps")
+    n64 = res["args"]["steps_64"]
+    lines.append(f"\nW2 (84x84 frames, 4-frame stack), 64 envs x {n64 // 64} steps; replay: 256x32 slices from "
+                 f"{res['args']['replay_capacity']} steps")
     lines.append(md_table(["system", "bytes/stored step (frames)", "peak RSS growth (MB)", "batch build (ms)",
                            "256x32 slices (ms)", "store"], rows))
     if "sb3_replay_bytes_per_step_frames" in res:
