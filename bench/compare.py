@@ -228,7 +228,7 @@ def draw(res: dict[str, Any], png: Path, systems: list[str]) -> None:
     ax.set_yscale("log")
     ax.set_ylabel("ns per env step (median), minus the bare loop")
     ax.set_title("collection overhead per env step\n(labels: us if >= 1000 ns)", fontsize=10)
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.09), frameon=False)
     ax.grid(axis="y", which="both", alpha=0.3)
 
     def bars(ax, values: dict[str, float | None], title: str, ylabel: str, spec: str, log: bool = False):
@@ -373,6 +373,7 @@ def main() -> None:
     ap.add_argument("--replay-capacity", type=int, default=100_000)
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 rounds, 1000 steps, 10k replay buffer")
     ap.add_argument("--skip", default="", help="comma-separated phases to skip: equivalence,collection,memory,batch,replay")
+    ap.add_argument("--from-json", type=Path, help="print the report and draw the chart of an earlier run's JSON")
     ap.add_argument("--memory-child", help=argparse.SUPPRESS)
     ap.add_argument("--mem-workload", default="W2", help=argparse.SUPPRESS)
     ap.add_argument("--mem-envs", type=int, default=64, help=argparse.SUPPRESS)
@@ -381,6 +382,13 @@ def main() -> None:
 
     if args.memory_child:
         print(json.dumps(memory_child(args.memory_child, args.mem_workload, args.mem_envs, args.mem_steps)))
+        return
+    if args.from_json:
+        res = json.loads(args.from_json.read_text())
+        systems = [s for s in cs.SYSTEMS if any(s in c for c in res["collection"].values()) or s in res["memory"]]
+        print(report(res, systems))
+        draw(res, args.from_json.with_suffix(".png"), systems)
+        print(f"\nchart: {args.from_json.with_suffix('.png')}")
         return
     if args.quick:
         args.rounds, args.steps, args.replay_capacity = 2, 1000, 10_000
