@@ -16,6 +16,7 @@ namespace trajview {
 namespace {
 
 using testing::Array;
+using testing::col;
 using testing::ins;
 using testing::make_array;
 using testing::read_values;
@@ -24,15 +25,6 @@ using testing::throws_invalid_argument;
 using I64 = std::vector<std::int64_t>;
 using F32 = std::vector<float>;
 
-ColumnSpec col(std::string name, DType dtype, std::vector<std::int64_t> shape = {},
-               ColumnKind kind = ColumnKind::Step) {
-  ColumnSpec c;
-  c.name = std::move(name);
-  c.dtype = dtype;
-  c.shape = std::move(shape);
-  c.kind = kind;
-  return c;
-}
 
 ViewSpec view(std::string name, std::string column, std::vector<std::int64_t> shifts, bool adds_axis = false,
               Padding padding = Padding::Zero) {

@@ -22,6 +22,7 @@ namespace trajview {
 namespace {
 
 using testing::Array;
+using testing::col;
 using testing::find_column;
 using testing::ins;
 using testing::make_array;
@@ -37,15 +38,6 @@ using B8 = std::vector<bool>;
 
 // ------------------------------------------------------------------ helpers
 
-ColumnSpec col(std::string name, DType dtype, std::vector<std::int64_t> shape = {},
-               ColumnKind kind = ColumnKind::Step) {
-  ColumnSpec c;
-  c.name = std::move(name);
-  c.dtype = dtype;
-  c.shape = std::move(shape);
-  c.kind = kind;
-  return c;
-}
 
 ColumnSpec obs_col(std::string name = "obs", std::vector<std::int64_t> shape = {}) {
   return col(std::move(name), DType::Float32, std::move(shape), ColumnKind::Observation);

@@ -65,6 +65,17 @@ Array make_array(const std::vector<T>& values) {
   return make_array<T>({static_cast<std::int64_t>(values.size())}, values);
 }
 
+/// A column spec (step column unless `kind` says otherwise).
+inline ColumnSpec col(std::string name, DType dtype, std::vector<std::int64_t> shape = {},
+                      ColumnKind kind = ColumnKind::Step) {
+  ColumnSpec c;
+  c.name = std::move(name);
+  c.dtype = dtype;
+  c.shape = std::move(shape);
+  c.kind = kind;
+  return c;
+}
+
 inline std::vector<ArrayIn> ins(const std::vector<Array>& arrays) {
   std::vector<ArrayIn> out;
   out.reserve(arrays.size());
