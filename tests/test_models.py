@@ -93,7 +93,7 @@ def test_episode_start_inside_a_sequence_resets_the_memory(model):
     states = [torch.randn(*shape) for _ in range(k)]
     # Sequence 1 starts at B's t=4: its state_in is whatever B's rollout had there; take it from the rollout below.
     init = [s.detach() for s in m.get_initial_state()]
-    want_l, state, outs_b = [], [s[0] for s in states], {}
+    want_l, state = [], [s[0] for s in states]
     for r in range(6):
         if is_init[r]:
             state = [i if model == "lstm" else torch.zeros(3, 8) for i in init]
