@@ -60,7 +60,6 @@ class MultiAgentSampler:
         self.by_eps: dict[tuple[str, int], _AgentEpisode] = {}
         self.env_ep_counter = 0
         self.held = 0  # agent steps held back from the last sample
-        self.ret = {}
 
     # -- episodes -----------------------------------------------------------------
 
