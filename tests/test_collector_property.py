@@ -101,6 +101,9 @@ def setups(draw, value_columns_only=False, lowest_shift=-6, longest_range=6):
         initial_rows=initial_rows or None,
         chunk_rows=draw(st.sampled_from([1, 2, 3, 7, 256])),  # tiny chunks: views cross chunk boundaries
         eps_id_start=draw(st.integers(1, 200)),
+        # Row-bytes threshold of lazy batch columns: off, every column, or only the wider ones
+        # (bool/int64/float32[2]/uint8[3,3] rows are 1/8/8/9 bytes).
+        lazy_views=draw(st.sampled_from([False, 1, 9])),
     )
     return kwargs
 
@@ -165,9 +168,25 @@ class Twin:
         self.cpp.end_episodes(env_ids)
         self.ref.end_episodes(env_ids)
 
+    def expected_lazy(self):
+        """Training views the C++ batch must hold as `tv.LazyView` (before anything reads them)."""
+        threshold = self.cpp.lazy_min_row_bytes
+        out = set()
+        for key, vr in self.cpp.view_requirements.items():
+            col = vr.column(key)
+            if not threshold or not vr.used_for_training or vr.batch_repeat_value > 1 or col in BOUNDARY_COLUMNS:
+                continue
+            dtype, shape = self.cpp.columns[col]
+            if np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64)) >= threshold:
+                out.add(key)
+        return out
+
     def build(self, complete_only, where, hold=None):
         got = self.cpp.build_batch(complete_only=complete_only, hold=hold)
         want = self.ref.build_batch(complete_only=complete_only, hold=hold)
+        lazy = self.expected_lazy()
+        for i, g in enumerate(got):
+            assert set(g.lazy_keys) == lazy, f"{where} segment {i}: lazy columns {g.lazy_keys} != {sorted(lazy)}"
         assert_batches_equal(got, want, f"{where} build_batch(complete_only={complete_only}, hold={hold})")
         return got
 

@@ -26,9 +26,10 @@ constexpr std::size_t kReleaseGilBytes = 1 << 16;
 class PyStore {
  public:
   PyStore(std::int64_t num_slots, const py::list& columns, const py::list& views, std::int64_t chunk_rows,
-          std::int64_t eps_id_start, const std::vector<std::string>& inference_boundary, bool emit_env_id)
+          std::int64_t eps_id_start, const std::vector<std::string>& inference_boundary, bool emit_env_id,
+          std::size_t lazy_min_row_bytes)
       : store_(num_slots, parse_columns(columns), parse_views(views),
-               StoreOptions{chunk_rows, eps_id_start, emit_env_id}) {
+               StoreOptions{chunk_rows, eps_id_start, emit_env_id, lazy_min_row_bytes}) {
     for (const auto& b : inference_boundary) {
       if (b == "t") infer_t_ = true;
       else if (b == "eps_id") infer_eps_ = true;
@@ -119,7 +120,15 @@ class PyStore {
     }
     py::dict cols;
     py::list seq_keys;
+    std::vector<py::array> bases;
+    for (const auto& b : batch.bases) bases.push_back(wrap(b));
     for (const auto& col : batch.columns) {
+      if (col.base >= 0) {
+        // A lazy column: (its base rows, int64 row indices).
+        BatchColumn index{col.name, DType::Int64, col.index_shape, false, col.buffer};
+        cols[py::str(col.name)] = py::make_tuple(bases[static_cast<std::size_t>(col.base)], wrap(index));
+        continue;
+      }
       cols[py::str(col.name)] = wrap(col);
       if (col.per_sequence) seq_keys.append(py::str(col.name));
     }
@@ -338,9 +347,9 @@ void register_store(py::module_& m) {
 
   py::class_<PyStore>(m, "_Store", "The C++ trajectory store; use trajview.Collector.")
       .def(py::init<std::int64_t, const py::list&, const py::list&, std::int64_t, std::int64_t,
-                    const std::vector<std::string>&, bool>(),
+                    const std::vector<std::string>&, bool, std::size_t>(),
            py::arg("num_slots"), py::arg("columns"), py::arg("views"), py::arg("chunk_rows"), py::arg("eps_id_start"),
-           py::arg("inference_boundary"), py::arg("emit_env_id"))
+           py::arg("inference_boundary"), py::arg("emit_env_id"), py::arg("lazy_min_row_bytes") = 0)
       .def("begin_episodes", &PyStore::begin_episodes, py::arg("env_ids"), py::arg("obs"))
       .def("add_step", &PyStore::add_step, py::arg("data"), py::arg("env_ids") = py::none())
       .def("input_dict", &PyStore::input_dict, py::arg("env_ids") = py::none())

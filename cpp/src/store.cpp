@@ -439,6 +439,57 @@ Batch TrajectoryStore::build_batch(bool complete_only, std::span<const std::int6
     return batch.columns.back();
   };
 
+  // Lazy columns: per stored column, the rows its lazy views read, once
+  // (lazy_base[c] >= 0 indexes batch.bases), and per segment where its rows
+  // start in that base and which episode row comes first.
+  std::vector<std::int64_t> lazy_base(columns_.size(), -1);
+  std::vector<std::vector<std::int64_t>> lazy_first(columns_.size());   // per segment: first episode row
+  std::vector<std::vector<std::int64_t>> lazy_offset(columns_.size());  // per segment: its first base row
+  if (options_.lazy_min_row_bytes > 0) {
+    std::vector<std::int64_t> lo(columns_.size(), 0), hi(columns_.size(), 0);
+    std::vector<bool> any(columns_.size(), false), reset(columns_.size(), false);
+    for (std::size_t v : training_views_) {
+      const std::size_t c = view_column_[v];
+      if (views_[v].batch_repeat > 1 || columns_[c].row_bytes() < options_.lazy_min_row_bytes) continue;
+      const auto [mn, mx] = std::minmax_element(views_[v].shifts.begin(), views_[v].shifts.end());
+      lo[c] = any[c] ? std::min(lo[c], *mn) : *mn;
+      hi[c] = any[c] ? std::max(hi[c], *mx) : *mx;
+      any[c] = true;
+      reset[c] = reset[c] || views_[v].padding == Padding::Reset;
+    }
+    for (std::size_t c = 0; c < columns_.size(); ++c) {
+      if (!any[c]) continue;
+      const std::size_t rb = columns_[c].row_bytes();
+      auto& first = lazy_first[c];
+      auto& offset = lazy_offset[c];
+      std::int64_t rows = 2;  // kLazyPadRow, kLazyZeroRow
+      for (std::size_t si = 0; si < order.size(); ++si) {
+        const Segment& seg = batch.segments[si];
+        const std::int64_t a = std::max<std::int64_t>(0, seg.t_start + lo[c]);
+        std::int64_t b = seg.t_start + seg.length + hi[c];
+        // padding="reset" reads row 0 before the episode's start.
+        if (reset[c] && seg.t_start + lo[c] < 0) b = std::max<std::int64_t>(b, 1);
+        b = seg.length == 0 ? a : std::min(rows_available(*order[si], c), b);
+        first.push_back(a);
+        offset.push_back(rows);
+        rows += std::max<std::int64_t>(0, b - a);
+      }
+      std::vector<std::int64_t> shape{rows};
+      shape.insert(shape.end(), columns_[c].shape.begin(), columns_[c].shape.end());
+      batch.bases.push_back(BatchColumn{columns_[c].name, columns_[c].dtype, std::move(shape), false,
+                                        std::make_shared<Buffer>(static_cast<std::size_t>(rows) * rb)});
+      std::byte* dst = batch.bases.back().buffer->data();
+      std::memcpy(dst + static_cast<std::size_t>(kLazyPadRow) * rb, pad_rows_[c].data(), rb);
+      std::memset(dst + static_cast<std::size_t>(kLazyZeroRow) * rb, 0, rb);
+      for (std::size_t si = 0; si < order.size(); ++si) {
+        const std::int64_t n = (si + 1 < order.size() ? offset[si + 1] : rows) - offset[si];
+        copy_rows(*order[si], c, first[si], first[si] + n, Padding::Zero,
+                  dst + static_cast<std::size_t>(offset[si]) * rb);
+      }
+      lazy_base[c] = static_cast<std::int64_t>(batch.bases.size()) - 1;
+    }
+  }
+
   for (std::size_t v : training_views_) {
     const ViewSpec& view = views_[v];
     const std::size_t c = view_column_[v];
@@ -446,6 +497,36 @@ Batch TrajectoryStore::build_batch(bool complete_only, std::span<const std::int6
     const bool per_seq = view.batch_repeat > 1;
     std::vector<std::int64_t> shape{per_seq ? batch.num_seqs : batch.count};
     if (view.adds_axis) shape.push_back(static_cast<std::int64_t>(view.shifts.size()));
+    if (lazy_base[c] >= 0 && !per_seq) {
+      // The index of each (row, shift) into the base.
+      const auto ns = static_cast<std::int64_t>(view.shifts.size());
+      std::vector<std::int64_t> index_shape = shape;
+      shape.insert(shape.end(), col.shape.begin(), col.shape.end());
+      BatchColumn& out = make(view.name, DType::Int64, index_shape, false);
+      out.dtype = col.dtype;
+      out.shape = std::move(shape);
+      out.base = lazy_base[c];
+      out.index_shape = std::move(index_shape);
+      auto* idx = reinterpret_cast<std::int64_t*>(out.buffer->data());
+      for (std::size_t si = 0; si < order.size(); ++si) {
+        const Episode& e = *order[si];
+        const Segment& seg = batch.segments[si];
+        const std::int64_t avail = rows_available(e, c);
+        const std::int64_t first = lazy_first[c][si];
+        const std::int64_t off = lazy_offset[c][si];
+        // Before the episode: the pad row, or row 0 (in the base: a pre-start
+        // read means the segment's rows start at row 0).
+        const std::int64_t pre = view.padding == Padding::Reset && avail > 0 ? off - first : kLazyPadRow;
+        std::int64_t* out_row = idx + seg.row_offset * ns;
+        for (std::int64_t t = seg.t_start; t < seg.t_start + seg.length; ++t) {
+          for (std::int64_t j = 0; j < ns; ++j) {
+            const std::int64_t r = t + view.shifts[static_cast<std::size_t>(j)];
+            *out_row++ = r < 0 ? pre : r >= avail ? kLazyZeroRow : off + (r - first);
+          }
+        }
+      }
+      continue;
+    }
     shape.insert(shape.end(), col.shape.begin(), col.shape.end());
     BatchColumn& out = make(view.name, col.dtype, std::move(shape), per_seq);
     const std::size_t vrb = view_row_bytes(v);

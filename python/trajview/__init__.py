@@ -1,7 +1,7 @@
 """trajview: trajectory views over C++ columnar storage for RL experience collection."""
 
 from .view_requirement import ViewRequirement
-from .sample_batch import MultiAgentBatch, SampleBatch, concat_samples
+from .sample_batch import LazyView, MultiAgentBatch, SampleBatch, concat_samples
 from .collector import Collector
 from .replay import ReplayBuffer, SliceSampler
 from .callbacks import Callbacks, Episode
@@ -47,5 +47,6 @@ __all__ = [
     "SampleBatch",
     "ViewRequirement",
     "concat_samples",
+    "LazyView",
     "__version__",
 ]

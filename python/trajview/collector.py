@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from . import _core
-from ._validate import positive_int
-from .sample_batch import SampleBatch
+from ._validate import lazy_row_bytes, positive_int
+from .sample_batch import LazyView, SampleBatch
 from .view_requirement import ViewRequirement
 
 __all__ = ["Collector", "BOUNDARY_COLUMNS", "column_spec_from_space"]
@@ -61,6 +61,11 @@ class Collector:
             between ``build_batch`` calls (the rollout fragment length): a
             fragment then fits in one block and nothing else is allocated.
         eps_id_start: the first episode id; ids count up from it.
+        lazy_views: batches hold the training views of columns whose rows
+            have at least this many bytes as `LazyView` s: each stored row
+            once per batch plus an index per view, materialized when read
+            (``True`` = 1024 bytes, e.g. image frames; ``False``/``0`` = never).
+            The values are the same either way.
     """
 
     def __init__(
@@ -73,9 +78,11 @@ class Collector:
         initial_rows: Mapping[str, Any] | None = None,
         chunk_rows: int = 256,
         eps_id_start: int = 0,
+        lazy_views: bool | int = False,
     ) -> None:
         positive_int("num_envs", num_envs)
         positive_int("chunk_rows", chunk_rows)
+        lazy_min_row_bytes = lazy_row_bytes(lazy_views)
         specs = {str(k): _column_spec(str(k), v) for k, v in columns.items()}
         obs_columns = tuple(obs_columns)
         for c in obs_columns:
@@ -136,8 +143,16 @@ class Collector:
         self.columns: dict[str, tuple[np.dtype, tuple[int, ...]]] = specs
         self.obs_columns = obs_columns
         self._impl = _core._Store(
-            int(num_envs), col_list, views, int(chunk_rows), int(eps_id_start), inference_boundary, emit_env_id
+            int(num_envs),
+            col_list,
+            views,
+            int(chunk_rows),
+            int(eps_id_start),
+            inference_boundary,
+            emit_env_id,
+            lazy_min_row_bytes,
         )
+        self.lazy_min_row_bytes = lazy_min_row_bytes
         # The per-step calls go straight to C++ (no Python frame on the hot path);
         # the methods below document them.
         self.add_step = self._impl.add_step  # type: ignore[method-assign]
@@ -181,6 +196,9 @@ class Collector:
         of its ongoing episode back for the next batch.
         """
         cols, segs, seq_keys, _count, num_seqs = self._impl.build_batch(bool(complete_only), hold)
+        for k, v in cols.items():
+            if type(v) is tuple:  # (base rows, index): a lazy column
+                cols[k] = LazyView._trusted(*v)
         keys = frozenset(seq_keys)
         out = []
         for s in segs:

@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 
 from .callbacks import Callbacks, Episode
-from ._validate import positive_int
+from ._validate import lazy_row_bytes, positive_int
 from .collector import BOUNDARY_COLUMNS, Collector
 from .multi_agent import MultiAgentSampler, is_parallel_env
 from .policy import Policy
@@ -56,6 +56,12 @@ class RolloutWorker:
     call builds a new store and restarts every episode (so that each view
     holds from t = 0); episodes in progress are dropped without
     ``on_episode_end``.
+
+    ``lazy_views`` (default ``True``: columns with rows of 1 KiB or more, e.g.
+    image frames) makes the views of big columns `LazyView` s in the returned
+    batch: each frame once plus an index, so a 4-frame stack and ``new_obs``
+    add no copies; reading a column materializes it, ``TorchPolicy`` gathers on
+    its device. ``False`` copies every view out (see `Collector`).
     """
 
     def __init__(
@@ -75,6 +81,7 @@ class RolloutWorker:
         policy_mapping_fn: Callable | None = None,
         seed: int | None = None,
         worker_index: int = 0,
+        lazy_views: bool | int = True,
     ) -> None:
         if batch_mode not in _BATCH_MODES:
             raise ValueError(f"batch_mode must be one of {_BATCH_MODES}, got {batch_mode!r}")
@@ -100,6 +107,7 @@ class RolloutWorker:
         self.seed = None if seed is None else int(seed)
         self.worker_index = int(worker_index)
         self.policy_mapping_fn = policy_mapping_fn
+        self.lazy_views = lazy_row_bytes(lazy_views)
 
         first = env_creator(self.env_config)
         self.multi_agent: MultiAgentSampler | None = None
@@ -215,6 +223,7 @@ class RolloutWorker:
             views,
             initial_rows=init,
             chunk_rows=self.rollout_fragment_length,
+            lazy_views=self.lazy_views,
             # Unique across workers, store rebuilds and policies (2**24 trajectories each).
             eps_id_start=self.worker_index << 40 | (self._resets & 0xFF) << 32 | policy_index << 24,
         )

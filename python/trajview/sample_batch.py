@@ -19,9 +19,112 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MultiAgentBatch", "SampleBatch", "concat_samples"]
+__all__ = ["LazyView", "MultiAgentBatch", "SampleBatch", "concat_samples"]
 
 _STATE_IN = "state_in_"
+
+
+class LazyView:
+    """A batch column kept as rows of a shared array plus an index: its value is ``base[index]``.
+
+    Collectors built with ``lazy_views`` hand these out for the views of big
+    columns (e.g. a 4-frame stack and ``new_obs`` over 84x84 frames): the
+    batch then holds each stored row once (``base``, shared by every view of
+    that column) plus 8 bytes per (row, offset) of ``index``, instead of
+    copying every row each view reads. ``SampleBatch`` materializes a lazy
+    column when it is read (``batch[key]``) and keeps the result; ``to_torch``
+    gathers on a device instead (ship ``base`` once, gather there).
+
+    ``shape``/``dtype``/``len`` are those of the array it stands for; slicing
+    rows (``view[a:b]``) is another `LazyView`; any other indexing, ``np.asarray``
+    and `materialize` give numpy arrays.
+    """
+
+    __slots__ = ("base", "index")
+
+    def __init__(self, base: np.ndarray, index: np.ndarray) -> None:
+        base = np.asarray(base)
+        index = np.asarray(index)
+        if base.ndim == 0:
+            raise ValueError("LazyView base must have a row axis, got a 0-d array")
+        if not np.issubdtype(index.dtype, np.integer) or index.ndim == 0:
+            raise TypeError(f"LazyView index must be an integer array with a row axis, got {index.dtype} {index.shape}")
+        if index.size and (int(index.min()) < 0 or int(index.max()) >= len(base)):
+            raise IndexError(
+                f"LazyView index must be in [0, {len(base)}) (the base's rows), got [{index.min()}, {index.max()}]"
+            )
+        self.base = base
+        self.index = index
+
+    @classmethod
+    def _trusted(cls, base: np.ndarray, index: np.ndarray) -> LazyView:
+        view = cls.__new__(cls)
+        view.base = base
+        view.index = index
+        return view
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.index.shape) + tuple(self.base.shape[1:])
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.base.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.index.ndim + self.base.ndim - 1
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the materialized array (numpy's meaning); `stored_nbytes` is what it holds."""
+        return int(np.prod(self.shape, dtype=np.int64)) * self.base.itemsize
+
+    @property
+    def stored_nbytes(self) -> int:
+        """Bytes this view holds: its base (shared with the other views of its column) and its index."""
+        return self.base.nbytes + self.index.nbytes
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, slice) and key.step in (None, 1):
+            return LazyView._trusted(self.base, self.index[key])
+        if isinstance(key, tuple) and len(key) > self.index.ndim:
+            return self.materialize()[key]
+        return self.base[self.index[key]]
+
+    def materialize(self) -> np.ndarray:
+        """The array this view stands for (a fresh copy)."""
+        return np.take(self.base, self.index, axis=0)
+
+    def copy(self) -> np.ndarray:
+        return self.materialize()
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        arr = self.materialize()
+        return arr if dtype is None else arr.astype(dtype, copy=False)
+
+    def to_torch(self, device: Any = None, _bases: dict | None = None) -> Any:
+        """``base[index]`` as a torch tensor, gathered on ``device``.
+
+        ``_bases`` (id(base) -> tensor) lets several views of one column share one transfer of ``base``.
+        """
+        import torch
+
+        key = id(self.base)
+        if _bases is not None and key in _bases:
+            base = _bases[key]
+        else:
+            base = self.base if self.base.flags.writeable else self.base.copy()
+            base = torch.from_numpy(base).to(device)
+            if _bases is not None:
+                _bases[key] = base
+        return base[torch.from_numpy(self.index).to(device)]
+
+    def __repr__(self) -> str:
+        return f"LazyView(shape={self.shape}, dtype={self.dtype}, base rows={len(self.base)})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,23 +348,52 @@ class SampleBatch(dict):
             return self._slice_rows(key)
         if self._tracking:
             self.accessed_keys.add(key)
-        return dict.__getitem__(self, key)
+        value = dict.__getitem__(self, key)
+        if type(value) is LazyView:
+            return self._materialize(key, value)
+        return value
 
     def get(self, key: str, default: Any = None) -> Any:
         if self._tracking:
             self.accessed_keys.add(key)
-        return dict.get(self, key, default)
+        value = dict.get(self, key, default)
+        if type(value) is LazyView:
+            return self._materialize(key, value)
+        return value
+
+    def _materialize(self, key: str, view: LazyView) -> np.ndarray:
+        """Replaces a lazy column by its array (kept: later reads are free)."""
+        arr = view.materialize()
+        dict.__setitem__(self, key, arr)
+        seg = self._seg
+        if seg is not None and seg.handed.get(key) is view:
+            # Still the collector's data: concat_samples may keep using the parent's view.
+            seg.handed[key] = arr
+        return arr
+
+    def materialize(self) -> SampleBatch:
+        """Materializes every `LazyView` column in place (see `lazy_keys`); returns the batch."""
+        for k in self.lazy_keys:
+            self._materialize(k, dict.__getitem__(self, k))
+        return self
+
+    @property
+    def lazy_keys(self) -> list[str]:
+        """Columns still held as `LazyView` (not materialized yet)."""
+        return [k for k, v in dict.items(self) if type(v) is LazyView]
 
     def items(self):  # type: ignore[override]
-        """Like `dict.items`; with access tracking on, counts as reading every column."""
+        """Like `dict.items` (lazy columns materialized); with tracking on, reads every column."""
         if self._tracking:
             self.accessed_keys.update(dict.keys(self))
+        self.materialize()
         return dict.items(self)
 
     def values(self):  # type: ignore[override]
-        """Like `dict.values`; with access tracking on, counts as reading every column."""
+        """Like `dict.values` (lazy columns materialized); with tracking on, reads every column."""
         if self._tracking:
             self.accessed_keys.update(dict.keys(self))
+        self.materialize()
         return dict.values(self)
 
     def __len__(self) -> int:
@@ -568,6 +700,7 @@ class SampleBatch(dict):
         """A plain ``dict`` of the columns (the same arrays)."""
         if self._tracking:
             self.accessed_keys.update(dict.keys(self))
+        self.materialize()
         return dict(dict.items(self))
 
     def __reduce__(self):
@@ -640,7 +773,10 @@ def _concat_column(key: str, arrays: list[Any]) -> Any:
                 f"concat_samples: column {key!r} has per-row shape {tuple(a.shape[1:])} in batch {i}, "
                 f"expected {shape0} (as in batch 0)"
             )
-    return np.concatenate(arrays, axis=0)
+    if type(arrays[0]) is LazyView and all(type(a) is LazyView and a.base is arrays[0].base for a in arrays):
+        # Views of one base stay lazy: only their indices are concatenated.
+        return LazyView._trusted(arrays[0].base, np.concatenate([a.index for a in arrays], axis=0))
+    return np.concatenate([np.asarray(a) if type(a) is LazyView else a for a in arrays], axis=0)
 
 
 def _concat_multi_agent(batches: list[MultiAgentBatch]) -> MultiAgentBatch:

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from .policy import Policy
-from .sample_batch import SampleBatch
+from .sample_batch import LazyView, SampleBatch
 
 __all__ = ["TorchPolicy"]
 
@@ -52,11 +52,14 @@ class TorchPolicy(Policy):
     def _to_torch(self, batch: Mapping[str, Any]) -> SampleBatch:
         """A batch of tensors viewing the arrays (``infos`` and other object columns are left out)."""
         cols = {}
+        bases: dict = {}  # lazy views of one column share one transfer of their base
         # dict.items: converting is not reading (a tracked batch would count every column as read,
         # and the pruning pass would keep every view); the reads are tracked on the tensor batch.
         for k, v in dict.items(batch):
             if isinstance(v, torch.Tensor):
                 cols[k] = v.to(self.device)
+            elif type(v) is LazyView:
+                cols[k] = v.to_torch(self.device, bases)
             elif isinstance(v, np.ndarray) and v.dtype != object:
                 t = torch.from_numpy(v) if v.flags.writeable else torch.from_numpy(v.copy())
                 cols[k] = t.to(self.device)

@@ -72,12 +72,18 @@ struct Segment {
 };
 
 /// A column of a built batch. The buffer is fresh and owned by whoever holds it.
+///
+/// A *lazy* column (base >= 0) is not copied out: its buffer holds int64 row
+/// indices (shape index_shape: [rows] or [rows, len(shifts)]) into
+/// Batch::bases[base], and its value is base_rows[index] (shape `shape`).
 struct BatchColumn {
   std::string name;
   DType dtype = DType::Float32;
   std::vector<std::int64_t> shape;  ///< full shape, leading axis = rows or sequences
   bool per_sequence = false;
   std::shared_ptr<Buffer> buffer;
+  std::int64_t base = -1;                 ///< index into Batch::bases, or -1 (the values are in buffer)
+  std::vector<std::int64_t> index_shape;  ///< lazy columns: the shape of the int64 index in buffer
 };
 
 /// A postprocessing / training batch in the flat layout.
@@ -86,7 +92,15 @@ struct Batch {
   std::int64_t num_seqs = 0;  ///< sequences (0 if no view repeats)
   std::vector<BatchColumn> columns;
   std::vector<Segment> segments;
+  /// Row arrays of the lazy columns, one per stored column they read, named
+  /// after it: [kLazyPadRow] = the column's pad row, [kLazyZeroRow] = zeros,
+  /// then each segment's rows that its views read, once.
+  std::vector<BatchColumn> bases;
 };
+
+/// Rows 0 and 1 of every lazy base.
+inline constexpr std::int64_t kLazyPadRow = 0;
+inline constexpr std::int64_t kLazyZeroRow = 1;
 
 struct StoreOptions {
   /// Steps per slot that a storage block holds beyond its columns' lookback:
@@ -96,6 +110,10 @@ struct StoreOptions {
   std::int64_t eps_id_start = 0;
   /// Whether batches carry env_id (eps_id, t and is_init they always carry).
   bool emit_env_id = true;
+  /// 0: every training view is copied into the batch. Otherwise the views
+  /// (batch_repeat 1) of columns whose rows have at least this many bytes are
+  /// lazy: the batch holds each such column's rows once plus an index per view.
+  std::size_t lazy_min_row_bytes = 0;
 };
 
 /// Per env slot, the episode in progress, plus finished episodes not yet

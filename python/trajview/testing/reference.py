@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import positive_int
+from .._validate import lazy_row_bytes, positive_int
 
 from ..sample_batch import SampleBatch
 from ..view_requirement import ViewRequirement
@@ -69,9 +69,12 @@ class ReferenceCollector:
         initial_rows: Mapping[str, Any] | None = None,
         chunk_rows: int = 256,
         eps_id_start: int = 0,
+        lazy_views: bool | int = False,
     ) -> None:
         positive_int("num_envs", num_envs)
         positive_int("chunk_rows", chunk_rows)
+        # How batches hold big columns; the values are the same, so the reference ignores it.
+        lazy_row_bytes(lazy_views)
         self.num_envs = int(num_envs)
 
         self.dtypes: dict[str, np.dtype] = {}
