@@ -124,9 +124,10 @@ def trajview_policy_cls(stack: bool, padding: str = "zero"):
                 self.view_requirements["prev_n_obs"] = tv.ViewRequirement("obs", shift="-3:0", padding=padding)
 
         def compute_actions_from_input_dict(self, input_dict, explore=None, timestep=None, **kw):
-            if stack:
-                input_dict["prev_n_obs"]  # the model reads the stack
-            return np.zeros(len(input_dict["obs"]), np.int64), [], {}
+            # A frame-stack model reads the stack (and not obs): the pruning pass keeps obs out of the
+            # compute-actions input, as it would for such a model.
+            x = input_dict["prev_n_obs"] if stack else input_dict["obs"]
+            return np.zeros(len(x), np.int64), [], {}
 
         def loss(self, train_batch):
             cols = ["obs", "new_obs", "actions", "rewards", "terminateds", "truncateds"]
@@ -165,7 +166,7 @@ def make_trajview_collector(workload: str, num_envs: int, steps: int) -> Run:
     cols = {"obs": (obs_space.dtype, obs_space.shape), "actions": (np.int64, ()), "rewards": (np.float32, ()),
             "terminateds": (np.bool_, ()), "truncateds": (np.bool_, ())}
     vr = tv.ViewRequirement
-    views = {"obs": vr("obs"), "actions": vr("actions"), "rewards": vr("rewards"), "terminateds": vr("terminateds"),
+    views = {"obs": vr("obs", used_for_compute_actions=not stack), "actions": vr("actions"), "rewards": vr("rewards"), "terminateds": vr("terminateds"),
              "truncateds": vr("truncateds"), "new_obs": vr("obs", shift=1, used_for_compute_actions=False)}
     if stack:
         views["prev_n_obs"] = vr("obs", shift="-3:0")

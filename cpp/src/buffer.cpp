@@ -29,17 +29,21 @@ std::size_t rounded_size(std::size_t nbytes, std::size_t align) {
 /// and again.
 class BufferCache {
  public:
-  AlignedBytes take(std::size_t bytes) {
+  /// The smallest cached block of `bytes` to `bytes` * 9/8 bytes, or null;
+  /// `capacity` gets its size.
+  AlignedBytes take(std::size_t bytes, std::size_t& capacity) {
     std::lock_guard<std::mutex> lock(mu_);
+    auto best = blocks_.end();
     for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
-      if (it->bytes == bytes) {
-        AlignedBytes out = std::move(it->data);
-        total_ -= it->bytes;
-        blocks_.erase(it);
-        return out;
-      }
+      if (it->bytes >= bytes && it->bytes <= bytes + bytes / 8 && (best == blocks_.end() || it->bytes < best->bytes))
+        best = it;
     }
-    return nullptr;
+    if (best == blocks_.end()) return nullptr;
+    AlignedBytes out = std::move(best->data);
+    capacity = best->bytes;
+    total_ -= best->bytes;
+    blocks_.erase(best);
+    return out;
   }
 
   /// Keeps the block (dropping the oldest ones beyond the byte limit).
@@ -85,13 +89,16 @@ AlignedBytes allocate_aligned(std::size_t nbytes) {
 }
 
 Buffer::Buffer(std::size_t nbytes) : size_(nbytes) {
-  if (nbytes >= kCacheMin) data_ = cache().take(rounded_size(nbytes, kHugePage));
-  if (!data_) data_ = allocate_aligned(nbytes);
+  if (nbytes >= kCacheMin) data_ = cache().take(rounded_size(nbytes, kHugePage), capacity_);
+  if (!data_) {
+    data_ = allocate_aligned(nbytes);
+    capacity_ = nbytes >= kCacheMin ? rounded_size(nbytes, kHugePage) : nbytes;
+  }
   g_live.fetch_add(1, std::memory_order_relaxed);
 }
 
 Buffer::~Buffer() {
-  if (size_ >= kCacheMin) cache().give(std::move(data_), rounded_size(size_, kHugePage));
+  if (size_ >= kCacheMin) cache().give(std::move(data_), capacity_);
   g_live.fetch_sub(1, std::memory_order_relaxed);
 }
 

@@ -369,23 +369,30 @@ class RolloutWorker:
         new_obs, rew, term, trunc = self._bufs
         infos = [] if self._need_infos else None
         acts = actions.tolist() if self._discrete else actions
-        any_done = False
+        rs, tes, trs = [], [], []  # one numpy write per column below, not one per env
         for i, env in enumerate(self.envs):
             o, r, te, tr, info = env.step(acts[i])
-            if type(o) is not np.ndarray or o.dtype != obs_dtype or o.shape != obs_shape:
+            if type(o) is not np.ndarray or (o.dtype is not obs_dtype and o.dtype != obs_dtype) or o.shape != obs_shape:
                 a = np.asarray(o)
                 if a.shape != obs_shape or not np.can_cast(a.dtype, obs_dtype, "safe"):
                     raise self._env_obs_error(i, o)
                 o = a
             new_obs[i] = o
-            rew[i] = r
-            term[i] = te
-            trunc[i] = tr
-            if te or tr:
-                any_done = True
+            rs.append(r)
+            tes.append(te)
+            trs.append(tr)
             if infos is not None:
                 infos.append(info)
-        return new_obs, rew, term, trunc, infos, None, any_done
+        try:
+            rew[:] = rs
+            term[:] = tes
+            trunc[:] = trs
+        except (TypeError, ValueError) as e:
+            raise type(e)(
+                f"columns 'rewards'/'terminateds'/'truncateds': the envs' step() returned rewards {rs[:8]}, "
+                f"terminated {tes[:8]}, truncated {trs[:8]} (first 8), expected numbers and bools: {e}"
+            ) from e
+        return new_obs, rew, term, trunc, infos, None, bool(term.any() or trunc.any())
 
     def _step(self) -> None:
         coll = self.collector

@@ -89,8 +89,11 @@ class LazyView:
         return len(self.index)
 
     def __getitem__(self, key: Any) -> Any:
-        if isinstance(key, slice) and key.step in (None, 1):
-            return LazyView._trusted(self.base, self.index[key])
+        if type(key) is slice and key.step is None or isinstance(key, slice) and key.step == 1:
+            view = LazyView.__new__(LazyView)
+            view.base = self.base
+            view.index = self.index[key]
+            return view
         if isinstance(key, tuple) and len(key) > self.index.ndim:
             return self.materialize()[key]
         return self.base[self.index[key]]
@@ -330,13 +333,16 @@ class SampleBatch(dict):
         if seq and seqs is None:
             raise ValueError(f"SampleBatch._segment got per-sequence columns {sorted(seq)} but seqs=None")
         s0, s1 = (int(seqs[0]), int(seqs[1])) if seqs is not None else (0, 0)
-        cols: dict[str, Any] = {}
-        for k, arr in parent.items():
-            a, b = (s0, s1) if k in seq else (r0, r1)
-            view = arr[a:b]
-            if len(view) != b - a:
-                raise ValueError(f"SampleBatch._segment: column {k!r} has {len(arr)} rows, expected at least {b}")
-            cols[k] = view
+        if seq:
+            cols = {k: arr[s0:s1] if k in seq else arr[r0:r1] for k, arr in parent.items()}
+        else:
+            cols = {k: arr[r0:r1] for k, arr in parent.items()}
+        for k, view in cols.items():
+            b = s1 if k in seq else r1
+            if len(view) != b - (s0 if k in seq else r0):
+                raise ValueError(
+                    f"SampleBatch._segment: column {k!r} has {len(parent[k])} rows, expected at least {b}"
+                )
         batch = cls._from_columns(cols, r1 - r0, seq, frozenset(seq_keys))
         batch._seg = _Segment(parent, (r0, r1), (s0, s1) if seqs is not None else None, dict(cols))
         return batch

@@ -22,8 +22,9 @@ AlignedBytes allocate_aligned(std::size_t nbytes);
 /// Invariant: the block never moves or shrinks while the Buffer lives; batch
 /// arrays hold a shared_ptr to it, so they stay valid after the store that
 /// filled them is gone. Large blocks (8 MiB or more) go, when freed, to a
-/// process-wide cache (at most 1 GiB) that the next Buffer of the same size
-/// takes them from: no page faults for the batches of a training loop.
+/// process-wide cache (at most 1 GiB) that the next Buffer of about the same
+/// size (the block is at most 1/8 larger) takes them from: no page faults for
+/// the batches of a training loop, whose sizes vary a little.
 class Buffer {
  public:
   /// Allocates `nbytes` bytes (uninitialised), see allocate_aligned.
@@ -44,6 +45,7 @@ class Buffer {
  private:
   AlignedBytes data_;
   std::size_t size_ = 0;
+  std::size_t capacity_ = 0;  ///< bytes of data_ (>= size_), for the cache
 };
 
 }  // namespace trajview
