@@ -31,8 +31,11 @@ class LookbackPolicy(ObsActionPolicy):
     horizon=st.one_of(st.none(), st.integers(1, 8)),
     vector=st.sampled_from([None, "NEXT_STEP", "SAME_STEP"]),
     samples=st.integers(1, 5),
+    lazy=st.sampled_from([False, 1]),  # 1: every column's views are LazyViews in the batch
 )
-def test_every_env_step_appears_exactly_once(num_envs, lengths, truncate, fragment, batch_mode, horizon, vector, samples):
+def test_every_env_step_appears_exactly_once(
+    num_envs, lengths, truncate, fragment, batch_mode, horizon, vector, samples, lazy
+):
     envs = [ScriptedEnv(lengths, i, truncate) for i in range(num_envs)]
     if vector is None:
         it = iter(envs)
@@ -42,11 +45,13 @@ def test_every_env_step_appears_exactly_once(num_envs, lengths, truncate, fragme
         creator = lambda cfg: gym.vector.SyncVectorEnv([lambda e=e: e for e in envs], autoreset_mode=mode)  # noqa: E731
     w = tv.RolloutWorker(
         creator, LookbackPolicy, num_envs=1 if vector else num_envs, batch_mode=batch_mode,
-        rollout_fragment_length=fragment, horizon=horizon,
+        rollout_fragment_length=fragment, horizon=horizon, lazy_views=lazy,
     )
     seen: dict[tuple[int, int], int] = {}
     for _ in range(samples):
         b = w.sample()
+        if lazy:
+            assert {"obs", "new_obs", "stack", "actions", "prev_actions", "next_actions"} <= set(b.lazy_keys)
         target = fragment * num_envs
         if batch_mode == "truncate_episodes":
             assert len(b) == target

@@ -1,0 +1,254 @@
+"""`tv.LazyView` batch columns: the same values as copied-out views, each stored row held once.
+
+The collector-level equality (lazy == reference for every view, shift, padding
+and cut) is in test_collector_property.py and test_rollout_property.py (both
+draw ``lazy_views``); this file covers the `LazyView` object itself and how
+`SampleBatch`, `concat_samples`, pickling, torch conversion and the
+`RolloutWorker` treat it.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import trajview as tv
+
+VR = tv.ViewRequirement
+FRAME = (16, 16)  # uint8: 256-byte rows
+
+
+def frame_collector(num_envs=2, lazy=True, chunk_rows=8):
+    cols = {"obs": (np.uint8, FRAME), "actions": (np.int64, ()), "rewards": (np.float32, ())}
+    views = {
+        "obs": VR(),
+        "new_obs": VR("obs", shift=1, used_for_compute_actions=False),
+        "stack": VR("obs", shift="-3:0"),
+        "stack_reset": VR("obs", shift="-2:0", padding="reset"),
+        "actions": VR(),
+        "rewards": VR(),
+    }
+    return tv.Collector(num_envs, cols, views, chunk_rows=chunk_rows, lazy_views=256 if lazy else False)
+
+
+def drive(coll, steps_per_fragment=(5, 7, 3), episode_len=6, seed=0):
+    """Same script for any collector: frames whose pixels are (env, step) codes; episodes end every ``episode_len``."""
+    rng = np.random.default_rng(seed)
+    n = coll.num_envs
+    ids = np.arange(n)
+    coll.begin_episodes(ids, {"obs": rng.integers(0, 255, (n, *FRAME), dtype=np.uint8)})
+    lengths = np.zeros(n, int)
+    out = []
+    for steps in steps_per_fragment:
+        for _ in range(steps):
+            coll.add_step({
+                "obs": rng.integers(0, 255, (n, *FRAME), dtype=np.uint8),
+                "actions": rng.integers(0, 5, n),
+                "rewards": rng.random(n).astype(np.float32),
+            })
+            lengths += 1
+            done = np.flatnonzero(lengths >= episode_len)
+            if len(done):
+                coll.end_episodes(done)
+                coll.begin_episodes(done, {"obs": rng.integers(0, 255, (len(done), *FRAME), dtype=np.uint8)})
+                lengths[done] = 0
+        out.append(coll.build_batch())
+    return out
+
+
+def test_lazy_batches_equal_copied_batches_and_hold_frames_once():
+    lazy, eager = drive(frame_collector(lazy=True)), drive(frame_collector(lazy=False))
+    for segs_l, segs_e in zip(lazy, eager):
+        assert len(segs_l) == len(segs_e)
+        for bl, be in zip(segs_l, segs_e):
+            assert sorted(bl.lazy_keys) == ["new_obs", "obs", "stack", "stack_reset"]
+            assert be.lazy_keys == []
+            for k in be:
+                assert bl[k].dtype == be[k].dtype and bl[k].shape == be[k].shape
+                np.testing.assert_array_equal(bl[k], be[k], err_msg=k)
+        whole = tv.concat_samples(segs_l)
+        # All four views share one base: the frames the batch needs, once (+ the pad and zero rows).
+        bases = {id(dict.__getitem__(whole, k).base) for k in whole.lazy_keys}
+        assert len(bases) == 1
+        base = dict.__getitem__(whole, "obs").base
+        rows_read = len(whole) + 4 * len(segs_l)  # each segment: its rows, 3 look-back rows, 1 new_obs row at most
+        assert len(base) <= 2 + rows_read
+
+
+def test_lazy_view_object():
+    base = np.arange(5 * 3, dtype=np.float32).reshape(5, 3)
+    index = np.array([[0, 1], [2, 3], [4, 4]])
+    v = tv.LazyView(base, index)
+    assert v.shape == (3, 2, 3) and v.dtype == np.float32 and v.ndim == 3 and len(v) == 3
+    want = base[index]
+    np.testing.assert_array_equal(np.asarray(v), want)
+    np.testing.assert_array_equal(v.materialize(), want)
+    assert v.nbytes == want.nbytes
+    assert v.stored_nbytes == base.nbytes + index.nbytes
+    sub = v[1:3]
+    assert isinstance(sub, tv.LazyView) and sub.base is base
+    np.testing.assert_array_equal(np.asarray(sub), want[1:3])
+    np.testing.assert_array_equal(v[2], want[2])
+    np.testing.assert_array_equal(v[:, 1], want[:, 1])
+    np.testing.assert_array_equal(v[0, 1, 2], want[0, 1, 2])
+    np.testing.assert_array_equal(v[[2, 0]], want[[2, 0]])
+    assert np.asarray(v, dtype=np.float64).dtype == np.float64
+    c = v.copy()
+    assert isinstance(c, np.ndarray) and not np.shares_memory(c, base)
+    t = v.to_torch()
+    assert torch.equal(t, torch.from_numpy(want))
+
+
+@pytest.mark.parametrize(
+    "base, index, error, match",
+    [
+        (np.zeros((4, 2)), np.array([0.5]), TypeError, "integer"),
+        (np.zeros((4, 2)), np.array([0, 4]), IndexError, r"\[0, 4\)"),
+        (np.zeros((4, 2)), np.array([-1]), IndexError, "base's rows"),
+        (np.float32(1.0), np.array([0]), ValueError, "row axis"),
+    ],
+)
+def test_lazy_view_rejects_bad_input(base, index, error, match):
+    with pytest.raises(error, match=match):
+        tv.LazyView(base, index)
+
+
+def test_sample_batch_materializes_on_read_and_keeps_it():
+    (segs,) = drive(frame_collector(), steps_per_fragment=(4,))
+    b = segs[0]
+    assert "stack" in b.lazy_keys
+    b.enable_access_tracking()
+    first = b["stack"]
+    assert isinstance(first, np.ndarray) and b["stack"] is first  # materialized once
+    assert "stack" not in b.lazy_keys and "stack" in b.accessed_keys
+    assert b.get("new_obs") is b["new_obs"]
+    b.materialize()
+    assert b.lazy_keys == []
+    assert all(isinstance(v, np.ndarray) for v in b.values())
+
+
+def test_items_values_to_dict_and_copies_hand_out_arrays():
+    (segs,) = drive(frame_collector(), steps_per_fragment=(4,))
+    b = segs[0]
+    assert all(isinstance(v, np.ndarray) for _, v in b.items())
+    (segs,) = drive(frame_collector(), steps_per_fragment=(4,))
+    assert all(isinstance(v, np.ndarray) for v in segs[0].to_dict().values())
+    (segs,) = drive(frame_collector(), steps_per_fragment=(4,))
+    deep = segs[0].copy()
+    assert deep.lazy_keys == [] and all(isinstance(v, np.ndarray) for v in dict.values(deep))
+    shallow = segs[0].copy(shallow=True)
+    assert sorted(shallow.lazy_keys) == sorted(segs[0].lazy_keys)
+
+
+def test_pickle_round_trip_keeps_values():
+    (segs,) = drive(frame_collector(), steps_per_fragment=(5,))
+    batch = tv.concat_samples(segs)
+    want = {k: np.asarray(v).copy() for k, v in dict.items(batch)}
+    back = pickle.loads(pickle.dumps(batch))
+    assert sorted(back) == sorted(want)
+    for k in want:
+        np.testing.assert_array_equal(back[k], want[k])
+
+
+def test_concat_keeps_views_lazy_and_mixed_columns_materialize():
+    (segs,) = drive(frame_collector(num_envs=3), steps_per_fragment=(8,), episode_len=3)
+    assert len(segs) > 3
+    eager = [{k: np.asarray(v).copy() for k, v in dict.items(s)} for s in segs]
+    # Consecutive untouched segments: a view of the parent, still lazy.
+    whole = tv.concat_samples(segs)
+    assert "stack" in whole.lazy_keys
+    # Out of order: indices concatenated over the shared base, still lazy.
+    shuffled = tv.concat_samples([segs[2], segs[0], segs[1]])
+    assert "stack" in shuffled.lazy_keys
+    np.testing.assert_array_equal(
+        shuffled["stack"], np.concatenate([eager[2]["stack"], eager[0]["stack"], eager[1]["stack"]])
+    )
+    # A segment read during postprocessing (materialized) still concatenates to the same values.
+    segs[1]["new_obs"]
+    mixed = tv.concat_samples(segs)
+    np.testing.assert_array_equal(mixed["new_obs"], np.concatenate([e["new_obs"] for e in eager]))
+    # Lazy next to a plain array of another base: a fresh array.
+    other = tv.SampleBatch({k: np.asarray(v) for k, v in eager[0].items()})
+    out = tv.concat_samples([segs[3], other])
+    assert out.lazy_keys == []
+    np.testing.assert_array_equal(out["stack"], np.concatenate([eager[3]["stack"], eager[0]["stack"]]))
+
+
+def test_to_padded_and_to_tensordict_match_copied_batches():
+    pytest.importorskip("tensordict")
+    (lazy,) = drive(frame_collector(), steps_per_fragment=(9,), episode_len=4)
+    (eager,) = drive(frame_collector(lazy=False), steps_per_fragment=(9,), episode_len=4)
+    bl, be = tv.concat_samples(lazy), tv.concat_samples(eager)
+    pl, pe = bl.to_padded(), be.to_padded()
+    for k in pe:
+        np.testing.assert_array_equal(pl[k], pe[k])
+    (lazy,) = drive(frame_collector(), steps_per_fragment=(9,), episode_len=4)
+    tl, te = tv.concat_samples(lazy).to_tensordict(), be.to_tensordict()
+    for k in te.keys(include_nested=True, leaves_only=True):
+        assert torch.equal(tl[k], te[k]), k
+
+
+class FramePolicy(tv.TorchPolicy):
+    def __init__(self, obs_space, act_space, config=None):
+        model = torch.nn.Linear(4 * FRAME[0] * FRAME[1], 2)
+        super().__init__(obs_space, act_space, config, model=model)
+        self.view_requirements["stack"] = VR("obs", shift="-3:0")
+
+    def action_sampler(self, input_dict, explore):
+        return torch.zeros(len(input_dict["stack"]), dtype=torch.int64), [], {}
+
+    def loss(self, train_batch):
+        x = train_batch["stack"].float().reshape(len(train_batch["stack"]), -1)
+        return self.model(x).sum() + 0 * train_batch["obs"].sum() + 0 * train_batch["new_obs"].sum()
+
+
+class FrameEnv(gym.Env):
+    observation_space = gym.spaces.Box(0, 255, FRAME, np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, seed=0):
+        self.rng = np.random.default_rng(seed)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return self.rng.integers(0, 255, FRAME, dtype=np.uint8), {}
+
+    def step(self, action):
+        self.t += 1
+        return self.rng.integers(0, 255, FRAME, dtype=np.uint8), 1.0, self.t >= 7, False, {}
+
+
+def test_rollout_worker_lazy_and_copied_batches_agree_and_torch_gathers_them():
+    def worker(lazy):
+        envs = iter([FrameEnv(i) for i in range(3)])
+        return tv.RolloutWorker(
+            lambda cfg: next(envs), FramePolicy, num_envs=3, rollout_fragment_length=5, lazy_views=lazy
+        )
+
+    # 256-byte frames are under the default 1 KiB threshold: ask for 256.
+    wl, we, wd = worker(256), worker(False), worker(True)
+    for _ in range(4):
+        bl, be, bd = wl.sample(), we.sample(), wd.sample()
+        assert {"obs", "new_obs", "stack"} <= set(bl.lazy_keys)
+        assert be.lazy_keys == [] and bd.lazy_keys == []
+        tensors = wl.policy._to_torch(bl)  # gathered by torch, before anything reads the numpy values
+        for k in be:
+            np.testing.assert_array_equal(bl[k], be[k], err_msg=k)
+        for k in ("obs", "new_obs", "stack"):
+            assert torch.equal(tensors[k], torch.from_numpy(be[k]))
+        stats = wl.policy.learn_on_batch(wl.sample())
+        assert np.isfinite(stats["loss"])
+        we.sample()
+        wd.sample()
+
+
+def test_lazy_views_setting_is_checked():
+    with pytest.raises(ValueError, match="lazy_views must be True, False or a number of row bytes"):
+        tv.Collector(1, {"obs": (np.uint8, FRAME)}, {"obs": VR()}, lazy_views="yes")
+    with pytest.raises(ValueError, match="lazy_views"):
+        tv.RolloutWorker(lambda cfg: FrameEnv(), FramePolicy, lazy_views=-1)
