@@ -296,6 +296,17 @@ def report(res: dict[str, Any], systems: list[str]) -> str:
                  f"{res['args']['replay_capacity']} steps")
     lines.append(md_table(["system", "bytes/stored step (frames)", "peak RSS growth (MB)", "batch build (ms)",
                            "256x32 slices (ms)", "store"], rows))
+    copied = res.get("batch_build", {}).get("trajview-copied", {}).get("median_ms")
+    if copied is not None:
+        lines.append(f"trajview batch build with lazy_views=False (obs, new_obs and the stack copied out, "
+                     f"6 frames per step): {copied:.1f} ms")
+    mem_tv = res.get("memory", {}).get("trajview", {})
+    if "carried_rows_per_env" in mem_tv:
+        lines.append(f"trajview RolloutWorker: the training batch it returns holds "
+                     f"{mem_tv.get('batch_bytes_per_step_frames', float('nan')):.3f} frames per step; between samples "
+                     f"the store carries {mem_tv['carried_rows_per_env']:.1f} frames per env (3 look-back frames "
+                     f"and the newest obs); its blocks allocate "
+                     f"{mem_tv.get('allocated_bytes_per_step_frames', float('nan')):.3f} frames per step")
     if "sb3_replay_bytes_per_step_frames" in res:
         lines.append(f"SB3 ReplayBuffer(optimize_memory_usage=True) with VecFrameStack: "
                      f"{res['sb3_replay_bytes_per_step_frames']:.3f} frames per step")
@@ -414,6 +425,8 @@ def main() -> None:
     R, W = args.rounds, 2
     n_replay = [s for s in systems if s in cs.REPLAYS]
     n_build = [s for s in systems if s in cs.BUILDERS]
+    if "trajview" in n_build:
+        n_build.insert(n_build.index("trajview") + 1, "trajview-copied")  # the same batch with every view copied out
     total = (("equivalence" not in skip) * 1
              + ("collection" not in skip) * len(CASES) * (len(systems) + 1) * (R + W)
              + ("memory" not in skip) * len(systems)

@@ -79,11 +79,13 @@ def nbytes_of(x: Any, seen: set | None = None) -> int:
     seen.add(id(x))
     if isinstance(x, np.ndarray):
         return x.nbytes if x.base is None or id(x.base) not in seen else 0
+    if type(x).__name__ == "LazyView":  # trajview: a shared base of rows (counted once) plus an index
+        return nbytes_of(x.base, seen) + x.index.nbytes
     mod = type(x).__module__
     if mod.startswith("torch") and hasattr(x, "element_size") and hasattr(x, "nelement"):
         return x.element_size() * x.nelement()
     if isinstance(x, dict):
-        return sum(nbytes_of(v, seen) for v in x.values())
+        return sum(nbytes_of(v, seen) for v in dict.values(x))  # dict.values: no lazy column materializes
     if isinstance(x, (list, tuple)):
         return sum(nbytes_of(v, seen) for v in x)
     if isinstance(x, (str, bytes, int, float, bool, type(None))):
@@ -142,16 +144,29 @@ def make_trajview(workload: str, num_envs: int, steps: int) -> Run:
     stack = workload == "W2"
     w = tv.RolloutWorker(lambda cfg: CmpEnv(workload), trajview_policy_cls(stack), num_envs=num_envs,
                          rollout_fragment_length=steps // num_envs)
-    held: dict[str, int] = {}
+    row_bytes = CmpEnv(workload)._pool[0].nbytes  # one observation (a frame on W2)
+    held = {"carried": 0, "stored": 0}
+    notes: dict[str, Any] = {"store": "RolloutWorker.sample(): rows the Collector holds for the sample (before "
+                                      "the batch is built); returns the training batch (lazy views: frames once)"}
+    emit = w._emit
+
+    def emit_and_measure(complete):
+        # What the store holds for this fragment, less the look-back rows carried in from the last one.
+        held["stored"] = w.collector.held_nbytes() - held["carried"]
+        batch = emit(complete)
+        held["carried"] = w.collector.held_nbytes()  # look-back rows + newest obs, per env, for the next fragment
+        notes["carried_rows_per_env"] = held["carried"] / num_envs / row_bytes
+        notes["allocated_bytes_per_step_frames"] = w.collector.nbytes() / steps / row_bytes
+        return batch
+
+    w._emit = emit_and_measure
 
     def sample():
         batch = w.sample()
-        # After sample() the store still holds the blocks the fragment used (reused next time).
-        held["nbytes"] = w.collector.nbytes()
+        notes["batch_bytes_per_step_frames"] = nbytes_of(batch) / len(batch) / row_bytes
         return batch
 
-    return Run(sample, lambda batch: held["nbytes"],
-               {"store": "RolloutWorker.sample(): Collector blocks; returns the training batch (stack built)"})
+    return Run(sample, lambda batch: held["stored"], notes)
 
 
 def make_trajview_collector(workload: str, num_envs: int, steps: int) -> Run:
@@ -199,15 +214,18 @@ def make_trajview_collector(workload: str, num_envs: int, steps: int) -> Run:
                 coll.begin_episodes(done, {"obs": np.stack([envs[i].reset()[0] for i in done])})
                 inp = coll.input_dict()
         state["inp"] = inp
-        state["held"] = (coll.nbytes(), coll.num_steps())
+        # What the store holds for this sample, less the look-back rows carried in from the last one.
+        state["stored"] = coll.held_nbytes() - state["carried"]
         return None
 
-    def stored(_):
-        nbytes, held = state["held"]
-        return nbytes * steps / held  # bytes per held step, scaled to this sample's steps
+    def setup():
+        coll.build_batch()  # the learner takes the last sample
+        state["carried"] = coll.held_nbytes()
 
-    return Run(sample, stored, {"store": "tv.Collector.step loop, store only (stack built for inference)"},
-               setup=coll.build_batch)
+    state["carried"] = 0
+    return Run(sample, lambda _: state["stored"],
+               {"store": "tv.Collector.step loop, store only (stack built for inference): rows held for the sample"},
+               setup=setup)
 
 
 # ----------------------------------------------------------------------------- RLlib old stack
@@ -492,10 +510,16 @@ def collect_gc() -> None:
 # The batch holds the 4-frame stack wherever the system builds it at batch time.
 
 
-def build_trajview(num_envs: int, steps: int):
-    from _common import make_pool, make_runner
+def build_trajview(num_envs: int, steps: int, lazy: bool = True):
+    """``lazy``: the batch holds each frame once plus indices (``lazy_views=True``, RolloutWorker's default);
+    otherwise every view, the stack included, is copied out (``lazy_views=False``)."""
+    import functools
 
-    runner = make_runner("trajview", make_pool("W2", num_envs), capacity=steps // num_envs)
+    import trajview as tv
+    from _common import CollectorRunner, make_pool
+
+    runner = CollectorRunner(make_pool("W2", num_envs), functools.partial(tv.Collector, lazy_views=lazy),
+                             chunk_rows=steps // num_envs)
     return (lambda: runner.steps(steps // num_envs)), runner.batch
 
 
@@ -546,7 +570,7 @@ def build_tianshou(num_envs: int, steps: int):
     return refill, build
 
 
-BUILDERS = {"trajview": build_trajview, "rllib-old": build_rllib_old, "sb3": build_sb3, "tianshou": build_tianshou}
+BUILDERS = {"trajview": build_trajview, "trajview-copied": lambda n, s: build_trajview(n, s, lazy=False), "rllib-old": build_rllib_old, "sb3": build_sb3, "tianshou": build_tianshou}
 
 
 # ----------------------------------------------------------------------------- replay: 256 x 32 slices, 100k W2 steps

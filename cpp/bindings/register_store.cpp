@@ -160,6 +160,10 @@ class PyStore {
     std::lock_guard<std::mutex> lock(mu_);
     return store_.nbytes();
   }
+  std::size_t held_nbytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return store_.held_nbytes();
+  }
   py::array_t<std::int64_t> eps_ids() {
     std::lock_guard<std::mutex> lock(mu_);
     return py::array_t<std::int64_t>(py::cast(store_.slot_eps_ids()));
@@ -359,6 +363,7 @@ void register_store(py::module_& m) {
       .def("num_steps", &PyStore::num_steps)
       .def("num_complete_steps", &PyStore::num_complete_steps)
       .def("nbytes", &PyStore::nbytes)
+      .def("held_nbytes", &PyStore::held_nbytes)
       .def("eps_ids", &PyStore::eps_ids)
       .def("episode_lengths", &PyStore::lengths)
       .def("inference_keys", &PyStore::inference_keys)

@@ -629,6 +629,18 @@ void TrajectoryStore::release_storage(bool compact) {
     if (compact) streams_[c].compact(need, end);
     else streams_[c].release_before(need);
   }
+  // An ongoing episode's row 0 (kept outside the streams) once no view can
+  // read it: every row before emitted - lookback is out of reach, padding
+  // "reset" included (it reads row 0 only for t < lookback).
+  for (auto& e : slots_) {
+    if (!e) continue;
+    for (std::size_t k = 0; k < obs_columns_.size(); ++k) {
+      auto& row0 = e->first_obs[k];
+      if (row0.empty() || e->emitted - lookback_[obs_columns_[k]] < 1) continue;
+      episode_bytes_ -= row0.size();
+      std::vector<std::byte>().swap(row0);
+    }
+  }
 }
 
 std::int64_t TrajectoryStore::num_steps() const noexcept {
@@ -649,6 +661,20 @@ std::size_t TrajectoryStore::nbytes() const noexcept {
   std::size_t n = 0;
   for (const auto& p : pools_) n += p.allocated_chunks() * p.chunk_bytes();
   return n + episode_bytes_;
+}
+
+std::size_t TrajectoryStore::held_nbytes() const noexcept {
+  std::size_t n = episode_bytes_;
+  const std::int64_t end = pos_.empty() ? 0 : *std::max_element(pos_.begin(), pos_.end());
+  for (std::size_t c = 0; c < columns_.size(); ++c) {
+    std::int64_t first = end;
+    for (const auto& e : slots_)
+      if (e) first = std::min(first, first_needed(*e, c));
+    for (const auto& e : finished_) first = std::min(first, first_needed(*e, c));
+    first = std::max(first, streams_[c].base());
+    if (end > first) n += static_cast<std::size_t>(end - first) * streams_[c].stride();
+  }
+  return n;
 }
 
 std::vector<std::int64_t> TrajectoryStore::slot_eps_ids() const {

@@ -218,8 +218,12 @@ class Collector:
         return int(self._impl.num_complete_steps())
 
     def nbytes(self) -> int:
-        """Bytes of row storage the store has allocated."""
+        """Bytes of row storage the store has allocated (held rows, block slack, idle blocks kept for reuse)."""
         return int(self._impl.nbytes())
+
+    def held_nbytes(self) -> int:
+        """Bytes of the rows the store still needs: unemitted steps, their look-back rows, first observations."""
+        return int(self._impl.held_nbytes())
 
     def eps_ids(self) -> np.ndarray:
         """Per slot, the running episode's id (-1 where idle)."""

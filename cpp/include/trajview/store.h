@@ -83,7 +83,7 @@ struct BatchColumn {
   bool per_sequence = false;
   std::shared_ptr<Buffer> buffer;
   std::int64_t base = -1;                 ///< index into Batch::bases, or -1 (the values are in buffer)
-  std::vector<std::int64_t> index_shape;  ///< lazy columns: the shape of the int64 index in buffer
+  std::vector<std::int64_t> index_shape{};  ///< lazy columns: the shape of the int64 index in buffer
 };
 
 /// A postprocessing / training batch in the flat layout.
@@ -183,6 +183,10 @@ class TrajectoryStore {
   std::int64_t num_complete_steps() const noexcept;
   /// Bytes of row storage allocated (held rows, chunk slack and idle chunks).
   std::size_t nbytes() const noexcept;
+  /// Bytes of the rows that episodes still need (stream positions from the
+  /// oldest row a view can read to the newest, for all slots, plus first
+  /// observations): what nbytes() would be with no slack and no idle chunks.
+  std::size_t held_nbytes() const noexcept;
   /// Per slot: the running episode's id / length (steps), -1 when idle.
   std::vector<std::int64_t> slot_eps_ids() const;
   std::vector<std::int64_t> slot_lengths() const;
