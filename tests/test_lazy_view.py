@@ -252,3 +252,27 @@ def test_lazy_views_setting_is_checked():
         tv.Collector(1, {"obs": (np.uint8, FRAME)}, {"obs": VR()}, lazy_views="yes")
     with pytest.raises(ValueError, match="lazy_views"):
         tv.RolloutWorker(lambda cfg: FrameEnv(), FramePolicy, lazy_views=-1)
+
+
+@pytest.mark.parametrize("padding", ["zero", "reset"])
+def test_store_holds_each_frame_once_and_carries_only_the_look_back(padding):
+    """held_nbytes: the rows a fragment adds (one frame per step, plus each new episode's first frame), and
+    between fragments only 3 look-back frames + the newest obs per env (row 0 of a long episode is freed)."""
+    B, T, frame = 4, 10, FRAME[0] * FRAME[1]
+    cols = {"obs": (np.uint8, FRAME), "actions": (np.int64, ())}
+    views = {"obs": VR(), "stack": VR("obs", shift="-3:0", padding=padding), "actions": VR()}
+    coll = tv.Collector(B, cols, views, chunk_rows=T, lazy_views=True)
+    ids = np.arange(B)
+    rng = np.random.default_rng(0)
+    coll.begin_episodes(ids, {"obs": rng.integers(0, 255, (B, *FRAME), dtype=np.uint8)})
+    assert coll.held_nbytes() == B * frame  # the first observations
+    carried = []
+    for frag in range(4):
+        start = coll.held_nbytes()
+        for _ in range(T):
+            coll.add_step({"obs": rng.integers(0, 255, (B, *FRAME), dtype=np.uint8), "actions": np.zeros(B, np.int64)})
+        assert coll.held_nbytes() - start == B * T * (frame + 8)  # one frame and one int64 per step
+        batch = tv.concat_samples(coll.build_batch())
+        assert len(batch) == B * T
+        carried.append(coll.held_nbytes())
+    assert carried == [B * 4 * frame] * 4  # 3 look-back frames + the newest obs, per env
