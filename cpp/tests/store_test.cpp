@@ -1367,22 +1367,28 @@ class Model {
     return out;
   }
 
-  std::vector<const Episode*> batch_order(bool complete_only) const {
+  /// The step up to which a batch emits episode e: all its steps, less
+  /// hold[slot] if it is ongoing and `hold` is not empty.
+  static std::int64_t upto(const Episode& e, const I64& hold) {
+    return e.finished || hold.empty() ? e.steps : e.steps - hold[static_cast<std::size_t>(e.slot)];
+  }
+
+  std::vector<const Episode*> batch_order(bool complete_only, const I64& hold = {}) const {
     std::vector<const Episode*> order;
     for (const auto& e : finished_) order.push_back(e.get());
     if (!complete_only) {
       for (const auto& e : slots_) {
-        if (e && e->steps > e->emitted) order.push_back(e.get());
+        if (e && upto(*e, hold) > e->emitted) order.push_back(e.get());
       }
     }
     return order;
   }
 
-  void emitted(bool complete_only) {
+  void emitted(bool complete_only, const I64& hold = {}) {
     finished_.clear();
     if (!complete_only) {
       for (auto& e : slots_) {
-        if (e) e->emitted = e->steps;
+        if (e) e->emitted = upto(*e, hold);
       }
     }
   }
@@ -1433,12 +1439,94 @@ std::vector<ViewSpec> model_views(std::int64_t repeat) {
           far};
 }
 
+StoreOptions lazy_opts(std::int64_t chunk_rows, std::size_t lazy_min_row_bytes) {
+  StoreOptions o = opts(chunk_rows);
+  o.lazy_min_row_bytes = lazy_min_row_bytes;
+  return o;
+}
+
+/// Checks a batch's lazy layout against the store's settings: exactly the
+/// training views (batch_repeat 1) of columns whose rows have at least
+/// `threshold` bytes are lazy (none if it is 0), boundary columns never; one
+/// base per stored column that lazy views read, named after it, its row
+/// kLazyPadRow the column's pad row and kLazyZeroRow zeros; and a base holds
+/// each episode row its views read once: no more rows per segment than the
+/// span of those views' shifts.
+void check_lazy_layout(const TrajectoryStore& s, const Batch& b, std::size_t threshold) {
+  const std::size_t nc = s.columns().size();
+  std::vector<bool> lazy_col(nc, false);
+  I64 lo(nc, 0), hi(nc, 0);
+  for (std::size_t v : s.training_views()) {
+    const ViewSpec& view = s.views()[v];
+    const auto c = static_cast<std::size_t>(s.column_index(view.column));
+    const bool lazy = threshold > 0 && view.batch_repeat == 1 && s.columns()[c].row_bytes() >= threshold;
+    const BatchColumn* bc = find_column(b, view.name);
+    ASSERT_NE(bc, nullptr) << view.name;
+    ASSERT_EQ(bc->base >= 0, lazy) << "view '" << view.name << "' (threshold " << threshold << ")";
+    if (!lazy) {
+      EXPECT_TRUE(bc->index_shape.empty()) << view.name;
+      continue;
+    }
+    ASSERT_LT(static_cast<std::size_t>(bc->base), b.bases.size()) << view.name;
+    EXPECT_EQ(b.bases[static_cast<std::size_t>(bc->base)].name, view.column) << view.name;
+    EXPECT_FALSE(bc->per_sequence) << view.name;
+    I64 index_shape{b.count};
+    if (view.adds_axis) index_shape.push_back(static_cast<std::int64_t>(view.shifts.size()));
+    EXPECT_EQ(bc->index_shape, index_shape) << view.name;
+    EXPECT_EQ(bc->buffer->size(), testing::num_elems(index_shape) * sizeof(std::int64_t)) << view.name;
+    const auto [mn, mx] = std::minmax_element(view.shifts.begin(), view.shifts.end());
+    lo[c] = lazy_col[c] ? std::min(lo[c], *mn) : *mn;
+    hi[c] = lazy_col[c] ? std::max(hi[c], *mx) : *mx;
+    lazy_col[c] = true;
+  }
+  for (const char* name : {"eps_id", "env_id", "t", "is_init", "seq_lens"}) {
+    if (const BatchColumn* bc = find_column(b, name)) {
+      EXPECT_LT(bc->base, 0) << name;
+      EXPECT_TRUE(bc->index_shape.empty()) << name;
+    }
+  }
+  ASSERT_EQ(b.bases.size(), static_cast<std::size_t>(std::count(lazy_col.begin(), lazy_col.end(), true)));
+  for (std::size_t i = 0; i < b.bases.size(); ++i) {
+    const BatchColumn& base = b.bases[i];
+    const std::int64_t ci = s.column_index(base.name);
+    ASSERT_GE(ci, 0) << "base '" << base.name << "'";
+    const auto c = static_cast<std::size_t>(ci);
+    ASSERT_TRUE(lazy_col[c]) << "base '" << base.name << "' has no lazy view";
+    for (std::size_t j = 0; j < i; ++j) EXPECT_NE(b.bases[j].name, base.name) << "two bases";
+    const ColumnSpec& col = s.columns()[c];
+    EXPECT_EQ(base.dtype, col.dtype) << base.name;
+    EXPECT_LT(base.base, 0) << base.name;
+    ASSERT_FALSE(base.shape.empty()) << base.name;
+    EXPECT_EQ(I64(base.shape.begin() + 1, base.shape.end()), col.shape) << base.name;
+    const std::int64_t rows = base.shape[0];
+    ASSERT_GE(rows, 2) << base.name;
+    const std::size_t rb = col.row_bytes();
+    ASSERT_EQ(base.buffer->size(), static_cast<std::size_t>(rows) * rb) << base.name;
+    const std::byte* d = base.buffer->data();
+    const std::vector<std::byte> zeros(rb, std::byte{0});
+    const std::vector<std::byte> pad = col.pad_row.empty() ? zeros : col.pad_row;
+    const auto row = [&](std::int64_t r) {
+      return std::vector<std::byte>(d + static_cast<std::size_t>(r) * rb, d + static_cast<std::size_t>(r + 1) * rb);
+    };
+    EXPECT_TRUE(testing::same_bytes(row(kLazyPadRow), pad, rb)) << base.name << ": the pad row";
+    EXPECT_TRUE(testing::same_bytes(row(kLazyZeroRow), zeros, rb)) << base.name << ": the zero row";
+    std::int64_t max_rows = 2;
+    for (const Segment& g : b.segments) max_rows += g.length == 0 ? 0 : g.length + hi[c] - lo[c];
+    EXPECT_LE(rows, max_rows) << base.name;
+  }
+}
+
 class Driver {
  public:
-  Driver(std::int64_t num_slots, std::int64_t chunk_rows, std::int64_t repeat, unsigned seed)
+  /// `lazy_min_row_bytes`: the store's lazy threshold; `use_hold`: batches
+  /// hold back a random number of each ongoing episode's newest steps.
+  Driver(std::int64_t num_slots, std::int64_t chunk_rows, std::int64_t repeat, unsigned seed,
+         std::size_t lazy_min_row_bytes = 0, bool use_hold = false)
       : num_slots_(num_slots),
         repeat_(repeat),
-        store_(num_slots, model_columns(), model_views(repeat), opts(chunk_rows)),
+        lazy_(lazy_min_row_bytes),
+        use_hold_(use_hold),
+        store_(num_slots, model_columns(), model_views(repeat), lazy_opts(chunk_rows, lazy_min_row_bytes)),
         model_(num_slots, model_columns(), model_views(repeat)),
         rng_(seed) {}
 
@@ -1541,8 +1629,12 @@ class Driver {
   }
 
   void check_batch(bool complete_only) {
-    const auto order = model_.batch_order(complete_only);
-    const Batch b = store_.build_batch(complete_only);
+    I64 hold;
+    if (use_hold_) {
+      for (const auto& e : model_.slots()) hold.push_back(e ? rand(e->steps - e->emitted + 1) : 0);
+    }
+    const auto order = model_.batch_order(complete_only, hold);
+    const Batch b = store_.build_batch(complete_only, hold);
     ASSERT_EQ(b.segments.size(), order.size()) << "op " << op_;
     std::int64_t count = 0, seqs = 0;
     I64 eps, env, ts;
@@ -1551,14 +1643,15 @@ class Driver {
     for (std::size_t i = 0; i < order.size(); ++i) {
       const auto& e = *order[i];
       const Segment& g = b.segments[i];
-      const std::int64_t len = e.steps - e.emitted;
+      const std::int64_t end = Model::upto(e, hold);
+      const std::int64_t len = end - e.emitted;
       ASSERT_EQ(g.eps_id, e.eps_id) << "op " << op_;
       ASSERT_EQ(g.env_id, e.slot);
       ASSERT_EQ(g.t_start, e.emitted);
       ASSERT_EQ(g.length, len);
       ASSERT_EQ(g.row_offset, count);
       ASSERT_EQ(g.finished, e.finished);
-      for (std::int64_t t = e.emitted; t < e.steps; ++t) {
+      for (std::int64_t t = e.emitted; t < end; ++t) {
         eps.push_back(e.eps_id);
         env.push_back(e.slot);
         ts.push_back(t);
@@ -1584,20 +1677,23 @@ class Driver {
       const ViewSpec& view = store_.views()[v];
       std::vector<std::byte> want;
       for (const auto* e : order) {
+        const std::int64_t end = Model::upto(*e, hold);
         if (view.batch_repeat > 1) {
-          for (std::int64_t t = e->emitted; t < e->steps; t += view.batch_repeat) model_.append_view(*e, view, t, want);
+          for (std::int64_t t = e->emitted; t < end; t += view.batch_repeat) model_.append_view(*e, view, t, want);
         } else {
-          for (std::int64_t t = e->emitted; t < e->steps; ++t) model_.append_view(*e, view, t, want);
+          for (std::int64_t t = e->emitted; t < end; ++t) model_.append_view(*e, view, t, want);
         }
       }
       const BatchColumn* c = find_column(b, view.name);
       ASSERT_NE(c, nullptr) << view.name;
       ASSERT_EQ(testing::num_elems(c->shape) * itemsize(c->dtype), want.size()) << view.name << " at op " << op_;
-      const std::vector<std::byte> got(c->buffer->data(), c->buffer->data() + want.size());
+      // A lazy column's value is base_rows[index].
+      const std::vector<std::byte> got = testing::materialize(b, *c);
       ASSERT_TRUE(testing::same_bytes(got, want, store_.view_row_bytes(v)))
-          << "batch view '" << view.name << "' at op " << op_;
+          << "batch view '" << view.name << "'" << (c->base >= 0 ? " (lazy)" : "") << " at op " << op_;
     }
-    model_.emitted(complete_only);
+    ASSERT_NO_FATAL_FAILURE(check_lazy_layout(store_, b, lazy_)) << "op " << op_;
+    model_.emitted(complete_only, hold);
   }
 
   void check_counts() {
@@ -1648,6 +1744,8 @@ class Driver {
  private:
   std::int64_t num_slots_;
   std::int64_t repeat_;
+  std::size_t lazy_;
+  bool use_hold_;
   TrajectoryStore store_;
   Model model_;
   std::mt19937 rng_;
@@ -1669,6 +1767,576 @@ TEST(StoreModel, RandomScriptsMatchTheModel) {
       d.run(1000);
       if (::testing::Test::HasFatalFailure()) return;
     }
+  }
+}
+
+TEST(StoreModel, RandomScriptsWithLazyColumnsAndHoldMatchTheModel) {
+  struct Config {
+    std::int64_t slots, chunk_rows, repeat;
+  };
+  const Config configs[] = {{1, 1, 1}, {1, 4, 3}, {3, 1, 1}, {3, 2, 4}, {4, 5, 1}, {2, 64, 2}, {5, 3, 3}};
+  // 0: eager (hold only); 1: every training view with batch_repeat 1 is lazy;
+  // 8: pos, actions and state_out_0 lazy, obs (4 bytes) and flag (1) eager.
+  const std::size_t thresholds[] = {0, 1, 8};
+  unsigned seed = 100;
+  for (std::size_t lazy : thresholds) {
+    for (const Config& c : configs) {
+      for (int rep = 0; rep < 2; ++rep, ++seed) {
+        SCOPED_TRACE("lazy_min_row_bytes " + std::to_string(lazy) + " slots " + std::to_string(c.slots) +
+                     " chunk_rows " + std::to_string(c.chunk_rows) + " repeat " + std::to_string(c.repeat) +
+                     " seed " + std::to_string(seed));
+        Driver d(c.slots, c.chunk_rows, c.repeat, seed, lazy, /*use_hold=*/true);
+        d.run(1000);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------ lazy columns
+
+/// A uint8 [4, 4] observation (16 bytes a row), a float32 [3] state whose pad
+/// row is an initial state (12 bytes), int64 actions (8) and float32 rewards (4).
+std::vector<ColumnSpec> lazy_columns() {
+  ColumnSpec state = col("state", DType::Float32, {3});
+  state.pad_row = bytes_of<float>({0.5f, -1.0f, 2.0f});
+  return {col("obs", DType::UInt8, {4, 4}, ColumnKind::Observation), state, col("actions", DType::Int64),
+          col("rewards", DType::Float32)};
+}
+
+/// Int shifts (0, +1 = new_obs, -1, +2), a range ("-3:0"), lists with gaps and
+/// past the last row, zero and reset padding, and the state's pad row.
+std::vector<ViewSpec> lazy_views() {
+  return {view("obs", "obs", 0),
+          view("new_obs", "obs", 1),
+          view("prev_obs", "obs", -1),
+          view("stack", "obs", I64{-3, -2, -1, 0}),
+          reset(view("stack_reset", "obs", I64{-3, -2, -1, 0})),
+          view("gaps", "obs", I64{-5, -2, 0, 2}),
+          view("future_obs", "obs", I64{1, 2, 3}),
+          view("state_in", "state", -1),
+          view("state_out", "state", 0),
+          training_only(reset(view("state_hist", "state", I64{-2, -1}))),
+          view("actions", "actions", 0),
+          view("prev_actions", "actions", -1),
+          view("next2_actions", "actions", 2),
+          training_only(reset(view("prev_actions_reset", "actions", -1))),
+          view("rewards", "rewards", 0),
+          view("reward_hist", "rewards", I64{-1, 0})};
+}
+
+/// A row of column `col` for value counter v: non-zero bytes that differ
+/// between nearby counters (bool columns: v % 2).
+std::vector<std::byte> counter_row(const ColumnSpec& col, std::int64_t v) {
+  std::vector<std::byte> out(col.row_bytes());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const std::int64_t x = col.dtype == DType::Bool ? v % 2 : (v * 31 + static_cast<std::int64_t>(i) * 7) % 251 + 1;
+    out[i] = static_cast<std::byte>(x);
+  }
+  return out;
+}
+
+/// Two stores driven identically, one with lazy columns (lazy_min_row_bytes =
+/// threshold) and one eager; every batch of the lazy one must materialize to
+/// the eager one's values, byte for byte.
+class Twin {
+ public:
+  Twin(std::int64_t slots, std::int64_t chunk_rows, std::size_t threshold,
+       const std::vector<ColumnSpec>& columns = lazy_columns(), const std::vector<ViewSpec>& views = lazy_views())
+      : threshold_(threshold),
+        lazy_(slots, columns, views, lazy_opts(chunk_rows, threshold)),
+        eager_(slots, columns, views, lazy_opts(chunk_rows, 0)) {}
+
+  void begin(const I64& slots) {
+    std::vector<Array> a;
+    for (std::size_t c : lazy_.obs_columns()) a.push_back(rows(c, slots.size()));
+    const I64 x = lazy_.begin_episodes(slots, ins(a));
+    EXPECT_EQ(x, eager_.begin_episodes(slots, ins(a)));
+  }
+
+  /// `n` steps of `slots` (empty: all).
+  void step(const I64& slots, int n = 1) {
+    for (int i = 0; i < n; ++i) {
+      std::vector<Array> a;
+      for (std::size_t c = 0; c < lazy_.columns().size(); ++c) a.push_back(rows(c, lazy_.num_rows(slots)));
+      lazy_.add_step(slots, ins(a));
+      eager_.add_step(slots, ins(a));
+    }
+  }
+
+  void end(const I64& slots) {
+    lazy_.end_episodes(slots);
+    eager_.end_episodes(slots);
+  }
+
+  /// Builds a batch from both stores, checks that they hold the same values
+  /// and the lazy one's layout, and returns the lazy one.
+  Batch batch(bool complete_only = false, const I64& hold = {}) {
+    Batch lz = lazy_.build_batch(complete_only, hold);
+    const Batch eg = eager_.build_batch(complete_only, hold);
+    EXPECT_TRUE(eg.bases.empty());
+    for (const auto& c : eg.columns) EXPECT_LT(c.base, 0) << c.name;
+    EXPECT_TRUE(testing::same_values(lz, eg)) << "batch " << batches_;
+    EXPECT_NO_FATAL_FAILURE(check_lazy_layout(lazy_, lz, threshold_)) << "batch " << batches_;
+    EXPECT_EQ(lazy_.num_steps(), eager_.num_steps());
+    for (const auto& c : lz.columns) lazy_columns_ += c.base >= 0 ? 1 : 0;
+    ++batches_;
+    return lz;
+  }
+
+  const TrajectoryStore& store() const { return lazy_; }
+  /// Lazy columns seen in all batches so far.
+  int lazy_columns_seen() const { return lazy_columns_; }
+
+ private:
+  Array rows(std::size_t c, std::size_t n) {
+    const ColumnSpec& col = lazy_.columns()[c];
+    Array a;
+    a.dtype = col.dtype;
+    a.shape = {static_cast<std::int64_t>(n)};
+    a.shape.insert(a.shape.end(), col.shape.begin(), col.shape.end());
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto r = counter_row(col, ++counter_);
+      a.bytes.insert(a.bytes.end(), r.begin(), r.end());
+    }
+    return a;
+  }
+
+  std::size_t threshold_;
+  TrajectoryStore lazy_;
+  TrajectoryStore eager_;
+  std::int64_t counter_ = 0;
+  int batches_ = 0;
+  int lazy_columns_ = 0;
+};
+
+/// The int64 index of lazy column `name`, flattened.
+I64 lazy_index(const Batch& b, std::string_view name) {
+  const BatchColumn* c = find_column(b, name);
+  if (c == nullptr || c->base < 0) {
+    ADD_FAILURE() << "no lazy column '" << name << "'";
+    return {};
+  }
+  return read_values<std::int64_t>(c->buffer->data(), testing::num_elems(c->index_shape));
+}
+
+TEST(StoreLazy, MatchesEagerOverFragmentsEpisodeEndsAndSlotsOutOfStep) {
+  for (std::size_t threshold : {std::size_t{1}, std::size_t{8}, std::size_t{12}, std::size_t{16}}) {
+    for (std::int64_t chunk_rows : {1, 3, 16}) {
+      SCOPED_TRACE("lazy_min_row_bytes " + std::to_string(threshold) + " chunk_rows " + std::to_string(chunk_rows));
+      Twin w(3, chunk_rows, threshold);
+      w.begin({0, 1, 2});
+      w.step({}, 2);
+      w.batch();  // a fragment cut at t = 2: nothing has ended
+      w.step({}, 5);
+      w.end({1});  // ends mid-fragment
+      w.begin({1});
+      w.step({}, 2);
+      w.batch();  // looks back across the first cut; one finished episode, one new
+      w.step({0, 2}, 3);  // slot 1 out of step
+      w.step({1});
+      w.step({2, 0});
+      w.end({0});
+      w.batch();
+      w.step({1, 2}, 4);
+      w.end({1, 2});
+      const Batch b = w.batch();
+      EXPECT_EQ(b.segments.size(), 2u);
+      EXPECT_EQ(w.store().num_steps(), 0);
+      w.batch();  // empty
+      EXPECT_GT(w.lazy_columns_seen(), 0);
+    }
+  }
+}
+
+TEST(StoreLazy, MatchesEagerWhenViewsCrossSmallBlocks) {
+  // Fragments of 7 steps in blocks of 1 or 2 rows: every multi-row view reads
+  // across blocks, and the look-back of a cut episode is compacted.
+  for (std::int64_t chunk_rows : {1, 2}) {
+    SCOPED_TRACE("chunk_rows " + std::to_string(chunk_rows));
+    Twin w(2, chunk_rows, 1);
+    w.begin({0, 1});
+    for (int f = 0; f < 6; ++f) {
+      w.step({}, 3);
+      if (f % 2 == 1) {
+        w.end({f % 4 == 1 ? 0 : 1});
+        w.begin({f % 4 == 1 ? 0 : 1});
+      }
+      w.step({}, 4);
+      const Batch b = w.batch();
+      EXPECT_EQ(b.count, 14);
+    }
+    w.end({});
+    w.batch();
+  }
+}
+
+TEST(StoreLazy, PaddingPadRowAndFutureShifts) {
+  Twin w(1, 8, 1);
+  w.begin({0});
+  w.step({}, 3);
+  w.end({0});
+  const Batch b = w.batch();
+  ASSERT_EQ(b.count, 3);
+  ASSERT_EQ(b.segments.size(), 1u);
+  // One base per stored column, in column order.
+  ASSERT_EQ(b.bases.size(), 4u);
+  // Episode rows start at base row 2; obs has 4 rows, the step columns 3.
+  EXPECT_EQ(b.bases[0].shape, (I64{2 + 4, 4, 4}));
+  EXPECT_EQ(b.bases[1].shape, (I64{2 + 3, 3}));
+  EXPECT_EQ(lazy_index(b, "obs"), (I64{2, 3, 4}));
+  EXPECT_EQ(lazy_index(b, "new_obs"), (I64{3, 4, 5}));
+  EXPECT_EQ(lazy_index(b, "prev_obs"), (I64{kLazyPadRow, 2, 3}));
+  EXPECT_EQ(lazy_index(b, "stack"), (I64{0, 0, 0, 2, 0, 0, 2, 3, 0, 2, 3, 4}));
+  EXPECT_EQ(lazy_index(b, "stack_reset"), (I64{2, 2, 2, 2, 2, 2, 2, 3, 2, 2, 3, 4}));
+  // Past the last row (obs row 3 is the last): the zero row.
+  EXPECT_EQ(lazy_index(b, "future_obs"), (I64{3, 4, 5, 4, 5, 1, 5, 1, 1}));
+  EXPECT_EQ(lazy_index(b, "gaps"), (I64{0, 0, 2, 4, 0, 0, 3, 5, 0, 2, 4, 1}));
+  // state_in at t = 0 reads the pad row: the initial state.
+  EXPECT_EQ(lazy_index(b, "state_in"), (I64{kLazyPadRow, 2, 3}));
+  const std::vector<std::byte> state_in = testing::materialize(b, *find_column(b, "state_in"));
+  ASSERT_EQ(state_in.size(), 3u * 12u);
+  EXPECT_EQ(read_values<float>(state_in.data(), 3), (F32{0.5f, -1.0f, 2.0f}));
+  EXPECT_EQ(lazy_index(b, "state_hist"), (I64{2, 2, 2, 2, 2, 3}));
+  EXPECT_EQ(lazy_index(b, "prev_actions_reset"), (I64{2, 2, 3}));
+  EXPECT_EQ(lazy_index(b, "next2_actions"), (I64{4, kLazyZeroRow, kLazyZeroRow}));
+}
+
+TEST(StoreLazy, LookBackAcrossTheCutReadsKeptRows) {
+  Twin w(1, 4, 1);
+  w.begin({0});
+  w.step({}, 6);
+  w.batch();
+  w.step({}, 2);
+  const Batch b = w.batch();
+  ASSERT_EQ(b.segments.size(), 1u);
+  EXPECT_EQ(b.segments[0].t_start, 6);
+  // obs: the views read rows 6 - 5 (gaps) to 7 + 3 (future_obs), of which the
+  // episode has rows up to 8.
+  EXPECT_EQ(b.bases[0].shape[0], 2 + (9 - 1));
+  EXPECT_EQ(lazy_index(b, "obs"), (I64{2 + 5, 2 + 6}));
+  EXPECT_EQ(lazy_index(b, "stack_reset"), (I64{2 + 2, 2 + 3, 2 + 4, 2 + 5, 2 + 3, 2 + 4, 2 + 5, 2 + 6}));
+  EXPECT_EQ(lazy_index(b, "future_obs"), (I64{2 + 6, 2 + 7, 1, 2 + 7, 1, 1}));
+}
+
+TEST(StoreLazy, CompleteOnlyAndHold) {
+  for (std::size_t threshold : {std::size_t{1}, std::size_t{12}}) {
+    SCOPED_TRACE("lazy_min_row_bytes " + std::to_string(threshold));
+    Twin w(2, 4, threshold);
+    w.begin({0, 1});
+    w.step({}, 3);
+    w.end({0});
+    Batch b = w.batch(true);  // only the finished episode
+    ASSERT_EQ(b.segments.size(), 1u);
+    EXPECT_TRUE(b.segments[0].finished);
+    w.begin({0});
+    w.step({}, 4);
+    // Slot 0: 4 steps, 2 held; slot 1: 7 steps, 1 held. new_obs and the
+    // future shifts of the last emitted steps read held rows.
+    b = w.batch(false, {2, 1});
+    ASSERT_EQ(b.segments.size(), 2u);
+    EXPECT_EQ(b.segments[0].length, 2);
+    EXPECT_EQ(b.segments[1].length, 6);
+    w.step({}, 2);
+    b = w.batch(true);  // nothing finished
+    EXPECT_EQ(b.count, 0);
+    b = w.batch(false, {0, 3});  // slot 1 holds every unemitted step
+    ASSERT_EQ(b.segments.size(), 1u);
+    EXPECT_EQ(b.segments[0].t_start, 2);
+    EXPECT_EQ(b.segments[0].length, 4);
+    w.step({}, 3);  // slot 0: 9 steps, 6 emitted; slot 1: 12 steps, 6 emitted
+    b = w.batch(false, {0, 2});
+    ASSERT_EQ(b.segments.size(), 2u);
+    EXPECT_EQ(b.segments[1].t_start, 6);
+    EXPECT_EQ(b.segments[1].length, 4);
+    w.end({0, 1});  // slot 0 has nothing left; slot 1 its 2 held steps
+    b = w.batch(true);
+    ASSERT_EQ(b.segments.size(), 1u);
+    EXPECT_EQ(b.segments[0].t_start, 10);
+    EXPECT_EQ(w.store().num_steps(), 0);
+  }
+}
+
+TEST(StoreLazy, ZeroStepEpisodesAndEmptyBatches) {
+  Twin w(3, 2, 1);
+  w.begin({0, 1, 2});
+  w.end({1});  // 0 steps: never in a batch
+  Batch b = w.batch();
+  EXPECT_EQ(b.count, 0);
+  // An empty batch still has its bases: the pad row and the zero row.
+  ASSERT_EQ(b.bases.size(), 4u);
+  for (const auto& base : b.bases) EXPECT_EQ(base.shape[0], 2) << base.name;
+  w.begin({1});
+  w.step({}, 2);
+  w.end({0, 2});
+  w.begin({0});
+  w.end({0});
+  w.begin({0, 2});
+  w.step({2});
+  w.end({2});
+  b = w.batch();
+  EXPECT_EQ(b.count, 2 + 2 + 2 + 1);
+  w.end({0, 1});
+  b = w.batch();
+  EXPECT_EQ(b.count, 0);
+}
+
+TEST(StoreLazy, ResetPaddingWithOnlyPastShifts) {
+  // A column whose lazy views all read before t with reset padding: a
+  // segment's own rows may end before row 0, which they still read.
+  const std::vector<ColumnSpec> cols{col("obs", DType::UInt8, {4, 4}, ColumnKind::Observation),
+                                     col("memory", DType::Float32, {2})};
+  const std::vector<ViewSpec> views{view("obs", "obs", 0), reset(view("obs_hist", "obs", I64{-2, -1})),
+                                    training_only(reset(view("mem_hist", "memory", I64{-3, -1}))),
+                                    training_only(reset(view("mem_prev", "memory", -1)))};
+  for (std::int64_t chunk_rows : {1, 4}) {
+    SCOPED_TRACE("chunk_rows " + std::to_string(chunk_rows));
+    Twin w(2, chunk_rows, 1, cols, views);
+    w.begin({0, 1});
+    w.step({});
+    Batch b = w.batch();  // t_start 0, length 1: the views read rows -3..-1 only
+    EXPECT_EQ(lazy_index(b, "mem_prev"), (I64{2, 3}));
+    w.step({});
+    b = w.batch();
+    w.step({}, 3);
+    b = w.batch(false, {2, 0});
+    w.end({1});
+    w.begin({1});
+    w.step({}, 2);
+    b = w.batch(false, {0, 1});
+    w.end({});
+    w.batch();
+  }
+}
+
+TEST(StoreLazy, RandomScriptsMatchEager) {
+  for (std::size_t threshold : {std::size_t{1}, std::size_t{8}, std::size_t{13}}) {
+    for (std::int64_t chunk_rows : {1, 2, 5, 64}) {
+      for (std::int64_t slots : {1, 4}) {
+        const unsigned seed = static_cast<unsigned>(threshold * 1000 + static_cast<std::size_t>(chunk_rows * 10 + slots));
+        SCOPED_TRACE("lazy_min_row_bytes " + std::to_string(threshold) + " chunk_rows " + std::to_string(chunk_rows) +
+                     " slots " + std::to_string(slots));
+        std::mt19937 rng(seed);
+        const auto rnd = [&](std::int64_t n) { return static_cast<std::int64_t>(rng() % static_cast<std::uint32_t>(n)); };
+        Twin w(slots, chunk_rows, threshold);
+        std::vector<bool> busy(static_cast<std::size_t>(slots), false);
+        I64 steps(static_cast<std::size_t>(slots), 0), emitted(static_cast<std::size_t>(slots), 0);
+        const auto pick = [&](bool want_busy) {
+          I64 out;
+          for (std::int64_t s = 0; s < slots; ++s) {
+            if (busy[static_cast<std::size_t>(s)] == want_busy && rnd(2) == 0) out.push_back(s);
+          }
+          return out;
+        };
+        for (int op = 0; op < 400; ++op) {
+          const std::int64_t r = rnd(100);
+          if (r < 15) {
+            const I64 s = pick(false);
+            if (s.empty()) continue;
+            w.begin(s);
+            for (auto x : s) {
+              const auto i = static_cast<std::size_t>(x);
+              busy[i] = true;
+              steps[i] = 0;
+              emitted[i] = 0;
+            }
+          } else if (r < 70) {
+            const I64 s = pick(true);
+            if (s.empty()) continue;
+            w.step(s);
+            for (auto x : s) ++steps[static_cast<std::size_t>(x)];
+          } else if (r < 80) {
+            const I64 s = pick(true);
+            if (s.empty()) continue;
+            w.end(s);
+            for (auto x : s) busy[static_cast<std::size_t>(x)] = false;
+          } else {
+            const bool complete_only = r < 84;
+            I64 hold;
+            if (r >= 92) {
+              for (std::int64_t s = 0; s < slots; ++s) {
+                const auto i = static_cast<std::size_t>(s);
+                hold.push_back(busy[i] ? rnd(steps[i] - emitted[i] + 1) : 0);
+              }
+            }
+            w.batch(complete_only, hold);
+            if (!complete_only) {
+              for (std::int64_t s = 0; s < slots; ++s) {
+                const auto i = static_cast<std::size_t>(s);
+                if (busy[i]) emitted[i] = steps[i] - (hold.empty() ? 0 : hold[i]);
+              }
+            }
+          }
+          if (::testing::Test::HasFailure()) return;
+        }
+        for (std::int64_t s = 0; s < slots; ++s) {
+          if (busy[static_cast<std::size_t>(s)]) w.end({s});
+        }
+        w.batch();
+        EXPECT_EQ(w.store().num_steps(), 0);
+      }
+    }
+  }
+}
+
+TEST(StoreLazy, ThresholdDecidesWhichViewsAreLazy) {
+  std::vector<ViewSpec> views = lazy_views();
+  views.push_back(repeated(training_only(view("state_seq", "state", -1)), 2));
+  for (std::size_t threshold : {std::size_t{0}, std::size_t{1}, std::size_t{8}, std::size_t{13}, std::size_t{17}}) {
+    SCOPED_TRACE("lazy_min_row_bytes " + std::to_string(threshold));
+    Twin w(2, 4, threshold, lazy_columns(), views);
+    w.begin({0, 1});
+    w.step({}, 5);
+    w.end({1});
+    const Batch b = w.batch();
+    std::vector<std::string> lazy, bases;
+    for (const auto& c : b.columns) {
+      if (c.base >= 0) lazy.push_back(c.name);
+    }
+    for (const auto& c : b.bases) bases.push_back(c.name);
+    using S = std::vector<std::string>;
+    // Row bytes: obs 16, state 12, actions 8, rewards 4. The repeated view
+    // (state_seq) and the boundary columns are never lazy.
+    const S obs_views{"obs", "new_obs", "prev_obs", "stack", "stack_reset", "gaps", "future_obs"};
+    const S state_views{"state_in", "state_out", "state_hist"};
+    const S action_views{"actions", "prev_actions", "next2_actions", "prev_actions_reset"};
+    S want, want_bases;
+    if (threshold >= 1 && threshold <= 16) want.insert(want.end(), obs_views.begin(), obs_views.end());
+    if (threshold >= 1 && threshold <= 12) want.insert(want.end(), state_views.begin(), state_views.end());
+    if (threshold >= 1 && threshold <= 8) want.insert(want.end(), action_views.begin(), action_views.end());
+    if (threshold == 1) want.insert(want.end(), {"rewards", "reward_hist"});
+    if (threshold >= 1 && threshold <= 16) want_bases.push_back("obs");
+    if (threshold >= 1 && threshold <= 12) want_bases.push_back("state");
+    if (threshold >= 1 && threshold <= 8) want_bases.push_back("actions");
+    if (threshold == 1) want_bases.push_back("rewards");
+    EXPECT_EQ(lazy, want);
+    EXPECT_EQ(bases, want_bases);
+    const BatchColumn* seq = find_column(b, "state_seq");
+    ASSERT_NE(seq, nullptr);
+    EXPECT_LT(seq->base, 0);
+    EXPECT_TRUE(seq->per_sequence);
+    for (const char* name : {"eps_id", "env_id", "t", "is_init", "seq_lens"}) {
+      const BatchColumn* c = find_column(b, name);
+      ASSERT_NE(c, nullptr) << name;
+      EXPECT_LT(c->base, 0) << name;
+    }
+  }
+}
+
+TEST(StoreLazy, BaseHoldsEachEpisodeRowOnce) {
+  // B slots, obs uint8 [8, 8], views obs, new_obs and a "-3:0" stack: the
+  // base holds each observation row the batch reads once, not once per view.
+  constexpr std::int64_t B = 3, T = 5;
+  const std::vector<ColumnSpec> cols{col("obs", DType::UInt8, {8, 8}, ColumnKind::Observation)};
+  const std::vector<ViewSpec> views{view("obs", "obs", 0), view("new_obs", "obs", 1),
+                                    view("stack", "obs", I64{-3, -2, -1, 0})};
+  Twin w(B, T, 64, cols, views);
+  w.begin({0, 1, 2});
+  w.step({}, T);
+  Batch b = w.batch();
+  ASSERT_EQ(b.bases.size(), 1u);
+  EXPECT_EQ(b.bases[0].name, "obs");
+  // From t = 0: rows 0..T of each episode.
+  EXPECT_EQ(b.bases[0].shape, (I64{2 + B * (T + 1), 8, 8}));
+  I64 obs, new_obs, stack;
+  for (std::int64_t s = 0; s < B; ++s) {
+    const std::int64_t off = 2 + s * (T + 1);
+    for (std::int64_t t = 0; t < T; ++t) {
+      obs.push_back(off + t);
+      new_obs.push_back(off + t + 1);
+      for (std::int64_t d = -3; d <= 0; ++d) stack.push_back(t + d < 0 ? kLazyPadRow : off + t + d);
+    }
+  }
+  EXPECT_EQ(lazy_index(b, "obs"), obs);
+  EXPECT_EQ(lazy_index(b, "new_obs"), new_obs);
+  EXPECT_EQ(lazy_index(b, "stack"), stack);
+  EXPECT_EQ(find_column(b, "stack")->index_shape, (I64{B * T, 4}));
+  EXPECT_EQ(find_column(b, "stack")->shape, (I64{B * T, 4, 8, 8}));
+
+  // A later fragment (t_start = T) also reads the 3 rows before it.
+  w.step({}, T);
+  b = w.batch();
+  ASSERT_EQ(b.bases.size(), 1u);
+  EXPECT_EQ(b.bases[0].shape, (I64{2 + B * (T + 1 + 3), 8, 8}));
+  obs.clear();
+  for (std::int64_t s = 0; s < B; ++s) {
+    for (std::int64_t t = 0; t < T; ++t) obs.push_back(2 + s * (T + 4) + 3 + t);
+  }
+  EXPECT_EQ(lazy_index(b, "obs"), obs);
+
+  // 64-byte rows at a threshold of 65: eager, no base.
+  Twin e(B, T, 65, cols, views);
+  e.begin({0, 1, 2});
+  e.step({}, T);
+  b = e.batch();
+  EXPECT_TRUE(b.bases.empty());
+  EXPECT_EQ(e.lazy_columns_seen(), 0);
+}
+
+// ------------------------------------------------------------ buffer cache
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+TEST(BufferCache, ReusesAFreedLargeBlockWithinAnEighth) {
+  std::byte* p = nullptr;
+  {
+    Buffer a(52 * kMiB);
+    p = a.data();
+    std::memset(p, 1, a.size());
+  }
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % (2 * kMiB), 0u);
+  {
+    // 20 MiB: the 52 MiB block is far more than 1/8 larger.
+    Buffer small(20 * kMiB);
+    EXPECT_NE(small.data(), p);
+  }
+  {
+    // 53 MiB: larger than the block.
+    Buffer larger(53 * kMiB);
+    EXPECT_NE(larger.data(), p);
+  }
+  {
+    // 46 MiB + 1 rounds up to 48 MiB (2 MiB pages), and 52 <= 48 * 9/8 = 54
+    // (though 52 > 9/8 of the unrounded request).
+    Buffer b(46 * kMiB + 1);
+    EXPECT_EQ(b.data(), p);
+    EXPECT_EQ(b.size(), 46 * kMiB + 1);
+    std::memset(b.data(), 2, b.size());
+  }
+  {
+    // The block went back with its full 52 MiB, not the 46 MiB asked for.
+    Buffer c(52 * kMiB);
+    EXPECT_EQ(c.data(), p);
+    std::memset(c.data(), 3, c.size());
+  }
+}
+
+TEST(BufferCache, TakesTheBestFit) {
+  std::byte* p70 = nullptr;
+  std::byte* p66 = nullptr;
+  {
+    auto a = std::make_unique<Buffer>(70 * kMiB);
+    auto b = std::make_unique<Buffer>(66 * kMiB);
+    p70 = a->data();
+    p66 = b->data();
+    a.reset();  // the larger block is cached first: a first fit would take it
+    b.reset();
+  }
+  {
+    // 64 MiB: both blocks are within 1/8 (72 MiB); the smaller one fits best.
+    Buffer c(64 * kMiB);
+    EXPECT_EQ(c.data(), p66);
+    Buffer d(64 * kMiB);
+    EXPECT_EQ(d.data(), p70);
+    Buffer e(64 * kMiB);  // nothing left in range
+    EXPECT_NE(e.data(), p66);
+    EXPECT_NE(e.data(), p70);
+  }
+  {
+    // Small buffers never go through the cache.
+    Buffer f(4 * kMiB);
+    EXPECT_NE(f.data(), p66);
+    EXPECT_NE(f.data(), p70);
   }
 }
 

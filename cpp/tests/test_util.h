@@ -180,8 +180,69 @@ inline std::vector<std::string> column_names(const Batch& b) {
   return out;
 }
 
-/// Succeeds when two batches have the same rows, segments and column bytes.
-inline ::testing::AssertionResult same_batch(const Batch& a, const Batch& b) {
+/// The values of column `c` of batch `b`, C order with shape c.shape: its
+/// buffer's bytes, or for a lazy column (c.base >= 0) base_rows[index].
+/// Fails the test (and returns {}) if a lazy column is malformed: a bad base,
+/// an index shape that is not the leading axes of c.shape, a buffer of the
+/// wrong size, or an index outside its base.
+inline std::vector<std::byte> materialize(const Batch& b, const BatchColumn& c) {
+  const std::size_t bytes = num_elems(c.shape) * itemsize(c.dtype);
+  if (c.base < 0) {
+    if (!c.index_shape.empty()) {
+      ADD_FAILURE() << "eager column '" << c.name << "' has an index shape";
+      return {};
+    }
+    if (c.buffer->size() < bytes) {
+      ADD_FAILURE() << "column '" << c.name << "': buffer of " << c.buffer->size() << " bytes, want " << bytes;
+      return {};
+    }
+    return std::vector<std::byte>(c.buffer->data(), c.buffer->data() + bytes);
+  }
+  if (static_cast<std::size_t>(c.base) >= b.bases.size()) {
+    ADD_FAILURE() << "lazy column '" << c.name << "': base " << c.base << " of " << b.bases.size();
+    return {};
+  }
+  const BatchColumn& base = b.bases[static_cast<std::size_t>(c.base)];
+  if (base.dtype != c.dtype || base.base >= 0 || base.shape.empty() || c.per_sequence) {
+    ADD_FAILURE() << "lazy column '" << c.name << "': base '" << base.name << "' has another dtype, is lazy itself, "
+                  << "has no rows axis, or the column is per sequence";
+    return {};
+  }
+  // shape == index_shape + the base's row shape.
+  std::vector<std::int64_t> want_shape = c.index_shape;
+  want_shape.insert(want_shape.end(), base.shape.begin() + 1, base.shape.end());
+  if (c.index_shape.empty() || c.shape != want_shape) {
+    ADD_FAILURE() << "lazy column '" << c.name << "': shape is not index_shape + the base's row shape";
+    return {};
+  }
+  const std::size_t n = num_elems(c.index_shape);
+  const auto rows = base.shape[0];
+  const std::size_t rb = num_elems(std::vector<std::int64_t>(base.shape.begin() + 1, base.shape.end())) *
+                         itemsize(base.dtype);
+  if (c.buffer->size() != n * sizeof(std::int64_t) || base.buffer->size() != static_cast<std::size_t>(rows) * rb) {
+    ADD_FAILURE() << "lazy column '" << c.name << "': index buffer of " << c.buffer->size() << " bytes for " << n
+                  << " indices, or base buffer of " << base.buffer->size() << " bytes for " << rows << " rows";
+    return {};
+  }
+  std::vector<std::byte> out;
+  out.reserve(bytes);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::int64_t r;
+    std::memcpy(&r, c.buffer->data() + i * sizeof(r), sizeof(r));
+    if (r < 0 || r >= rows) {
+      ADD_FAILURE() << "lazy column '" << c.name << "': index " << i << " is " << r << ", base has " << rows
+                    << " rows";
+      return {};
+    }
+    const std::byte* src = base.buffer->data() + static_cast<std::size_t>(r) * rb;
+    out.insert(out.end(), src, src + rb);
+  }
+  return out;
+}
+
+/// Succeeds when two batches have the same rows, segments, and columns of the
+/// same names, dtypes, shapes and values (lazy or not: see materialize).
+inline ::testing::AssertionResult same_values(const Batch& a, const Batch& b) {
   if (a.count != b.count) return ::testing::AssertionFailure() << "count " << a.count << " vs " << b.count;
   if (a.num_seqs != b.num_seqs)
     return ::testing::AssertionFailure() << "num_seqs " << a.num_seqs << " vs " << b.num_seqs;
@@ -203,9 +264,35 @@ inline ::testing::AssertionResult same_batch(const Batch& a, const Batch& b) {
     if (x.name != y.name || x.dtype != y.dtype || x.shape != y.shape || x.per_sequence != y.per_sequence)
       return ::testing::AssertionFailure() << "column " << i << " ('" << x.name << "' / '" << y.name
                                            << "') differs in name, dtype or shape";
-    const std::size_t bytes = num_elems(x.shape) * itemsize(x.dtype);
-    if (bytes && std::memcmp(x.buffer->data(), y.buffer->data(), bytes) != 0)
-      return ::testing::AssertionFailure() << "column '" << x.name << "' differs in content";
+    const std::size_t elems = num_elems(x.shape);
+    const std::size_t rb = x.shape.empty() || x.shape[0] == 0 ? 0 : elems / static_cast<std::size_t>(x.shape[0]);
+    const auto r = same_bytes(materialize(a, x), materialize(b, y), rb * itemsize(x.dtype));
+    if (!r) return ::testing::AssertionFailure() << "column '" << x.name << "': " << r.message();
+  }
+  return ::testing::AssertionSuccess();
+}
+
+/// Succeeds when two batches have the same rows, segments, column bytes and
+/// layout (the same lazy columns, indices and bases).
+inline ::testing::AssertionResult same_batch(const Batch& a, const Batch& b) {
+  if (auto r = same_values(a, b); !r) return r;
+  for (std::size_t i = 0; i < a.columns.size(); ++i) {
+    const BatchColumn& x = a.columns[i];
+    const BatchColumn& y = b.columns[i];
+    if (x.base != y.base || x.index_shape != y.index_shape)
+      return ::testing::AssertionFailure() << "column '" << x.name << "': base " << x.base << " vs " << y.base
+                                           << " or another index shape";
+    if (x.base >= 0 && std::memcmp(x.buffer->data(), y.buffer->data(), x.buffer->size()) != 0)
+      return ::testing::AssertionFailure() << "lazy column '" << x.name << "' differs in its index";
+  }
+  if (a.bases.size() != b.bases.size())
+    return ::testing::AssertionFailure() << "bases " << a.bases.size() << " vs " << b.bases.size();
+  for (std::size_t i = 0; i < a.bases.size(); ++i) {
+    const BatchColumn& x = a.bases[i];
+    const BatchColumn& y = b.bases[i];
+    if (x.name != y.name || x.dtype != y.dtype || x.shape != y.shape ||
+        std::memcmp(x.buffer->data(), y.buffer->data(), num_elems(x.shape) * itemsize(x.dtype)) != 0)
+      return ::testing::AssertionFailure() << "base " << i << " ('" << x.name << "') differs";
   }
   return ::testing::AssertionSuccess();
 }
