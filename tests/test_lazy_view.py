@@ -276,3 +276,44 @@ def test_store_holds_each_frame_once_and_carries_only_the_look_back(padding):
         assert len(batch) == B * T
         carried.append(coll.held_nbytes())
     assert carried == [B * 4 * frame] * 4  # 3 look-back frames + the newest obs, per env
+
+
+class BigFrameEnv(FrameEnv):
+    """32x32 uint8 frames (1 KiB): the worker has env.step write them straight into the store."""
+
+    observation_space = gym.spaces.Box(0, 255, (32, 32), np.uint8)
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return self.rng.integers(0, 255, (32, 32), dtype=np.uint8), {}
+
+    def step(self, action):
+        self.t += 1
+        return self.rng.integers(0, 255, (32, 32), dtype=np.uint8), 1.0, self.t >= 7, self.t == 5, {}
+
+
+class BigFramePolicy(tv.Policy):
+    def __init__(self, obs_space, act_space, config=None):
+        super().__init__(obs_space, act_space, config)
+        self.view_requirements["stack"] = VR("obs", shift="-3:0")
+
+    def compute_actions_from_input_dict(self, input_dict, explore=None, timestep=None, **kwargs):
+        return np.asarray(input_dict["stack"])[:, -1, 0, 0].astype(np.int64) % 2, [], {}
+
+
+def test_envs_writing_into_the_store_give_the_same_batches(monkeypatch):
+    import trajview.rollout_worker as rw
+
+    def run(staged):
+        monkeypatch.setattr(rw, "_STAGE_OBS_BYTES", 1024 if staged else 1 << 40)
+        envs = iter([BigFrameEnv(i) for i in range(3)])
+        w = tv.RolloutWorker(lambda cfg: next(envs), BigFramePolicy, num_envs=3, rollout_fragment_length=6,
+                             horizon=9, soft_horizon=True)
+        batches = [w.sample() for _ in range(4)]
+        assert (w._next_obs_rows is not None) == staged
+        return batches
+
+    for a, b in zip(run(True), run(False)):
+        assert sorted(a) == sorted(b)
+        for k in b:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)

@@ -160,6 +160,21 @@ class PyStore {
     std::lock_guard<std::mutex> lock(mu_);
     return store_.nbytes();
   }
+  /// A numpy view of where the next add_step of all slots writes `column`, or
+  /// None (see TrajectoryStore::next_rows). Private to trajview: the view does
+  /// not keep the memory alive and is valid only until the store changes.
+  py::object next_rows(const std::string& column) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::int64_t c = store_.column_index(column);
+    if (c < 0) throw py::value_error("next_rows: unknown column '" + column + "'");
+    std::byte* p = store_.next_rows(static_cast<std::size_t>(c));
+    if (p == nullptr) return py::none();
+    const auto& spec = store_.columns()[static_cast<std::size_t>(c)];
+    std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(store_.num_slots())};
+    shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
+    py::capsule no_owner(p, [](void*) {});
+    return py::array(col_dtypes_[static_cast<std::size_t>(c)], shape, {}, p, no_owner);
+  }
   std::size_t held_nbytes() {
     std::lock_guard<std::mutex> lock(mu_);
     return store_.held_nbytes();
@@ -364,6 +379,7 @@ void register_store(py::module_& m) {
       .def("num_complete_steps", &PyStore::num_complete_steps)
       .def("nbytes", &PyStore::nbytes)
       .def("held_nbytes", &PyStore::held_nbytes)
+      .def("_next_rows", &PyStore::next_rows, py::arg("column"))
       .def("eps_ids", &PyStore::eps_ids)
       .def("episode_lengths", &PyStore::lengths)
       .def("inference_keys", &PyStore::inference_keys)

@@ -242,7 +242,8 @@ void TrajectoryStore::add_step(std::span<const std::int64_t> slots, std::span<co
     // Every slot writes the same position: one copy per column.
     for (std::size_t c = 0; c < columns_.size(); ++c) {
       if (streams_[c].stride() == 0) continue;
-      std::memcpy(streams_[c].position_for_write(aligned_pos_), inputs[c].data, streams_[c].stride());
+      std::byte* dst = streams_[c].position_for_write(aligned_pos_);
+      if (dst != inputs[c].data) std::memcpy(dst, inputs[c].data, streams_[c].stride());  // else: written by next_rows' caller
     }
     ++aligned_pos_;
     for (auto& t : steps_) ++t;
@@ -284,6 +285,11 @@ void TrajectoryStore::add_step(std::span<const std::int64_t> slots, std::span<co
       break;
     }
   }
+}
+
+std::byte* TrajectoryStore::next_rows(std::size_t c) {
+  if (c >= columns_.size() || aligned_pos_ < 0 || active_ != num_slots_ || streams_[c].stride() == 0) return nullptr;
+  return streams_[c].position_for_write(aligned_pos_);
 }
 
 void TrajectoryStore::end_episodes(std::span<const std::int64_t> slots) {

@@ -379,6 +379,38 @@ TEST(StoreInference, IntShiftsWithZeroPadding) {
   EXPECT_EQ(r.t, (I64{1}));
 }
 
+TEST(StoreSteps, NextRowsSavesTheCopyAndStoresTheSameValues) {
+  // Two stores driven alike: one gets its obs written into next_rows, the other copies them in.
+  TrajectoryStore staged(2, basic_columns(), basic_views(), opts(3));
+  TrajectoryStore copied(2, basic_columns(), basic_views(), opts(3));
+  const std::size_t obs = static_cast<std::size_t>(staged.column_index("obs"));
+  EXPECT_EQ(staged.next_rows(obs), nullptr);  // no episode in progress
+  begin(staged, {0, 1}, {1, 2});
+  begin(copied, {0, 1}, {1, 2});
+  for (int t = 0; t < 8; ++t) {
+    std::byte* rows = staged.next_rows(obs);
+    ASSERT_NE(rows, nullptr);
+    const F32 o{10.0f * static_cast<float>(t + 1), 10.0f * static_cast<float>(t + 1) + 1};
+    std::memcpy(rows, o.data(), sizeof(float) * o.size());
+    const Array act = make_array(I64{t, -t});
+    const Array rew = make_array(F32{0.5f, 0.5f});
+    const I64 shape{2};
+    const std::vector<ArrayIn> in{ArrayIn{rows, DType::Float32, shape}, act.in(), rew.in()};
+    staged.add_step({}, in);
+    step(copied, {}, o, I64{t, -t}, F32{0.5f, 0.5f});
+    if (t % 3 == 2) {
+      EXPECT_TRUE(same_batch(staged.build_batch(false), copied.build_batch(false)));
+    }
+  }
+  EXPECT_TRUE(same_batch(staged.build_batch(false), copied.build_batch(false)));
+  // Slots out of step or an idle slot: no shared next position.
+  step(staged, {0}, {1}, {1});
+  EXPECT_EQ(staged.next_rows(obs), nullptr);
+  staged.end_episodes(I64{0});
+  EXPECT_EQ(staged.next_rows(obs), nullptr);
+  EXPECT_EQ(staged.next_rows(99), nullptr);
+}
+
 TEST(StoreInference, RangeAndListShifts) {
   std::vector<ViewSpec> views{view("stack", "obs", I64{-2, -1, 0}), view("pick", "obs", I64{0, -2}),
                               view("prev2", "actions", I64{-2, -1})};

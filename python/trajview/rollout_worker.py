@@ -38,6 +38,10 @@ def _view_snapshot(vrs: dict) -> dict:
     }
 
 
+#: Observation rows of at least this many bytes are written by the envs straight into the store.
+_STAGE_OBS_BYTES = 1024
+
+
 class RolloutWorker:
     """Collects experience from gymnasium envs (SPEC section 6).
 
@@ -235,6 +239,11 @@ class RolloutWorker:
         policy = self.policy
         self.collector = self._make_collector(policy, self.num_envs)
         self.collectors = {DEFAULT_POLICY_ID: self.collector}
+        # Big observations (images) go from env.step straight into the store's next rows: no copy in add_step.
+        obs_spec = self.collector.columns.get(SampleBatch.OBS)
+        big = obs_spec is not None and obs_spec == (self._obs_dtype, self._obs_shape)
+        big = big and self._obs_dtype.itemsize * int(np.prod(self._obs_shape, dtype=np.int64)) >= _STAGE_OBS_BYTES
+        self._next_obs_rows = self.collector._impl._next_rows if big else None
         infos_vr = policy.view_requirements.get(SampleBatch.INFOS)
         self._need_infos = infos_vr is not None and infos_vr.used_for_training
         self._state_keys = [f"state_out_{i}" for i in range(len(policy.get_initial_state()))]
@@ -367,9 +376,13 @@ class RolloutWorker:
         # Reused every step: the collector copies them in add_step, and nothing
         # else keeps them past the step (callbacks get copies).
         new_obs, rew, term, trunc = self._bufs
+        if self._next_obs_rows is not None:
+            staged = self._next_obs_rows(SampleBatch.OBS)
+            if staged is not None:  # every env writes its new obs where add_step would copy it
+                new_obs = staged
         infos = [] if self._need_infos else None
         acts = actions.tolist() if self._discrete else actions
-        rs, tes, trs = [], [], []  # one numpy write per column below, not one per env
+        any_done = False
         for i, env in enumerate(self.envs):
             o, r, te, tr, info = env.step(acts[i])
             if type(o) is not np.ndarray or (o.dtype is not obs_dtype and o.dtype != obs_dtype) or o.shape != obs_shape:
@@ -378,21 +391,14 @@ class RolloutWorker:
                     raise self._env_obs_error(i, o)
                 o = a
             new_obs[i] = o
-            rs.append(r)
-            tes.append(te)
-            trs.append(tr)
+            rew[i] = r
+            term[i] = te
+            trunc[i] = tr
+            if te or tr:
+                any_done = True
             if infos is not None:
                 infos.append(info)
-        try:
-            rew[:] = rs
-            term[:] = tes
-            trunc[:] = trs
-        except (TypeError, ValueError) as e:
-            raise type(e)(
-                f"columns 'rewards'/'terminateds'/'truncateds': the envs' step() returned rewards {rs[:8]}, "
-                f"terminated {tes[:8]}, truncated {trs[:8]} (first 8), expected numbers and bools: {e}"
-            ) from e
-        return new_obs, rew, term, trunc, infos, None, bool(term.any() or trunc.any())
+        return new_obs, rew, term, trunc, infos, None, any_done
 
     def _step(self) -> None:
         coll = self.collector

@@ -156,6 +156,13 @@ class TrajectoryStore {
   /// `slots` is empty). `inputs[c]` is column c's [n, *shape] data.
   void add_step(std::span<const std::int64_t> slots, std::span<const ArrayIn> inputs);
 
+  /// Where the next add_step of every slot (slots empty) writes column c:
+  /// [num_slots, *shape] rows, contiguous; null unless every slot has an
+  /// episode in progress and all stand at the same position. A caller that
+  /// writes a step's rows there and passes that memory to add_step saves the
+  /// copy. Valid until the next call that changes the store.
+  std::byte* next_rows(std::size_t c);
+
   /// Marks each slot's episode finished; the slot becomes idle.
   void end_episodes(std::span<const std::int64_t> slots);
 
