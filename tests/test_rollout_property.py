@@ -95,3 +95,40 @@ def test_every_env_step_appears_exactly_once(
     for u, ts in by_uid.items():
         if batch_mode == "truncate_episodes":
             assert sorted(ts) == list(range(len(ts))), f"episode {u} has gaps"
+
+
+class IdentityPostprocess(LookbackPolicy):
+    """Overrides postprocess_trajectory (as the identity): the worker then runs it per episode segment."""
+
+    calls = 0
+
+    def postprocess_trajectory(self, sample_batch, other_agent_batches=None, episode=None):
+        IdentityPostprocess.calls += 1
+        return sample_batch
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    num_envs=st.integers(1, 4),
+    lengths=st.lists(st.integers(1, 9), min_size=1, max_size=4),
+    fragment=st.integers(1, 12),
+    batch_mode=st.sampled_from(["truncate_episodes", "complete_episodes"]),
+    lazy=st.sampled_from([False, 1]),
+)
+def test_flat_batch_without_postprocessing_equals_the_per_episode_path(num_envs, lengths, fragment, batch_mode, lazy):
+    """A policy with the default postprocess_trajectory gets the store's flat batch unsplit: the same rows."""
+
+    def worker(policy_cls):
+        envs = iter([ScriptedEnv(lengths, i) for i in range(num_envs)])
+        return tv.RolloutWorker(lambda cfg: next(envs), policy_cls, num_envs=num_envs, batch_mode=batch_mode,
+                                rollout_fragment_length=fragment, lazy_views=lazy)
+
+    flat, split = worker(LookbackPolicy), worker(IdentityPostprocess)
+    before = IdentityPostprocess.calls
+    for _ in range(3):
+        a, b = flat.sample(), split.sample()
+        assert sorted(a) == sorted(b) and len(a) == len(b)
+        for k in b:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    assert IdentityPostprocess.calls > before
+    assert flat._ended.keys() == split._ended.keys()

@@ -195,17 +195,31 @@ class Collector:
         ``hold`` (one int per slot) keeps that many of each slot's newest steps
         of its ongoing episode back for the next batch.
         """
-        cols, segs, seq_keys, _count, num_seqs = self._impl.build_batch(bool(complete_only), hold)
-        for k, v in cols.items():
-            if type(v) is tuple:  # (base rows, index): a lazy column
-                cols[k] = LazyView._trusted(*v)
-        keys = frozenset(seq_keys)
+        cols, segs, keys, num_seqs = self._build(complete_only, hold)
         out = []
         for s in segs:
             rows = (s["row_offset"], s["row_offset"] + s["length"])
             seqs = (s["seq_offset"], s["seq_offset"] + s["num_seqs"]) if num_seqs else None
             out.append(SampleBatch._segment(cols, rows, seqs, keys))
         return out
+
+    def build_flat_batch(self, complete_only: bool = False, hold: Any = None) -> SampleBatch:
+        """The same steps as `build_batch`, as one batch: ``concat_samples(build_batch(...))`` without the split.
+
+        ``last_segments`` then describes its episode segments (``eps_id``,
+        ``env_id``, ``t_start``, ``length``, ``row_offset``, ``finished``, ...).
+        """
+        cols, segs, keys, num_seqs = self._build(complete_only, hold)
+        count = sum(int(s["length"]) for s in segs)
+        return SampleBatch._segment(cols, (0, count), (0, num_seqs) if num_seqs else None, keys)
+
+    def _build(self, complete_only: Any, hold: Any) -> tuple[dict, list, frozenset, int]:
+        cols, segs, seq_keys, _count, num_seqs = self._impl.build_batch(bool(complete_only), hold)
+        for k, v in cols.items():
+            if type(v) is tuple:  # (base rows, index): a lazy column
+                cols[k] = LazyView._trusted(*v)
+        self.last_segments: list[dict[str, Any]] = segs
+        return cols, segs, frozenset(seq_keys), num_seqs
 
     # -- introspection ----------------------------------------------------------
 

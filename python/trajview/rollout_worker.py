@@ -537,6 +537,18 @@ class RolloutWorker:
 
     def _emit(self, complete: bool) -> SampleBatch:
         policy = self.policy
+        post = getattr(policy.postprocess_trajectory, "__func__", None)
+        if post is Policy.postprocess_trajectory and not self._need_infos and "on_postprocess_trajectory" not in self._hooks:
+            # Nothing to run per episode: the batch is the store's flat batch as it is (no split, no concat).
+            batch = self.collector.build_flat_batch(complete_only=complete)
+            for s in self.collector.last_segments:
+                if s["finished"]:
+                    self._ended.pop(int(s["eps_id"]), None)
+            if not len(batch):
+                batch = SampleBatch()
+            if "on_sample_end" in self._hooks:
+                self.callbacks.on_sample_end(worker=self, samples=batch)
+            return batch
         segments = self.collector.build_batch(complete_only=complete)
         out = []
         for seg in segments:
