@@ -142,3 +142,34 @@ def test_complete_episodes_returns_whole_agent_trajectories():
 def test_missing_policy_mapping_is_a_clear_error():
     with pytest.raises(ValueError, match="policy_mapping_fn is required with 2 policies"):
         make(1, policy={"x": UidPolicy, "y": UidPolicy})
+
+
+class InfoEnv(TwoAgentEnv):
+    """TwoAgentEnv whose info for each agent says which step (uid, t after the step) it belongs to."""
+
+    def step(self, actions):
+        obs, rew, term, trunc, info = super().step(actions)
+        return obs, rew, term, trunc, {a: {"uid": self.uid(a), "t": self.t} for a in obs}
+
+
+class InfoPolicy(UidPolicy):
+    """Trains on infos, so the pruning pass keeps them."""
+
+    def loss(self, train_batch):
+        return train_batch["infos"], train_batch["obs"]
+
+
+@pytest.mark.parametrize("count_steps_by", ["env_steps", "agent_steps"])
+@pytest.mark.parametrize("batch_mode", ["truncate_episodes", "complete_episodes"])
+def test_infos_reach_each_agents_rows(count_steps_by, batch_mode):
+    it = iter(range(100))
+    w = tv.RolloutWorker(lambda cfg: InfoEnv(next(it)), InfoPolicy, num_envs=2, rollout_fragment_length=4,
+                         count_steps_by=count_steps_by, batch_mode=batch_mode)
+    seen = 0
+    for _ in range(5):
+        batch = w.sample().policy_batches["default_policy"]
+        assert batch["infos"].dtype == object and len(batch["infos"]) == len(batch)
+        for (uid, t), info in zip(rows(batch), batch["infos"]):
+            assert info == {"uid": uid, "t": t + 1}  # the info the env returned after this row's step
+            seen += 1
+    assert seen >= 5 * 4

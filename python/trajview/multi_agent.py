@@ -27,7 +27,7 @@ def is_parallel_env(env: Any) -> bool:
 class _AgentEpisode:
     """One agent's part of one env episode: its own trajectory, with its own eps_id in the store."""
 
-    __slots__ = ("episode", "agent_id", "agent_index", "env_index", "policy_id", "slot")
+    __slots__ = ("episode", "agent_id", "agent_index", "env_index", "policy_id", "slot", "infos", "info_start")
 
     def __init__(self, episode: Episode, agent_id: Any, agent_index: int, env_index: int, policy_id: str, slot: int):
         self.episode = episode
@@ -36,6 +36,8 @@ class _AgentEpisode:
         self.env_index = env_index
         self.policy_id = policy_id
         self.slot = slot
+        self.infos: list = []  # the agent's info after each step not emitted yet (if its policy trains on infos)
+        self.info_start = 0  # the timestep of infos[0]
 
 
 class MultiAgentSampler:
@@ -151,8 +153,11 @@ class MultiAgentSampler:
             n = len(aes)
             new_obs, rew = [], np.empty(n, np.float64)
             term, trunc = np.empty(n, bool), np.empty(n, bool)
+            need_infos = w._need_infos_by_pid[pid]
             for j, ae in enumerate(aes):
-                obs, r, te, tr, _info = results[ae.env_index]
+                obs, r, te, tr, info = results[ae.env_index]
+                if need_infos:
+                    ae.infos.append(info.get(ae.agent_id, {}) if isinstance(info, dict) else {})
                 if ae.agent_id not in obs:
                     raise ValueError(
                         f"env {ae.env_index}: agent {ae.agent_id!r} acted but the env returned no observation for it"
@@ -275,6 +280,14 @@ class MultiAgentSampler:
             for seg in segments:
                 ae = self.by_eps[(pid, int(seg[SampleBatch.EPS_ID][0]))]
                 n = len(seg)
+                if w._need_infos_by_pid[pid]:
+                    # The agent's infos of these steps (the env's info dict, this agent's entry).
+                    k = int(seg[SampleBatch.T][0]) - ae.info_start
+                    arr = np.empty(n, dtype=object)
+                    arr[:] = ae.infos[k : k + n]
+                    seg[SampleBatch.INFOS] = arr
+                    ae.infos = ae.infos[k + n :]
+                    ae.info_start += k + n
                 seg[SampleBatch.ENV_ID] = np.full(n, ae.env_index, np.int64)
                 seg[SampleBatch.AGENT_INDEX] = np.full(n, ae.agent_index, np.int64)
                 others = {

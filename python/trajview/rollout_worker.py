@@ -265,6 +265,10 @@ class RolloutWorker:
         }
         self._extra_keys = {pid: list(p.extra_fetch_columns) for pid, p in self.policy_map.items()}
         self._snapshot = {pid: _view_snapshot(p.view_requirements) for pid, p in self.policy_map.items()}
+        self._need_infos_by_pid = {
+            pid: (vr := p.view_requirements.get(SampleBatch.INFOS)) is not None and vr.used_for_training
+            for pid, p in self.policy_map.items()
+        }
         first = self.multi_agent is None
         self.multi_agent = MultiAgentSampler(self, self.envs, self.policy_map, self.policy_mapping_fn)
         self._resets += 1
