@@ -317,3 +317,16 @@ def test_envs_writing_into_the_store_give_the_same_batches(monkeypatch):
         assert sorted(a) == sorted(b)
         for k in b:
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_concat_of_batches_from_different_workers_stays_lazy_and_joins_each_base_once():
+    """Samples of several collectors (different bases): one joined base per stored column, indices shifted."""
+    batches = [tv.concat_samples(drive(frame_collector(num_envs=2), steps_per_fragment=(5,), seed=s)[0]) for s in (1, 2, 3)]
+    want = {k: np.concatenate([np.asarray(dict.__getitem__(b, k)) for b in batches]) for k in batches[0]}
+    out = tv.concat_samples(batches)
+    assert sorted(out.lazy_keys) == ["new_obs", "obs", "stack", "stack_reset"]
+    views = [dict.__getitem__(out, k) for k in out.lazy_keys]
+    assert len({id(v.base) for v in views}) == 1  # obs, new_obs and both stacks share one joined base
+    assert len(views[0].base) == sum(len(dict.__getitem__(b, "obs").base) for b in batches)
+    for k, w in want.items():
+        np.testing.assert_array_equal(out[k], w, err_msg=k)

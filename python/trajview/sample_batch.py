@@ -771,7 +771,8 @@ class MultiAgentBatch:
         return f"MultiAgentBatch(env_steps={self.count}, {{{inner}}})"
 
 
-def _concat_column(key: str, arrays: list[Any]) -> Any:
+def _concat_column(key: str, arrays: list[Any], bases: dict) -> Any:
+    """``bases`` caches joined bases: the lazy columns of one stored column (obs, new_obs, a stack) share one."""
     shape0 = tuple(arrays[0].shape[1:])
     for i, a in enumerate(arrays[1:], 1):
         if tuple(a.shape[1:]) != shape0:
@@ -779,9 +780,21 @@ def _concat_column(key: str, arrays: list[Any]) -> Any:
                 f"concat_samples: column {key!r} has per-row shape {tuple(a.shape[1:])} in batch {i}, "
                 f"expected {shape0} (as in batch 0)"
             )
-    if type(arrays[0]) is LazyView and all(type(a) is LazyView and a.base is arrays[0].base for a in arrays):
-        # Views of one base stay lazy: only their indices are concatenated.
-        return LazyView._trusted(arrays[0].base, np.concatenate([a.index for a in arrays], axis=0))
+    lazy = all(type(a) is LazyView for a in arrays)
+    if lazy and len({a.dtype for a in arrays}) == 1 and len({a.index.ndim for a in arrays}) == 1:
+        # Lazy views stay lazy: each distinct base once, end to end, and the indices shifted to match.
+        ids = tuple(id(a.base) for a in arrays)
+        if ids not in bases:
+            distinct: dict[int, np.ndarray] = {}
+            for a in arrays:
+                distinct.setdefault(id(a.base), a.base)
+            starts = np.cumsum([0] + [len(b) for b in distinct.values()])
+            offset = dict(zip(distinct, starts[:-1].tolist()))
+            base = next(iter(distinct.values())) if len(distinct) == 1 else np.concatenate(list(distinct.values()))
+            bases[ids] = (base, offset)
+        base, offset = bases[ids]
+        index = np.concatenate([a.index + offset[id(a.base)] if offset[id(a.base)] else a.index for a in arrays])
+        return LazyView._trusted(base, index)
     return np.concatenate([np.asarray(a) if type(a) is LazyView else a for a in arrays], axis=0)
 
 
@@ -858,6 +871,7 @@ def concat_samples(batches: Iterable[SampleBatch] | Iterable[MultiAgentBatch]) -
     seq_keys = first._seq_keys
     cols: dict[str, Any] = {}
     handed: dict[str, Any] = {}
+    bases: dict = {}
     for k in keys:
         arrays = [dict.__getitem__(b, k) for b in batches]
         span = None if chain is None else (chain[2] if k in seq_keys else chain[1])
@@ -869,7 +883,7 @@ def concat_samples(batches: Iterable[SampleBatch] | Iterable[MultiAgentBatch]) -
         ):
             cols[k] = handed[k] = chain[0][k][span[0] : span[1]]
         else:
-            cols[k] = _concat_column(k, arrays)
+            cols[k] = _concat_column(k, arrays, bases)
     extra = frozenset().union(*(b._extra_seq_keys for b in batches))
     out = SampleBatch._from_columns(cols, sum(b.count for b in batches), seq_keys, extra)
     if handed and chain is not None:
