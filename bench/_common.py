@@ -22,6 +22,8 @@ any implementation must return from the pool alone (the oracle of the checks).
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -281,6 +283,8 @@ def make_runner(impl: str, pool: Pool, *, capacity: int, chunk_rows: int = 256) 
     """``capacity``: the most steps held between flushes (the numpy buffers' ``T``)."""
     if impl == "trajview":
         return CollectorRunner(pool, tv.Collector, chunk_rows=chunk_rows)
+    if impl == "trajview-lazy":  # batches hold big columns' views as tv.LazyView (each frame once + indices)
+        return CollectorRunner(pool, functools.partial(tv.Collector, lazy_views=True), chunk_rows=chunk_rows)
     if impl == "reference":
         return CollectorRunner(pool, ReferenceCollector, chunk_rows=chunk_rows)
     if impl == "numpy":
@@ -337,8 +341,16 @@ def assert_columns_equal(got: Any, expected: dict[str, np.ndarray], what: str, o
 
 
 def batch_nbytes(batch: Any) -> int:
-    """Bytes of every array of a batch (what building it wrote)."""
-    return int(sum(np.asarray(v).nbytes for v in batch.values()))
+    """Bytes of every array of a batch (what building it wrote): a lazy column's index, and its base once."""
+    seen: set[int] = set()
+    total = 0
+    for v in dict.values(batch):  # dict.values: reading would materialize lazy columns
+        if isinstance(v, tv.LazyView):
+            total += v.index.nbytes + (v.base.nbytes if id(v.base) not in seen else 0)
+            seen.add(id(v.base))
+        else:
+            total += np.asarray(v).nbytes
+    return int(total)
 
 
 def median_s(benchmark: Any) -> float | None:

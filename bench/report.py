@@ -158,7 +158,8 @@ def main() -> None:
             memcpy[e["impl"]] = gbs
     print("\n== (b) building the 4000-step W2 training batch (frame stack included) ==")
     rows = []
-    for (impl, B), (med, gbs) in sorted(batch.items(), key=lambda kv: (kv[0][1], IMPLS.index(kv[0][0]))):
+    order = (*IMPLS, "trajview-lazy")
+    for (impl, B), (med, gbs) in sorted(batch.items(), key=lambda kv: (kv[0][1], order.index(kv[0][0]))):
         rows.append([f"{impl} B={B}", fmt_time(med), fmt(gbs, ".2f"),
                      fmt(100 * ratio(gbs, memcpy.get("copyto-prealloc")) if gbs and memcpy.get("copyto-prealloc") else None, ".0f", " %"),
                      fmt(100 * ratio(gbs, memcpy.get("copyto-fresh")) if gbs and memcpy.get("copyto-fresh") else None, ".0f", " %")])

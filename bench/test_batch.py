@@ -3,8 +3,11 @@
 B envs x 4000/B steps are collected in the untimed setup of every round; the
 round times building the batch: ``tv.concat_samples(coll.build_batch())`` for
 the collectors, fancy indexing into the ``[T, B, ...]`` buffers for numpy.
-Reported: ``bytes_out`` (all output arrays) and ``gb_per_s`` = bytes_out / median.
-Compare with the ``memcpy`` group (test_memcpy.py).
+``trajview-lazy`` is the same collector with ``lazy_views=True``: the batch
+holds the frames once plus an index per view (``tv.LazyView``), as the
+RolloutWorker's batches do. Reported: ``bytes_out`` (all output arrays; a lazy
+column's base once) and ``gb_per_s`` = bytes_out / median. Compare with the
+``memcpy`` group (test_memcpy.py).
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ from _common import IMPLS, assert_columns_equal, batch_nbytes, expected_batch, m
 
 STEPS = 4000  # env steps per batch
 NUM_ENVS = (1, 8)
-ROUNDS = {"trajview": 15, "numpy": 15, "reference": 3}
+ROUNDS = {"trajview": 15, "trajview-lazy": 15, "numpy": 15, "reference": 3}
+BATCH_IMPLS = (*IMPLS, "trajview-lazy")
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("impl", BATCH_IMPLS)
 @pytest.mark.parametrize("num_envs", NUM_ENVS, ids=lambda b: f"B{b}")
 def test_batch(benchmark, pools, num_envs, impl):
     pool = pools("W2", num_envs)
@@ -34,9 +38,9 @@ def test_batch(benchmark, pools, num_envs, impl):
 
     # The last round's batch: every column, the frame stack included, as the pool implies.
     assert len(batch["t"]) == STEPS
+    nbytes = batch_nbytes(batch)  # before the check below reads (materializes) the lazy columns
     assert_columns_equal(batch, expected_batch(pool, runner.k - T, runner.k, runner.eps_ids), f"{impl} batch")
 
-    nbytes = batch_nbytes(batch)
     benchmark.extra_info["bytes_out"] = nbytes
     med = median_s(benchmark)
     if med is not None:
