@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up what trajview's tests need on a fresh Debian machine and runs them all:
 # the GoogleTest suite (plain, then under ASan/UBSan), then pytest (tests/ and a
-# quick pass over bench/) against the wheel installed into a fresh virtualenv.
+# quick pass over bench/) against the wheel installed into a fresh virtualenv, then
+# mypy over python/trajview ([tool.mypy] in pyproject.toml).
 # Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,3 +52,6 @@ PY
 echo "== pytest"
 export HYPOTHESIS_PROFILE=ci
 python -m pytest tests bench -p no:cacheprovider --benchmark-disable -q
+
+echo "== mypy"
+python -m mypy  # [tool.mypy] in pyproject.toml: python/trajview

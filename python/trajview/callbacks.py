@@ -32,7 +32,7 @@ class Episode:
         "_last_reward",
     )
 
-    def __init__(self, episode_id: int, env_id: int, first_obs: np.ndarray, first_info: Any) -> None:
+    def __init__(self, episode_id: int, env_id: int, first_obs: np.ndarray | None, first_info: Any) -> None:
         self.episode_id = int(episode_id)
         self.env_id = int(env_id)
         self.length = 0
@@ -46,7 +46,7 @@ class Episode:
         self._last_info = first_info
         self._last_reward: float | None = None
 
-    def last_observation_for(self, agent_id: Any = None) -> np.ndarray:
+    def last_observation_for(self, agent_id: Any = None) -> np.ndarray | None:
         return self._last_obs
 
     def last_action_for(self, agent_id: Any = None) -> Any:

@@ -214,7 +214,8 @@ class Collector:
         return SampleBatch._segment(cols, (0, count), (0, num_seqs) if num_seqs else None, keys)
 
     def _build(self, complete_only: Any, hold: Any) -> tuple[dict, list, frozenset, int]:
-        cols, segs, seq_keys, _count, num_seqs = self._impl.build_batch(bool(complete_only), hold)
+        raw, segs, seq_keys, _count, num_seqs = self._impl.build_batch(bool(complete_only), hold)
+        cols: dict[str, Any] = raw  # arrays; LazyViews replace the (base rows, index) pairs below
         for k, v in cols.items():
             if type(v) is tuple:  # (base rows, index): a lazy column
                 cols[k] = LazyView._trusted(*v)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import cast
 
 import gymnasium as gym
 import numpy as np
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
         [lambda: gym.make("CartPole-v1") for _ in range(args.num_envs)],
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
     )
-    obs_space = envs.single_observation_space
+    obs_space = cast(gym.spaces.Box, envs.single_observation_space)
     VR = ViewRequirement
     views = {
         "obs": VR("obs"),
@@ -76,7 +77,9 @@ def main(argv: list[str] | None = None) -> None:
     rng = np.random.default_rng(args.seed)
     obs, _ = envs.reset(seed=args.seed)
     eps = coll.begin_episodes(np.arange(args.num_envs), {"obs": obs})
-    log = {int(e): ([o.copy()], []) for e, o in zip(eps, obs)}  # the raw data, to check views against
+    log: dict[int, tuple[list[np.ndarray], list[int]]] = {  # the raw data, to check views against
+        int(e): ([o.copy()], []) for e, o in zip(eps, obs)
+    }
     returns, ep_ret = [], np.zeros(args.num_envs)
     checked = 0
     peak_bytes = 0
@@ -106,8 +109,8 @@ def main(argv: list[str] | None = None) -> None:
                     ids = np.flatnonzero(done)
                     coll.end_episodes(ids)
                     new_eps = coll.begin_episodes(ids, {"obs": obs[ids]})
-                    for i, e in zip(ids, new_eps):
-                        log[int(e)] = ([obs[i].copy()], [])
+                    for j, e in zip(ids, new_eps):
+                        log[int(e)] = ([obs[j].copy()], [])
                     returns.extend(ep_ret[ids].tolist())
                     ep_ret[ids] = 0
                 steps += args.num_envs

@@ -72,7 +72,7 @@ class RepeatPreviousEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         self._t = 0
-        self._bits[:] = [0, self.np_random.integers(2)]
+        self._bits[:] = (0, self.np_random.integers(2))
         return self._obs(), {}
 
     def step(self, action: Any):

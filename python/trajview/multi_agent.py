@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -58,7 +58,8 @@ class MultiAgentSampler:
         self.policies = policies
         self.mapping_fn = mapping_fn
         self.live: list[dict[Any, _AgentEpisode]] = [{} for _ in envs]
-        self.episodes: list[Episode | None] = [None] * len(envs)
+        # Every env's running episode; reset_all (right after construction) fills it.
+        self.episodes: list[Episode] = cast("list[Episode]", [None] * len(envs))
         self.by_eps: dict[tuple[str, int], _AgentEpisode] = {}
         self.env_ep_counter = 0
         self.held = 0  # agent steps held back from the last sample
@@ -180,9 +181,9 @@ class MultiAgentSampler:
                 SampleBatch.TERMINATEDS: zeros if w.no_done_at_end else term,
                 SampleBatch.TRUNCATEDS: zeros if w.no_done_at_end else trunc,
             }
-            for k, s in zip(w._state_keys[pid], states):
+            for k, s in zip(cast(dict, w._state_keys)[pid], states):
                 data[k] = s
-            for k in w._extra_keys[pid]:
+            for k in cast(dict, w._extra_keys)[pid]:
                 data[k] = extra[k]
             try:
                 w.collectors[pid].add_step(data, env_ids=slots)
@@ -192,10 +193,10 @@ class MultiAgentSampler:
             done = np.flatnonzero(term | trunc)
             if len(done):
                 w.collectors[pid].end_episodes(slots[done])
-                for j in done:
-                    del self.live[aes[j].env_index][aes[j].agent_id]
-            for j in np.flatnonzero(~(term | trunc)):
-                running.append((pid, int(slots[j])))
+                for d in done:
+                    del self.live[aes[d].env_index][aes[d].agent_id]
+            for d in np.flatnonzero(~(term | trunc)):
+                running.append((pid, int(slots[d])))
 
         for i, (obs, _r, te, tr, infos) in enumerate(results):
             ep = self.episodes[i]

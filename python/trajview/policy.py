@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -82,7 +83,7 @@ class Policy:
     # -- what subclasses implement ---------------------------------------------
 
     def compute_actions_from_input_dict(
-        self, input_dict: SampleBatch, explore: bool | None = None, timestep: int | None = None, **kwargs: Any
+        self, input_dict: Mapping[str, Any], explore: bool | None = None, timestep: int | None = None, **kwargs: Any
     ) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
         """Returns (actions [B, ...], state_outs [per state: B, ...], extra_fetches {name: [B, ...]})."""
         raise NotImplementedError(f"{type(self).__name__} must implement compute_actions_from_input_dict")
@@ -229,9 +230,9 @@ class Policy:
         repeats = {vr.batch_repeat_value for vr in vrs.values() if vr.batch_repeat_value > 1}
         seq_keys = [k for k, vr in vrs.items() if vr.batch_repeat_value > 1 and k in train]
         if repeats:
-            k = max(repeats)
-            n_seq = -(-_DUMMY_T // k)
-            train[SampleBatch.SEQ_LENS] = np.array([min(k, _DUMMY_T - q * k) for q in range(n_seq)], np.int32)
+            rep = max(repeats)
+            n_seq = -(-_DUMMY_T // rep)
+            train[SampleBatch.SEQ_LENS] = np.array([min(rep, _DUMMY_T - q * rep) for q in range(n_seq)], np.int32)
         pre = SampleBatch(train, seq_keys=seq_keys)
         pre.enable_access_tracking()
         post = self.postprocess_trajectory(pre)

@@ -83,6 +83,8 @@ class PPOPolicy(TorchPolicy):
     ``config["model_config"]`` (its keyword arguments).
     """
 
+    model: ViewModel  # set by TorchPolicy.__init__: the model given, or the one built here
+
     def __init__(self, observation_space: Any, action_space: Any, config: dict | None = None, *, model: ViewModel | None = None):
         cfg = {**PPO_DEFAULTS, **(config or {})}
         unknown = sorted(set(cfg) - set(PPO_DEFAULTS) - {"device"})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -118,9 +118,9 @@ class RolloutWorker:
         if is_parallel_env(first):
             envs = [first] + [env_creator(self.env_config) for _ in range(num_envs - 1)]
             self.num_envs = num_envs
-            self.vector_env = None
-            self.envs = envs
-            self.base_env = envs
+            self.vector_env: gym.vector.VectorEnv | None = None
+            self.envs: list[Any] = envs  # gymnasium Envs, or PettingZoo ParallelEnvs
+            self.base_env: Any = envs
             self._autoreset = None
             policies = policy if isinstance(policy, dict) else {DEFAULT_POLICY_ID: policy}
             if policy_mapping_fn is None:
@@ -147,12 +147,12 @@ class RolloutWorker:
         elif isinstance(first, gym.vector.VectorEnv):
             if num_envs not in (1, first.num_envs):
                 raise ValueError(f"num_envs={num_envs} but env_creator returned a VectorEnv of {first.num_envs} envs")
-            self.vector_env: gym.vector.VectorEnv | None = first
-            self.envs: list[gym.Env] = []
+            self.vector_env = first
+            self.envs = []
             self.num_envs = int(first.num_envs)
             obs_space, act_space = first.single_observation_space, first.single_action_space
             self._autoreset = first.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
-            self.base_env: Any = first
+            self.base_env = first
         elif isinstance(first, gym.Env):
             self.vector_env = None
             self.envs = [first] + [env_creator(self.env_config) for _ in range(num_envs - 1)]
@@ -189,7 +189,8 @@ class RolloutWorker:
         # Per-slot episode lengths in Python only when the horizon or callbacks need them each step.
         self._track_len = horizon is not None or bool(overridden & {"on_episode_step", "on_episode_end"})
 
-        self.collector: Collector | None = None
+        # Built by the first sample() (_build_collector), before any use; None until then.
+        self.collector: Collector = cast(Collector, None)
         self._snapshot: dict | None = None
         self._episodes: list[Episode | None] = [None] * self.num_envs
         self._ended: dict[int, Episode] = {}
@@ -246,8 +247,11 @@ class RolloutWorker:
         self._next_obs_rows = self.collector._impl._next_rows if big else None
         infos_vr = policy.view_requirements.get(SampleBatch.INFOS)
         self._need_infos = infos_vr is not None and infos_vr.used_for_training
-        self._state_keys = [f"state_out_{i}" for i in range(len(policy.get_initial_state()))]
-        self._extra_keys = list(policy.extra_fetch_columns)
+        # Lists here; dicts policy_id -> list with a multi-agent env (_build_multi_agent).
+        self._state_keys: list[str] | dict[str, list[str]] = [
+            f"state_out_{i}" for i in range(len(policy.get_initial_state()))
+        ]
+        self._extra_keys: list[str] | dict[str, list[str]] = list(policy.extra_fetch_columns)
         self._snapshot = _view_snapshot(policy.view_requirements)
         self._episodes = [None] * self.num_envs
         self._ended = {}
@@ -290,7 +294,7 @@ class RolloutWorker:
         self._begin(ids, obs, infos)
 
     @staticmethod
-    def _vector_info(info: dict, i: int) -> dict:
+    def _vector_info(info: dict, i: int | np.integer) -> dict:
         out = {}
         for k, v in info.items():
             if k.startswith("_"):
@@ -345,7 +349,8 @@ class RolloutWorker:
         if not self.collectors:
             return True
         if self.multi_agent is not None:
-            return any(_view_snapshot(p.view_requirements) != self._snapshot[pid] for pid, p in self.policy_map.items())
+            snapshot = cast(dict, self._snapshot)  # set by _build_multi_agent
+            return any(_view_snapshot(p.view_requirements) != snapshot[pid] for pid, p in self.policy_map.items())
         return _view_snapshot(self.policy.view_requirements) != self._snapshot
 
     def get_metrics(self) -> dict:
@@ -371,8 +376,8 @@ class RolloutWorker:
             new_obs, reset_obs = obs, None
             if self._autoreset == gym.vector.AutoresetMode.SAME_STEP and (term.any() or trunc.any()):
                 new_obs = obs.copy()
-                for i in np.flatnonzero(term | trunc):
-                    new_obs[i] = info["final_obs"][i]
+                for k in np.flatnonzero(term | trunc):
+                    new_obs[k] = info["final_obs"][k]
                 reset_obs = obs  # the env already reset those
             infos = [self._vector_info(info, i) for i in range(n)] if self._need_infos else None
             return new_obs, np.asarray(rew), term, trunc, infos, reset_obs, bool(term.any() or trunc.any())
@@ -458,7 +463,7 @@ class RolloutWorker:
         hooks = self._hooks
         if hooks:
             for i in range(n):
-                ep = self._episodes[i]
+                ep = cast(Episode, self._episodes[i])  # every slot has a running episode
                 ep.length = int(self._ep_len[i])
                 ep.total_reward = float(self._ep_ret[i])
                 ep._last_action = actions[i].copy()
@@ -502,7 +507,7 @@ class RolloutWorker:
             self._ep_len[ends] = self.collector.episode_lengths()[ends]
         self.collector.end_episodes(ends)
         for i in ends:
-            ep = self._episodes[i]
+            ep = cast(Episode, self._episodes[i])
             ep.length = int(self._ep_len[i])
             ep.total_reward = float(self._ep_ret[i])
             self._episode_returns.append(ep.total_reward)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast, overload
 
 import numpy as np
 
@@ -460,7 +460,8 @@ class SampleBatch(dict):
         for k, v in dict(other, **kwargs).items():
             self[k] = v
 
-    def __ior__(self, other: Any) -> SampleBatch:  # type: ignore[override]
+    # |= is update() (any mapping); misc: typeshed's dict.__or__ takes and returns plain dicts only.
+    def __ior__(self, other: Any) -> SampleBatch:  # type: ignore[override, misc]
         self.update(other)
         return self
 
@@ -661,9 +662,9 @@ class SampleBatch(dict):
         elif self.T in cols:
             root["is_init"] = (tensor(cols[self.T]) == 0).unsqueeze(-1)
         elif self.EPS_ID in cols:
-            e = np.asarray(cols[self.EPS_ID])
+            eps = np.asarray(cols[self.EPS_ID])
             init = np.ones(n, dtype=bool)
-            init[1:] = e[1:] != e[:-1]
+            init[1:] = eps[1:] != eps[:-1]
             root["is_init"] = torch.from_numpy(init).unsqueeze(-1)
         if self.EPS_ID in cols:
             collector["traj_ids"] = tensor(cols.pop(self.EPS_ID))
@@ -825,7 +826,11 @@ def _chain(
     return parent, rows, seqs
 
 
-def concat_samples(batches: Iterable[SampleBatch] | Iterable[MultiAgentBatch]) -> SampleBatch | MultiAgentBatch:
+@overload
+def concat_samples(batches: Iterable[SampleBatch]) -> SampleBatch: ...
+@overload
+def concat_samples(batches: Iterable[SampleBatch | MultiAgentBatch]) -> SampleBatch | MultiAgentBatch: ...
+def concat_samples(batches: Iterable[SampleBatch | MultiAgentBatch]) -> SampleBatch | MultiAgentBatch:
     """Concatenate batches along their rows (per policy for `MultiAgentBatch`, summing env steps).
 
     All batches must have the same columns. Per-sequence columns are
@@ -838,14 +843,15 @@ def concat_samples(batches: Iterable[SampleBatch] | Iterable[MultiAgentBatch]) -
     if not batches:
         return SampleBatch()
     if all(isinstance(b, MultiAgentBatch) for b in batches):
-        return _concat_multi_agent(batches)  # type: ignore[arg-type]
+        return _concat_multi_agent(cast("list[MultiAgentBatch]", batches))
     for i, b in enumerate(batches):
         if not isinstance(b, SampleBatch):
             raise TypeError(
                 f"concat_samples expects a list of SampleBatch or a list of MultiAgentBatch, "
                 f"got {type(b).__name__} at index {i}"
             )
-    first: SampleBatch = batches[0]
+    batches = cast("list[SampleBatch]", batches)  # checked just above
+    first = batches[0]
     if len(batches) == 1:
         out = SampleBatch._from_columns(dict(dict.items(first)), first.count, first._seq_keys, first._extra_seq_keys)
         out._seg = first._seg

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -51,11 +51,12 @@ class TorchPolicy(Policy):
 
     def _to_torch(self, batch: Mapping[str, Any]) -> SampleBatch:
         """A batch of tensors viewing the arrays (``infos`` and other object columns are left out)."""
-        cols = {}
+        cols: dict[str, torch.Tensor] = {}
         bases: dict = {}  # lazy views of one column share one transfer of their base
         # dict.items: converting is not reading (a tracked batch would count every column as read,
         # and the pruning pass would keep every view); the reads are tracked on the tensor batch.
-        for k, v in dict.items(batch):
+        # (Every batch here is a dict: a SampleBatch, or the collector's input dict.)
+        for k, v in dict.items(cast(dict, batch)):
             if isinstance(v, torch.Tensor):
                 cols[k] = v.to(self.device)
             elif type(v) is LazyView:
@@ -63,7 +64,7 @@ class TorchPolicy(Policy):
             elif isinstance(v, np.ndarray) and v.dtype != object:
                 t = torch.from_numpy(v) if v.flags.writeable else torch.from_numpy(v.copy())
                 cols[k] = t.to(self.device)
-        seq_keys = getattr(batch, "seq_keys", frozenset())
+        seq_keys: Iterable[str] = getattr(batch, "seq_keys", frozenset())
         out = SampleBatch(cols, seq_keys=[k for k in seq_keys if k in cols])
         if getattr(batch, "_tracking", False):
             out.enable_access_tracking()

@@ -12,7 +12,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -21,7 +21,7 @@ import torch
 from . import envs as _envs  # noqa: F401  (registers trajview's gymnasium ids)
 from .ppo import PPOPolicy
 from .rollout_worker import RolloutWorker
-from .sample_batch import concat_samples
+from .sample_batch import SampleBatch, concat_samples
 
 __all__ = ["TrainConfig", "Trainer", "MODEL_PRESETS", "read_metrics", "plot_learning_curve"]
 
@@ -243,7 +243,8 @@ class Trainer:
 
     def train_iteration(self) -> dict:
         t0 = time.perf_counter()
-        batch = concat_samples([w.sample() for w in self.workers])
+        # gymnasium envs (single-agent): every worker returns a SampleBatch.
+        batch = concat_samples([cast(SampleBatch, w.sample()) for w in self.workers])
         for w in self.workers:
             m = w.get_metrics()
             self.returns.extend(m["episode_returns"])

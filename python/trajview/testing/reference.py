@@ -27,7 +27,7 @@ columns ``T``. Nothing of an ongoing episode is ever freed.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -227,8 +227,8 @@ class ReferenceCollector:
         """Start a new episode in each slot of ``env_ids``; ``data`` holds the first observations."""
         ids = self._env_ids(env_ids)
         for i in ids:
-            if self.ongoing[i] is not None:
-                raise ValueError(f"env_ids: slot {i} already has an episode in progress (eps_id {self.ongoing[i].eps_id})")
+            if (running := self.ongoing[i]) is not None:
+                raise ValueError(f"env_ids: slot {i} already has an episode in progress (eps_id {running.eps_id})")
         rows = self._check_data(data, self.obs_columns, len(ids))
         eps_ids = []
         for k, i in enumerate(ids):
@@ -245,7 +245,7 @@ class ReferenceCollector:
         ids = self._running(env_ids)
         rows = self._check_data(data, self.dtypes, len(ids))
         for k, i in enumerate(ids):
-            ep = self.ongoing[i]
+            ep = cast(_Episode, self.ongoing[i])  # _running checked
             for c in self.dtypes:
                 ep.rows[c].append(rows[c][k])
             ep.num_steps += 1
@@ -254,13 +254,13 @@ class ReferenceCollector:
         """Mark the episodes of ``env_ids`` finished; their slots become idle."""
         ids = self._running(env_ids)
         for i in ids:
-            self.finished.append(self.ongoing[i])
+            self.finished.append(cast(_Episode, self.ongoing[i]))  # _running checked
             self.ongoing[i] = None
 
     def input_dict(self, env_ids: Any = None) -> dict[str, np.ndarray]:
         """The compute-actions views at each slot's current timestep, rows in ``env_ids`` order."""
         ids = self._running(env_ids)
-        eps = [self.ongoing[i] for i in ids]
+        eps = [cast(_Episode, self.ongoing[i]) for i in ids]  # _running checked
         out = {}
         for key, vr in self.view_requirements.items():
             if vr.used_for_compute_actions and self._known_before_action(key, vr):

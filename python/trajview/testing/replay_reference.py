@@ -69,8 +69,8 @@ class ReferenceReplay:
         n = len(np.asarray(batch[self.columns[0]]))
         if not self.specs:
             for c in self.columns:
-                a = np.asarray(batch[c])
-                self.specs[c] = (a.dtype, a.shape[1:])
+                arr = np.asarray(batch[c])
+                self.specs[c] = (arr.dtype, arr.shape[1:])
         obs_cols = [o for o in self.next_obs if o in self.columns]
         if self.has_next is None and n > 0:
             self.has_next = bool(obs_cols) and all(self.next_obs[o] in batch for o in obs_cols)
