@@ -64,19 +64,21 @@ def test_lazy_batches_equal_copied_batches_and_hold_frames_once():
     lazy, eager = drive(frame_collector(lazy=True)), drive(frame_collector(lazy=False))
     for segs_l, segs_e in zip(lazy, eager):
         assert len(segs_l) == len(segs_e)
+        # Untouched segments concatenate to a view of the parent: all four views share one base, holding the
+        # frames the batch needs once (+ the pad and zero rows).
+        whole = tv.concat_samples(segs_l)
+        assert sorted(whole.lazy_keys) == ["new_obs", "obs", "stack", "stack_reset"]
+        bases = {id(dict.__getitem__(whole, k).base) for k in whole.lazy_keys}
+        assert len(bases) == 1
+        base = dict.__getitem__(whole, "obs").base
+        rows_read = len(whole) + 4 * len(segs_l)  # each segment: its rows, 3 look-back rows, 1 new_obs row at most
+        assert len(base) <= 2 + rows_read
         for bl, be in zip(segs_l, segs_e):
             assert sorted(bl.lazy_keys) == ["new_obs", "obs", "stack", "stack_reset"]
             assert be.lazy_keys == []
             for k in be:
                 assert bl[k].dtype == be[k].dtype and bl[k].shape == be[k].shape
                 np.testing.assert_array_equal(bl[k], be[k], err_msg=k)
-        whole = tv.concat_samples(segs_l)
-        # All four views share one base: the frames the batch needs, once (+ the pad and zero rows).
-        bases = {id(dict.__getitem__(whole, k).base) for k in whole.lazy_keys}
-        assert len(bases) == 1
-        base = dict.__getitem__(whole, "obs").base
-        rows_read = len(whole) + 4 * len(segs_l)  # each segment: its rows, 3 look-back rows, 1 new_obs row at most
-        assert len(base) <= 2 + rows_read
 
 
 def test_lazy_view_object():
@@ -330,3 +332,21 @@ def test_concat_of_batches_from_different_workers_stays_lazy_and_joins_each_base
     assert len(views[0].base) == sum(len(dict.__getitem__(b, "obs").base) for b in batches)
     for k, w in want.items():
         np.testing.assert_array_equal(out[k], w, err_msg=k)
+
+
+def test_writes_to_a_read_column_survive_concat():
+    """A postprocessing step that scales a lazy column in place: concat_samples keeps the scaled values."""
+    (segs,) = drive(frame_collector(num_envs=2), steps_per_fragment=(8,), episode_len=3)
+    want = [np.asarray(dict.__getitem__(s, "stack")).copy() for s in segs]
+    for s, w in zip(segs, want):
+        if s["t"][0] == 0:  # episodes that start here: zero their stacks in place
+            s["stack"][...] = 0
+            w[...] = 0
+    out = tv.concat_samples(segs)
+    np.testing.assert_array_equal(out["stack"], np.concatenate(want))
+    # The eager (copied-out) collector behaves the same: there the column is a view of the parent buffer.
+    (eager,) = drive(frame_collector(num_envs=2, lazy=False), steps_per_fragment=(8,), episode_len=3)
+    for s in eager:
+        if s["t"][0] == 0:
+            s["stack"][...] = 0
+    np.testing.assert_array_equal(tv.concat_samples(eager)["stack"], np.concatenate(want))

@@ -368,13 +368,15 @@ class SampleBatch(dict):
         return value
 
     def _materialize(self, key: str, view: LazyView) -> np.ndarray:
-        """Replaces a lazy column by its array (kept: later reads are free)."""
+        """Replaces a lazy column by its array (kept: later reads are free).
+
+        The array is a copy, so writes to it do not reach the collector's
+        buffer: from now on `concat_samples` treats the column as replaced and
+        concatenates this array (no zero-copy view of the parent), so such
+        writes are kept.
+        """
         arr = view.materialize()
         dict.__setitem__(self, key, arr)
-        seg = self._seg
-        if seg is not None and seg.handed.get(key) is view:
-            # Still the collector's data: concat_samples may keep using the parent's view.
-            seg.handed[key] = arr
         return arr
 
     def materialize(self) -> SampleBatch:
