@@ -81,3 +81,14 @@ def test_learn_on_batch_steps_the_optimizer():
 def test_model_must_be_a_module():
     with pytest.raises(TypeError, match="model must be a torch.nn.Module, got int"):
         tv.TorchPolicy(ScriptedEnv.observation_space, ScriptedEnv.action_space, model=3)
+
+
+def test_to_torch_takes_any_mapping():
+    """A read-only mapping (not a dict) converts like a dict: every numeric column becomes a tensor."""
+    import types
+
+    policy = RNNPolicy(ScriptedEnv.observation_space, ScriptedEnv.action_space)
+    cols = {"obs": np.ones((3, 2), np.float32), "actions": np.arange(3)}
+    out = policy._to_torch(types.MappingProxyType(cols))
+    assert sorted(out) == ["actions", "obs"]
+    assert torch.equal(out["obs"], torch.ones(3, 2))

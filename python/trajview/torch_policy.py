@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -55,8 +55,8 @@ class TorchPolicy(Policy):
         bases: dict = {}  # lazy views of one column share one transfer of their base
         # dict.items: converting is not reading (a tracked batch would count every column as read,
         # and the pruning pass would keep every view); the reads are tracked on the tensor batch.
-        # (Every batch here is a dict: a SampleBatch, or the collector's input dict.)
-        for k, v in dict.items(cast(dict, batch)):
+        items = dict.items(batch) if isinstance(batch, dict) else batch.items()
+        for k, v in items:
             if isinstance(v, torch.Tensor):
                 cols[k] = v.to(self.device)
             elif type(v) is LazyView:
