@@ -22,7 +22,7 @@ def _addr(arr: np.ndarray) -> int:
     return arr.__array_interface__["data"][0]
 
 
-def _collector(num_envs=2):
+def _collector(num_envs=2, lazy_views=False):
     cols = {"obs": (np.float32, (3,)), "actions": (np.int64, ()), "rewards": (np.float32, ())}
     vrs = {
         "obs": VR("obs"),
@@ -32,7 +32,7 @@ def _collector(num_envs=2):
         "prev_actions": VR("actions", shift=-1),
         "rewards": VR("rewards"),
     }
-    return tv.Collector(num_envs, cols, vrs, chunk_rows=4)
+    return tv.Collector(num_envs, cols, vrs, chunk_rows=4, lazy_views=lazy_views)
 
 
 def _fill(coll, steps, num_envs=2):
@@ -67,6 +67,26 @@ def test_batch_arrays_view_cpp_buffers_and_outlive_the_collector():
     assert len(junk) == 100
     for key, arr in batch.items():
         np.testing.assert_array_equal(arr, expected[key], err_msg=key)
+
+
+def test_lazy_views_free_their_buffers_with_their_last_array():
+    """A LazyView keeps its base and index alive; a materialized column is a numpy array of its own."""
+    gc.collect()
+    before = _core._live_buffers()
+    coll = _collector(lazy_views=1)
+    _fill(coll, 5)
+    batch = tv.concat_samples(coll.build_batch())
+    stack = dict.__getitem__(batch, "stack")
+    assert isinstance(stack, tv.LazyView)
+    obs = batch["obs"]  # materialized: owns its memory
+    del coll, batch
+    gc.collect()
+    assert _core._live_buffers() == before + 2  # the stack's index and the obs base it shares
+    np.testing.assert_array_equal(obs[:, 0], [0, 1, 2, 3, 4, 0, 101, 102, 103, 104])
+    np.testing.assert_array_equal(np.asarray(stack)[:, -1], obs)
+    del stack
+    gc.collect()
+    assert _core._live_buffers() == before
 
 
 def test_buffers_are_freed_with_their_last_array():
