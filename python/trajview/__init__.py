@@ -7,6 +7,7 @@ from .replay import ReplayBuffer, SliceSampler
 from .callbacks import Callbacks, Episode
 from .policy import Policy
 from .rollout_worker import RolloutWorker
+from .worker_set import WorkerSet
 from . import postprocessing
 from . import envs
 
@@ -47,6 +48,7 @@ __all__ = [
     "SampleBatch",
     "ViewRequirement",
     "concat_samples",
+    "WorkerSet",
     "LazyView",
     "__version__",
 ]

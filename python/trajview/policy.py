@@ -94,6 +94,17 @@ class Policy:
         """Called on one episode's (one agent's) steps at a time; returns the batch to train on."""
         return sample_batch
 
+    def get_weights(self) -> dict[str, Any]:
+        """The policy's weights as ``{name: numpy array}`` (none here: ``{}``); see `set_weights`."""
+        return {}
+
+    def set_weights(self, weights: Mapping[str, Any]) -> None:
+        """Loads weights from `get_weights` (e.g. a learner's, into rollout workers)."""
+        if weights:
+            raise NotImplementedError(
+                f"{type(self).__name__} has no weights to set (got {sorted(weights)}); override set_weights"
+            )
+
     def loss(self, train_batch: SampleBatch) -> Any:
         raise NotImplementedError
 

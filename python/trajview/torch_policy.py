@@ -100,6 +100,14 @@ class TorchPolicy(Policy):
         self.loss(tensors)
         self._merge_tracking(batch, tensors)
 
+    def get_weights(self) -> dict[str, Any]:
+        """The model's ``state_dict`` as numpy arrays (on the CPU): what `set_weights` takes."""
+        return {k: v.detach().cpu().numpy() for k, v in self.model.state_dict().items()}
+
+    def set_weights(self, weights: Mapping[str, Any]) -> None:
+        """Loads `get_weights` output into the model (on its device); names and shapes must match."""
+        self.model.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()})
+
     def optimizer(self) -> torch.optim.Optimizer:
         """The optimizer ``learn_on_batch`` steps (Adam, ``config["lr"]``, default 5e-5)."""
         return torch.optim.Adam(self.model.parameters(), lr=float(self.config.get("lr", 5e-5)))

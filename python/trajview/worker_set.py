@@ -1,0 +1,218 @@
+"""`WorkerSet`: many `RolloutWorker`s on one machine, one process each, sampled in parallel."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from ._validate import positive_int
+from .policy import Policy
+from .sample_batch import MultiAgentBatch, SampleBatch, concat_samples
+
+__all__ = ["WorkerSet"]
+
+
+def _serve(conn: Any, env_creator: Callable, policy: Any, kwargs: dict) -> None:
+    """A worker process: build the RolloutWorker, then answer commands until "stop" (or the pipe closes)."""
+    try:
+        from .rollout_worker import RolloutWorker
+
+        worker = RolloutWorker(env_creator, policy, **kwargs)
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+        return
+    conn.send(("ok", None))
+    while True:
+        try:
+            cmd, arg = conn.recv()
+        except (EOFError, OSError):  # the driver is gone
+            worker.stop()
+            return
+        try:
+            if cmd == "sample":
+                out: Any = worker.sample()
+            elif cmd == "set_weights":
+                worker.policy_map[arg[0]].set_weights(arg[1])
+                out = None
+            elif cmd == "get_weights":
+                out = {pid: p.get_weights() for pid, p in worker.policy_map.items()}
+            elif cmd == "metrics":
+                out = worker.get_metrics()
+            elif cmd == "stop":
+                worker.stop()
+                conn.send(("ok", None))
+                return
+            else:
+                raise ValueError(f"unknown WorkerSet command {cmd!r}")
+        except BaseException:
+            conn.send(("error", traceback.format_exc()))
+        else:
+            conn.send(("ok", out))
+
+
+class WorkerSet:
+    """``num_workers`` `RolloutWorker` s, each in a process of its own, sampled in parallel.
+
+    ``WorkerSet(env_creator, policy, num_workers=2, **worker_kwargs)`` builds
+    worker ``i`` (``1..num_workers``) as ``RolloutWorker(env_creator, policy,
+    worker_index=i, **worker_kwargs)`` in its own process, so its ``eps_id`` s
+    never collide with another worker's. ``sample()`` asks every worker for one
+    ``sample()`` at the same time and returns them concatenated (worker 1
+    first): ``num_workers`` times a worker's batch. Batches cross the process
+    boundary pickled; `LazyView` columns cross as their base (each frame once)
+    plus indices.
+
+    ``policy`` is a `Policy` subclass (each worker builds its own) or an
+    instance (copied into each worker). ``set_weights`` / ``sync_weights``
+    send a learner's weights to every worker between samples.
+
+    ``start_method``: ``"fork"`` (the default on Linux: ``env_creator`` may be a
+    lambda) or ``"spawn"`` / ``"forkserver"`` (then ``env_creator`` and
+    ``policy`` must pickle). An exception in a worker is raised here as a
+    `RuntimeError` naming the worker, with its traceback. ``stop()`` (or
+    leaving a ``with`` block) ends the processes.
+    """
+
+    def __init__(
+        self,
+        env_creator: Callable[[dict], Any],
+        policy: Policy | type[Policy] | dict,
+        *,
+        num_workers: int = 2,
+        start_method: str = "fork",
+        **worker_kwargs: Any,
+    ) -> None:
+        self.num_workers = positive_int("num_workers", num_workers)
+        if "worker_index" in worker_kwargs:
+            raise ValueError("WorkerSet sets worker_index itself (1..num_workers); do not pass it")
+        try:
+            ctx: Any = mp.get_context(start_method)
+        except ValueError as e:
+            raise ValueError(
+                f"start_method must be one of {mp.get_all_start_methods()}, got {start_method!r}"
+            ) from e
+        self._conns: list[Any] = []
+        self._procs: list[Any] = []
+        try:
+            for i in range(1, self.num_workers + 1):
+                parent, child = ctx.Pipe()
+                proc = ctx.Process(
+                    target=_serve,
+                    args=(child, env_creator, policy, dict(worker_kwargs, worker_index=i)),
+                    name=f"trajview-worker-{i}",
+                    daemon=True,
+                )
+                proc.start()
+                child.close()
+                self._conns.append(parent)
+                self._procs.append(proc)
+            for i in range(self.num_workers):
+                self._answer(i)  # each worker's RolloutWorker is built, or its error raised here
+        except BaseException:
+            self._kill()
+            raise
+
+    # -- the worker protocol ------------------------------------------------------
+
+    def _answer(self, i: int) -> Any:
+        try:
+            status, value = self._conns[i].recv()
+        except (EOFError, OSError):
+            self._procs[i].join(timeout=5)
+            raise RuntimeError(
+                f"rollout worker {i + 1} died (exit code {self._procs[i].exitcode}) without an answer"
+            ) from None
+        if status == "error":
+            raise RuntimeError(f"rollout worker {i + 1} failed:\n{value}")
+        return value
+
+    def _all(self, cmd: str, arg: Any = None) -> list[Any]:
+        if not self._conns:
+            raise RuntimeError("WorkerSet is stopped")
+        for c in self._conns:
+            c.send((cmd, arg))
+        # Read every answer before raising, so that no answer is left behind in a pipe.
+        answers: list[Any] = []
+        error: BaseException | None = None
+        for i in range(self.num_workers):
+            try:
+                answers.append(self._answer(i))
+            except RuntimeError as e:
+                error = error or e
+                answers.append(None)
+        if error is not None:
+            raise error
+        return answers
+
+    # -- API ------------------------------------------------------------------------
+
+    def sample(self) -> SampleBatch | MultiAgentBatch:
+        """One ``sample()`` of every worker, in parallel, concatenated in worker order."""
+        return concat_samples(self._all("sample"))
+
+    def sample_each(self) -> list[SampleBatch | MultiAgentBatch]:
+        """One ``sample()`` of every worker, in parallel, one batch per worker."""
+        return self._all("sample")
+
+    def set_weights(self, weights: Any, policy_id: str = "default_policy") -> None:
+        """Every worker's policy ``policy_id`` gets ``weights`` (see `Policy.get_weights`)."""
+        self._all("set_weights", (policy_id, weights))
+
+    def sync_weights(self, policy: Policy, policy_id: str = "default_policy") -> None:
+        """``set_weights(policy.get_weights())``: the workers act with the learner's current weights."""
+        self.set_weights(policy.get_weights(), policy_id)
+
+    def get_weights(self) -> list[dict[str, Any]]:
+        """Per worker: ``{policy_id: weights}``."""
+        return self._all("get_weights")
+
+    def get_metrics(self) -> dict[str, list]:
+        """Returns and lengths of the episodes every worker finished since the last call."""
+        out: dict[str, list] = {"episode_returns": [], "episode_lengths": []}
+        for m in self._all("metrics"):
+            out["episode_returns"] += m["episode_returns"]
+            out["episode_lengths"] += m["episode_lengths"]
+        return out
+
+    def stop(self) -> None:
+        """Stops every worker (their envs are closed) and ends the processes."""
+        conns, self._conns = self._conns, []
+        for c in conns:
+            try:
+                c.send(("stop", None))
+            except (OSError, ValueError):
+                pass
+        for c in conns:
+            try:
+                if c.poll(5):
+                    c.recv()
+            except (EOFError, OSError):
+                pass
+            c.close()
+        for p in self._procs:
+            p.join(timeout=5)
+        self._kill()
+
+    def _kill(self) -> None:
+        for p in self._procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+        for c in self._conns:
+            c.close()
+        self._conns, self._procs = [], []
+
+    def __enter__(self) -> WorkerSet:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def __del__(self) -> None:
+        try:
+            if self._procs:
+                self._kill()
+        except Exception:
+            pass
