@@ -123,3 +123,8 @@ def test_base_policy_has_no_weights():
     p.set_weights({})
     with pytest.raises(NotImplementedError, match="has no weights to set"):
         p.set_weights({"w": np.zeros(2)})
+
+
+def test_backend_is_checked():
+    with pytest.raises(ValueError, match="backend must be 'process' or 'ray'"):
+        tv.WorkerSet(env_creator, ObsActionPolicy, backend="mpi")

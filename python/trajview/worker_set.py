@@ -52,6 +52,31 @@ def _serve(conn: Any, env_creator: Callable, policy: Any, kwargs: dict) -> None:
             conn.send(("ok", out))
 
 
+class _Served:
+    """The same commands as `_serve`, as methods: the body of a Ray actor."""
+
+    def __init__(self, env_creator: Callable, policy: Any, kwargs: dict) -> None:
+        from .rollout_worker import RolloutWorker
+
+        self.worker = RolloutWorker(env_creator, policy, **kwargs)
+
+    def run(self, cmd: str, arg: Any) -> Any:
+        w = self.worker
+        if cmd == "sample":
+            return w.sample()
+        if cmd == "set_weights":
+            w.policy_map[arg[0]].set_weights(arg[1])
+            return None
+        if cmd == "get_weights":
+            return {pid: p.get_weights() for pid, p in w.policy_map.items()}
+        if cmd == "metrics":
+            return w.get_metrics()
+        if cmd == "stop":
+            w.stop()
+            return None
+        raise ValueError(f"unknown WorkerSet command {cmd!r}")
+
+
 class WorkerSet:
     """``num_workers`` `RolloutWorker` s, each in a process of its own, sampled in parallel.
 
@@ -68,11 +93,18 @@ class WorkerSet:
     instance (copied into each worker). ``set_weights`` / ``sync_weights``
     send a learner's weights to every worker between samples.
 
-    ``start_method``: ``"fork"`` (the default on Linux: ``env_creator`` may be a
-    lambda) or ``"spawn"`` / ``"forkserver"`` (then ``env_creator`` and
-    ``policy`` must pickle). An exception in a worker is raised here as a
-    `RuntimeError` naming the worker, with its traceback. ``stop()`` (or
-    leaving a ``with`` block) ends the processes.
+    ``backend="process"`` (the default) runs the workers as processes of this
+    machine. ``start_method``: ``"fork"`` (the default on Linux:
+    ``env_creator`` may be a lambda) or ``"spawn"`` / ``"forkserver"`` (then
+    ``env_creator`` and ``policy`` must pickle). ``backend="ray"`` runs each
+    worker as a Ray actor, on any machine of the Ray cluster (``ray.init()``
+    first to join one; otherwise a local one is started), with
+    ``ray_options`` (e.g. ``{"num_cpus": 1}``) passed to ``.options()``;
+    Ray pickles ``env_creator`` and ``policy`` (lambdas are fine).
+
+    An exception in a worker is raised here as a `RuntimeError` naming the
+    worker, with its traceback. ``stop()`` (or leaving a ``with`` block) ends
+    the workers.
     """
 
     def __init__(
@@ -81,20 +113,29 @@ class WorkerSet:
         policy: Policy | type[Policy] | dict,
         *,
         num_workers: int = 2,
+        backend: str = "process",
         start_method: str = "fork",
+        ray_options: dict | None = None,
         **worker_kwargs: Any,
     ) -> None:
         self.num_workers = positive_int("num_workers", num_workers)
         if "worker_index" in worker_kwargs:
             raise ValueError("WorkerSet sets worker_index itself (1..num_workers); do not pass it")
+        if backend not in ("process", "ray"):
+            raise ValueError(f"backend must be 'process' or 'ray', got {backend!r}")
+        self.backend = backend
+        self._conns: list[Any] = []
+        self._procs: list[Any] = []
+        self._actors: list[Any] = []
+        if backend == "ray":
+            self._start_ray(env_creator, policy, worker_kwargs, ray_options or {})
+            return
         try:
             ctx: Any = mp.get_context(start_method)
         except ValueError as e:
             raise ValueError(
                 f"start_method must be one of {mp.get_all_start_methods()}, got {start_method!r}"
             ) from e
-        self._conns: list[Any] = []
-        self._procs: list[Any] = []
         try:
             for i in range(1, self.num_workers + 1):
                 parent, child = ctx.Pipe()
@@ -116,6 +157,42 @@ class WorkerSet:
 
     # -- the worker protocol ------------------------------------------------------
 
+    def _start_ray(self, env_creator: Callable, policy: Any, worker_kwargs: dict, options: dict) -> None:
+        try:
+            import ray
+        except ImportError as e:
+            raise ImportError("WorkerSet(backend='ray') needs Ray: pip install 'ray>=2.9'") from e
+        if not ray.is_initialized():
+            ray.init()
+        actor = ray.remote(_Served)
+        if options:
+            actor = actor.options(**options)
+        self._actors = [
+            actor.remote(env_creator, policy, dict(worker_kwargs, worker_index=i))
+            for i in range(1, self.num_workers + 1)
+        ]
+        try:
+            self._ray_all("metrics", None)  # each worker's RolloutWorker is built, or its error raised here
+        except BaseException:
+            self._kill()
+            raise
+
+    def _ray_all(self, cmd: str, arg: Any) -> list[Any]:
+        import ray
+
+        refs = [a.run.remote(cmd, arg) for a in self._actors]
+        answers: list[Any] = []
+        error: BaseException | None = None
+        for i, ref in enumerate(refs):
+            try:
+                answers.append(ray.get(ref))
+            except ray.exceptions.RayError as e:  # the actor's exception (with its traceback) or its death
+                error = error or RuntimeError(f"rollout worker {i + 1} failed:\n{e}")
+                answers.append(None)
+        if error is not None:
+            raise error
+        return answers
+
     def _answer(self, i: int) -> Any:
         try:
             status, value = self._conns[i].recv()
@@ -129,6 +206,8 @@ class WorkerSet:
         return value
 
     def _all(self, cmd: str, arg: Any = None) -> list[Any]:
+        if self._actors:
+            return self._ray_all(cmd, arg)
         if not self._conns:
             raise RuntimeError("WorkerSet is stopped")
         for c in self._conns:
@@ -177,7 +256,15 @@ class WorkerSet:
         return out
 
     def stop(self) -> None:
-        """Stops every worker (their envs are closed) and ends the processes."""
+        """Stops every worker (their envs are closed) and ends the processes (or Ray actors)."""
+        if self._actors:
+            try:
+                self._ray_all("stop", None)
+            except RuntimeError:
+                pass  # a worker that already failed: it is killed below all the same
+            finally:
+                self._kill()
+            return
         conns, self._conns = self._conns, []
         for c in conns:
             try:
@@ -196,6 +283,12 @@ class WorkerSet:
         self._kill()
 
     def _kill(self) -> None:
+        if self._actors:
+            import ray
+
+            for a in self._actors:
+                ray.kill(a)
+            self._actors = []
         for p in self._procs:
             if p.is_alive():
                 p.terminate()
@@ -212,7 +305,7 @@ class WorkerSet:
 
     def __del__(self) -> None:
         try:
-            if self._procs:
+            if self._procs or self._actors:
                 self._kill()
         except Exception:
             pass
