@@ -50,6 +50,15 @@ class ScriptedEnv(gym.Env):
         return self._obs(), float(self.t), end and not self.truncate, end and self.truncate, {"uid": self.uid, "t": self.t}
 
 
+class FailingEnv(ScriptedEnv):
+    """A ScriptedEnv whose step raises at t = 2 (for error-propagation tests)."""
+
+    def step(self, action):
+        if self.t == 2:
+            raise RuntimeError("the env broke at t=2")
+        return super().step(action)
+
+
 class ObsActionPolicy(tv.Policy):
     """Action = (uid + t) % 5 of the observation: deterministic, so tests can predict it."""
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import trajview as tv
-from rollout_helpers import UID_STRIDE, ObsActionPolicy, ScriptedEnv, expected_action
+from rollout_helpers import UID_STRIDE, FailingEnv, ObsActionPolicy, ScriptedEnv, expected_action
 
 VR = tv.ViewRequirement
 
@@ -82,13 +82,6 @@ def test_weights_reach_every_worker():
             for k, v in learner.get_weights().items():
                 np.testing.assert_array_equal(w["default_policy"][k], v)
         assert (np.asarray(ws.sample()["actions"]) == 3).all()
-
-
-class FailingEnv(ScriptedEnv):
-    def step(self, action):
-        if self.t == 2:
-            raise RuntimeError("the env broke at t=2")
-        return super().step(action)
 
 
 def failing_creator(cfg):

@@ -15,7 +15,7 @@ ray = pytest.importorskip("ray")
 
 import rollout_helpers  # noqa: E402
 import trajview as tv  # noqa: E402
-from rollout_helpers import ObsActionPolicy, ScriptedEnv, expected_action  # noqa: E402
+from rollout_helpers import FailingEnv, ObsActionPolicy, ScriptedEnv, expected_action  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -27,13 +27,6 @@ def ray_session():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
-
-
-class FailingEnv(ScriptedEnv):
-    def step(self, action):
-        if self.t == 2:
-            raise RuntimeError("the env broke at t=2")
-        return super().step(action)
 
 
 def test_ray_workers_sample_sync_and_report_errors(ray_session):
