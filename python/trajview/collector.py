@@ -153,6 +153,8 @@ class Collector:
             lazy_min_row_bytes,
         )
         self.lazy_min_row_bytes = lazy_min_row_bytes
+        #: The segments of the last batch built (see `build_flat_batch`).
+        self.last_segments: list[dict[str, Any]] = []
         # The per-step calls go straight to C++ (no Python frame on the hot path);
         # the methods below document them.
         self.add_step = self._impl.add_step  # type: ignore[method-assign]
@@ -219,7 +221,7 @@ class Collector:
         for k, v in cols.items():
             if type(v) is tuple:  # (base rows, index): a lazy column
                 cols[k] = LazyView._trusted(*v)
-        self.last_segments: list[dict[str, Any]] = segs
+        self.last_segments = segs
         return cols, segs, frozenset(seq_keys), num_seqs
 
     # -- introspection ----------------------------------------------------------
