@@ -121,3 +121,27 @@ def test_base_policy_has_no_weights():
 def test_backend_is_checked():
     with pytest.raises(ValueError, match="backend must be 'process' or 'ray'"):
         tv.WorkerSet(env_creator, ObsActionPolicy, backend="mpi")
+
+
+class RandomPolicy(ObsActionPolicy):
+    """Draws actions from torch's and numpy's global RNGs, as exploration does."""
+
+    def compute_actions_from_input_dict(self, input_dict, explore=None, timestep=None, **kwargs):
+        n = len(input_dict["obs"])
+        return (torch.randint(0, 5, (n,)).numpy() + np.random.randint(0, 5, n)) % 5, [], {}
+
+
+def test_workers_draw_different_random_numbers_reproducibly_with_a_seed():
+    def actions(seed):
+        torch.manual_seed(0)  # the driver's state, which forked workers would otherwise inherit
+        np.random.seed(0)
+        with tv.WorkerSet(env_creator, RandomPolicy, num_workers=2, rollout_fragment_length=40, seed=seed) as ws:
+            return [np.asarray(b["actions"]) for b in ws.sample_each()]
+
+    a1, a2 = actions(seed=7)
+    assert not np.array_equal(a1, a2)  # the two workers explore differently
+    b1, b2 = actions(seed=7)
+    np.testing.assert_array_equal(a1, b1)  # and the same way again with the same seed
+    np.testing.assert_array_equal(a2, b2)
+    c1, c2 = actions(seed=None)
+    assert not np.array_equal(c1, c2)

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import random
+import sys
 import traceback
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from ._validate import positive_int
 from .policy import Policy
@@ -14,10 +19,30 @@ from .sample_batch import MultiAgentBatch, SampleBatch, concat_samples
 __all__ = ["WorkerSet"]
 
 
+def _seed_worker(kwargs: dict) -> None:
+    """Seeds this worker process's global RNGs (random, numpy, torch) apart from every other worker's.
+
+    Forked workers inherit the driver's RNG states, and fresh processes all
+    start torch's generator at the same default seed: without this, every
+    worker would draw the same "random" actions. With ``seed`` given, each
+    worker's seed follows from it and its ``worker_index`` (reproducible).
+    """
+    seed = kwargs.get("seed")
+    index = int(kwargs["worker_index"])
+    s = (int(seed) * 1_000_003 + index) % 2**63 if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+    random.seed(s)
+    np.random.seed(s % 2**32)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(s)
+
+
 def _serve(conn: Any, env_creator: Callable, policy: Any, kwargs: dict) -> None:
     """A worker process: build the RolloutWorker, then answer commands until "stop" (or the pipe closes)."""
     try:
         from .rollout_worker import RolloutWorker
+
+        _seed_worker(kwargs)
 
         worker = RolloutWorker(env_creator, policy, **kwargs)
     except BaseException:
@@ -58,6 +83,7 @@ class _Served:
     def __init__(self, env_creator: Callable, policy: Any, kwargs: dict) -> None:
         from .rollout_worker import RolloutWorker
 
+        _seed_worker(kwargs)
         self.worker = RolloutWorker(env_creator, policy, **kwargs)
 
     def run(self, cmd: str, arg: Any) -> Any:
@@ -90,7 +116,10 @@ class WorkerSet:
     plus indices.
 
     ``policy`` is a `Policy` subclass (each worker builds its own) or an
-    instance (copied into each worker). ``set_weights`` / ``sync_weights``
+    instance (copied into each worker). Each worker seeds its process's
+    global RNGs (``random``, numpy, torch) apart from the others' (from
+    ``seed`` and its index when ``seed`` is given), so workers never draw the
+    same exploration noise. ``set_weights`` / ``sync_weights``
     send a learner's weights to every worker between samples.
 
     ``backend="process"`` (the default) runs the workers as processes of this
