@@ -37,48 +37,8 @@ def _seed_worker(kwargs: dict) -> None:
         torch.manual_seed(s)
 
 
-def _serve(conn: Any, env_creator: Callable, policy: Any, kwargs: dict) -> None:
-    """A worker process: build the RolloutWorker, then answer commands until "stop" (or the pipe closes)."""
-    try:
-        from .rollout_worker import RolloutWorker
-
-        _seed_worker(kwargs)
-
-        worker = RolloutWorker(env_creator, policy, **kwargs)
-    except BaseException:
-        conn.send(("error", traceback.format_exc()))
-        return
-    conn.send(("ok", None))
-    while True:
-        try:
-            cmd, arg = conn.recv()
-        except (EOFError, OSError):  # the driver is gone
-            worker.stop()
-            return
-        try:
-            if cmd == "sample":
-                out: Any = worker.sample()
-            elif cmd == "set_weights":
-                worker.policy_map[arg[0]].set_weights(arg[1])
-                out = None
-            elif cmd == "get_weights":
-                out = {pid: p.get_weights() for pid, p in worker.policy_map.items()}
-            elif cmd == "metrics":
-                out = worker.get_metrics()
-            elif cmd == "stop":
-                worker.stop()
-                conn.send(("ok", None))
-                return
-            else:
-                raise ValueError(f"unknown WorkerSet command {cmd!r}")
-        except BaseException:
-            conn.send(("error", traceback.format_exc()))
-        else:
-            conn.send(("ok", out))
-
-
 class _Served:
-    """The same commands as `_serve`, as methods: the body of a Ray actor."""
+    """One worker: its RolloutWorker and the commands it answers (the body of a Ray actor, and of `_serve`)."""
 
     def __init__(self, env_creator: Callable, policy: Any, kwargs: dict) -> None:
         from .rollout_worker import RolloutWorker
@@ -101,6 +61,30 @@ class _Served:
             w.stop()
             return None
         raise ValueError(f"unknown WorkerSet command {cmd!r}")
+
+
+def _serve(conn: Any, env_creator: Callable, policy: Any, kwargs: dict) -> None:
+    """A worker process: build the worker, then answer commands until "stop" (or the pipe closes)."""
+    try:
+        served = _Served(env_creator, policy, kwargs)
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+        return
+    conn.send(("ok", None))
+    while True:
+        try:
+            cmd, arg = conn.recv()
+        except (EOFError, OSError):  # the driver is gone
+            served.worker.stop()
+            return
+        try:
+            out = served.run(cmd, arg)
+        except BaseException:
+            conn.send(("error", traceback.format_exc()))
+        else:
+            conn.send(("ok", out))
+            if cmd == "stop":
+                return
 
 
 class WorkerSet:
