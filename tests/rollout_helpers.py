@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+import pytest
 
 import trajview as tv
 
@@ -57,6 +58,17 @@ class FailingEnv(ScriptedEnv):
         if self.t == 2:
             raise RuntimeError("the env broke at t=2")
         return super().step(action)
+
+
+def assert_failure_reported_then_stopped(ws) -> None:
+    """``ws``: a WorkerSet over FailingEnvs. Its sample() names worker 1 and the env's error; stop() ends it."""
+    try:
+        with pytest.raises(RuntimeError, match=r"rollout worker 1 failed:(.|\n)*the env broke at t=2"):
+            ws.sample()
+    finally:
+        ws.stop()
+    with pytest.raises(RuntimeError, match="WorkerSet is stopped"):
+        ws.sample()
 
 
 class ObsActionPolicy(tv.Policy):

@@ -9,7 +9,14 @@ import pytest
 import torch
 
 import trajview as tv
-from rollout_helpers import UID_STRIDE, FailingEnv, ObsActionPolicy, ScriptedEnv, expected_action
+from rollout_helpers import (
+    UID_STRIDE,
+    FailingEnv,
+    ObsActionPolicy,
+    ScriptedEnv,
+    assert_failure_reported_then_stopped,
+    expected_action,
+)
 
 VR = tv.ViewRequirement
 
@@ -89,14 +96,9 @@ def failing_creator(cfg):
 
 
 def test_worker_errors_name_the_worker_and_carry_its_traceback():
-    ws = tv.WorkerSet(failing_creator, ObsActionPolicy, num_workers=2, rollout_fragment_length=5)
-    try:
-        with pytest.raises(RuntimeError, match=r"rollout worker 1 failed:(.|\n)*the env broke at t=2"):
-            ws.sample()
-    finally:
-        ws.stop()
-    with pytest.raises(RuntimeError, match="WorkerSet is stopped"):
-        ws.sample()
+    assert_failure_reported_then_stopped(
+        tv.WorkerSet(failing_creator, ObsActionPolicy, num_workers=2, rollout_fragment_length=5)
+    )
 
 
 def test_construction_errors():

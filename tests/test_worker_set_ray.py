@@ -15,7 +15,13 @@ ray = pytest.importorskip("ray")
 
 import rollout_helpers  # noqa: E402
 import trajview as tv  # noqa: E402
-from rollout_helpers import FailingEnv, ObsActionPolicy, ScriptedEnv, expected_action  # noqa: E402
+from rollout_helpers import (  # noqa: E402
+    FailingEnv,
+    ObsActionPolicy,
+    ScriptedEnv,
+    assert_failure_reported_then_stopped,
+    expected_action,
+)
 
 
 @pytest.fixture(scope="module")
@@ -42,15 +48,10 @@ def test_ray_workers_sample_sync_and_report_errors(ray_session):
         assert len(ws.sample()) == 20
         assert ws.get_weights() == [{"default_policy": {}}, {"default_policy": {}}]
         ws.set_weights({})
-    ws = tv.WorkerSet(lambda cfg: FailingEnv(), ObsActionPolicy, num_workers=2, backend="ray",
-                      rollout_fragment_length=5)
-    try:
-        with pytest.raises(RuntimeError, match=r"rollout worker 1 failed:(.|\n)*the env broke at t=2"):
-            ws.sample()
-    finally:
-        ws.stop()
-    with pytest.raises(RuntimeError, match="WorkerSet is stopped"):
-        ws.sample()
+    assert_failure_reported_then_stopped(
+        tv.WorkerSet(lambda cfg: FailingEnv(), ObsActionPolicy, num_workers=2, backend="ray",
+                     rollout_fragment_length=5)
+    )
     with pytest.raises(RuntimeError, match=r"rollout worker 1 failed:(.|\n)*rollout_fragment_length"):
         tv.WorkerSet(lambda cfg: ScriptedEnv(), ObsActionPolicy, num_workers=1, backend="ray",
                      rollout_fragment_length=0)
