@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trajview.cli import main  # noqa: E402
+from trajview.train.cli import main  # noqa: E402
 
 SMALL = ["--env", "trajview/RepeatPrevious-v0", "--envs-per-worker", "4", "--train-batch-size", "200",
          "--minibatch-size", "50", "--num-sgd-iter", "2", "--no-progress"]

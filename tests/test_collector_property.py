@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import trajview as tv
-from trajview.collector import BOUNDARY_COLUMNS
+from trajview.collect import BOUNDARY_COLUMNS
 from trajview.testing import ReferenceCollector
 
 VR = tv.ViewRequirement

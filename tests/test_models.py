@@ -9,8 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import trajview as tv  # noqa: E402
-from trajview.models import FrameStackModel, GTrXLModel, LSTMModel, MLPModel, make_model  # noqa: E402
-from trajview.ppo import PPOPolicy  # noqa: E402
+from trajview.algorithms.models import FrameStackModel, GTrXLModel, LSTMModel, MLPModel, make_model  # noqa: E402
+from trajview.algorithms.ppo import PPOPolicy  # noqa: E402
 
 OBS = gym.spaces.Box(-1, 1, (2,), np.float32)
 ACT = gym.spaces.Discrete(3)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import trajview as tv
-from trajview.postprocessing import compute_advantages, compute_gae_for_sample_batch, discount_cumsum
+from trajview.algorithms.postprocessing import compute_advantages, compute_gae_for_sample_batch, discount_cumsum
 
 
 def batch(terminated: bool, truncated: bool):

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import trajview as tv  # noqa: E402
-from trajview.ppo import PPOPolicy, minibatches  # noqa: E402
+from trajview.algorithms.ppo import PPOPolicy, minibatches  # noqa: E402
 from trajview.train import TrainConfig, Trainer  # noqa: E402
 
 

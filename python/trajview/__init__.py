@@ -1,54 +1,86 @@
-"""trajview: trajectory views over C++ columnar storage for RL experience collection."""
+"""trajview: trajectory views over C++ columnar storage for RL experience collection.
 
-from .view_requirement import ViewRequirement
-from .sample_batch import LazyView, MultiAgentBatch, SampleBatch, concat_samples
-from .collector import Collector
+The package is layered; each layer imports only the layers below it
+(docs/architecture.md)::
+
+    train/        the `trajview` command and its Trainer                  (application)
+    algorithms/   PPO, GAE postprocessing, view-based torch models        (learning)
+    rollout/      RolloutWorker, WorkerSet, callbacks: envs + policies -> batches
+    collect/ replay/ policy/ envs/
+                  the C++ stores' faces, Policy and its pruning pass, env adapters
+    views/        ViewRequirement, SampleBatch, LazyView: the data model (numpy only)
+
+Every public name is re-exported here; torch-based ones (`TorchPolicy`,
+`PPOPolicy`, `models`) are imported on first use, so torch stays optional.
+"""
+
+from typing import Any
+
+from . import _compat
+
+# Layer 1: the data model.
+from .views import LazyView, MultiAgentBatch, SampleBatch, ViewRequirement, concat_samples
+
+# Layer 2: the stores, policies and envs.
+from .collect import Collector
 from .replay import ReplayBuffer, SliceSampler
-from .callbacks import Callbacks, Episode
 from .policy import Policy
-from .rollout_worker import RolloutWorker
-from .worker_set import WorkerSet
-from . import postprocessing
 from . import envs
+
+# Layer 3: rollouts.
+from .rollout import Callbacks, Episode, RolloutWorker, WorkerSet
+
+# Layer 4: learning (numpy part; the torch part is lazy, below).
+from .algorithms import postprocessing
 
 __version__ = "0.1.0"
 
+_compat.install()
 
-def __getattr__(name: str):
-    # TorchPolicy needs torch, an optional dependency: import it on first use.
-    if name == "TorchPolicy":
-        from .torch_policy import TorchPolicy
+#: Names that need torch: imported by `__getattr__` on first use.
+_LAZY = {
+    "TorchPolicy": ("trajview.policy.torch_policy", "TorchPolicy"),
+    "PPOPolicy": ("trajview.algorithms.ppo", "PPOPolicy"),
+    "models": ("trajview.algorithms.models", None),
+}
 
-        return TorchPolicy
-    if name == "PPOPolicy":
-        from .ppo import PPOPolicy
 
-        return PPOPolicy
-    if name == "models":
-        from . import models
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
 
-        return models
+        module_name, attr = _LAZY[name]
+        module = importlib.import_module(module_name)
+        return module if attr is None else getattr(module, attr)
     raise AttributeError(f"module 'trajview' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
 __all__ = [
-    "Callbacks",
-    "Collector",
-    "Episode",
-    "Policy",
-    "RolloutWorker",
-    "TorchPolicy",
-    "PPOPolicy",
-    "envs",
-    "models",
-    "postprocessing",
+    # views: the data model
+    "LazyView",
     "MultiAgentBatch",
-    "ReplayBuffer",
-    "SliceSampler",
     "SampleBatch",
     "ViewRequirement",
     "concat_samples",
+    # the stores, policies and envs
+    "Collector",
+    "Policy",
+    "ReplayBuffer",
+    "SliceSampler",
+    "TorchPolicy",
+    "envs",
+    # rollouts
+    "Callbacks",
+    "Episode",
+    "RolloutWorker",
     "WorkerSet",
-    "LazyView",
+    # learning
+    "PPOPolicy",
+    "models",
+    "postprocessing",
     "__version__",
 ]

@@ -33,8 +33,8 @@ import numpy as np
 
 from .._validate import lazy_row_bytes, positive_int
 
-from ..sample_batch import SampleBatch
-from ..view_requirement import ViewRequirement
+from ..views.sample_batch import SampleBatch
+from ..views.view_requirement import ViewRequirement
 
 __all__ = ["ReferenceCollector"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..view_requirement import ViewRequirement
+from ..views.view_requirement import ViewRequirement
 
 __all__ = ["ReferenceReplay"]
 

@@ -18,10 +18,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from . import envs as _envs  # noqa: F401  (registers trajview's gymnasium ids)
-from .ppo import PPOPolicy
-from .rollout_worker import RolloutWorker
-from .sample_batch import SampleBatch, concat_samples
+from .. import envs as _envs  # noqa: F401  (registers trajview's gymnasium ids)
+from ..algorithms.ppo import PPOPolicy
+from ..rollout.worker import RolloutWorker
+from ..views.sample_batch import SampleBatch, concat_samples
 
 __all__ = ["TrainConfig", "Trainer", "MODEL_PRESETS", "read_metrics", "plot_learning_curve"]
 

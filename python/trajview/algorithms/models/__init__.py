@@ -43,7 +43,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_sequence
 
-from .view_requirement import ViewRequirement
+from ...views.view_requirement import ViewRequirement
 
 __all__ = ["MLPModel", "FrameStackModel", "LSTMModel", "GTrXLModel", "MODELS", "make_model", "flat_sequence_index"]
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from . import _core
-from ._validate import lazy_row_bytes, positive_int
-from .sample_batch import LazyView, SampleBatch
-from .view_requirement import ViewRequirement
+from .. import _core
+from .._validate import lazy_row_bytes, positive_int
+from ..views.sample_batch import LazyView, SampleBatch
+from ..views.view_requirement import ViewRequirement
 
 __all__ = ["Collector", "BOUNDARY_COLUMNS", "column_spec_from_space"]
 

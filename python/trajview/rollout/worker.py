@@ -9,11 +9,11 @@ import gymnasium as gym
 import numpy as np
 
 from .callbacks import Callbacks, Episode
-from ._validate import lazy_row_bytes, positive_int
-from .collector import BOUNDARY_COLUMNS, Collector
+from .._validate import lazy_row_bytes, positive_int
+from ..collect.collector import BOUNDARY_COLUMNS, Collector
 from .multi_agent import MultiAgentSampler, is_parallel_env
-from .policy import Policy
-from .sample_batch import MultiAgentBatch, SampleBatch, concat_samples
+from ..policy.policy import Policy
+from ..views.sample_batch import MultiAgentBatch, SampleBatch, concat_samples
 
 __all__ = ["RolloutWorker"]
 

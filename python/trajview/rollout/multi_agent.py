@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from .callbacks import Episode
-from .sample_batch import MultiAgentBatch, SampleBatch, concat_samples
+from ..views.sample_batch import MultiAgentBatch, SampleBatch, concat_samples
 
 if TYPE_CHECKING:
-    from .rollout_worker import RolloutWorker
+    from .worker import RolloutWorker
 
 __all__ = ["is_parallel_env"]
 

@@ -18,8 +18,8 @@ import torch
 
 from .models import ViewModel, make_model
 from .postprocessing import Postprocessing, compute_gae_for_sample_batch
-from .sample_batch import SampleBatch
-from .torch_policy import TorchPolicy
+from ..views.sample_batch import SampleBatch
+from ..policy.torch_policy import TorchPolicy
 
 __all__ = ["PPOPolicy", "PPO_DEFAULTS", "minibatches"]
 

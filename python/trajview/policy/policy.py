@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from .sample_batch import SampleBatch
-from .view_requirement import ViewRequirement
+from ..views.sample_batch import SampleBatch
+from ..views.view_requirement import ViewRequirement
 
 __all__ = ["Policy", "ColumnSpec", "NEVER_PRUNED"]
 

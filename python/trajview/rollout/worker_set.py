@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from ._validate import positive_int
-from .policy import Policy
-from .sample_batch import MultiAgentBatch, SampleBatch, concat_samples
+from .._validate import positive_int
+from ..policy.policy import Policy
+from ..views.sample_batch import MultiAgentBatch, SampleBatch, concat_samples
 
 __all__ = ["WorkerSet"]
 
@@ -41,7 +41,7 @@ class _Served:
     """One worker: its RolloutWorker and the commands it answers (the body of a Ray actor, and of `_serve`)."""
 
     def __init__(self, env_creator: Callable, policy: Any, kwargs: dict) -> None:
-        from .rollout_worker import RolloutWorker
+        from .worker import RolloutWorker
 
         _seed_worker(kwargs)
         self.worker = RolloutWorker(env_creator, policy, **kwargs)

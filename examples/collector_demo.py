@@ -1,6 +1,6 @@
 """A short demo of the collector: CartPole envs, a random policy, frame-stack views.
 
-Run ``python -m trajview.demo --help``. It steps ``--num-envs`` gymnasium
+Run ``python examples/collector_demo.py --help``. It steps ``--num-envs`` gymnasium
 CartPole envs, stores every step once in the C++ store, hands a 4-frame stack
 and the previous action to the (random) policy at every step, cuts a batch
 every ``--fragment`` steps, checks every view of every batch against the data
@@ -17,9 +17,7 @@ import gymnasium as gym
 import numpy as np
 from tqdm import tqdm
 
-from .collector import Collector
-from .sample_batch import concat_samples
-from .view_requirement import ViewRequirement
+from trajview import Collector, ViewRequirement, concat_samples
 
 
 def _check_batch(batch, log) -> int:
@@ -43,7 +41,7 @@ def _check_batch(batch, log) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m trajview.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python examples/collector_demo.py", description=__doc__.splitlines()[0])
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--steps", type=int, default=20_000, help="env steps in total")
     parser.add_argument("--fragment", type=int, default=200, help="steps per env between batches")

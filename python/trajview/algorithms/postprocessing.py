@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .sample_batch import SampleBatch
+from ..views.sample_batch import SampleBatch
 
 __all__ = ["Postprocessing", "discount_cumsum", "compute_advantages", "compute_gae_for_sample_batch"]
 

@@ -16,7 +16,7 @@ log = logging.getLogger("trajview")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .train import MODEL_PRESETS, TrainConfig
+    from .trainer import MODEL_PRESETS, TrainConfig
 
     d = TrainConfig()
     p = argparse.ArgumentParser(prog="trajview", description="trajview: RL experience collection with trajectory views")
@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _train(args: argparse.Namespace) -> int:
     import torch
 
-    from .train import TrainConfig, Trainer
+    from .trainer import TrainConfig, Trainer
 
     out = args.out or f"runs/{args.model}-seed{args.seed}"
     if args.resume:
@@ -113,7 +113,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .train import read_metrics
+    from .trainer import read_metrics
 
     print(f"| run | model | seed | env steps to mean return {args.target:g} | wall-clock to it (s) | best mean return | final mean return | env steps run | wall-clock (s) |")
     print("|---|---|---|---|---|---|---|---|---|")

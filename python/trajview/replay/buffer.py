@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from . import _core
-from ._validate import positive_int
-from .sample_batch import MultiAgentBatch, SampleBatch
-from .view_requirement import ViewRequirement
+from .. import _core
+from .._validate import positive_int
+from ..views.sample_batch import MultiAgentBatch, SampleBatch
+from ..views.view_requirement import ViewRequirement
 
 __all__ = ["ReplayBuffer", "SliceSampler"]
 

@@ -1,0 +1,12 @@
+"""Layer 1, the data model: columns of experience and the views of them.
+
+`ViewRequirement` says which rows of which column a consumer reads;
+`SampleBatch` (and `LazyView`, `MultiAgentBatch`, `concat_samples`) holds
+what it gets. numpy only: nothing here imports the C++ core, an env or torch
+at import time.
+"""
+
+from .view_requirement import ViewRequirement
+from .sample_batch import LazyView, MultiAgentBatch, SampleBatch, concat_samples
+
+__all__ = ["LazyView", "MultiAgentBatch", "SampleBatch", "ViewRequirement", "concat_samples"]
