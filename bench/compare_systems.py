@@ -148,7 +148,7 @@ def make_trajview(workload: str, num_envs: int, steps: int) -> Run:
     held = {"carried": 0, "stored": 0}
     notes: dict[str, Any] = {"store": "RolloutWorker.sample(): rows the Collector holds for the sample (before "
                                       "the batch is built); returns the training batch (lazy views: frames once)"}
-    emit = w._emit
+    emit = w.sampler._emit
 
     def emit_and_measure(complete):
         # What the store holds for this fragment, less the look-back rows carried in from the last one.
@@ -159,7 +159,7 @@ def make_trajview(workload: str, num_envs: int, steps: int) -> Run:
         notes["allocated_bytes_per_step_frames"] = w.collector.nbytes() / steps / row_bytes
         return batch
 
-    w._emit = emit_and_measure
+    w.sampler._emit = emit_and_measure  # type: ignore[method-assign]
 
     def sample():
         batch = w.sample()

@@ -304,15 +304,15 @@ class BigFramePolicy(tv.Policy):
 
 
 def test_envs_writing_into_the_store_give_the_same_batches(monkeypatch):
-    import trajview.rollout_worker as rw
+    import trajview.rollout.single_agent as rw
 
     def run(staged):
-        monkeypatch.setattr(rw, "_STAGE_OBS_BYTES", 1024 if staged else 1 << 40)
+        monkeypatch.setattr(rw, "STAGE_OBS_BYTES", 1024 if staged else 1 << 40)
         envs = iter([BigFrameEnv(i) for i in range(3)])
         w = tv.RolloutWorker(lambda cfg: next(envs), BigFramePolicy, num_envs=3, rollout_fragment_length=6,
                              horizon=9, soft_horizon=True)
         batches = [w.sample() for _ in range(4)]
-        assert (w._next_obs_rows is not None) == staged
+        assert (w.sampler._next_obs_rows is not None) == staged
         return batches
 
     for a, b in zip(run(True), run(False)):

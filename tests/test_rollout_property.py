@@ -131,4 +131,4 @@ def test_flat_batch_without_postprocessing_equals_the_per_episode_path(num_envs,
         for k in b:
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     assert IdentityPostprocess.calls > before
-    assert flat._ended.keys() == split._ended.keys()
+    assert flat.sampler._ended.keys() == split.sampler._ended.keys()

@@ -187,6 +187,19 @@ class Collector:
         """``add_step`` then ``input_dict`` for the same slots, in one C++ call."""
         return self._impl.step(data, env_ids)
 
+    def staged_rows(self, column: str) -> np.ndarray | None:
+        """The rows the next ``add_step`` will store ``column`` in, ``[num_envs, *shape]``; None if it cannot.
+
+        For callers that write a step's big rows (image observations) there
+        and pass this same array to ``add_step``, which then copies nothing.
+        Only while every slot has an episode in progress and all stand at the
+        same position (else None). The array is a view of the store's memory
+        that does not keep it alive: it reads the rows stored through it until
+        the next ``build_batch`` (which may free them), and must not be used
+        after that. Private to trajview's samplers.
+        """
+        return self._impl._next_rows(column)
+
     # -- batches ----------------------------------------------------------------
 
     def build_batch(self, complete_only: bool = False, hold: Any = None) -> list[SampleBatch]:

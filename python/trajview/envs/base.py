@@ -1,0 +1,148 @@
+"""The env-adapter seam: the small interface a `RolloutWorker` steps, one implementation per env kind.
+
+A worker never looks at what kind of env it has; `make_adapter` does, once,
+and the worker's sampler talks to one of two interfaces:
+
+* `VectorEnvAdapter` (single agent): ``num_envs`` envs stepped together with
+  one action array; observations, rewards and flags come back as arrays of
+  ``num_envs`` rows. A list of ``gymnasium.Env`` (`GymEnvList`) and a
+  ``gymnasium.vector.VectorEnv`` in either autoreset mode (`GymVectorEnv`)
+  implement it.
+* `MultiAgentEnvAdapter` (multi agent): per env, dicts keyed by agent id. An
+  agent needs an action when it is in the observation dict of the env's last
+  ``reset`` or ``step`` and is not done (RLlib's ``MultiAgentEnv`` rule;
+  PettingZoo's ``ParallelEnv`` satisfies it as it is, see
+  `PettingZooParallelEnv`).
+
+Either way, a step of an env that ends an episode returns that episode's
+*final* observation; the worker then asks for the next episode's first
+observation with ``reset_envs`` (single agent) or ``reset`` (multi agent), so
+the final and the reset observation are never confused, whatever the env's
+autoreset convention.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = ["obs_spec", "EnvAdapter", "MultiAgentEnvAdapter", "MultiAgentStep", "VectorEnvAdapter", "VectorStep"]
+
+
+def obs_spec(space: Any) -> tuple[np.dtype, tuple[int, ...]]:
+    """(dtype, shape) of one observation of ``space``; a ValueError for a space without them."""
+    dtype, shape = getattr(space, "dtype", None), getattr(space, "shape", None)
+    if dtype is None or shape is None:
+        raise ValueError(f"observation_space: space {space!r} has no fixed dtype and shape; trajview stores fixed-shape arrays")
+    return np.dtype(dtype), tuple(int(d) for d in shape)
+
+
+class VectorStep(NamedTuple):
+    """One step of every env of a `VectorEnvAdapter`."""
+
+    #: [num_envs, *obs_shape]; for an env whose episode ended, its final observation.
+    obs: np.ndarray
+    rewards: np.ndarray  # [num_envs] float64
+    terminateds: np.ndarray  # [num_envs] bool
+    truncateds: np.ndarray  # [num_envs] bool
+    #: One info dict per env, or None when the step was asked not to collect them.
+    infos: list[dict] | None
+    #: Whether any env's episode ended (terminated or truncated) in this step.
+    any_done: bool
+
+
+class MultiAgentStep(NamedTuple):
+    """One step of one env of a `MultiAgentEnvAdapter`: dicts keyed by agent id."""
+
+    obs: dict
+    rewards: dict
+    terminateds: dict
+    truncateds: dict
+    infos: dict
+
+
+class EnvAdapter(ABC):
+    """What every adapter has: the number of envs, what callbacks see as ``base_env``, and ``close``."""
+
+    #: True for `MultiAgentEnvAdapter` s.
+    multi_agent: bool = False
+    #: Envs stepped together.
+    num_envs: int
+    #: The env object(s) as the user made them (``base_env`` in callbacks).
+    base_env: Any
+
+    @abstractmethod
+    def close(self) -> None:
+        """Closes every env."""
+
+
+class VectorEnvAdapter(EnvAdapter):
+    """``num_envs`` single-agent envs stepped together with one action array.
+
+    Rows of every returned array are env indices ``0 .. num_envs - 1``.
+    """
+
+    multi_agent = False
+    #: The space of one env's observation and action.
+    observation_space: Any
+    action_space: Any
+    #: Whether `step` writes the observations into ``obs_out`` when given one (else it returns its own array).
+    writes_obs_in_place: bool = False
+
+    @abstractmethod
+    def reset(self, seed: int | None = None) -> tuple[np.ndarray, list[dict]]:
+        """Resets every env: (first observations [num_envs, ...], one info dict per env).
+
+        ``seed`` seeds env ``i`` with ``seed + i`` (a VectorEnv: as its own
+        ``reset(seed=...)`` does); None leaves the envs' RNGs as they are.
+        """
+
+    @abstractmethod
+    def step(self, actions: np.ndarray, obs_out: np.ndarray | None = None, need_infos: bool = False) -> VectorStep:
+        """Steps every env with its row of ``actions``.
+
+        ``obs_out`` ([num_envs, ...] of the observation space's dtype and
+        shape), when given, may receive the new observations in place (the
+        returned ``obs`` is then ``obs_out``): a caller passes the store's own
+        rows, so that big observations are written once. The returned arrays
+        may be reused by the next call: copy what must outlive it.
+        """
+
+    @abstractmethod
+    def reset_envs(self, env_ids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, list[dict]]:
+        """The next episode's first observation (and info) for each env of ``env_ids``, whose episode ended.
+
+        Call it after the step that returned ``terminated`` or ``truncated``
+        for those envs, before the next ``step``.
+        """
+
+
+class MultiAgentEnvAdapter(EnvAdapter):
+    """``num_envs`` multi-agent envs; per env, dicts keyed by agent id.
+
+    An agent needs an action when it is in the observation dict of its env's
+    last ``reset`` or ``step`` and is not terminated or truncated there.
+    """
+
+    multi_agent = True
+    #: Every agent id an env may ever have, in a fixed order (its index is ``agent_index``).
+    possible_agents: list
+
+    @abstractmethod
+    def observation_space(self, agent: Any) -> Any:
+        """The observation space of ``agent``."""
+
+    @abstractmethod
+    def action_space(self, agent: Any) -> Any:
+        """The action space of ``agent``."""
+
+    @abstractmethod
+    def reset(self, env_index: int, seed: int | None = None) -> tuple[dict, dict]:
+        """Resets env ``env_index``: (observations by agent, infos by agent)."""
+
+    @abstractmethod
+    def step(self, actions: list[dict]) -> list[MultiAgentStep]:
+        """Steps every env with ``actions[i]`` (agent id -> action); one `MultiAgentStep` per env."""

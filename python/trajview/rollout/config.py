@@ -1,0 +1,72 @@
+"""`RolloutConfig`: how a `RolloutWorker` samples (RLlib's settings), validated once and shared by its samplers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._validate import lazy_row_bytes, positive_int
+
+__all__ = ["BATCH_MODES", "COUNT_STEPS_BY", "RolloutConfig"]
+
+BATCH_MODES = ("truncate_episodes", "complete_episodes")
+COUNT_STEPS_BY = ("env_steps", "agent_steps")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """The sampling settings of one worker (see `RolloutWorker` for each one's meaning)."""
+
+    batch_mode: str = "truncate_episodes"
+    rollout_fragment_length: int = 200
+    count_steps_by: str = "env_steps"
+    horizon: int | None = None
+    soft_horizon: bool = False
+    no_done_at_end: bool = False
+    seed: int | None = None
+    worker_index: int = 0
+    #: Row bytes from which training views are lazy (0: never); see `Collector`.
+    lazy_min_row_bytes: int = 1024
+
+    @classmethod
+    def validated(
+        cls,
+        *,
+        batch_mode: Any,
+        rollout_fragment_length: Any,
+        count_steps_by: Any,
+        horizon: Any,
+        soft_horizon: Any,
+        no_done_at_end: Any,
+        seed: Any,
+        worker_index: Any,
+        lazy_views: Any,
+    ) -> RolloutConfig:
+        """Checks every setting (a ValueError names the setting, expected and got) and returns the config."""
+        if batch_mode not in BATCH_MODES:
+            raise ValueError(f"batch_mode must be one of {BATCH_MODES}, got {batch_mode!r}")
+        if count_steps_by not in COUNT_STEPS_BY:
+            raise ValueError(f"count_steps_by must be one of {COUNT_STEPS_BY}, got {count_steps_by!r}")
+        if horizon is not None:
+            horizon = positive_int("horizon", horizon)
+        if soft_horizon and horizon is None:
+            raise ValueError("soft_horizon=True needs a horizon, got horizon=None")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            raise ValueError(f"seed must be an int or None, got {seed!r}")
+        return cls(
+            batch_mode=batch_mode,
+            rollout_fragment_length=positive_int("rollout_fragment_length", rollout_fragment_length),
+            count_steps_by=count_steps_by,
+            horizon=horizon,
+            soft_horizon=bool(soft_horizon),
+            no_done_at_end=bool(no_done_at_end),
+            seed=None if seed is None else int(seed),
+            worker_index=int(worker_index),
+            lazy_min_row_bytes=lazy_row_bytes(lazy_views),
+        )
+
+    @property
+    def complete_episodes(self) -> bool:
+        return self.batch_mode == "complete_episodes"

@@ -1,0 +1,56 @@
+"""Per episode segment of a batch: its infos, ``postprocess_trajectory`` and ``on_postprocess_trajectory``.
+
+One copy for the single- and the multi-agent sampler.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..policy.policy import Policy
+from ..views.sample_batch import SampleBatch
+from .callbacks import Episode
+from .hooks import Hooks
+
+__all__ = ["InfoLog", "postprocess_segment"]
+
+
+class InfoLog:
+    """One trajectory's info dicts from ``start`` on, handed out segment by segment (infos are not stored in C++)."""
+
+    __slots__ = ("infos", "start")
+
+    def __init__(self, start: int = 0) -> None:
+        self.infos: list = []
+        self.start = start  # the timestep of infos[0]
+
+    def attach(self, seg: SampleBatch) -> None:
+        """Sets ``seg["infos"]`` to the infos of its steps and forgets them."""
+        n = len(seg)
+        k = int(seg[SampleBatch.T][0]) - self.start
+        arr = np.empty(n, dtype=object)
+        arr[:] = self.infos[k : k + n]
+        seg[SampleBatch.INFOS] = arr
+        self.infos = self.infos[k + n :]
+        self.start += k + n
+
+
+def postprocess_segment(
+    policy: Policy,
+    seg: SampleBatch,
+    others: dict | None,
+    episode: Episode,
+    hooks: Hooks,
+    agent_id: Any,
+    policy_id: str,
+) -> SampleBatch:
+    """``policy.postprocess_trajectory(seg, others, episode)``, checked, then the ``on_postprocess_trajectory`` hook."""
+    post = policy.postprocess_trajectory(seg, others, episode)
+    if not isinstance(post, SampleBatch):
+        raise TypeError(
+            f"{type(policy).__name__}.postprocess_trajectory must return a SampleBatch, got {type(post).__name__}"
+        )
+    hooks.postprocess_trajectory(episode, agent_id, policy_id, post, {agent_id: (policy, seg)})
+    return post
