@@ -1,90 +1,16 @@
-"""`WorkerSet`: many `RolloutWorker`s on one machine, one process each, sampled in parallel."""
+"""`WorkerSet`: many `RolloutWorker`s, each in a process or a Ray actor of its own, sampled in parallel."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
-import random
-import sys
-import traceback
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from .._validate import positive_int
 from ..policy.policy import Policy
-from ..views.sample_batch import MultiAgentBatch, SampleBatch, concat_samples
+from ..views import MultiAgentBatch, SampleBatch, concat_samples
+from .backends import Backend, ProcessBackend, RayBackend
 
 __all__ = ["WorkerSet"]
-
-
-def _seed_worker(kwargs: dict) -> None:
-    """Seeds this worker process's global RNGs (random, numpy, torch) apart from every other worker's.
-
-    Forked workers inherit the driver's RNG states, and fresh processes all
-    start torch's generator at the same default seed: without this, every
-    worker would draw the same "random" actions. With ``seed`` given, each
-    worker's seed follows from it and its ``worker_index`` (reproducible).
-    """
-    seed = kwargs.get("seed")
-    index = int(kwargs["worker_index"])
-    s = (int(seed) * 1_000_003 + index) % 2**63 if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
-    random.seed(s)
-    np.random.seed(s % 2**32)
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.manual_seed(s)
-
-
-class _Served:
-    """One worker: its RolloutWorker and the commands it answers (the body of a Ray actor, and of `_serve`)."""
-
-    def __init__(self, env_creator: Callable, policy: Any, kwargs: dict) -> None:
-        from .worker import RolloutWorker
-
-        _seed_worker(kwargs)
-        self.worker = RolloutWorker(env_creator, policy, **kwargs)
-
-    def run(self, cmd: str, arg: Any) -> Any:
-        w = self.worker
-        if cmd == "sample":
-            return w.sample()
-        if cmd == "set_weights":
-            w.policy_map[arg[0]].set_weights(arg[1])
-            return None
-        if cmd == "get_weights":
-            return {pid: p.get_weights() for pid, p in w.policy_map.items()}
-        if cmd == "metrics":
-            return w.get_metrics()
-        if cmd == "stop":
-            w.stop()
-            return None
-        raise ValueError(f"unknown WorkerSet command {cmd!r}")
-
-
-def _serve(conn: Any, env_creator: Callable, policy: Any, kwargs: dict) -> None:
-    """A worker process: build the worker, then answer commands until "stop" (or the pipe closes)."""
-    try:
-        served = _Served(env_creator, policy, kwargs)
-    except BaseException:
-        conn.send(("error", traceback.format_exc()))
-        return
-    conn.send(("ok", None))
-    while True:
-        try:
-            cmd, arg = conn.recv()
-        except (EOFError, OSError):  # the driver is gone
-            served.worker.stop()
-            return
-        try:
-            out = served.run(cmd, arg)
-        except BaseException:
-            conn.send(("error", traceback.format_exc()))
-        else:
-            conn.send(("ok", out))
-            if cmd == "stop":
-                return
 
 
 class WorkerSet:
@@ -137,106 +63,14 @@ class WorkerSet:
         if backend not in ("process", "ray"):
             raise ValueError(f"backend must be 'process' or 'ray', got {backend!r}")
         self.backend = backend
-        self._conns: list[Any] = []
-        self._procs: list[Any] = []
-        self._actors: list[Any] = []
+        self._backend: Backend
         if backend == "ray":
-            self._start_ray(env_creator, policy, worker_kwargs, ray_options or {})
-            return
-        try:
-            ctx: Any = mp.get_context(start_method)
-        except ValueError as e:
-            raise ValueError(
-                f"start_method must be one of {mp.get_all_start_methods()}, got {start_method!r}"
-            ) from e
-        try:
-            for i in range(1, self.num_workers + 1):
-                parent, child = ctx.Pipe()
-                proc = ctx.Process(
-                    target=_serve,
-                    args=(child, env_creator, policy, dict(worker_kwargs, worker_index=i)),
-                    name=f"trajview-worker-{i}",
-                    daemon=True,
-                )
-                proc.start()
-                child.close()
-                self._conns.append(parent)
-                self._procs.append(proc)
-            for i in range(self.num_workers):
-                self._answer(i)  # each worker's RolloutWorker is built, or its error raised here
-        except BaseException:
-            self._kill()
-            raise
-
-    # -- the worker protocol ------------------------------------------------------
-
-    def _start_ray(self, env_creator: Callable, policy: Any, worker_kwargs: dict, options: dict) -> None:
-        try:
-            import ray
-        except ImportError as e:
-            raise ImportError("WorkerSet(backend='ray') needs Ray: pip install 'ray>=2.9'") from e
-        if not ray.is_initialized():
-            ray.init()
-        actor = ray.remote(_Served)
-        if options:
-            actor = actor.options(**options)
-        self._actors = [
-            actor.remote(env_creator, policy, dict(worker_kwargs, worker_index=i))
-            for i in range(1, self.num_workers + 1)
-        ]
-        try:
-            self._ray_all("metrics", None)  # each worker's RolloutWorker is built, or its error raised here
-        except BaseException:
-            self._kill()
-            raise
-
-    def _ray_all(self, cmd: str, arg: Any) -> list[Any]:
-        import ray
-
-        refs = [a.run.remote(cmd, arg) for a in self._actors]
-        answers: list[Any] = []
-        error: BaseException | None = None
-        for i, ref in enumerate(refs):
-            try:
-                answers.append(ray.get(ref))
-            except ray.exceptions.RayError as e:  # the actor's exception (with its traceback) or its death
-                error = error or RuntimeError(f"rollout worker {i + 1} failed:\n{e}")
-                answers.append(None)
-        if error is not None:
-            raise error
-        return answers
-
-    def _answer(self, i: int) -> Any:
-        try:
-            status, value = self._conns[i].recv()
-        except (EOFError, OSError):
-            self._procs[i].join(timeout=5)
-            raise RuntimeError(
-                f"rollout worker {i + 1} died (exit code {self._procs[i].exitcode}) without an answer"
-            ) from None
-        if status == "error":
-            raise RuntimeError(f"rollout worker {i + 1} failed:\n{value}")
-        return value
+            self._backend = RayBackend(env_creator, policy, worker_kwargs, self.num_workers, ray_options or {})
+        else:
+            self._backend = ProcessBackend(env_creator, policy, worker_kwargs, self.num_workers, start_method)
 
     def _all(self, cmd: str, arg: Any = None) -> list[Any]:
-        if self._actors:
-            return self._ray_all(cmd, arg)
-        if not self._conns:
-            raise RuntimeError("WorkerSet is stopped")
-        for c in self._conns:
-            c.send((cmd, arg))
-        # Read every answer before raising, so that no answer is left behind in a pipe.
-        answers: list[Any] = []
-        error: BaseException | None = None
-        for i in range(self.num_workers):
-            try:
-                answers.append(self._answer(i))
-            except RuntimeError as e:
-                error = error or e
-                answers.append(None)
-        if error is not None:
-            raise error
-        return answers
+        return self._backend.call_all(cmd, arg)
 
     # -- API ------------------------------------------------------------------------
 
@@ -270,45 +104,7 @@ class WorkerSet:
 
     def stop(self) -> None:
         """Stops every worker (their envs are closed) and ends the processes (or Ray actors)."""
-        if self._actors:
-            try:
-                self._ray_all("stop", None)
-            except RuntimeError:
-                pass  # a worker that already failed: it is killed below all the same
-            finally:
-                self._kill()
-            return
-        conns, self._conns = self._conns, []
-        for c in conns:
-            try:
-                c.send(("stop", None))
-            except (OSError, ValueError):
-                pass
-        for c in conns:
-            try:
-                if c.poll(5):
-                    c.recv()
-            except (EOFError, OSError):
-                pass
-            c.close()
-        for p in self._procs:
-            p.join(timeout=5)
-        self._kill()
-
-    def _kill(self) -> None:
-        if self._actors:
-            import ray
-
-            for a in self._actors:
-                ray.kill(a)
-            self._actors = []
-        for p in self._procs:
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=5)
-        for c in self._conns:
-            c.close()
-        self._conns, self._procs = [], []
+        self._backend.stop()
 
     def __enter__(self) -> WorkerSet:
         return self
@@ -318,7 +114,8 @@ class WorkerSet:
 
     def __del__(self) -> None:
         try:
-            if self._procs or self._actors:
-                self._kill()
+            backend = self.__dict__.get("_backend")
+            if backend is not None and backend.alive():
+                backend.kill()
         except Exception:
             pass
