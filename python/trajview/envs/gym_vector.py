@@ -14,15 +14,24 @@ __all__ = ["GymVectorEnv", "vector_info"]
 
 
 def vector_info(info: dict, i: int | np.integer) -> dict:
-    """Env ``i``'s info dict out of a VectorEnv's batched infos (keys whose ``_key`` mask is set for it)."""
+    """Env ``i``'s info dict out of a VectorEnv's batched infos (keys whose ``_key`` mask is set for it).
+
+    Nested dicts are batched the same way (gymnasium's ``_add_info``) and are unbatched recursively.
+    """
     out = {}
     for k, v in info.items():
         if k.startswith("_"):
             continue
         mask = info.get("_" + k)
         if mask is None or mask[i]:
-            out[k] = v[i] if isinstance(v, np.ndarray) else v
+            if isinstance(v, dict):
+                out[k] = vector_info(v, i)
+            else:
+                out[k] = v[i] if isinstance(v, np.ndarray) else v
     return out
+
+
+_FINAL_KEYS = ("final_obs", "final_info")
 
 
 class GymVectorEnv(VectorEnvAdapter):
@@ -32,8 +41,9 @@ class GymVectorEnv(VectorEnvAdapter):
       returns its final observation; `reset_envs` resets those envs
       (``reset(options={"reset_mask": ...})``).
     * ``SAME_STEP``: that step already reset the env and returns the next
-      episode's first observation, the final one in ``info["final_obs"]``;
-      `step` returns the final one and `reset_envs` the first one it kept.
+      episode's first observation, the final one in ``info["final_obs"]``
+      (and the step's info in ``info["final_info"]``); `step` returns the
+      final ones and `reset_envs` the first ones it kept.
     """
 
     def __init__(self, env: gym.vector.VectorEnv) -> None:
@@ -45,7 +55,9 @@ class GymVectorEnv(VectorEnvAdapter):
         self._same_step = env.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP) == (
             gym.vector.AutoresetMode.SAME_STEP
         )
-        self._reset_obs: np.ndarray | None = None  # SAME_STEP: the first observations of the step's new episodes
+        # SAME_STEP: the first observations (and infos) of the episodes the last step began
+        self._reset_obs: np.ndarray | None = None
+        self._reset_infos: list[dict] = []
 
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, list[dict]]:
         obs, info = self.env.reset(seed=seed)
@@ -58,19 +70,29 @@ class GymVectorEnv(VectorEnvAdapter):
         any_done = bool(term.any() or trunc.any())
         new_obs = obs
         self._reset_obs = None
-        if self._same_step and any_done:
-            new_obs = obs.copy()
-            for k in np.flatnonzero(term | trunc):
-                new_obs[k] = info["final_obs"][k]
-            self._reset_obs = obs  # the env already reset those
-        infos = [vector_info(info, i) for i in range(self.num_envs)] if need_infos else None
+        if not (self._same_step and any_done):
+            infos = [vector_info(info, i) for i in range(self.num_envs)] if need_infos else None
+            return VectorStep(new_obs, np.asarray(rew), term, trunc, infos, any_done)
+        # SAME_STEP: the envs that ended already reset; their step's observation and info are the final_* ones.
+        done = term | trunc
+        new_obs = obs.copy()
+        for k in np.flatnonzero(done):
+            new_obs[k] = info["final_obs"][k]
+        self._reset_obs = obs
+        self._reset_infos = [
+            {k: v for k, v in vector_info(info, i).items() if k not in _FINAL_KEYS} for i in range(self.num_envs)
+        ]
+        infos = None
+        if need_infos:
+            infos = [
+                vector_info(info["final_info"], i) if done[i] else self._reset_infos[i] for i in range(self.num_envs)
+            ]
         return VectorStep(new_obs, np.asarray(rew), term, trunc, infos, any_done)
 
     def reset_envs(self, env_ids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, list[dict]]:
         ids = np.asarray(env_ids, dtype=np.int64)
-        infos: list[dict] = [{} for _ in ids]
         if self._reset_obs is not None:  # SAME_STEP: the env already reset them
-            return self._reset_obs[ids], infos
+            return self._reset_obs[ids], [self._reset_infos[int(i)] for i in ids]
         mask = np.zeros(self.num_envs, dtype=bool)
         mask[ids] = True
         obs, info = self.env.reset(options={"reset_mask": mask})
