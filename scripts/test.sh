@@ -2,7 +2,7 @@
 # Sets up what trajview's tests need on a fresh Debian machine and runs them all:
 # the GoogleTest suite (plain, then under ASan/UBSan), then pytest (tests/ and a
 # quick pass over bench/) against the wheel installed into a fresh virtualenv, then
-# mypy over python/trajview ([tool.mypy] in pyproject.toml).
+# mypy over python/trajview ([tool.mypy] in pyproject.toml), then the import contracts (lint-imports).
 # Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,3 +55,6 @@ python -m pytest tests bench -p no:cacheprovider --benchmark-disable -q
 
 echo "== mypy"
 python -m mypy  # [tool.mypy] in pyproject.toml: python/trajview
+
+echo "== import contracts (layers, no cycles, torch optional)"
+lint-imports  # [tool.importlinter] in pyproject.toml
