@@ -52,6 +52,10 @@ class VectorStep(NamedTuple):
     infos: list[dict] | None
     #: Whether any env's episode ended (terminated or truncated) in this step.
     any_done: bool
+    #: With ``isolate_failures=True``: the envs whose step raised (their rows hold nothing), else None.
+    failed: np.ndarray | None = None
+    #: The exceptions of the failed envs, in the order of ``failed``.
+    errors: tuple = ()
 
 
 class MultiAgentStep(NamedTuple):
@@ -101,7 +105,13 @@ class VectorEnvAdapter(EnvAdapter):
         """
 
     @abstractmethod
-    def step(self, actions: np.ndarray, obs_out: np.ndarray | None = None, need_infos: bool = False) -> VectorStep:
+    def step(
+        self,
+        actions: np.ndarray,
+        obs_out: np.ndarray | None = None,
+        need_infos: bool = False,
+        isolate_failures: bool = False,
+    ) -> VectorStep:
         """Steps every env with its row of ``actions``.
 
         ``obs_out`` ([num_envs, ...] of the observation space's dtype and
@@ -109,7 +119,37 @@ class VectorEnvAdapter(EnvAdapter):
         returned ``obs`` is then ``obs_out``): a caller passes the store's own
         rows, so that big observations are written once. The returned arrays
         may be reused by the next call: copy what must outlive it.
+
+        Rewards and flags are checked (`trajview.envs.checks`) and
+        observations must fit the observation space: a bad value raises a
+        ValueError naming the column and the env. If the step raises (an env's
+        exception, a bad value, a KeyboardInterrupt), `moved_on` says which
+        envs it may have changed. With ``isolate_failures=True`` an env's
+        ``Exception`` does not stop the others: it is reported in the result's
+        ``failed`` / ``errors`` instead (BaseExceptions such as
+        KeyboardInterrupt still raise).
         """
+
+    @abstractmethod
+    def moved_on(self) -> np.ndarray:
+        """After a `step` that raised: the envs it may have stepped (sorted indices).
+
+        Their episodes cannot go on truthfully (their step was not stored):
+        the caller ends them and resets those envs (`reset_envs`) before the
+        next step. The other envs are as they were before the failed step.
+        """
+
+    def recreate(self, env_ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Closes the envs of ``env_ids`` and makes new ones in their place (after they raised).
+
+        Returns the indices of every env that was replaced (some adapters can
+        only replace all of them). Each replaced env must then be reset
+        (`reset_envs`). Adapters made by `make_adapter` can; others raise.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot recreate failed envs (restart_failed_sub_environments=True needs an "
+            f"adapter made by trajview.envs.make_adapter from an env_creator)"
+        )
 
     @abstractmethod
     def reset_envs(self, env_ids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, list[dict]]:
@@ -145,4 +185,11 @@ class MultiAgentEnvAdapter(EnvAdapter):
 
     @abstractmethod
     def step(self, actions: list[dict]) -> list[MultiAgentStep]:
-        """Steps every env with ``actions[i]`` (agent id -> action); one `MultiAgentStep` per env."""
+        """Steps every env with ``actions[i]`` (agent id -> action); one `MultiAgentStep` per env.
+
+        If it raises, `moved_on` says which envs it may have stepped.
+        """
+
+    @abstractmethod
+    def moved_on(self) -> list[int]:
+        """After a `step` that raised: the envs it may have stepped (their episodes cannot go on truthfully)."""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from .base import VectorEnvAdapter, VectorStep
+from .checks import check_vector_flags, check_vector_rewards
 
 __all__ = ["GymVectorEnv", "vector_info"]
 
@@ -46,7 +47,14 @@ class GymVectorEnv(VectorEnvAdapter):
       final ones and `reset_envs` the first ones it kept.
     """
 
-    def __init__(self, env: gym.vector.VectorEnv) -> None:
+    def __init__(
+        self, env: gym.vector.VectorEnv, env_creator: Callable[[dict], Any] | None = None, env_config: dict | None = None
+    ) -> None:
+        self._creator = env_creator
+        self._config = dict(env_config or {})
+        self._wrap(env)
+
+    def _wrap(self, env: gym.vector.VectorEnv) -> None:
         self.env = env
         self.num_envs = int(env.num_envs)
         self.base_env = env
@@ -63,16 +71,35 @@ class GymVectorEnv(VectorEnvAdapter):
         obs, info = self.env.reset(seed=seed)
         return obs, [vector_info(info, i) for i in range(self.num_envs)]
 
-    def step(self, actions: np.ndarray, obs_out: np.ndarray | None = None, need_infos: bool = False) -> VectorStep:
-        obs, rew, term, trunc, info = self.env.step(actions)
-        term = np.asarray(term, dtype=bool)
-        trunc = np.asarray(trunc, dtype=bool)
+    def step(
+        self,
+        actions: np.ndarray,
+        obs_out: np.ndarray | None = None,
+        need_infos: bool = False,
+        isolate_failures: bool = False,
+    ) -> VectorStep:
+        n = self.num_envs
+        self._reset_obs = None
+        try:
+            obs, rew, term, trunc, info = self.env.step(actions)
+            rew = check_vector_rewards(rew, n)
+            term = check_vector_flags(term, "terminateds", n)
+            trunc = check_vector_flags(trunc, "truncateds", n)
+        except Exception as e:
+            if not isolate_failures:
+                raise
+            # One call steps every env: which one failed, and what the others did, is unknown.
+            nothing = np.zeros(n, dtype=bool)
+            return VectorStep(
+                np.zeros((n,) + tuple(self.observation_space.shape), self.observation_space.dtype),
+                np.zeros(n), nothing, nothing, [{} for _ in range(n)] if need_infos else None, False,
+                np.arange(n, dtype=np.int64), (e,) * n,
+            )
         any_done = bool(term.any() or trunc.any())
         new_obs = obs
-        self._reset_obs = None
         if not (self._same_step and any_done):
             infos = [vector_info(info, i) for i in range(self.num_envs)] if need_infos else None
-            return VectorStep(new_obs, np.asarray(rew), term, trunc, infos, any_done)
+            return VectorStep(new_obs, rew, term, trunc, infos, any_done)
         # SAME_STEP: the envs that ended already reset; their step's observation and info are the final_* ones.
         done = term | trunc
         new_obs = obs.copy()
@@ -87,12 +114,33 @@ class GymVectorEnv(VectorEnvAdapter):
             infos = [
                 vector_info(info["final_info"], i) if done[i] else self._reset_infos[i] for i in range(self.num_envs)
             ]
-        return VectorStep(new_obs, np.asarray(rew), term, trunc, infos, any_done)
+        return VectorStep(new_obs, rew, term, trunc, infos, any_done)
+
+    def moved_on(self) -> np.ndarray:
+        return np.arange(self.num_envs, dtype=np.int64)  # one call steps them all
+
+    def recreate(self, env_ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Replaces the whole VectorEnv (a VectorEnv cannot replace one of its envs from outside)."""
+        if self._creator is None:
+            return super().recreate(env_ids)
+        try:
+            self.env.close()
+        except Exception:
+            pass
+        env = self._creator(self._config)
+        if not isinstance(env, gym.vector.VectorEnv) or env.num_envs != self.num_envs:
+            raise ValueError(f"recreating the VectorEnv: env_creator returned {env!r}, expected a VectorEnv of {self.num_envs} envs")
+        self._wrap(env)
+        self.base_env = env
+        return np.arange(self.num_envs, dtype=np.int64)
 
     def reset_envs(self, env_ids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, list[dict]]:
         ids = np.asarray(env_ids, dtype=np.int64)
         if self._reset_obs is not None:  # SAME_STEP: the env already reset them
             return self._reset_obs[ids], [self._reset_infos[int(i)] for i in ids]
+        if len(ids) == self.num_envs:  # all of them (e.g. after a failed step): a plain reset
+            obs, info = self.env.reset()
+            return obs[ids], [vector_info(info, int(i)) for i in ids]
         mask = np.zeros(self.num_envs, dtype=bool)
         mask[ids] = True
         obs, info = self.env.reset(options={"reset_mask": mask})

@@ -29,12 +29,12 @@ def make_adapter(env_creator: Callable[[dict], Any], env_config: dict, num_envs:
         _check_count(num_envs, first.num_envs, "an EnvAdapter")
         return first
     if is_parallel_env(first):
-        return PettingZooParallelEnv([first] + [env_creator(env_config) for _ in range(num_envs - 1)])
+        return PettingZooParallelEnv([first] + [env_creator(env_config) for _ in range(num_envs - 1)], env_creator, env_config)
     if isinstance(first, gym.vector.VectorEnv):
         _check_count(num_envs, first.num_envs, "a VectorEnv")
-        return GymVectorEnv(first)
+        return GymVectorEnv(first, env_creator, env_config)
     if isinstance(first, gym.Env):
-        return GymEnvList([first] + [env_creator(env_config) for _ in range(num_envs - 1)])
+        return GymEnvList([first] + [env_creator(env_config) for _ in range(num_envs - 1)], env_creator, env_config)
     raise TypeError(
         "env_creator must return a gymnasium.Env, a gymnasium.vector.VectorEnv, a PettingZoo ParallelEnv or a "
         f"trajview.envs.EnvAdapter, got {type(first).__name__}"

@@ -238,7 +238,7 @@ class RayBackend(Backend):
         actor = ray.remote(ServedWorker)
         if options:
             actor = actor.options(**options)
-        self._actors = [
+        self._actors: list[Any] = [
             actor.remote(env_creator, policy, dict(worker_kwargs, worker_index=i)) for i in range(1, num_workers + 1)
         ]
         try:

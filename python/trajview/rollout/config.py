@@ -9,10 +9,13 @@ import numpy as np
 
 from .._validate import lazy_row_bytes, positive_int
 
-__all__ = ["BATCH_MODES", "COUNT_STEPS_BY", "RolloutConfig"]
+__all__ = ["BATCH_MODES", "COUNT_STEPS_BY", "MAX_WORKERS", "NAN_OUTPUTS", "RolloutConfig"]
 
 BATCH_MODES = ("truncate_episodes", "complete_episodes")
 COUNT_STEPS_BY = ("env_steps", "agent_steps")
+NAN_OUTPUTS = ("raise", "allow")
+#: worker_index < MAX_WORKERS (eps_ids keep 23 bits for it, see rollout.plan.eps_id_start).
+MAX_WORKERS = 1 << 23
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,11 @@ class RolloutConfig:
     worker_index: int = 0
     #: Row bytes from which training views are lazy (0: never); see `Collector`.
     lazy_min_row_bytes: int = 1024
+    restart_failed_sub_environments: bool = False
+    #: What NaN in a policy's float outputs gets: "raise" (a ValueError naming the column) or "allow".
+    nan_outputs: str = "raise"
+    #: Finished episodes whose return and length `get_metrics` keeps (the newest ones).
+    metrics_window: int = 1000
 
     @classmethod
     def validated(
@@ -43,6 +51,9 @@ class RolloutConfig:
         seed: Any,
         worker_index: Any,
         lazy_views: Any,
+        restart_failed_sub_environments: Any = False,
+        nan_outputs: Any = "raise",
+        metrics_window: Any = 1000,
     ) -> RolloutConfig:
         """Checks every setting (a ValueError names the setting, expected and got) and returns the config."""
         if batch_mode not in BATCH_MODES:
@@ -55,6 +66,14 @@ class RolloutConfig:
             raise ValueError("soft_horizon=True needs a horizon, got horizon=None")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
             raise ValueError(f"seed must be an int or None, got {seed!r}")
+        if isinstance(worker_index, bool) or not isinstance(worker_index, (int, np.integer)):
+            raise ValueError(f"worker_index must be an int, got {worker_index!r}")
+        if not 0 <= worker_index < MAX_WORKERS:
+            raise ValueError(f"worker_index must be in [0, {MAX_WORKERS}), got {worker_index}")
+        if nan_outputs not in NAN_OUTPUTS:
+            raise ValueError(f"nan_outputs must be one of {NAN_OUTPUTS}, got {nan_outputs!r}")
+        if not isinstance(restart_failed_sub_environments, (bool, np.bool_)):
+            raise ValueError(f"restart_failed_sub_environments must be a bool, got {restart_failed_sub_environments!r}")
         return cls(
             batch_mode=batch_mode,
             rollout_fragment_length=positive_int("rollout_fragment_length", rollout_fragment_length),
@@ -65,6 +84,9 @@ class RolloutConfig:
             seed=None if seed is None else int(seed),
             worker_index=int(worker_index),
             lazy_min_row_bytes=lazy_row_bytes(lazy_views),
+            restart_failed_sub_environments=bool(restart_failed_sub_environments),
+            nan_outputs=nan_outputs,
+            metrics_window=positive_int("metrics_window", metrics_window),
         )
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -10,9 +11,26 @@ from ..collect.collector import BOUNDARY_COLUMNS, Collector
 from ..policy.policy import Policy
 from ..views.sample_batch import SampleBatch
 from ..views.view_requirement import ViewRequirement
-from .config import RolloutConfig
+from .config import MAX_WORKERS, RolloutConfig
 
-__all__ = ["PolicyColumns", "make_collector", "view_snapshot"]
+__all__ = ["PolicyColumns", "eps_id_start", "make_collector", "view_snapshot"]
+
+#: eps_id = worker_index << 40 | policy_index << 32 | n, n counting up from 0 per worker and policy for as long as
+#: the worker lives (across store rebuilds): unique across workers, policies and rebuilds.
+EPS_WORKER_BITS = 40
+EPS_POLICY_BITS = 32
+MAX_POLICIES = 1 << (EPS_WORKER_BITS - EPS_POLICY_BITS)
+
+
+def eps_id_start(worker_index: int, policy_index: int, n: int = 0) -> int:
+    """The eps_id of the ``n``-th trajectory of a worker's policy (see `EPS_WORKER_BITS`)."""
+    if not 0 <= worker_index < MAX_WORKERS:
+        raise ValueError(f"worker_index must be in [0, {MAX_WORKERS}), got {worker_index}")
+    if not 0 <= policy_index < MAX_POLICIES:
+        raise ValueError(f"a worker holds at most {MAX_POLICIES} policies, got policy index {policy_index}")
+    if not 0 <= n < 1 << EPS_POLICY_BITS:
+        raise ValueError(f"a worker's policy ran out of eps_ids (2**{EPS_POLICY_BITS} trajectories)")
+    return worker_index << EPS_WORKER_BITS | policy_index << EPS_POLICY_BITS | n
 
 
 def view_snapshot(vrs: dict[str, ViewRequirement]) -> dict:
@@ -31,14 +49,10 @@ def view_snapshot(vrs: dict[str, ViewRequirement]) -> dict:
     }
 
 
-def make_collector(
-    policy: Policy, num_slots: int, config: RolloutConfig, rebuild: int, policy_index: int = 0
-) -> Collector:
+def make_collector(policy: Policy, num_slots: int, config: RolloutConfig, first_eps_id: int) -> Collector:
     """Runs the policy's view-pruning pass (once) and builds a collector of ``num_slots`` slots for its views.
 
-    ``rebuild`` counts the stores this worker built before (views can change
-    between samples); with ``worker_index`` and ``policy_index`` it picks an
-    eps-id range no other store of any worker uses (2**24 trajectories each).
+    Episode ids count up from ``first_eps_id`` (see `eps_id_start`).
     """
     policy._initialize_view_requirements()
     specs = policy.column_specs()
@@ -63,42 +77,112 @@ def make_collector(
         initial_rows=init,
         chunk_rows=config.rollout_fragment_length,
         lazy_views=config.lazy_min_row_bytes,
-        eps_id_start=config.worker_index << 40 | (rebuild & 0xFF) << 32 | policy_index << 24,
+        eps_id_start=first_eps_id,
     )
 
 
 class PolicyColumns:
-    """The columns a policy itself adds to each step (``state_out_i``, extra fetches), and whether it trains on infos."""
+    """What a policy's compute-actions call must return, checked before any env steps.
 
-    def __init__(self, policy: Policy) -> None:
+    Actions must fit the action space's dtype (a safe cast) and shape, and
+    Discrete / MultiDiscrete / MultiBinary actions its range; ``state_outs``
+    and extra fetches must be what the view-pruning pass saw (names, dtypes,
+    per-row shapes). NaN in a float output is an error unless
+    ``nan_outputs="allow"``. Errors name the column, expected and got.
+    """
+
+    def __init__(self, policy: Policy, config: RolloutConfig) -> None:
         self.policy_name = type(policy).__name__
+        specs = policy.column_specs()
+        self.action_spec = specs[SampleBatch.ACTIONS]
+        self.action_space = policy.action_space
         self.state_keys = [f"state_out_{i}" for i in range(len(policy.get_initial_state()))]
         self.extra_keys = list(policy.extra_fetch_columns)
+        self.specs = {k: specs[k] for k in self.state_keys + self.extra_keys if k in specs}
         infos_vr = policy.view_requirements.get(SampleBatch.INFOS)
         self.need_infos = infos_vr is not None and infos_vr.used_for_training
+        self.check_nan = config.nan_outputs == "raise"
+        self._bounds = _action_bounds(self.action_space)
 
     def __bool__(self) -> bool:
         return bool(self.state_keys or self.extra_keys)
 
-    def add_to(self, data: dict, state_outs: Any, extra: Any) -> None:
-        """Puts ``state_outs`` and ``extra`` (what compute actions returned) into a step's ``data``, checked."""
+    def _array(self, name: str, value: Any, n: int, spec: tuple) -> np.ndarray:
+        arr = value if type(value) is np.ndarray else np.asarray(value)
+        dtype, shape = spec
+        if arr.shape != (n, *shape):
+            what = "leading dim" if arr.shape[:1] != (n,) else "per-row shape"
+            raise ValueError(
+                f"column {name!r}: compute_actions_from_input_dict must return one row per env, expected "
+                f"{what} {n if what == 'leading dim' else shape} (shape {(n, *shape)}), got shape {arr.shape}"
+            )
+        if arr.dtype != dtype:
+            if not np.can_cast(arr.dtype, dtype, "safe"):
+                raise ValueError(
+                    f"column {name!r}: expected dtype {dtype}, got {arr.dtype} (from compute_actions_from_input_dict; "
+                    f"casting would lose data)"
+                )
+        if self.check_nan and arr.dtype.kind in "fc" and np.isnan(arr).any():
+            raise ValueError(
+                f"column {name!r}: compute_actions_from_input_dict returned NaN (rows "
+                f"{np.flatnonzero(np.isnan(arr.reshape(n, -1)).any(axis=1)).tolist()}); "
+                f"RolloutWorker(nan_outputs='allow') stores NaN as it is"
+            )
+        return arr
+
+    def check_outputs(self, actions: Any, state_outs: Any, extra: Any, n: int) -> dict[str, Any]:
+        """The step's policy columns (``actions``, ``state_out_i``, extra fetches), checked."""
+        data: dict[str, Any] = {SampleBatch.ACTIONS: self._array("actions", actions, n, self.action_spec)}
+        if self._bounds is not None:
+            acts = data[SampleBatch.ACTIONS]
+            low, high = self._bounds
+            if acts.size and (acts.min() < low.min() or acts.max() > high.max() or (acts < low).any() or (acts > high).any()):
+                bad = np.flatnonzero(((acts < low) | (acts > high)).reshape(n, -1).any(axis=1)).tolist()
+                raise ValueError(
+                    f"column 'actions': compute_actions_from_input_dict returned actions outside the action space "
+                    f"{self.action_space} (rows {bad}: {acts[bad].tolist()})"
+                )
+        if not isinstance(state_outs, (list, tuple)):
+            raise ValueError(
+                f"state_outs: compute_actions_from_input_dict must return a list of arrays (one per "
+                f"get_initial_state() entry, [] if not recurrent), got {type(state_outs).__name__}"
+            )
         if len(state_outs) != len(self.state_keys):
             raise ValueError(
-                f"compute_actions_from_input_dict returned {len(state_outs)} state_outs, expected "
+                f"state_outs: compute_actions_from_input_dict returned {len(state_outs)} state_outs, expected "
                 f"{len(self.state_keys)} (len(get_initial_state()))"
             )
         for k, s in zip(self.state_keys, state_outs):
-            data[k] = s
+            data[k] = self._array(k, s, n, self.specs[k])
+        if not isinstance(extra, Mapping):
+            raise ValueError(
+                f"extra_fetches: compute_actions_from_input_dict must return a dict of arrays ({{}} if none), got "
+                f"{type(extra).__name__}"
+            )
         for k in self.extra_keys:
             if k not in extra:
                 raise ValueError(
                     f"column {k!r}: compute_actions_from_input_dict returned it in extra_fetches during the "
                     f"view-pruning pass, but not now; got extra fetches {sorted(extra)}"
                 )
-            data[k] = extra[k]
+            data[k] = self._array(k, extra[k], n, self.specs[k])
         if len(extra) != len(self.extra_keys):
             unknown = sorted(set(extra) - set(self.extra_keys))
             raise ValueError(
                 f"compute_actions_from_input_dict returned extra fetches {unknown} that it did not return in the "
                 f"view-pruning pass; known: {sorted(self.extra_keys)}"
             )
+        return data
+
+
+def _action_bounds(space: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """(low, high) that integer actions of ``space`` must lie in, or None (e.g. Box: envs clip or check)."""
+    import gymnasium as gym
+
+    if isinstance(space, gym.spaces.Discrete):
+        return np.asarray(space.start), np.asarray(space.start + space.n - 1)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return np.asarray(space.start), np.asarray(space.start + space.nvec - 1)
+    if isinstance(space, gym.spaces.MultiBinary):
+        return np.zeros(space.shape, np.int64), np.ones(space.shape, np.int64)
+    return None

@@ -1,4 +1,16 @@
-"""`SingleAgentSampler`: the vectorized single-agent step loop (the fast path) over a `VectorEnvAdapter`."""
+"""`SingleAgentSampler`: the vectorized single-agent step loop (the fast path) over a `VectorEnvAdapter`.
+
+Faults (docs/contract.md, Faults): a vector step stores every env's
+transition or none. If anything raises inside ``sample()`` (the policy, an
+env, a bad value, a callback, a KeyboardInterrupt), the sampler is left
+consistent: an env that the failed step may have moved on has its episode cut
+at its last stored step (that step is marked ``truncateds=True`` when it is
+emitted; no step is made up) and is reset before the next step; every other
+env goes on where it was. Steps stored before the failure are kept and
+emitted by the next ``sample()``, which returns exactly the batch size asked;
+a batch whose postprocessing or ``on_sample_end`` raised is handed out again
+by the next ``sample()``.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +27,7 @@ from .config import RolloutConfig
 from .emit import InfoLog, postprocess_segment
 from .hooks import Hooks
 from .metrics import EpisodeMetrics
-from .plan import PolicyColumns, make_collector
+from .plan import PolicyColumns, eps_id_start, make_collector
 
 __all__ = ["DEFAULT_POLICY_ID", "SingleAgentSampler"]
 
@@ -44,6 +56,7 @@ class SingleAgentSampler:
         self.metrics = metrics
         n = self.num_envs = adapter.num_envs
         self._false = np.zeros(n, dtype=bool)
+        self._all = np.arange(n, dtype=np.int64)
         # Per-slot episode lengths in Python only when the horizon or callbacks need them each step.
         self._track_len = config.horizon is not None or bool(hooks.active & {"on_episode_step", "on_episode_end"})
         # Built by build(), before any use.
@@ -56,14 +69,26 @@ class SingleAgentSampler:
         self._ep_len = np.zeros(n, dtype=np.int64)
         self._ep_ret = np.zeros(n, dtype=np.float64)
         self._timestep = 0
+        #: Slots with no running episode: their envs reset before the next step.
+        self._idle = np.ones(n, dtype=bool)
+        self._reset_seed: int | None = None  # the first reset's seed, until it succeeds
+        #: Per slot, the unemitted steps of its running episode (what `hold` may keep back).
+        self._unemitted = np.zeros(n, dtype=np.int64)
+        #: Episodes cut by a fault with steps not emitted yet: their last step is marked truncated.
+        self._cut_eps: set[int] = set()
+        #: A batch built but not handed out (its postprocessing or on_sample_end raised): the next sample() retries it.
+        self._pending: tuple[str, Any] | None = None
+        #: eps_ids: this worker's range (`eps_id_start`); the next store continues where the last one stopped.
+        self._eps_base = eps_id_start(config.worker_index, 0)
+        self._next_eps_id = 0
 
     # -- set-up -------------------------------------------------------------------
 
     def build(self, rebuild: int) -> None:
         """A new store for the policy's current views; every env resets (seeded on the first build only)."""
         policy = self.policy
-        self.collector = make_collector(policy, self.num_envs, self.config, rebuild)
-        self._columns = PolicyColumns(policy)
+        self.collector = make_collector(policy, self.num_envs, self.config, self._eps_base + self._next_eps_id)
+        self._columns = PolicyColumns(policy, self.config)
         # Big observations (images) go from env.step straight into the store's next rows: no copy in add_step.
         # Only for adapters that write observations in place, and when the stored column is the env's observation.
         spec = self.collector.columns.get(SampleBatch.OBS)
@@ -74,65 +99,141 @@ class SingleAgentSampler:
         self._episodes = [None] * self.num_envs
         self._ended = {}
         self._infos = {}
-        seed = self.config.seed if rebuild == 0 else None
-        obs, infos = self.adapter.reset(seed=seed)
-        self._begin(np.arange(self.num_envs), obs, infos)
+        self._idle[:] = True
+        self._unemitted[:] = 0
+        self._cut_eps = set()
+        self._pending = None
+        self._reset_seed = self.config.seed if rebuild == 0 else None
+        self._start_idle()
 
-    def _begin(self, ids: np.ndarray, obs: np.ndarray, infos: list) -> None:
+    def _begin(self, ids: np.ndarray, obs: np.ndarray, infos: list) -> list[Episode]:
+        """Starts an episode in each slot of ``ids`` (store first); returns them for on_episode_start."""
         try:
             eps_ids = self.collector.begin_episodes(ids, {SampleBatch.OBS: obs})
         except (ValueError, TypeError) as e:
             raise type(e)(f"RolloutWorker: the env's reset observation does not fit the observation space: {e}") from e
+        if len(eps_ids):
+            self._next_eps_id = max(self._next_eps_id, int(eps_ids.max()) + 1 - self._eps_base)
+        self._idle[ids] = False
         self._ep_len[ids] = 0
         self._ep_ret[ids] = 0.0
+        self._unemitted[ids] = 0
+        started = []
         for j, (i, eid, info) in enumerate(zip(ids, eps_ids, infos)):
             ep = Episode(int(eid), int(i), obs[j], info)
             self._episodes[i] = ep
             if self._columns.need_infos:
                 self._infos[int(eid)] = InfoLog()
-            self.hooks.episode_start(ep, int(i))
+            started.append(ep)
+        return started
+
+    def _start_idle(self) -> None:
+        """Resets the envs of idle slots (recreating those that fail, if allowed) and begins their episodes."""
+        ids = np.flatnonzero(self._idle)
+        try:
+            if self._reset_seed is not None and len(ids) == self.num_envs:
+                obs, infos = self.adapter.reset(seed=self._reset_seed)
+            else:
+                obs, infos = self.adapter.reset_envs(ids)
+        except Exception:
+            if not self.config.restart_failed_sub_environments:
+                raise
+            self._recreate(ids)
+            ids = np.flatnonzero(self._idle)
+            obs, infos = self.adapter.reset_envs(ids)
+        self._reset_seed = None
+        for ep in self._begin(ids, obs, infos):
+            self.hooks.episode_start(ep, ep.env_id)
+
+    def _recreate(self, ids: np.ndarray) -> None:
+        """Replaces failed envs; episodes still running in replaced envs (a whole VectorEnv) are cut first."""
+        replaced = self.adapter.recreate(ids)
+        self._cut(replaced)
+        self.metrics.num_env_restarts += len(replaced)
+
+    def _cut(self, ids: np.ndarray) -> None:
+        """Ends the running episodes of ``ids`` where they are (a fault): no step is added or changed now.
+
+        Their last stored step is marked truncated when emitted; the slots
+        become idle (their envs reset before the next step). No
+        ``on_episode_end`` is called for a cut episode, and its return is not
+        in the metrics (it counts in ``num_faulty_episodes``).
+        """
+        ids = np.asarray([i for i in np.asarray(ids, np.int64) if not self._idle[i]], dtype=np.int64)
+        if not len(ids):
+            return
+        self.collector.end_episodes(ids)
+        for i in ids:
+            ep = cast(Episode, self._episodes[i])
+            if self._unemitted[i] > 0 and not self.config.no_done_at_end:
+                self._cut_eps.add(ep.episode_id)
+            if self._unemitted[i] > 0 or self._ep_has_steps(i):
+                self._ended[ep.episode_id] = ep
+            else:
+                self._infos.pop(ep.episode_id, None)
+            self._episodes[i] = None
+        self._idle[ids] = True
+        self._unemitted[ids] = 0
+        self.metrics.num_faulty_episodes += len(ids)
+
+    def _ep_has_steps(self, i: int) -> bool:
+        return bool(self.collector.episode_lengths()[i] > 0) if not self._idle[i] else False
 
     # -- sampling ---------------------------------------------------------------
 
     def sample(self) -> SampleBatch:
+        if self._pending is not None:
+            return self._finish_emit()
         coll = self.collector
         cfg = self.config
         complete = cfg.complete_episodes
+        target = cfg.rollout_fragment_length * self.num_envs
         if complete:
-            target = cfg.rollout_fragment_length * self.num_envs
             while coll.num_complete_steps() < target:
                 self._step()
         else:
-            for _ in range(cfg.rollout_fragment_length):
+            # Counted in the store: steps kept from a sample() that raised count too.
+            while coll.num_steps() < target:
                 self._step()
-        return self._emit(complete)
+        return self._emit(complete, target)
 
     def _step(self) -> None:
+        if self._idle.any():
+            self._start_idle()
         coll = self.collector
         cfg = self.config
         n = self.num_envs
         actions, state_outs, extra = self.policy.compute_actions_from_input_dict(
             coll.input_dict(), explore=True, timestep=self._timestep
         )
-        if type(actions) is not np.ndarray:
-            actions = np.asarray(actions)
-        if actions.shape[:1] != (n,):
-            raise ValueError(
-                f"column 'actions': compute_actions_from_input_dict must return one action per env, "
-                f"expected leading dim {n}, got shape {actions.shape}"
-            )
+        # Checked before any env steps: a bad policy output changes nothing.
+        data = self._columns.check_outputs(actions, state_outs, extra, n)
+        actions = data[SampleBatch.ACTIONS]
         staged = self._next_obs_rows(SampleBatch.OBS) if self._next_obs_rows is not None else None
-        new_obs, rew, term, trunc, infos, any_done = self.adapter.step(actions, staged, self._columns.need_infos)
-        self._timestep += n
-        if self._track_len:
-            self._ep_len += 1
-        self._ep_ret += rew
+        isolate = cfg.restart_failed_sub_environments
+        try:
+            res = self.adapter.step(actions, staged, self._columns.need_infos, isolate)
+        except BaseException:
+            self._cut(self.adapter.moved_on())
+            raise
+        new_obs, rew, term, trunc, infos = res.obs, res.rewards, res.terminateds, res.truncateds, res.infos
+        failed = res.failed if res.failed is not None and len(res.failed) else None
+        ok = self._all if failed is None else np.setdiff1d(self._all, failed)
+        any_done = res.any_done
+        if failed is not None:
+            # A failed env's row holds nothing: it takes no part in this step.
+            term, trunc = term.copy(), trunc.copy()
+            term[failed] = trunc[failed] = False
+
         cut = (term | trunc) if any_done else None
         soft = None
         if cfg.horizon is not None:
             if cut is None:
                 cut = self._false
-            hit = (self._ep_len >= cfg.horizon) & ~cut
+            lens = self._ep_len + 1 if self._track_len else coll.episode_lengths() + 1
+            hit = (lens >= cfg.horizon) & ~cut
+            if failed is not None:
+                hit[failed] = False
             if hit.any():
                 if cfg.soft_horizon:
                     soft = hit
@@ -143,44 +244,85 @@ class SingleAgentSampler:
             term_s = trunc_s = self._false
         else:
             term_s, trunc_s = term, trunc
-        data = {
-            SampleBatch.OBS: new_obs,
-            SampleBatch.ACTIONS: actions,
-            SampleBatch.REWARDS: rew,
-            SampleBatch.TERMINATEDS: term_s,
-            SampleBatch.TRUNCATEDS: trunc_s,
-        }
-        if self._columns or state_outs or extra:
-            self._columns.add_to(data, state_outs, extra)
+        data[SampleBatch.OBS] = new_obs
+        data[SampleBatch.REWARDS] = rew
+        data[SampleBatch.TERMINATEDS] = term_s
+        data[SampleBatch.TRUNCATEDS] = trunc_s
         try:
-            coll.add_step(data)
-        except (ValueError, TypeError) as e:
-            raise type(e)(f"RolloutWorker: bad data from the env or the policy: {e}") from e
+            if failed is None:
+                coll.add_step(data)
+            else:
+                coll.add_step({k: np.asarray(v)[ok] for k, v in data.items()}, env_ids=ok)
+        except BaseException as e:
+            self._cut(self._all)  # every env moved on, none of their steps is stored
+            if isinstance(e, (ValueError, TypeError)):
+                raise type(e)(f"RolloutWorker: bad data from the env or the policy: {e}") from e
+            raise
 
+        # The step is stored: commit the Python side, then end/restart episodes, then the hooks.
+        self._timestep += n
+        self._unemitted[ok] += 1
+        if failed is None:
+            if self._track_len:
+                self._ep_len += 1
+            self._ep_ret += rew
+        else:
+            self._ep_len[ok] += 1
+            self._ep_ret[ok] += rew[ok]
         if infos is not None:
-            for eid, info in zip(coll.eps_ids().tolist(), infos):
-                self._infos[eid].infos.append(info)
-        hooks = self.hooks
-        if hooks:
-            for i in range(n):
-                ep = cast(Episode, self._episodes[i])  # every slot has a running episode
+            eps = coll.eps_ids()
+            for i in ok.tolist():
+                self._infos[int(eps[i])].infos.append(infos[i])
+        stepped: list[int] = ok.tolist() if self.hooks else []
+        if stepped:
+            for i in stepped:
+                ep = cast(Episode, self._episodes[i])  # every slot that stepped has a running episode
                 ep.length = int(self._ep_len[i])
                 ep.total_reward = float(self._ep_ret[i])
-                ep._last_action = actions[i].copy()
+                ep._last_action = np.array(actions[i], copy=True)
                 ep._last_reward = float(rew[i])
-                ep._last_obs = new_obs[i].copy()
+                ep._last_obs = np.array(new_obs[i], copy=True)
                 if infos is not None:
                     ep._last_info = infos[i]
-                hooks.episode_step(ep, i)
+        if failed is not None:
+            self._cut(failed)
+            self._recreate(failed)
+        ended: list[Episode] = []
+        started: list[Episode] = []
+        error: BaseException | None = None
         if soft is not None or (cut is not None and cut.any()):
-            self._end_and_restart(self._false if cut is None else cut, soft, new_obs)
+            ended, started, error = self._end_and_restart(self._false if cut is None else cut, soft, new_obs)
+        for i in stepped:
+            self.hooks.episode_step(self._step_episode(i, ended), i)
+        for ep in ended:
+            self.hooks.episode_end(ep, ep.env_id)
+        for ep in started:
+            self.hooks.episode_start(ep, ep.env_id)
+        if error is not None:
+            raise error
 
-    def _end_and_restart(self, cut: np.ndarray, soft: np.ndarray | None, new_obs: np.ndarray) -> None:
-        """Ends the episodes in `cut` (env reset) and `soft` (soft horizon: no reset), and begins new ones."""
+    def _step_episode(self, i: int, ended: list[Episode]) -> Episode:
+        """The episode slot ``i`` stepped in this step (it may have ended in it)."""
+        for ep in ended:
+            if ep.env_id == i:
+                return ep
+        return cast(Episode, self._episodes[i])
+
+    def _end_and_restart(
+        self, cut: np.ndarray, soft: np.ndarray | None, new_obs: np.ndarray
+    ) -> tuple[list[Episode], list[Episode], BaseException | None]:
+        """Ends the episodes in `cut` (env reset) and `soft` (soft horizon: no reset), and begins new ones.
+
+        Store and env state only; the caller runs the hooks. If the envs'
+        reset raises (and may not be recreated), their slots stay idle (reset
+        again before the next step) and the exception is returned, for the
+        caller to raise after the hooks.
+        """
         ends = np.flatnonzero(cut | soft) if soft is not None else np.flatnonzero(cut)
         if not self._track_len:
             self._ep_len[ends] = self.collector.episode_lengths()[ends]
         self.collector.end_episodes(ends)
+        ended = []
         for i in ends:
             ep = cast(Episode, self._episodes[i])
             ep.length = int(self._ep_len[i])
@@ -188,49 +330,113 @@ class SingleAgentSampler:
             self.metrics.record(ep.total_reward, ep.length)
             self._ended[ep.episode_id] = ep
             self._episodes[i] = None
-            self.hooks.episode_end(ep, int(i))
+            ended.append(ep)
+        self._idle[ends] = True
+        self._unemitted[ends] = 0
         resets = np.flatnonzero(cut)
         obs = np.empty((len(ends),) + new_obs.shape[1:], dtype=new_obs.dtype)
         infos: list = [{} for _ in ends]
         pos = {int(i): j for j, i in enumerate(ends)}
-        if len(resets):
-            r_obs, r_infos = self.adapter.reset_envs(resets)
-            for j, i in enumerate(resets):
-                obs[pos[int(i)]] = r_obs[j]
-                infos[pos[int(i)]] = r_infos[j]
         if soft is not None:
             for i in np.flatnonzero(soft):
                 obs[pos[int(i)]] = new_obs[i]
-        self._begin(ends, obs, infos)
+        error: BaseException | None = None
+        if len(resets):
+            try:
+                try:
+                    r_obs, r_infos = self.adapter.reset_envs(resets)
+                except Exception:
+                    if not self.config.restart_failed_sub_environments:
+                        raise
+                    self._recreate(resets)
+                    r_obs, r_infos = self.adapter.reset_envs(resets)
+            except Exception as e:
+                error = e
+            else:
+                for j, i in enumerate(resets):
+                    obs[pos[int(i)]] = r_obs[j]
+                    infos[pos[int(i)]] = r_infos[j]
+                    self._idle[i] = False  # ready to begin
+        ready = np.array([j for j, i in enumerate(ends) if soft is not None and soft[i] or not self._idle[i]], np.int64)
+        self._idle[ends] = True
+        started = self._begin(ends[ready], obs[ready], [infos[k] for k in ready]) if len(ready) else []
+        return ended, started, error
 
-    def _emit(self, complete: bool) -> SampleBatch:
+    # -- batches ----------------------------------------------------------------
+
+    def _hold(self, target: int) -> np.ndarray | None:
+        """Per slot, steps to keep back so that a truncate_episodes batch has exactly ``target`` steps."""
+        surplus = self.collector.num_steps() - target
+        if surplus <= 0:
+            return None
+        hold = np.zeros(self.num_envs, np.int64)
+        for i in np.argsort(-self._unemitted, kind="stable"):
+            if surplus <= 0:
+                break
+            k = min(int(self._unemitted[i]), surplus)
+            hold[i] = k
+            surplus -= k
+        return hold
+
+    def _emit(self, complete: bool, target: int) -> SampleBatch:
         policy = self.policy
-        hooks = self.hooks
         need_infos = self._columns.need_infos
+        hold = None if complete else self._hold(target)
         post = getattr(policy.postprocess_trajectory, "__func__", None)
-        if post is Policy.postprocess_trajectory and not need_infos and "on_postprocess_trajectory" not in hooks:
+        if post is Policy.postprocess_trajectory and not need_infos and "on_postprocess_trajectory" not in self.hooks:
             # Nothing to run per episode: the batch is the store's flat batch as it is (no split, no concat).
-            batch = self.collector.build_flat_batch(complete_only=complete)
+            batch = self.collector.build_flat_batch(complete_only=complete, hold=hold)
+            self._after_build(hold)
             for s in self.collector.last_segments:
+                eid = int(s["eps_id"])
                 if s["finished"]:
-                    self._ended.pop(int(s["eps_id"]), None)
+                    self._ended.pop(eid, None)
+                    if eid in self._cut_eps:
+                        self._cut_eps.discard(eid)
+                        batch[SampleBatch.TRUNCATEDS][int(s["row_offset"]) + int(s["length"]) - 1] = True
             if not len(batch):
                 batch = SampleBatch()
-            hooks.sample_end(batch)
-            return batch
-        segments = self.collector.build_batch(complete_only=complete)
-        out = []
+            self._pending = ("batch", batch)
+            return self._finish_emit()
+        segments = self.collector.build_batch(complete_only=complete, hold=hold)
+        self._after_build(hold)
         for seg in segments:
             eid = int(seg[SampleBatch.EPS_ID][0])
-            ep = self._ended.get(eid)
-            if ep is None:
-                ep = next(e for e in self._episodes if e is not None and e.episode_id == eid)
             if need_infos:
                 self._infos[eid].attach(seg)
-            out.append(postprocess_segment(policy, seg, None, ep, hooks, 0, DEFAULT_POLICY_ID))
-            if eid in self._ended:
-                del self._ended[eid]
-                self._infos.pop(eid, None)
-        batch = concat_samples(out) if out else SampleBatch()
-        hooks.sample_end(batch)
+            if eid in self._cut_eps and eid in self._ended and self._is_last_segment(seg, segments):
+                self._cut_eps.discard(eid)
+                seg[SampleBatch.TRUNCATEDS][-1] = True
+        self._pending = ("segments", segments)
+        return self._finish_emit()
+
+    def _after_build(self, hold: np.ndarray | None) -> None:
+        self._unemitted[:] = 0 if hold is None else hold
+
+    @staticmethod
+    def _is_last_segment(seg: SampleBatch, segments: list[SampleBatch]) -> bool:
+        eid = seg[SampleBatch.EPS_ID][0]
+        return all(s is seg or s[SampleBatch.EPS_ID][0] != eid or s[SampleBatch.T][0] < seg[SampleBatch.T][0] for s in segments)
+
+    def _finish_emit(self) -> SampleBatch:
+        """Postprocesses the pending segments (if any) and hands the batch out; kept pending if anything raises."""
+        kind, value = cast("tuple[str, Any]", self._pending)
+        if kind == "segments":
+            out = []
+            for seg in value:
+                eid = int(seg[SampleBatch.EPS_ID][0])
+                ep = self._ended.get(eid)
+                if ep is None:
+                    ep = next(e for e in self._episodes if e is not None and e.episode_id == eid)
+                out.append(postprocess_segment(self.policy, seg, None, ep, self.hooks, 0, DEFAULT_POLICY_ID))
+            batch = concat_samples(out) if out else SampleBatch()
+            for seg in value:
+                eid = int(seg[SampleBatch.EPS_ID][0])
+                if eid in self._ended:
+                    del self._ended[eid]
+                    self._infos.pop(eid, None)
+            self._pending = ("batch", batch)
+        batch = cast(SampleBatch, cast("tuple[str, Any]", self._pending)[1])
+        self.hooks.sample_end(batch)
+        self._pending = None
         return batch

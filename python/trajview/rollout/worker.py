@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from .._validate import positive_int
@@ -41,6 +41,17 @@ class RolloutWorker:
     holds from t = 0); episodes in progress are dropped without
     ``on_episode_end``.
 
+    Faults (docs/contract.md, Faults): if anything raises inside
+    ``sample()``, the worker stays consistent (no transition that did not
+    happen, none twice, no gap inside an episode; the next ``sample()``
+    returns exactly the batch asked). An episode that cannot go on
+    truthfully is cut at its last stored step, marked ``truncateds=True``,
+    and its env reset. ``restart_failed_sub_environments=True`` recreates an
+    env that raised (with ``env_creator``; its episode is cut, the others go
+    on) instead of raising. ``nan_outputs`` ("raise" or "allow") says what
+    NaN in the policy's float outputs gets. ``get_metrics()`` keeps the newest
+    ``metrics_window`` finished episodes.
+
     ``lazy_views`` (default ``True``: columns with rows of 1 KiB or more, e.g.
     image frames) makes the views of big columns `LazyView` s in the returned
     batch: each frame once plus an index, so a 4-frame stack and ``new_obs``
@@ -66,6 +77,9 @@ class RolloutWorker:
         seed: int | None = None,
         worker_index: int = 0,
         lazy_views: bool | int = True,
+        restart_failed_sub_environments: bool = False,
+        nan_outputs: str = "raise",
+        metrics_window: int = 1000,
     ) -> None:
         self.config = RolloutConfig.validated(
             batch_mode=batch_mode,
@@ -77,16 +91,21 @@ class RolloutWorker:
             seed=seed,
             worker_index=worker_index,
             lazy_views=lazy_views,
+            restart_failed_sub_environments=restart_failed_sub_environments,
+            nan_outputs=nan_outputs,
+            metrics_window=metrics_window,
         )
         num_envs = positive_int("num_envs", num_envs)
         if callbacks is not None and not isinstance(callbacks, Callbacks):
             raise TypeError(f"callbacks must be a tv.Callbacks instance, got {type(callbacks).__name__}")
         self.callbacks = callbacks if callbacks is not None else Callbacks()
+        if env_config is not None and not isinstance(env_config, Mapping):
+            raise ValueError(f"env_config must be a dict (or None), got {type(env_config).__name__} {env_config!r}")
         self.env_config = dict(env_config or {})
 
         self.adapter = make_adapter(env_creator, self.env_config, num_envs)
         self.num_envs = self.adapter.num_envs
-        self.metrics = EpisodeMetrics()
+        self.metrics = EpisodeMetrics(self.config.metrics_window)
         self.sampler: SingleAgentSampler | MultiAgentSampler
         self.policy_mapping_fn: Callable | None
         if isinstance(self.adapter, MultiAgentEnvAdapter):
@@ -161,7 +180,9 @@ class RolloutWorker:
         return self.sampler.sample()
 
     def get_metrics(self) -> dict:
-        """Returns of the episodes finished since the last call (and forgets them)."""
+        """Since the last call (then forgotten): ``episode_returns`` / ``episode_lengths`` of the finished
+        episodes (the newest ``metrics_window``; ``episodes_dropped`` counts older ones), ``num_faulty_episodes``
+        (cut by a fault) and ``num_env_restarts``."""
         return self.metrics.pop()
 
     def get_policy(self, policy_id: str = DEFAULT_POLICY_ID) -> Policy:
