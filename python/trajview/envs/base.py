@@ -52,7 +52,7 @@ class VectorStep(NamedTuple):
     infos: list[dict] | None
     #: Whether any env's episode ended (terminated or truncated) in this step.
     any_done: bool
-    #: With ``isolate_failures=True``: the envs whose step raised (their rows hold nothing), else None.
+    #: With ``isolate_failures=True``: the rows (positions among the stepped envs) whose env raised; else None.
     failed: np.ndarray | None = None
     #: The exceptions of the failed envs, in the order of ``failed``.
     errors: tuple = ()
@@ -95,6 +95,8 @@ class VectorEnvAdapter(EnvAdapter):
     action_space: Any
     #: Whether `step` writes the observations into ``obs_out`` when given one (else it returns its own array).
     writes_obs_in_place: bool = False
+    #: Whether `step` can step some envs only (``env_ids``): envs stepped one by one can, a VectorEnv cannot.
+    can_step_some: bool = False
 
     @abstractmethod
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, list[dict]]:
@@ -111,8 +113,9 @@ class VectorEnvAdapter(EnvAdapter):
         obs_out: np.ndarray | None = None,
         need_infos: bool = False,
         isolate_failures: bool = False,
+        env_ids: np.ndarray | None = None,
     ) -> VectorStep:
-        """Steps every env with its row of ``actions``.
+        """Steps every env with its row of ``actions`` (or only the envs ``env_ids``, if `can_step_some`).
 
         ``obs_out`` ([num_envs, ...] of the observation space's dtype and
         shape), when given, may receive the new observations in place (the
@@ -127,7 +130,8 @@ class VectorEnvAdapter(EnvAdapter):
         envs it may have changed. With ``isolate_failures=True`` an env's
         ``Exception`` does not stop the others: it is reported in the result's
         ``failed`` / ``errors`` instead (BaseExceptions such as
-        KeyboardInterrupt still raise).
+        KeyboardInterrupt still raise). With ``env_ids``, the rows of
+        ``actions`` and of the result are those envs' (no ``obs_out`` then).
         """
 
     @abstractmethod

@@ -1,8 +1,8 @@
 """Checks of what an env returns, before anything of it is stored (as gymnasium's env checker asks).
 
 Rewards must be real numbers (Python or numpy ints and floats; not bools,
-strings, None, complex numbers or arrays; ints only where float64 holds them
-exactly). ``terminated`` / ``truncated`` must be bools (Python or numpy). A
+strings, None, NaN, complex numbers or arrays; ints only where float64 holds
+them exactly). ``terminated`` / ``truncated`` must be bools (Python or numpy). A
 bad value is a ValueError naming the column, the env (and agent), what was
 expected and what came: never a silent NaN, a parsed string or a truthy cast.
 """
@@ -26,6 +26,8 @@ def check_reward(value: Any, env_index: int, agent: Any = None) -> float:
     """``value`` as a float, if it is a real number float64 holds exactly."""
     t = type(value)
     if t is float or t is np.float64 or t is np.float32:
+        if value != value:
+            raise ValueError(f"column 'rewards': {_where(env_index, agent)} returned a NaN reward, expected a real number")
         return float(value)
     if t is not bool and isinstance(value, (int, np.integer)):
         if -_MAX_EXACT_INT <= value <= _MAX_EXACT_INT:
@@ -35,7 +37,7 @@ def check_reward(value: Any, env_index: int, agent: Any = None) -> float:
             f"hold exactly (rewards are stored as float64; expected |reward| <= 2**53)"
         )
     if isinstance(value, np.floating):  # float16, longdouble
-        return float(value)
+        return check_reward(float(value), env_index, agent)
     if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
         return check_reward(value[()], env_index, agent)
     raise ValueError(
@@ -68,6 +70,11 @@ def check_vector_rewards(value: Any, num_envs: int) -> np.ndarray:
         raise ValueError(
             f"column 'rewards': the VectorEnv returned int rewards up to {int(np.abs(arr).max())}, which float64 "
             f"cannot hold exactly (expected |reward| <= 2**53)"
+        )
+    if arr.dtype.kind == "f" and np.isnan(arr).any():
+        raise ValueError(
+            f"column 'rewards': the VectorEnv returned NaN rewards for envs {np.flatnonzero(np.isnan(arr)).tolist()} "
+            f"(a reward of None becomes NaN in a VectorEnv's float array), expected real numbers"
         )
     return arr.astype(np.float64, copy=False)
 

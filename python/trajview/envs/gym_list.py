@@ -26,6 +26,7 @@ class GymEnvList(VectorEnvAdapter):
     """
 
     writes_obs_in_place = True
+    can_step_some = True
 
     def __init__(
         self, envs: Sequence[gym.Env], env_creator: Callable[[dict], Any] | None = None, env_config: dict | None = None
@@ -46,7 +47,7 @@ class GymEnvList(VectorEnvAdapter):
         self._rew = np.empty(n, dtype=np.float64)
         self._term = np.empty(n, dtype=bool)
         self._trunc = np.empty(n, dtype=bool)
-        self._stepping = -1  # the env being stepped (for moved_on after an exception)
+        self._moved: list[int] = []  # the envs the current step has begun to step (for moved_on after it raised)
 
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, list[dict]]:
         return self.reset_envs(np.arange(self.num_envs), seed=seed)
@@ -69,41 +70,45 @@ class GymEnvList(VectorEnvAdapter):
         obs_out: np.ndarray | None = None,
         need_infos: bool = False,
         isolate_failures: bool = False,
+        env_ids: np.ndarray | None = None,
     ) -> VectorStep:
-        new_obs = self._obs if obs_out is None else obs_out
-        rew, term, trunc = self._rew, self._term, self._trunc
+        ids = range(self.num_envs) if env_ids is None else [int(i) for i in env_ids]
+        m = len(ids)
+        new_obs = self._obs[:m] if obs_out is None or env_ids is not None else obs_out
+        rew, term, trunc = self._rew[:m], self._term[:m], self._trunc[:m]
         infos: list[dict] | None = [] if need_infos else None
         acts = actions.tolist() if self._discrete else actions
         any_done = False
         failed: list[int] = []
         errors: list[BaseException] = []
-        for i, env in enumerate(self.envs):
-            self._stepping = i
+        self._moved = []
+        for j, i in enumerate(ids):
+            self._moved.append(i)
             try:
-                o, r, te, tr, info = env.step(acts[i])
-                new_obs[i] = self._check_obs(i, o)
-                rew[i] = check_reward(r, i)
-                term[i] = check_flag(te, "terminateds", i)
-                trunc[i] = check_flag(tr, "truncateds", i)
+                o, r, te, tr, info = self.envs[i].step(acts[j])
+                new_obs[j] = self._check_obs(i, o)
+                rew[j] = check_reward(r, i)
+                term[j] = check_flag(te, "terminateds", i)
+                trunc[j] = check_flag(tr, "truncateds", i)
             except Exception as e:
                 if not isolate_failures:
                     raise
-                failed.append(i)
+                failed.append(j)
                 errors.append(e)
-                rew[i] = 0.0
-                term[i] = trunc[i] = False
+                rew[j] = 0.0
+                term[j] = trunc[j] = False
                 info = {}
-            if term[i] or trunc[i]:
+            if term[j] or trunc[j]:
                 any_done = True
             if infos is not None:
                 infos.append(info)
-        self._stepping = -1
+        self._moved = []
         if isolate_failures:
             return VectorStep(new_obs, rew, term, trunc, infos, any_done, np.array(failed, np.int64), tuple(errors))
         return VectorStep(new_obs, rew, term, trunc, infos, any_done)
 
     def moved_on(self) -> np.ndarray:
-        return np.arange(self._stepping + 1, dtype=np.int64) if self._stepping >= 0 else np.zeros(0, np.int64)
+        return np.array(sorted(self._moved), dtype=np.int64)
 
     def reset_envs(self, env_ids: Sequence[int] | np.ndarray, seed: int | None = None) -> tuple[np.ndarray, list[dict]]:
         obs = np.empty((len(env_ids),) + self._obs_shape, dtype=self._obs_dtype)

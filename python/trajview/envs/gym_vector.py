@@ -77,7 +77,10 @@ class GymVectorEnv(VectorEnvAdapter):
         obs_out: np.ndarray | None = None,
         need_infos: bool = False,
         isolate_failures: bool = False,
+        env_ids: np.ndarray | None = None,
     ) -> VectorStep:
+        if env_ids is not None:
+            raise ValueError("a VectorEnv steps all its envs at once (can_step_some is False), got env_ids")
         n = self.num_envs
         self._reset_obs = None
         try:

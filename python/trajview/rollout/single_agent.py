@@ -72,8 +72,10 @@ class SingleAgentSampler:
         #: Slots with no running episode: their envs reset before the next step.
         self._idle = np.ones(n, dtype=bool)
         self._reset_seed: int | None = None  # the first reset's seed, until it succeeds
-        #: Per slot, the unemitted steps of its running episode (what `hold` may keep back).
+        #: Per slot, the unemitted steps of its running episode.
         self._unemitted = np.zeros(n, dtype=np.int64)
+        #: Per slot, the steps stored since the last batch (truncate_episodes: each slot's share of the batch).
+        self._frag_steps = np.zeros(n, dtype=np.int64)
         #: Episodes cut by a fault with steps not emitted yet: their last step is marked truncated.
         self._cut_eps: set[int] = set()
         #: A batch built but not handed out (its postprocessing or on_sample_end raised): the next sample() retries it.
@@ -101,6 +103,7 @@ class SingleAgentSampler:
         self._infos = {}
         self._idle[:] = True
         self._unemitted[:] = 0
+        self._frag_steps[:] = 0
         self._cut_eps = set()
         self._pending = None
         self._reset_seed = self.config.seed if rebuild == 0 else None
@@ -187,50 +190,58 @@ class SingleAgentSampler:
         coll = self.collector
         cfg = self.config
         complete = cfg.complete_episodes
-        target = cfg.rollout_fragment_length * self.num_envs
         if complete:
+            target = cfg.rollout_fragment_length * self.num_envs
             while coll.num_complete_steps() < target:
                 self._step()
         else:
-            # Counted in the store: steps kept from a sample() that raised count too.
-            while coll.num_steps() < target:
-                self._step()
-        return self._emit(complete, target)
+            # Counted per slot in the store's terms: steps kept from a sample() that raised count too, and a
+            # slot left behind by a failed env (restart_failed_sub_environments) steps alone until it catches up.
+            frag = self._frag_steps
+            while frag.min() < cfg.rollout_fragment_length:
+                behind = frag < frag.max()
+                self._step(np.flatnonzero(behind) if behind.any() else None)
+        return self._emit(complete)
 
-    def _step(self) -> None:
+    def _step(self, ids: np.ndarray | None = None) -> None:
+        """One step of every env (or of the envs ``ids`` only: rows below are positions among them)."""
         if self._idle.any():
             self._start_idle()
         coll = self.collector
         cfg = self.config
-        n = self.num_envs
+        slots = self._all if ids is None else ids
+        n = len(slots)
         actions, state_outs, extra = self.policy.compute_actions_from_input_dict(
-            coll.input_dict(), explore=True, timestep=self._timestep
+            coll.input_dict() if ids is None else coll.input_dict(ids), explore=True, timestep=self._timestep
         )
         # Checked before any env steps: a bad policy output changes nothing.
         data = self._columns.check_outputs(actions, state_outs, extra, n)
         actions = data[SampleBatch.ACTIONS]
-        staged = self._next_obs_rows(SampleBatch.OBS) if self._next_obs_rows is not None else None
+        staged = self._next_obs_rows(SampleBatch.OBS) if self._next_obs_rows is not None and ids is None else None
         isolate = cfg.restart_failed_sub_environments
         try:
-            res = self.adapter.step(actions, staged, self._columns.need_infos, isolate)
+            if ids is None:
+                res = self.adapter.step(actions, staged, self._columns.need_infos, isolate)
+            else:
+                res = self.adapter.step(actions, None, self._columns.need_infos, isolate, env_ids=ids)
         except BaseException:
             self._cut(self.adapter.moved_on())
             raise
         new_obs, rew, term, trunc, infos = res.obs, res.rewards, res.terminateds, res.truncateds, res.infos
         failed = res.failed if res.failed is not None and len(res.failed) else None
-        ok = self._all if failed is None else np.setdiff1d(self._all, failed)
-        any_done = res.any_done
+        ok = np.arange(n) if failed is None else np.setdiff1d(np.arange(n), failed)
         if failed is not None:
             # A failed env's row holds nothing: it takes no part in this step.
             term, trunc = term.copy(), trunc.copy()
             term[failed] = trunc[failed] = False
+        false = self._false if ids is None else np.zeros(n, dtype=bool)
 
-        cut = (term | trunc) if any_done else None
+        cut = (term | trunc) if res.any_done else None
         soft = None
         if cfg.horizon is not None:
             if cut is None:
-                cut = self._false
-            lens = self._ep_len + 1 if self._track_len else coll.episode_lengths() + 1
+                cut = false
+            lens = (self._ep_len[slots] if self._track_len else coll.episode_lengths()[slots]) + 1
             hit = (lens >= cfg.horizon) & ~cut
             if failed is not None:
                 hit[failed] = False
@@ -241,58 +252,70 @@ class SingleAgentSampler:
                     trunc = trunc | hit
                     cut = cut | hit
         if cfg.no_done_at_end:
-            term_s = trunc_s = self._false
+            term_s = trunc_s = false
         else:
             term_s, trunc_s = term, trunc
         data[SampleBatch.OBS] = new_obs
         data[SampleBatch.REWARDS] = rew
         data[SampleBatch.TERMINATEDS] = term_s
         data[SampleBatch.TRUNCATEDS] = trunc_s
+        ok_slots = slots if failed is None else slots[ok]
         try:
             if failed is None:
-                coll.add_step(data)
+                coll.add_step(data, env_ids=ids)
             else:
-                coll.add_step({k: np.asarray(v)[ok] for k, v in data.items()}, env_ids=ok)
+                coll.add_step({k: np.asarray(v)[ok] for k, v in data.items()}, env_ids=ok_slots)
         except BaseException as e:
-            self._cut(self._all)  # every env moved on, none of their steps is stored
+            self._cut(slots)  # every env that stepped moved on, and none of their steps is stored
             if isinstance(e, (ValueError, TypeError)):
                 raise type(e)(f"RolloutWorker: bad data from the env or the policy: {e}") from e
             raise
 
         # The step is stored: commit the Python side, then end/restart episodes, then the hooks.
         self._timestep += n
-        self._unemitted[ok] += 1
-        if failed is None:
+        self._unemitted[ok_slots] += 1
+        self._frag_steps[ok_slots] += 1
+        if failed is None and ids is None:
             if self._track_len:
                 self._ep_len += 1
             self._ep_ret += rew
         else:
-            self._ep_len[ok] += 1
-            self._ep_ret[ok] += rew[ok]
+            self._ep_len[ok_slots] += 1
+            self._ep_ret[ok_slots] += rew[ok]
         if infos is not None:
             eps = coll.eps_ids()
-            for i in ok.tolist():
-                self._infos[int(eps[i])].infos.append(infos[i])
-        stepped: list[int] = ok.tolist() if self.hooks else []
-        if stepped:
-            for i in stepped:
-                ep = cast(Episode, self._episodes[i])  # every slot that stepped has a running episode
-                ep.length = int(self._ep_len[i])
-                ep.total_reward = float(self._ep_ret[i])
-                ep._last_action = np.array(actions[i], copy=True)
-                ep._last_reward = float(rew[i])
-                ep._last_obs = np.array(new_obs[i], copy=True)
-                if infos is not None:
-                    ep._last_info = infos[i]
+            for j in ok.tolist():
+                self._infos[int(eps[slots[j]])].infos.append(infos[j])
+        stepped: list[tuple[int, int]] = [(int(slots[j]), j) for j in ok.tolist()] if self.hooks else []
+        for i, j in stepped:
+            ep = cast(Episode, self._episodes[i])  # every slot that stepped has a running episode
+            ep.length = int(self._ep_len[i])
+            ep.total_reward = float(self._ep_ret[i])
+            ep._last_action = np.array(actions[j], copy=True)
+            ep._last_reward = float(rew[j])
+            ep._last_obs = np.array(new_obs[j], copy=True)
+            if infos is not None:
+                ep._last_info = infos[j]
         if failed is not None:
-            self._cut(failed)
-            self._recreate(failed)
+            self._cut(slots[failed])
+            self._recreate(slots[failed])
         ended: list[Episode] = []
         started: list[Episode] = []
         error: BaseException | None = None
         if soft is not None or (cut is not None and cut.any()):
-            ended, started, error = self._end_and_restart(self._false if cut is None else cut, soft, new_obs)
-        for i in stepped:
+            if ids is None:
+                ended, started, error = self._end_and_restart(self._false if cut is None else cut, soft, new_obs)
+            else:  # back to one row per slot
+                cut_g = np.zeros(self.num_envs, dtype=bool)
+                cut_g[slots] = False if cut is None else cut
+                soft_g = None
+                obs_g = np.zeros((self.num_envs,) + new_obs.shape[1:], dtype=new_obs.dtype)
+                obs_g[slots] = new_obs
+                if soft is not None:
+                    soft_g = np.zeros(self.num_envs, dtype=bool)
+                    soft_g[slots] = soft
+                ended, started, error = self._end_and_restart(cut_g, soft_g, obs_g)
+        for i, _ in stepped:
             self.hooks.episode_step(self._step_episode(i, ended), i)
         for ep in ended:
             self.hooks.episode_end(ep, ep.env_id)
@@ -364,24 +387,10 @@ class SingleAgentSampler:
 
     # -- batches ----------------------------------------------------------------
 
-    def _hold(self, target: int) -> np.ndarray | None:
-        """Per slot, steps to keep back so that a truncate_episodes batch has exactly ``target`` steps."""
-        surplus = self.collector.num_steps() - target
-        if surplus <= 0:
-            return None
-        hold = np.zeros(self.num_envs, np.int64)
-        for i in np.argsort(-self._unemitted, kind="stable"):
-            if surplus <= 0:
-                break
-            k = min(int(self._unemitted[i]), surplus)
-            hold[i] = k
-            surplus -= k
-        return hold
-
-    def _emit(self, complete: bool, target: int) -> SampleBatch:
+    def _emit(self, complete: bool) -> SampleBatch:
         policy = self.policy
         need_infos = self._columns.need_infos
-        hold = None if complete else self._hold(target)
+        hold = None
         post = getattr(policy.postprocess_trajectory, "__func__", None)
         if post is Policy.postprocess_trajectory and not need_infos and "on_postprocess_trajectory" not in self.hooks:
             # Nothing to run per episode: the batch is the store's flat batch as it is (no split, no concat).
@@ -412,6 +421,7 @@ class SingleAgentSampler:
 
     def _after_build(self, hold: np.ndarray | None) -> None:
         self._unemitted[:] = 0 if hold is None else hold
+        self._frag_steps[:] = self._unemitted
 
     @staticmethod
     def _is_last_segment(seg: SampleBatch, segments: list[SampleBatch]) -> bool:
