@@ -209,8 +209,11 @@ class MultiAgentSampler:
         outputs = {}
         for pid, aes in groups.items():
             slots = np.array([ae.slot for ae in aes], dtype=np.int64)
+            inputs = self.collectors[pid].input_dict(slots)
+            if SampleBatch.ENV_ID in inputs:  # the env's index, as in the batch (the store knows only slots)
+                inputs[SampleBatch.ENV_ID] = slots // self.n_agents
             acts, states, extra = self.policies[pid].compute_actions_from_input_dict(
-                self.collectors[pid].input_dict(slots), explore=True, timestep=self._timestep
+                inputs, explore=True, timestep=self._timestep
             )
             try:  # checked before any env steps: a bad policy output changes nothing
                 data = self.columns[pid].check_outputs(acts, states, extra, len(aes))

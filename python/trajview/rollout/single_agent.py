@@ -220,10 +220,12 @@ class SingleAgentSampler:
         staged = self._next_obs_rows(SampleBatch.OBS) if self._next_obs_rows is not None and ids is None else None
         isolate = cfg.restart_failed_sub_environments
         try:
+            # Infos when the policy trains on them, or for the episode's last_info_for() in callbacks.
+            want_infos = self._columns.need_infos or bool(self.hooks)
             if ids is None:
-                res = self.adapter.step(actions, staged, self._columns.need_infos, isolate)
+                res = self.adapter.step(actions, staged, want_infos, isolate)
             else:
-                res = self.adapter.step(actions, None, self._columns.need_infos, isolate, env_ids=ids)
+                res = self.adapter.step(actions, None, want_infos, isolate, env_ids=ids)
         except BaseException:
             self._cut(self.adapter.moved_on())
             raise
@@ -282,7 +284,7 @@ class SingleAgentSampler:
         else:
             self._ep_len[ok_slots] += 1
             self._ep_ret[ok_slots] += rew[ok]
-        if infos is not None:
+        if infos is not None and self._columns.need_infos:
             eps = coll.eps_ids()
             for j in ok.tolist():
                 self._infos[int(eps[slots[j]])].infos.append(infos[j])
@@ -390,12 +392,11 @@ class SingleAgentSampler:
     def _emit(self, complete: bool) -> SampleBatch:
         policy = self.policy
         need_infos = self._columns.need_infos
-        hold = None
         post = getattr(policy.postprocess_trajectory, "__func__", None)
         if post is Policy.postprocess_trajectory and not need_infos and "on_postprocess_trajectory" not in self.hooks:
             # Nothing to run per episode: the batch is the store's flat batch as it is (no split, no concat).
-            batch = self.collector.build_flat_batch(complete_only=complete, hold=hold)
-            self._after_build(hold)
+            batch = self.collector.build_flat_batch(complete_only=complete)
+            self._after_build(complete)
             for s in self.collector.last_segments:
                 eid = int(s["eps_id"])
                 if s["finished"]:
@@ -407,8 +408,8 @@ class SingleAgentSampler:
                 batch = SampleBatch()
             self._pending = ("batch", batch)
             return self._finish_emit()
-        segments = self.collector.build_batch(complete_only=complete, hold=hold)
-        self._after_build(hold)
+        segments = self.collector.build_batch(complete_only=complete)
+        self._after_build(complete)
         for seg in segments:
             eid = int(seg[SampleBatch.EPS_ID][0])
             if need_infos:
@@ -419,9 +420,11 @@ class SingleAgentSampler:
         self._pending = ("segments", segments)
         return self._finish_emit()
 
-    def _after_build(self, hold: np.ndarray | None) -> None:
-        self._unemitted[:] = 0 if hold is None else hold
-        self._frag_steps[:] = self._unemitted
+    def _after_build(self, complete: bool) -> None:
+        # complete_episodes emits finished episodes only: the running ones keep their unemitted steps.
+        if not complete:
+            self._unemitted[:] = 0
+        self._frag_steps[:] = 0
 
     @staticmethod
     def _is_last_segment(seg: SampleBatch, segments: list[SampleBatch]) -> bool:
