@@ -262,3 +262,96 @@ def test_bad_reward_and_flag_values_are_errors_naming_the_column():
         w = tv.RolloutWorker(lambda cfg: env, FaultyPolicy, rollout_fragment_length=4)
         with pytest.raises(ValueError, match=pattern):
             w.sample()
+
+
+# -- multi-agent ----------------------------------------------------------------------------------
+
+pettingzoo = pytest.importorskip("pettingzoo")
+
+
+def _faulty_two_agent_env():
+    from test_multi_agent import TwoAgentEnv
+
+    class FaultyTwoAgentEnv(TwoAgentEnv):
+        """TwoAgentEnv (uid = env * 10000 + episode * 10 + agent; obs (uid, t)) that logs steps and fails on cue."""
+
+        def __init__(self, env_index, faults, log, len_a, len_b):
+            super().__init__(env_index, len_a, len_b)
+            self.faults, self.log, self.calls = faults, log, 0
+
+        def step(self, actions):
+            self.calls += 1
+            kind = self.faults.get(self.calls)
+            if kind == "raise":
+                raise Injected(f"injected step fault in env {self.env_index}")
+            if kind == "interrupt":
+                raise KeyboardInterrupt
+            before = {a: (self.uid(a), self.t) for a in actions}
+            out = super().step(actions)
+            for a, key in before.items():
+                self.log[key] = int(actions[a])
+            if kind == "bad_reward":
+                return out[0], {a: "1.0" for a in out[1]}, *out[2:]
+            return out
+
+    return FaultyTwoAgentEnv
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    num_envs=st.integers(1, 3),
+    len_a=st.integers(1, 6),
+    len_b=st.integers(1, 6),
+    fragment=st.integers(1, 5),
+    batch_mode=st.sampled_from(["truncate_episodes", "complete_episodes"]),
+    count_steps_by=st.sampled_from(["env_steps", "agent_steps"]),
+    env_faults=st.lists(st.dictionaries(st.integers(1, 25), st.sampled_from(["raise", "interrupt", "bad_reward"]),
+                                        max_size=3), min_size=3, max_size=3),
+    act_faults=st.sets(st.integers(1, 30), max_size=2),
+    samples=st.integers(2, 5),
+)
+def test_multi_agent_faults_never_give_a_wrong_row(
+    num_envs, len_a, len_b, fragment, batch_mode, count_steps_by, env_faults, act_faults, samples
+):
+    env_cls = _faulty_two_agent_env()
+    log: dict = {}
+    made = iter(range(100))
+
+    def creator(cfg):
+        i = next(made)
+        return env_cls(i, env_faults[i] if i < 3 else {}, log, len_a, len_b)
+
+    policy_cls = type("P", (FaultyPolicy,), {"act_faults": act_faults, "post_faults": set()})
+    w = tv.RolloutWorker(creator, policy_cls, num_envs=num_envs, rollout_fragment_length=fragment,
+                         batch_mode=batch_mode, count_steps_by=count_steps_by)
+    seen: dict = {}
+    got = 0
+    for _ in range(samples + 10):
+        if got == samples:
+            break
+        try:
+            mb = w.sample()
+        except (Injected, KeyboardInterrupt):
+            continue
+        except ValueError as e:
+            assert "'rewards'" in str(e), e
+            continue
+        got += 1
+        if batch_mode == "truncate_episodes" and count_steps_by == "env_steps":
+            assert mb.env_steps() == fragment * num_envs, "env steps of a batch: exactly the fragment, faults or not"
+        b = mb.policy_batches.get("default_policy")
+        if b is None:
+            continue
+        for r in range(len(b)):
+            key = (int(b["obs"][r, 0]), int(b["obs"][r, 1]))
+            assert key in log, f"row {key} is a transition no env made"
+            assert key not in seen, f"transition {key} emitted twice"
+            seen[key] = int(b["eps_id"][r])
+            assert b["actions"][r] == log[key]
+            assert b["new_obs"][r].tolist() == [key[0], key[1] + 1]
+            assert b["env_id"][r] == key[0] // 10_000 and b["agent_index"][r] == key[0] % 10
+    by_uid: dict = {}
+    for u, t in seen:
+        by_uid.setdefault(u, set()).add(t)
+    for u, ts in by_uid.items():
+        assert ts == set(range(len(ts))), f"agent trajectory {u} has a gap: {sorted(ts)}"
