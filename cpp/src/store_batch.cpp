@@ -24,7 +24,8 @@ namespace {
 BatchColumn& add_column(Batch& batch, std::string name, DType dtype, std::vector<std::int64_t> shape, bool per_seq) {
   std::size_t bytes = itemsize(dtype);
   for (auto d : shape) bytes *= static_cast<std::size_t>(d);
-  batch.columns.push_back(BatchColumn{std::move(name), dtype, std::move(shape), per_seq, std::make_shared<Buffer>(bytes)});
+  batch.columns.push_back(
+      BatchColumn{std::move(name), dtype, std::move(shape), per_seq, std::make_shared<Buffer>(bytes)});
   return batch.columns.back();
 }
 
@@ -220,12 +221,14 @@ void TrajectoryStore::add_copied_view(std::size_t v, const std::vector<const Epi
 
 void TrajectoryStore::add_boundary_columns(Batch& batch) const {
   const std::int64_t k = batch_repeat_;
-  auto* eps = reinterpret_cast<std::int64_t*>(add_column(batch, "eps_id", DType::Int64, {batch.count}, false).buffer->data());
+  auto rows = [&](const char* name, DType dtype) {  // a fresh column of one value per row
+    return add_column(batch, name, dtype, {batch.count}, false).buffer->data();
+  };
+  auto* eps = reinterpret_cast<std::int64_t*>(rows("eps_id", DType::Int64));
   std::int64_t* env = nullptr;
-  if (options_.emit_env_id)
-    env = reinterpret_cast<std::int64_t*>(add_column(batch, "env_id", DType::Int64, {batch.count}, false).buffer->data());
-  auto* ts = reinterpret_cast<std::int64_t*>(add_column(batch, "t", DType::Int64, {batch.count}, false).buffer->data());
-  auto* init = reinterpret_cast<bool*>(add_column(batch, "is_init", DType::Bool, {batch.count}, false).buffer->data());
+  if (options_.emit_env_id) env = reinterpret_cast<std::int64_t*>(rows("env_id", DType::Int64));
+  auto* ts = reinterpret_cast<std::int64_t*>(rows("t", DType::Int64));
+  auto* init = reinterpret_cast<bool*>(rows("is_init", DType::Bool));
   std::int32_t* seq_lens = nullptr;
   if (k > 1)
     seq_lens = reinterpret_cast<std::int32_t*>(
