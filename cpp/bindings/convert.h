@@ -9,7 +9,8 @@
 #include <span>
 #include <vector>
 
-#include "trajview/store.h"
+#include "trajview/batch.h"
+#include "trajview/spec.h"
 
 namespace trajview::bindings {
 

@@ -5,6 +5,7 @@
 namespace py = pybind11;
 
 namespace trajview::bindings {
+void register_buffer(py::module_& m);
 void register_store(py::module_& m);
 void register_replay(py::module_& m);
 }
@@ -16,6 +17,7 @@ void register_replay(py::module_& m);
 PYBIND11_MODULE(_core, m) {
   m.doc() = "trajview's C++ core: columnar trajectory storage and views";
   m.attr("__version__") = TRAJVIEW_VERSION;
+  trajview::bindings::register_buffer(m);
   trajview::bindings::register_store(m);
   trajview::bindings::register_replay(m);
 }

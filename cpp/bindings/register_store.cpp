@@ -1,4 +1,10 @@
 // Bindings of TrajectoryStore as trajview._core._Store.
+//
+// Policies kept here: one mutex (mu_) serializes the calls that read or change
+// episodes; build_batch always releases the GIL, add_step and input_dict only
+// when they copy kReleaseGilBytes or more; an input of another dtype is cast
+// when numpy.can_cast(..., "safe") allows it, else ValueError. Batch arrays
+// are based on _Buffer (register_buffer.cpp).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -11,7 +17,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "trajview/buffer.h"
 #include "trajview/store.h"
 #include "convert.h"
 
@@ -358,12 +363,6 @@ class PyStore {
 }  // namespace
 
 void register_store(py::module_& m) {
-  py::class_<Buffer, std::shared_ptr<Buffer>>(m, "_Buffer",
-                                              "C++-owned memory behind the arrays of a batch (their numpy base).")
-      .def_property_readonly("address", [](const Buffer& b) { return reinterpret_cast<std::uintptr_t>(b.data()); })
-      .def_property_readonly("nbytes", &Buffer::size);
-  m.def("_live_buffers", &Buffer::live_count, "Number of C++ batch buffers alive (for leak tests).");
-
   py::class_<PyStore>(m, "_Store", "The C++ trajectory store; use trajview.Collector.")
       .def(py::init<std::int64_t, const py::list&, const py::list&, std::int64_t, std::int64_t,
                     const std::vector<std::string>&, bool, std::size_t>(),

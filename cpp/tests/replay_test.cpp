@@ -1,3 +1,6 @@
+// ReplayStore: trajectories in the ring (continuations, broken time, overwriting),
+// views of sampled slices, sampling options, bad input, and one writer with many
+// samplers. Its view() helper is its own: replay views name the extra axis.
 #include "trajview/replay.h"
 
 #include <gtest/gtest.h>
@@ -17,14 +20,12 @@ namespace {
 
 using testing::Array;
 using testing::col;
+using testing::F32;
+using testing::I64;
 using testing::ins;
 using testing::make_array;
 using testing::read_values;
 using testing::throws_invalid_argument;
-
-using I64 = std::vector<std::int64_t>;
-using F32 = std::vector<float>;
-
 
 ViewSpec view(std::string name, std::string column, std::vector<std::int64_t> shifts, bool adds_axis = false,
               Padding padding = Padding::Zero) {

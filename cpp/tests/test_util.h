@@ -13,8 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include "trajview/batch.h"
 #include "trajview/dtype.h"
-#include "trajview/store.h"
+#include "trajview/spec.h"
 
 namespace trajview::testing {
 
@@ -32,6 +33,11 @@ template <>
 constexpr DType dtype_of<float>() noexcept { return DType::Float32; }
 template <>
 constexpr DType dtype_of<double>() noexcept { return DType::Float64; }
+
+/// Value lists as the tests write them.
+using I64 = std::vector<std::int64_t>;
+using F32 = std::vector<float>;
+using B8 = std::vector<bool>;
 
 /// An owned input array (C-contiguous), handed to the store as an ArrayIn.
 struct Array {
@@ -94,6 +100,19 @@ std::vector<T> read_values(const std::byte* p, std::size_t n) {
     out.push_back(v);
   }
   return out;
+}
+
+/// The raw bytes of `v` (one row of a column, e.g. a pad row).
+template <class T>
+std::vector<std::byte> row_bytes_of(const std::vector<T>& v) {
+  std::vector<std::byte> out(v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+template <class T>
+std::vector<std::byte> bytes_of(std::initializer_list<T> v) {
+  return row_bytes_of(std::vector<T>(v));
 }
 
 /// Succeeds when `f()` throws std::invalid_argument whose what() contains

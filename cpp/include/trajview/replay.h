@@ -1,5 +1,8 @@
 // Replay storage in the flat layout: a circular buffer of env steps, sampled as
 // sub-trajectory slices with any view built at sample time from one stored copy.
+//
+// Implemented in replay.cpp (the ring, add, trajectories) and
+// replay_sample.cpp (sample, gather and building the views).
 #pragma once
 
 #include <cstddef>
@@ -11,9 +14,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "trajview/batch.h"
 #include "trajview/buffer.h"
 #include "trajview/dtype.h"
-#include "trajview/store.h"
+#include "trajview/spec.h"
 
 namespace trajview {
 

@@ -1,6 +1,13 @@
 // The trajectory store: per env slot, the running episode's columns, and every
 // view (compute-actions input, postprocessing / training batch) built from
 // that single copy.
+//
+// One class, implemented by concept:
+//   store.cpp         construction, episode slots (begin / add_step / end), counters
+//   store_gather.cpp  view arithmetic: row addressing, copy_rows, gather_inference
+//   store_batch.cpp   build_batch in named steps
+//   store_memory.cpp  what episodes still need, realignment, release, nbytes
+//   store_episode.h   (private) the Episode record those files share
 #pragma once
 
 #include <cstddef>
@@ -10,97 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "trajview/buffer.h"
-#include "trajview/dtype.h"
+#include "trajview/batch.h"
 #include "trajview/block_stream.h"
+#include "trajview/spec.h"
 
 namespace trajview {
-
-/// Observation columns hold T + 1 rows per episode of T steps (row 0 from
-/// begin_episodes); step columns hold T rows (row t from the add_step of t).
-enum class ColumnKind : std::uint8_t { Observation, Step };
-
-/// What views read before an episode's first row.
-enum class Padding : std::uint8_t {
-  Zero,   ///< the column's pad row (zeros unless the column sets one)
-  Reset,  ///< the episode's row 0
-};
-
-/// A stored column.
-struct ColumnSpec {
-  std::string name;
-  DType dtype = DType::Float32;
-  std::vector<std::int64_t> shape;  ///< per-step shape
-  ColumnKind kind = ColumnKind::Step;
-  /// Row read before the episode's start; empty means zeros. Must be
-  /// row_bytes() long otherwise (e.g. a recurrent policy's initial state).
-  std::vector<std::byte> pad_row;
-
-  std::size_t row_elems() const noexcept;
-  std::size_t row_bytes() const noexcept { return row_elems() * itemsize(dtype); }
-};
-
-/// A view of one column: value at t is column[t + s] for each s in shifts.
-struct ViewSpec {
-  std::string name;
-  std::string column;
-  std::vector<std::int64_t> shifts;  ///< non-empty
-  bool adds_axis = false;            ///< list/range shift: [n, len(shifts), ...]
-  Padding padding = Padding::Zero;
-  std::int64_t batch_repeat = 1;     ///< k > 1: one row per sequence of k steps
-  bool for_inference = true;
-  bool for_training = true;
-};
-
-/// A read-only array handed in by the caller: C-contiguous, leading axis n.
-struct ArrayIn {
-  const void* data = nullptr;
-  DType dtype = DType::Float32;
-  std::span<const std::int64_t> shape;
-};
-
-/// One episode's contiguous steps in a batch.
-struct Segment {
-  std::int64_t eps_id = 0;
-  std::int64_t env_id = 0;
-  std::int64_t t_start = 0;
-  std::int64_t length = 0;
-  std::int64_t row_offset = 0;
-  std::int64_t seq_offset = 0;
-  std::int64_t num_seqs = 0;
-  bool finished = false;
-};
-
-/// A column of a built batch. The buffer is fresh and owned by whoever holds it.
-///
-/// A *lazy* column (base >= 0) is not copied out: its buffer holds int64 row
-/// indices (shape index_shape: [rows] or [rows, len(shifts)]) into
-/// Batch::bases[base], and its value is base_rows[index] (shape `shape`).
-struct BatchColumn {
-  std::string name;
-  DType dtype = DType::Float32;
-  std::vector<std::int64_t> shape;  ///< full shape, leading axis = rows or sequences
-  bool per_sequence = false;
-  std::shared_ptr<Buffer> buffer;
-  std::int64_t base = -1;                 ///< index into Batch::bases, or -1 (the values are in buffer)
-  std::vector<std::int64_t> index_shape{};  ///< lazy columns: the shape of the int64 index in buffer
-};
-
-/// A postprocessing / training batch in the flat layout.
-struct Batch {
-  std::int64_t count = 0;     ///< timestep rows
-  std::int64_t num_seqs = 0;  ///< sequences (0 if no view repeats)
-  std::vector<BatchColumn> columns;
-  std::vector<Segment> segments;
-  /// Row arrays of the lazy columns, one per stored column they read, named
-  /// after it: [kLazyPadRow] = the column's pad row, [kLazyZeroRow] = zeros,
-  /// then each segment's rows that its views read, once.
-  std::vector<BatchColumn> bases;
-};
-
-/// Rows 0 and 1 of every lazy base.
-inline constexpr std::int64_t kLazyPadRow = 0;
-inline constexpr std::int64_t kLazyZeroRow = 1;
 
 struct StoreOptions {
   /// Steps per slot that a storage block holds beyond its columns' lookback:
@@ -126,6 +47,9 @@ struct StoreOptions {
 /// * after build_batch, an ongoing episode keeps per column only the rows that
 ///   its views can still read (its largest lookback); finished episodes are
 ///   freed.
+///
+/// Thread safety: none inside; callers serialize the calls that change the
+/// store (the _Store binding holds one mutex around every call).
 class TrajectoryStore {
  public:
   TrajectoryStore(std::int64_t num_slots, std::vector<ColumnSpec> columns, std::vector<ViewSpec> views,
@@ -199,7 +123,8 @@ class TrajectoryStore {
   std::vector<std::int64_t> slot_lengths() const;
 
  private:
-  struct Episode;
+  struct Episode;    // store_episode.h
+  struct LazyBases;  // store_batch.cpp
 
   void check_slots(std::span<const std::int64_t> slots, const char* what) const;
   void check_input(std::size_t column, const ArrayIn& in, std::int64_t n) const;
@@ -216,6 +141,25 @@ class TrajectoryStore {
   /// Moves every slot up to the newest position (copying the rows a lagging
   /// episode still needs), so that no slot pins old blocks.
   void realign_slots();
+
+  // build_batch's steps, in order (store_batch.cpp).
+  /// Per slot: the step up to which its ongoing episode is emitted (checks `hold`).
+  std::vector<std::int64_t> emit_limits(std::span<const std::int64_t> hold) const;
+  /// The episodes to emit, in batch order; fills batch.segments, count, num_seqs.
+  std::vector<const Episode*> plan_segments(bool complete_only, const std::vector<std::int64_t>& upto,
+                                            Batch& batch) const;
+  /// Per stored column with lazy views: its base (pad row, zero row, each
+  /// segment's rows once) in batch.bases.
+  LazyBases add_lazy_bases(const std::vector<const Episode*>& order, Batch& batch) const;
+  /// Training view v as int64 indices into its column's base.
+  void add_lazy_view(std::size_t v, const std::vector<const Episode*>& order, const LazyBases& lazy,
+                     Batch& batch) const;
+  /// Training view v copied out (per row, or per sequence when it repeats).
+  void add_copied_view(std::size_t v, const std::vector<const Episode*>& order, Batch& batch) const;
+  /// eps_id, env_id (if emitted), t, is_init, and seq_lens (if a view repeats).
+  void add_boundary_columns(Batch& batch) const;
+  /// Marks the batch's steps emitted and frees what no view can read any more.
+  void free_emitted(bool complete_only, const std::vector<std::int64_t>& upto);
 
   std::int64_t num_slots_;
   std::vector<ColumnSpec> columns_;

@@ -1,0 +1,101 @@
+// TrajectoryStore's view arithmetic: where row r of an episode's column lives,
+// and the view rule over it (row t + s; before row 0 the pad row, or row 0
+// with Padding::Reset; zeros past the last row), for inference and batches.
+// Reads only: nothing here changes the store.
+#include "trajview/store.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "store_episode.h"
+
+namespace trajview {
+
+std::int64_t TrajectoryStore::steps(const Episode& e) const noexcept {
+  return e.finished ? e.steps : steps_[static_cast<std::size_t>(e.slot)];
+}
+
+std::int64_t TrajectoryStore::rows_available(const Episode& e, std::size_t c) const noexcept {
+  return steps(e) + (obs_index_[c] >= 0 ? 1 : 0);
+}
+
+const std::byte* TrajectoryStore::row(const Episode& e, std::size_t c, std::int64_t r) const noexcept {
+  const std::int64_t k = obs_index_[c];
+  if (k >= 0) {
+    if (r == 0) return e.first_obs[static_cast<std::size_t>(k)].data();
+    return streams_[c].at(e.g0 + r - 1, e.slot);
+  }
+  return streams_[c].at(e.g0 + r, e.slot);
+}
+
+void TrajectoryStore::copy_rows(const Episode& e, std::size_t c, std::int64_t r0, std::int64_t r1, Padding padding,
+                                std::byte* dst) const {
+  const std::size_t rb = columns_[c].row_bytes();
+  if (rb == 0) return;
+  const std::int64_t avail = rows_available(e, c);
+  std::int64_t r = r0;
+  if (r < 0) {
+    const std::byte* pad = padding == Padding::Reset && avail > 0 ? row(e, c, 0) : pad_rows_[c].data();
+    const std::int64_t stop = std::min<std::int64_t>(0, r1);
+    for (; r < stop; ++r, dst += rb) std::memcpy(dst, pad, rb);
+  }
+  const std::int64_t hi = std::min(r1, avail);
+  for (; r < hi; ++r, dst += rb) std::memcpy(dst, row(e, c, r), rb);
+  if (r < r1) std::memset(dst, 0, static_cast<std::size_t>(r1 - r) * rb);
+}
+
+void TrajectoryStore::gather_view(const Episode& e, std::size_t v, std::int64_t t, std::byte* dst) const {
+  const ViewSpec& view = views_[v];
+  const std::size_t c = view_column_[v];
+  const auto& shifts = view.shifts;
+  const std::size_t rb = columns_[c].row_bytes();
+  // Runs of consecutive offsets ("-3:0") are one copy.
+  std::size_t i = 0;
+  while (i < shifts.size()) {
+    std::size_t j = i + 1;
+    while (j < shifts.size() && shifts[j] == shifts[j - 1] + 1) ++j;
+    copy_rows(e, c, t + shifts[i], t + shifts[j - 1] + 1, view.padding, dst);
+    dst += (j - i) * rb;
+    i = j;
+  }
+}
+
+void TrajectoryStore::gather_inference(std::span<const std::int64_t> slots, std::span<std::byte* const> outputs,
+                                       std::int64_t* t_out, std::int64_t* eps_out) const {
+  const std::size_t n = num_rows(slots);
+  const bool aligned = slots.empty() && aligned_pos_ >= 0;
+  for (std::size_t k = 0; k < inference_views_.size(); ++k) {
+    const std::size_t v = inference_views_[k];
+    const ViewSpec& view = views_[v];
+    const std::size_t c = view_column_[v];
+    const std::size_t vrb = view_row_bytes(v);
+    if (aligned && !view.adds_axis) {
+      // Every slot reads the same stream position: one copy, then patch the
+      // slots whose row is before the stream (row 0 of an observation column,
+      // or padding).
+      const bool is_obs = obs_index_[c] >= 0;
+      const std::int64_t shift = view.shifts[0];
+      const std::int64_t p = aligned_pos_ + shift - (is_obs ? 1 : 0);
+      if (streams_[c].holds(p) && vrb > 0) {
+        std::memcpy(outputs[k], streams_[c].position(p), streams_[c].stride());
+        const std::int64_t first_in_stream = (is_obs ? 1 : 0) - shift;
+        for (std::size_t i = 0; i < n; ++i) {
+          if (steps_[i] < first_in_stream) gather_view(*slots_[i], v, steps_[i], outputs[k] + i * vrb);
+        }
+        continue;
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int64_t s = slots.empty() ? static_cast<std::int64_t>(i) : slots[i];
+      const Episode& e = *slots_[static_cast<std::size_t>(s)];
+      gather_view(e, v, steps(e), outputs[k] + i * vrb);
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto s = static_cast<std::size_t>(slots.empty() ? static_cast<std::int64_t>(i) : slots[i]);
+    if (t_out) t_out[i] = steps_[s];
+    if (eps_out) eps_out[i] = slot_eps_[s];
+  }
+}
+
+}  // namespace trajview
