@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up what trajview's tests need on a fresh Debian machine and runs them all:
 # the GoogleTest suite (plain, then under ASan/UBSan), then pytest (tests/ and a
-# quick pass over bench/) against the wheel installed into a fresh virtualenv, then
+# quick pass over bench/) against the wheel installed into a fresh virtualenv, pytest
+# over tests/ again against an ASan/UBSan build of the extension, then
 # mypy over python/trajview ([tool.mypy] in pyproject.toml), then the import contracts (lint-imports).
 # Exits non-zero on any failure.
 set -euo pipefail
@@ -52,6 +53,17 @@ PY
 echo "== pytest"
 export HYPOTHESIS_PROFILE=ci
 python -m pytest tests bench -p no:cacheprovider --benchmark-disable -q
+
+echo "== pytest against an ASan/UBSan build of trajview._core"
+# The same tests, the extension built with -fsanitize=address,undefined; python itself is not instrumented,
+# so the ASan runtime (and libstdc++, for its __cxa_throw interceptor) is preloaded.
+rm -rf build/asan-dist build/asan-pkg
+python -m pip wheel . --no-deps --no-build-isolation -w build/asan-dist -q \
+  -Ccmake.define.TRAJVIEW_SANITIZE=ON -Ccmake.build-type=Debug -Cbuild-dir=build/asan-wheel
+python -m zipfile -e build/asan-dist/trajview-*.whl build/asan-pkg
+LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" \
+  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 PYTHONPATH="$ROOT/build/asan-pkg" \
+  python -m pytest tests -p no:cacheprovider -q
 
 echo "== mypy"
 python -m mypy  # [tool.mypy] in pyproject.toml: python/trajview
