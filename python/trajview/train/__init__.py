@@ -8,10 +8,13 @@ parser, `TrainConfig` and the metrics readers load without torch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import MODEL_PRESETS, TrainConfig
 from .metrics import plot_learning_curve, read_metrics
+
+if TYPE_CHECKING:
+    from .trainer import Trainer
 
 __all__ = ["MODEL_PRESETS", "TrainConfig", "Trainer", "plot_learning_curve", "read_metrics"]
 
