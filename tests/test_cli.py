@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -105,7 +106,8 @@ def test_report_needs_no_torch(tmp_path, capsys, monkeypatch):
 
 
 def test_console_script(tmp_path):
-    exe = shutil.which("trajview")
+    # The script installed beside the interpreter running the tests (a venv that is not activated), else on PATH.
+    exe = shutil.which("trajview", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
     if exe is None:
         pytest.fail("the trajview console script is not installed (pip install .)")
     out = tmp_path / "run"
