@@ -1,16 +1,20 @@
 """A short demo of the collector: CartPole envs, a random policy, frame-stack views.
 
-Run ``python examples/collector_demo.py --help``. It steps ``--num-envs`` gymnasium
-CartPole envs, stores every step once in the C++ store, hands a 4-frame stack
-and the previous action to the (random) policy at every step, cuts a batch
-every ``--fragment`` steps, checks every view of every batch against the data
-the envs returned, and reports throughput and memory.
+Run ``python examples/collector_demo.py --help`` (needs trajview, and tqdm from
+``pip install 'trajview[train]'``). It steps ``--num-envs`` gymnasium CartPole
+envs, stores every step once in the C++ store, hands a 4-frame stack and the
+previous action to the (random) policy at every step, cuts a batch every
+``--fragment`` steps, checks every view of every batch against the data the
+envs returned, and reports throughput and memory. A failed check raises (exit
+status 1); on success the last line starts with ``checks passed``. The views
+and their shifts are described in docs/contract.md ("Views").
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass, field
 from typing import cast
 
 import gymnasium as gym
@@ -19,33 +23,58 @@ from tqdm import tqdm
 
 from trajview import Collector, ViewRequirement, concat_samples
 
+FRAMES = 4  # prev_n_obs: obs at shifts -3..0
 
-def _check_batch(batch, log) -> int:
-    """Checks the frame stack, new_obs and prev_actions views against the raw log."""
+
+@dataclass
+class _Episode:
+    """What the env returned in one episode: obs[t] (obs[t + 1] is step t's next observation), and per step t the rest."""
+
+    obs: list[np.ndarray]
+    actions: list[int] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    terminateds: list[bool] = field(default_factory=list)
+    truncateds: list[bool] = field(default_factory=list)
+
+
+def _check_batch(batch, log: dict[int, _Episode]) -> int:
+    """Checks every view of every row against the raw log; returns the rows checked."""
+
+    def expect(got, want, what: str) -> None:
+        if not np.array_equal(got, want):
+            raise AssertionError(f"episode {eps_id} t={t}: {what} is {got!r}, the env gave {want!r}")
+
+    columns = ("eps_id", "t", "obs", "new_obs", "prev_n_obs", "actions", "prev_actions", "rewards", "terminateds", "truncateds")
     checked = 0
-    for eps_id, t, stack, new_obs, prev_a in zip(
-        batch["eps_id"], batch["t"], batch["prev_n_obs"], batch["new_obs"], batch["prev_actions"]
-    ):
-        obs_log, act_log = log[int(eps_id)]
-        for j, s in enumerate(range(-3, 1)):
-            want = obs_log[t + s] if t + s >= 0 else np.zeros_like(obs_log[0])
-            if not np.array_equal(stack[j], want):
-                raise AssertionError(f"episode {eps_id} t={t}: frame {s} differs from the env's observation")
-        if not np.array_equal(new_obs, obs_log[t + 1]):
-            raise AssertionError(f"episode {eps_id} t={t}: new_obs differs from the env's next observation")
-        want_a = act_log[t - 1] if t >= 1 else 0
-        if prev_a != want_a:
-            raise AssertionError(f"episode {eps_id} t={t}: prev_actions {prev_a} != {want_a}")
+    for eps_id, t, obs, new_obs, stack, a, prev_a, r, term, trunc in zip(*(batch[c] for c in columns)):
+        ep = log[int(eps_id)]
+        expect(obs, ep.obs[t], "obs")
+        expect(new_obs, ep.obs[t + 1], "new_obs")
+        for j, s in enumerate(range(-(FRAMES - 1), 1)):
+            expect(stack[j], ep.obs[t + s] if t + s >= 0 else np.zeros_like(ep.obs[0]), f"prev_n_obs frame {s}")
+        expect(a, ep.actions[t], "actions")
+        expect(prev_a, ep.actions[t - 1] if t >= 1 else 0, "prev_actions")
+        expect(r, ep.rewards[t], "rewards")
+        expect(term, ep.terminateds[t], "terminateds")
+        expect(trunc, ep.truncateds[t], "truncateds")
         checked += 1
     return checked
 
 
+def _positive(v: str) -> int:
+    n = int(v)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python examples/collector_demo.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--num-envs", type=int, default=16)
-    parser.add_argument("--steps", type=int, default=20_000, help="env steps in total")
-    parser.add_argument("--fragment", type=int, default=200, help="steps per env between batches")
+    parser.add_argument("--num-envs", type=_positive, default=16)
+    parser.add_argument("--steps", type=_positive, default=20_000, help="env steps in total (rounded up to whole batches)")
+    parser.add_argument("--fragment", type=_positive, default=200, help="steps per env between batches")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
 
     envs = gym.vector.SyncVectorEnv(
@@ -57,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     views = {
         "obs": VR("obs"),
         "new_obs": VR("obs", shift=1, used_for_compute_actions=False),
-        "prev_n_obs": VR("obs", shift="-3:0"),
+        "prev_n_obs": VR("obs", shift=f"-{FRAMES - 1}:0"),
         "actions": VR("actions", used_for_compute_actions=False),
         "prev_actions": VR("actions", shift=-1),
         "rewards": VR("rewards", used_for_compute_actions=False),
@@ -75,19 +104,17 @@ def main(argv: list[str] | None = None) -> None:
     rng = np.random.default_rng(args.seed)
     obs, _ = envs.reset(seed=args.seed)
     eps = coll.begin_episodes(np.arange(args.num_envs), {"obs": obs})
-    log: dict[int, tuple[list[np.ndarray], list[int]]] = {  # the raw data, to check views against
-        int(e): ([o.copy()], []) for e, o in zip(eps, obs)
-    }
+    log = {int(e): _Episode([o.copy()]) for e, o in zip(eps, obs)}  # the raw data, to check views against
     returns, ep_ret = [], np.zeros(args.num_envs)
     checked = 0
     peak_bytes = 0
     t0 = time.perf_counter()
     steps = 0
-    with tqdm(total=args.steps, unit="step", desc="collecting") as bar:
+    with tqdm(total=args.steps, unit="step", desc="collecting", disable=args.no_progress) as bar:
         while steps < args.steps:
             for _ in range(args.fragment):
                 inputs = coll.input_dict()
-                assert inputs["prev_n_obs"].shape == (args.num_envs, 4, *obs_space.shape)
+                assert inputs["prev_n_obs"].shape == (args.num_envs, FRAMES, *obs_space.shape)
                 actions = rng.integers(0, 2, args.num_envs)
                 obs, rew, term, trunc, info = envs.step(actions)
                 done = term | trunc
@@ -100,15 +127,19 @@ def main(argv: list[str] | None = None) -> None:
                     {"obs": new_obs, "actions": actions, "rewards": rew, "terminateds": term, "truncateds": trunc}
                 )
                 for i, eid in enumerate(coll.eps_ids()):
-                    log[int(eid)][0].append(new_obs[i].copy())
-                    log[int(eid)][1].append(int(actions[i]))
+                    ep = log[int(eid)]
+                    ep.obs.append(new_obs[i].copy())
+                    ep.actions.append(int(actions[i]))
+                    ep.rewards.append(float(rew[i]))
+                    ep.terminateds.append(bool(term[i]))
+                    ep.truncateds.append(bool(trunc[i]))
                 ep_ret += rew
                 if done.any():
                     ids = np.flatnonzero(done)
                     coll.end_episodes(ids)
                     new_eps = coll.begin_episodes(ids, {"obs": obs[ids]})
                     for j, e in zip(ids, new_eps):
-                        log[int(e)] = ([obs[j].copy()], [])
+                        log[int(e)] = _Episode([obs[j].copy()])
                     returns.extend(ep_ret[ids].tolist())
                     ep_ret[ids] = 0
                 steps += args.num_envs
@@ -121,12 +152,14 @@ def main(argv: list[str] | None = None) -> None:
                 del log[e]
             bar.set_postfix(mean_return=f"{np.mean(returns[-100:]) if returns else 0:.1f}", checked=checked)
     dt = time.perf_counter() - t0
+    if checked != steps:
+        raise AssertionError(f"{steps} env steps taken, but the batches held {checked} rows")
     print(
         f"{steps} env steps in {dt:.1f} s ({steps / dt:,.0f} steps/s, env and checks included); "
-        f"{checked} batch rows checked against the env's data; "
         f"{len(returns)} episodes, mean return {np.mean(returns) if returns else 0:.1f}; "
         f"peak store size {peak_bytes / 1e3:.1f} kB"
     )
+    print(f"checks passed: {checked} batch rows, every view ({', '.join(views)}) equal to the env's data")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ VENV=${TRAJVIEW_VENV:-$PWD/.venv}
 # shellcheck disable=SC1091
 . "$VENV/bin/activate"
 python -m pip install -q torch==2.13.0   # torch first: the CPU build on disk
-python -m pip install -q .
+python -m pip install -q '.[train]'   # the train extra: tqdm, matplotlib (torch is there)
 if [ $# -gt 0 ]; then
   exec trajview train "$@"
 fi

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -84,8 +86,28 @@ def test_resume_without_checkpoint_fails(tmp_path):
     assert main(["train", "--resume", "--out", str(tmp_path / "none"), "--no-progress"]) == 2
 
 
+@pytest.mark.parametrize("module", ["torch", "tqdm", "matplotlib"])
+def test_train_without_the_train_extra_says_what_to_install(tmp_path, capsys, monkeypatch, module):
+    monkeypatch.setitem(sys.modules, module, None)  # `import module` raises ImportError
+    assert main(["train", "--timesteps", "200", "--out", str(tmp_path / "run"), *SMALL]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and module in err and "pip install 'trajview[train]'" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_report_needs_no_torch(tmp_path, capsys, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.csv").write_text("iteration,env_steps,episode_return_mean,time_s\n1,200,9.5,1.0\n")
+    for module in ("torch", "tqdm", "matplotlib"):
+        monkeypatch.setitem(sys.modules, module, None)
+    assert main(["report", str(run), "--target", "5"]) == 0
+    assert "| run | ? | ? | 200 | 1 | 9.5 | 9.5 | 200 | 1 |" in capsys.readouterr().out
+
+
 def test_console_script(tmp_path):
-    exe = shutil.which("trajview")
+    # The script installed beside the interpreter running the tests (a venv that is not activated), else on PATH.
+    exe = shutil.which("trajview", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
     if exe is None:
         pytest.fail("the trajview console script is not installed (pip install .)")
     out = tmp_path / "run"

@@ -1,6 +1,8 @@
-"""Layer 4, learning on top of the library: postprocessing (GAE), PPO and its view-based models.
+"""Layer 4, learning on top of the library: algorithms that train policies on collected batches (PPO with GAE).
 
-`postprocessing` is numpy only; `ppo` and `models` need torch (import them directly).
+`postprocessing` (GAE) is numpy only; `ppo` and `models` (PPO's view-fed torch
+models) need torch: import them directly. Imports only the layers below it
+(here: views, policy), never `trajview.train`.
 """
 
 from . import postprocessing

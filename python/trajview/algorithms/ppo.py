@@ -1,10 +1,10 @@
 """PPO in torch over trajview's views: clipped objective, GAE, minibatch SGD epochs.
 
-`PPOPolicy` is a `TorchPolicy` around one of `trajview.models` (or any
-`trajview.models.ViewModel`). Advantages come from
-`trajview.postprocessing.compute_gae_for_sample_batch`, per episode segment,
-bootstrapping truncated segments with the model's value of the *next step's
-views* (frame stack, recurrent state, attention memory), built from the
+`PPOPolicy` is a `TorchPolicy` around one of `trajview.algorithms.models`
+(or any `trajview.algorithms.models.ViewModel`). Advantages come from
+`trajview.algorithms.postprocessing.compute_gae_for_sample_batch`, per episode
+segment, bootstrapping truncated segments with the model's value of the *next
+step's views* (frame stack, recurrent state, attention memory), built from the
 segment's own rows. Training batches of recurrent models are split into
 minibatches of whole sequences.
 """
@@ -79,7 +79,7 @@ class PPOPolicy(TorchPolicy):
     """Proximal policy optimization (clipped surrogate) for a view-fed model and a Discrete action space.
 
     ``config``: `PPO_DEFAULTS` keys. ``model`` is a `ViewModel` instance, or
-    built from ``config["model"]`` (a name in `trajview.models.MODELS`) and
+    built from ``config["model"]`` (a name in `trajview.algorithms.models.MODELS`) and
     ``config["model_config"]`` (its keyword arguments).
     """
 

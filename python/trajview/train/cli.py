@@ -4,20 +4,35 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import logging
 import math
 import sys
 from pathlib import Path
 
+from .config import MODEL_PRESETS, TrainConfig
+from .metrics import read_metrics
+
 __all__ = ["main", "build_parser"]
 
 log = logging.getLogger("trajview")
 
+#: What ``trajview train`` needs besides trajview's core dependencies: the ``train`` extra.
+TRAIN_EXTRA = ("torch", "tqdm", "matplotlib")
+
+
+def _missing(modules: tuple[str, ...]) -> list[str]:
+    missing = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return missing
+
 
 def build_parser() -> argparse.ArgumentParser:
-    from .trainer import MODEL_PRESETS, TrainConfig
-
     d = TrainConfig()
     p = argparse.ArgumentParser(prog="trajview", description="trajview: RL experience collection with trajectory views")
     sub = p.add_subparsers(dest="command", required=True)
@@ -57,9 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _train(args: argparse.Namespace) -> int:
+    missing = _missing(TRAIN_EXTRA)
+    if missing:
+        print(f"trajview train needs {', '.join(missing)}: pip install 'trajview[train]' "
+              "(torch's CPU build first: pip install torch==2.13.0)", file=sys.stderr)
+        return 1
     import torch
 
-    from .trainer import TrainConfig, Trainer
+    from .trainer import Trainer  # torch: imported once the extra is known to be there
 
     out = args.out or f"runs/{args.model}-seed{args.seed}"
     if args.resume:
@@ -113,8 +133,6 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .trainer import read_metrics
-
     print(f"| run | model | seed | env steps to mean return {args.target:g} | wall-clock to it (s) | best mean return | final mean return | env steps run | wall-clock (s) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for run in args.runs:

@@ -1,10 +1,8 @@
-"""The training loop behind ``trajview train``: PPO driving RolloutWorkers, metrics, plots, checkpoints."""
+"""`Trainer`, the loop behind ``trajview train``: PPO driving RolloutWorkers (sample, then learn), checkpoints."""
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -12,7 +10,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import gymnasium as gym
 import numpy as np
@@ -22,145 +20,12 @@ from .. import envs as _envs  # noqa: F401  (registers trajview's gymnasium ids)
 from ..algorithms.ppo import PPOPolicy
 from ..rollout.worker import RolloutWorker
 from ..views.sample_batch import SampleBatch, concat_samples
+from .config import TrainConfig
+from .metrics import append_metrics, plot_learning_curve, read_metrics, truncate_metrics
 
-__all__ = ["TrainConfig", "Trainer", "MODEL_PRESETS", "read_metrics", "plot_learning_curve"]
+__all__ = ["Trainer"]
 
 log = logging.getLogger("trajview.train")
-
-#: Per model: its model_config and the PPO settings that differ from `TrainConfig`'s defaults.
-MODEL_PRESETS: dict[str, dict[str, Any]] = {
-    "mlp": {"model_config": {}},
-    "framestack": {"model_config": {"num_frames": 16}},
-    "lstm": {"model_config": {"max_seq_len": 20, "cell_size": 64, "prev_action": True}},
-    "attention": {"model_config": {"max_seq_len": 20, "memory": 16, "attention_dim": 32, "num_layers": 1}},
-}
-
-METRIC_FIELDS = [
-    "iteration",
-    "env_steps",
-    "episodes",
-    "episode_return_mean",
-    "episode_len_mean",
-    "time_s",
-    "steps_per_s",
-    "policy_loss",
-    "vf_loss",
-    "entropy",
-    "kl",
-]
-
-
-@dataclasses.dataclass
-class TrainConfig:
-    """Everything a run depends on (stored in its checkpoint)."""
-
-    env: str = "trajview/StatelessCartPole-v1"
-    model: str = "framestack"
-    seed: int = 0
-    timesteps: int = 200_000
-    workers: int = 1
-    envs_per_worker: int = 8
-    train_batch_size: int = 2000
-    sgd_minibatch_size: int = 250
-    num_sgd_iter: int = 10
-    lr: float = 3e-4
-    gamma: float = 0.99
-    lambda_: float = 0.95
-    clip_param: float = 0.2
-    vf_loss_coeff: float = 0.5
-    entropy_coeff: float = 0.0
-    grad_clip: float | None = 0.5
-    stop_reward: float | None = 150.0
-    smoothing_episodes: int = 100
-    model_config: dict = dataclasses.field(default_factory=dict)
-    out_dir: str = "runs/default"
-    metrics_format: str = "csv"
-    threads: int = 1
-
-    def __post_init__(self) -> None:
-        if self.metrics_format not in ("csv", "jsonl"):
-            raise ValueError(f"metrics_format must be 'csv' or 'jsonl', got {self.metrics_format!r}")
-        for name in ("timesteps", "workers", "envs_per_worker", "train_batch_size", "sgd_minibatch_size", "num_sgd_iter"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-        per = self.workers * self.envs_per_worker
-        if self.train_batch_size % per:
-            raise ValueError(
-                f"train_batch_size ({self.train_batch_size}) must be a multiple of workers * envs_per_worker ({per})"
-            )
-        if not self.model_config:
-            preset = MODEL_PRESETS.get(self.model)
-            if preset is None:
-                raise ValueError(f"model must be one of {sorted(MODEL_PRESETS)}, got {self.model!r}")
-            self.model_config = dict(preset["model_config"])
-
-    @property
-    def metrics_path(self) -> Path:
-        return Path(self.out_dir) / ("metrics.csv" if self.metrics_format == "csv" else "metrics.jsonl")
-
-    @property
-    def checkpoint_path(self) -> Path:
-        return Path(self.out_dir) / "checkpoint.pt"
-
-    def ppo_config(self) -> dict:
-        return {
-            "model": self.model,
-            "model_config": dict(self.model_config),
-            "lr": self.lr,
-            "gamma": self.gamma,
-            "lambda": self.lambda_,
-            "clip_param": self.clip_param,
-            "vf_loss_coeff": self.vf_loss_coeff,
-            "entropy_coeff": self.entropy_coeff,
-            "num_sgd_iter": self.num_sgd_iter,
-            "sgd_minibatch_size": self.sgd_minibatch_size,
-            "grad_clip": self.grad_clip,
-        }
-
-
-def _number(v: str | None) -> float | int:
-    if v in ("", None):
-        return math.nan
-    try:
-        return int(v)
-    except ValueError:
-        return float(v)
-
-
-def read_metrics(path: str | Path) -> list[dict]:
-    """The rows of a metrics file (CSV or JSON lines), as numbers."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    if path.suffix == ".jsonl":
-        with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()]
-    with open(path, newline="") as f:
-        return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
-
-
-def plot_learning_curve(rows: list[dict], path: str | Path, title: str, stop_reward: float | None = None) -> None:
-    """Mean episode return against env steps, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    x = [r["env_steps"] for r in rows]
-    y = [r["episode_return_mean"] for r in rows]
-    ax.plot(x, y, label="mean return (last episodes)")
-    if stop_reward is not None:
-        ax.axhline(stop_reward, color="gray", linestyle="--", linewidth=1, label=f"target {stop_reward:g}")
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("episode return")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 class Trainer:
@@ -193,7 +58,8 @@ class Trainer:
             self.returns.extend(state["returns"])
             self.lengths.extend(state["lengths"])
             torch.set_rng_state(state["torch_rng"])
-            self._truncate_metrics(self.iteration)
+            # Rows written after the checkpoint (a run killed between the two) go.
+            truncate_metrics(config.metrics_path, self.iteration, config.metrics_format)
         per = config.workers * config.envs_per_worker
         fragment = config.train_batch_size // per
         # On resume, fresh env seeds (the envs' own state is not in the checkpoint).
@@ -210,30 +76,6 @@ class Trainer:
             )
             for i in range(config.workers)
         ]
-
-    # -- metrics -------------------------------------------------------------------
-
-    def _truncate_metrics(self, iteration: int) -> None:
-        """Drops metric rows written after the checkpoint (a run killed between the two)."""
-        path = self.config.metrics_path
-        rows = [r for r in read_metrics(path) if r["iteration"] <= iteration]
-        if path.exists():
-            path.unlink()
-        for r in rows:
-            self._write_metrics(r)
-
-    def _write_metrics(self, row: dict) -> None:
-        path = self.config.metrics_path
-        if self.config.metrics_format == "jsonl":
-            with open(path, "a") as f:
-                f.write(json.dumps(row) + "\n")
-            return
-        new = not path.exists()
-        with open(path, "a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=METRIC_FIELDS)
-            if new:
-                w.writeheader()
-            w.writerow({k: row.get(k, "") for k in METRIC_FIELDS})
 
     @property
     def mean_return(self) -> float:
@@ -265,7 +107,7 @@ class Trainer:
             "steps_per_s": round(len(batch) / dt, 1),
             **{k: stats.get(k, math.nan) for k in ("policy_loss", "vf_loss", "entropy", "kl")},
         }
-        self._write_metrics(row)
+        append_metrics(self.config.metrics_path, row, self.config.metrics_format)
         return row
 
     def done(self) -> bool:

@@ -1,0 +1,202 @@
+"""What every view-fed model shares: the `ViewModel` interface and the layers the models build on.
+
+A model is a ``torch.nn.Module`` with a ``view_requirements`` dict (merged into
+the policy's by `TorchPolicy`), so the collector builds exactly what the model
+reads from one stored copy of each step. Policy and value function have
+separate networks (no shared trunk), so the value loss's scale never competes
+with the policy's gradient.
+
+The interface PPO uses:
+
+* ``forward_step(input_dict) -> (logits [B, A], value [B], state_outs)``: one
+  step per row, from the compute-actions input dict.
+* ``forward_train(batch) -> (logits [N, A], value [N])``: the flat training
+  batch (rows of sequences end to end, ``seq_lens`` and per-sequence
+  ``state_in_i`` for the models with memory; docs/contract.md, "Flat layout").
+* ``bootstrap_input(segment) -> input_dict``: the input dict of the step after
+  a segment's last step (one row), built from the segment's own views, for
+  the value that bootstraps a truncated trajectory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from ...views.view_requirement import ViewRequirement
+
+__all__ = ["ViewModel", "flat_sequence_index"]
+
+VR = ViewRequirement
+Tensor = torch.Tensor
+
+
+def _init(layer: nn.Linear, gain: float) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def _mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, out_gain: float) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    d = in_dim
+    for h in hidden:
+        layers += [_init(nn.Linear(d, h), float(np.sqrt(2))), nn.Tanh()]
+        d = h
+    layers.append(_init(nn.Linear(d, out_dim), out_gain))
+    return nn.Sequential(*layers)
+
+
+def _spaces(obs_space: Any, action_space: Any) -> tuple[int, int]:
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise ValueError(f"action_space: trajview's models need a Discrete action space, got {action_space!r}")
+    shape = getattr(obs_space, "shape", None)
+    if shape is None or len(shape) != 1:
+        raise ValueError(f"observation_space: trajview's models need a 1-D Box, got {obs_space!r}")
+    return int(shape[0]), int(action_space.n)
+
+
+def _f32(x: Any) -> Tensor:
+    return torch.as_tensor(x).float()
+
+
+def _np_last(batch: Mapping[str, Any], key: str) -> np.ndarray:
+    v = batch[key]
+    v = v.detach().cpu().numpy() if isinstance(v, Tensor) else np.asarray(v)
+    return v[-1:]
+
+
+def flat_sequence_index(seq_lens: Tensor) -> tuple[Tensor, Tensor]:
+    """(sequence of each flat row, position of each row in its sequence) for ``seq_lens``."""
+    seq_lens = seq_lens.long()
+    n_seq = len(seq_lens)
+    seq_of_row = torch.repeat_interleave(torch.arange(n_seq), seq_lens)
+    starts = torch.cumsum(seq_lens, 0) - seq_lens
+    pos = torch.arange(int(seq_lens.sum())) - starts[seq_of_row]
+    return seq_of_row, pos
+
+
+def _split_points(batch: Mapping[str, Any], seq_lens: Tensor) -> tuple[Tensor, Tensor]:
+    """Where the flat rows split into runs: at every sequence start and at every ``is_init`` row.
+
+    Returns (run lengths, for each run the sequence whose ``state_in`` it starts
+    from, or -1 where the run starts an episode inside a sequence: the initial state).
+    """
+    seq_of_row, pos = flat_sequence_index(seq_lens)
+    n = len(pos)
+    start = pos == 0
+    is_init = batch.get("is_init")
+    if is_init is not None:
+        is_init = torch.as_tensor(is_init, dtype=torch.bool)
+        if len(is_init) != n:
+            raise ValueError(f"seq_lens sum to {n} rows, but the batch has {len(is_init)} rows")
+        start = start | is_init
+    first = torch.nonzero(start)[:, 0]
+    lens = torch.diff(first, append=torch.tensor([n]))
+    from_seq = torch.where(pos[first] == 0, seq_of_row[first], torch.full_like(first, -1))
+    return lens, from_seq
+
+
+class _PrevActionReward(nn.Module):
+    """Features from obs and, optionally, the previous action (one-hot) and reward."""
+
+    def __init__(self, obs_dim: int, n_actions: int, prev_action: bool, prev_reward: bool) -> None:
+        super().__init__()
+        self.n_actions = n_actions
+        self.prev_action = prev_action
+        self.prev_reward = prev_reward
+        self.dim = obs_dim + (n_actions if prev_action else 0) + (1 if prev_reward else 0)
+
+    def view_requirements(self, action_space: Any) -> dict[str, ViewRequirement]:
+        vrs = {}
+        if self.prev_action:
+            vrs["prev_actions"] = VR("actions", space=action_space, shift=-1)
+        if self.prev_reward:
+            vrs["prev_rewards"] = VR("rewards", shift=-1)
+        return vrs
+
+    def forward(self, d: Mapping[str, Any]) -> Tensor:
+        parts = [_f32(d["obs"])]
+        if self.prev_action:
+            parts.append(nn.functional.one_hot(torch.as_tensor(d["prev_actions"]).long(), self.n_actions).float())
+        if self.prev_reward:
+            parts.append(_f32(d["prev_rewards"])[:, None])
+        return torch.cat(parts, -1)
+
+    def bootstrap(self, seg: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        out = {"obs": _np_last(seg, "new_obs")}
+        if self.prev_action:
+            out["prev_actions"] = _np_last(seg, "actions")
+        if self.prev_reward:
+            out["prev_rewards"] = _np_last(seg, "rewards")
+        return out
+
+
+class ViewModel(nn.Module):
+    """Base of the models PPO trains (see the module docstring for the interface)."""
+
+    view_requirements: dict[str, ViewRequirement]
+
+    def get_initial_state(self) -> list[Tensor]:
+        return []
+
+    def forward_step(self, input_dict: Mapping[str, Any]) -> tuple[Tensor, Tensor, list[Tensor]]:
+        raise NotImplementedError
+
+    def forward_train(self, batch: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
+        raise NotImplementedError
+
+    def bootstrap_input(self, segment: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+
+class _MemoryModel(ViewModel):
+    """The layout of the models with memory (LSTM, GTrXL).
+
+    Features from obs and the previous action / reward feed a policy core and
+    a value core, each with its linear head. The state is ``num_states``
+    vectors of ``state_dim`` floats, zeros at an episode's start;
+    ``state_in_i = ViewRequirement("state_out_i", shift=state_shift,
+    batch_repeat_value=max_seq_len)``: one row per training sequence.
+    """
+
+    def __init__(
+        self,
+        obs_space: Any,
+        action_space: Any,
+        max_seq_len: int,
+        prev_action: bool,
+        prev_reward: bool,
+        core: Callable[[int], nn.Module],
+        state_dim: int,
+        num_states: int,
+        state_shift: int | str,
+        step_views: Mapping[str, ViewRequirement] | None = None,
+    ) -> None:
+        """``core(in_dim)`` builds one core (called twice: policy, value); ``step_views`` are read besides ``obs``."""
+        super().__init__()
+        obs_dim, n = _spaces(obs_space, action_space)
+        self.max_seq_len = int(max_seq_len)
+        self.state_dim, self.num_states = state_dim, num_states
+        self.features = _PrevActionReward(obs_dim, n, prev_action, prev_reward)
+        self.pi_core = core(self.features.dim)
+        self.vf_core = core(self.features.dim)
+        self.pi_head = _init(nn.Linear(state_dim, n), 0.01)
+        self.vf_head = _init(nn.Linear(state_dim, 1), 1.0)
+        self.view_requirements = {
+            "obs": VR(space=obs_space),
+            **(step_views or {}),
+            **self.features.view_requirements(action_space),
+        }
+        for i in range(num_states):
+            self.view_requirements[f"state_in_{i}"] = VR(
+                f"state_out_{i}", shift=state_shift, batch_repeat_value=self.max_seq_len
+            )
+
+    def get_initial_state(self) -> list[Tensor]:
+        return [torch.zeros(self.state_dim) for _ in range(self.num_states)]

@@ -1,0 +1,106 @@
+"""`LSTMModel`: LSTM policy and value function whose state is read back through views.
+
+The training pass runs over the flat batch with
+``torch.nn.utils.rnn.pack_sequence`` (no padding), split at each sequence
+start and each ``is_init`` (docs/contract.md, "Flat layout").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_sequence
+
+from .base import Tensor, _f32, _init, _MemoryModel, _np_last, _split_points
+
+__all__ = ["LSTMModel"]
+
+
+class _LSTMCore(nn.Module):
+    """Linear + tanh, then one LSTM layer; state (h, c)."""
+
+    def __init__(self, in_dim: int, hidden: int, cell: int) -> None:
+        super().__init__()
+        self.fc = _init(nn.Linear(in_dim, hidden), float(np.sqrt(2)))
+        self.lstm = nn.LSTM(hidden, cell)
+        self.cell = cell
+
+    def step(self, x: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        z = torch.tanh(self.fc(x))
+        out, (h1, c1) = self.lstm(z[None], (h[None].contiguous(), c[None].contiguous()))
+        return out[0], h1[0], c1[0]
+
+    def flat(self, x: Tensor, seq_lens: Tensor, h0: Tensor, c0: Tensor) -> Tensor:
+        """Output for every flat row: sequences end to end, ``seq_lens`` long, starting from (h0, c0)."""
+        z = torch.tanh(self.fc(x))
+        lens = seq_lens.long().tolist()
+        packed = pack_sequence(list(torch.split(z, lens)), enforce_sorted=False)
+        # h0/c0 in the original sequence order: nn.LSTM permutes them by packed.sorted_indices.
+        out, _ = self.lstm(packed, (h0[None].contiguous(), c0[None].contiguous()))
+        # Where each flat row sits in the packed (time-major, length-sorted) data.
+        where = pack_sequence(list(torch.split(torch.arange(len(z)), lens)), enforce_sorted=False).data
+        inverse = torch.empty_like(where)
+        inverse[where] = torch.arange(len(where))
+        return out.data[inverse]
+
+
+class LSTMModel(_MemoryModel):
+    """An LSTM policy and an LSTM value function, state read back through views.
+
+    ``state_in_{0,1}`` (policy h, c) and ``state_in_{2,3}`` (value h, c) are
+    ``ViewRequirement("state_out_i", shift=-1, batch_repeat_value=max_seq_len)``:
+    at action time the previous step's state_out (the initial state at t = 0),
+    in training batches one row per sequence of up to ``max_seq_len`` steps.
+    """
+
+    pi_core: _LSTMCore
+    vf_core: _LSTMCore
+
+    def __init__(
+        self,
+        obs_space: Any,
+        action_space: Any,
+        max_seq_len: int = 20,
+        hidden: int = 64,
+        cell_size: int = 64,
+        prev_action: bool = True,
+        prev_reward: bool = False,
+    ) -> None:
+        super().__init__(
+            obs_space, action_space, max_seq_len, prev_action, prev_reward,
+            core=lambda in_dim: _LSTMCore(in_dim, hidden, cell_size),
+            state_dim=cell_size, num_states=4, state_shift=-1,
+        )
+        self.cell_size = cell_size
+
+    def forward_step(self, input_dict):
+        x = self.features(input_dict)
+        s = [_f32(input_dict[f"state_in_{i}"]) for i in range(4)]
+        po, h0, c0 = self.pi_core.step(x, s[0], s[1])
+        vo, h1, c1 = self.vf_core.step(x, s[2], s[3])
+        return self.pi_head(po), self.vf_head(vo)[:, 0], [h0, c0, h1, c1]
+
+    def forward_train(self, batch):
+        seq_lens = torch.as_tensor(batch["seq_lens"])
+        x = self.features(batch)
+        # Runs of rows: each sequence, split again where an episode starts inside it (is_init);
+        # such a run starts from the initial state, the others from their sequence's state_in row.
+        lens, from_seq = _split_points(batch, seq_lens)
+        init = self.get_initial_state()
+        s = []
+        for i in range(4):
+            rows = _f32(batch[f"state_in_{i}"])
+            rows = torch.cat([rows, init[i].to(rows)[None]])  # index -1: the initial state
+            s.append(rows[from_seq])
+        po = self.pi_core.flat(x, lens, s[0], s[1])
+        vo = self.vf_core.flat(x, lens, s[2], s[3])
+        return self.pi_head(po), self.vf_head(vo)[:, 0]
+
+    def bootstrap_input(self, segment):
+        out = self.features.bootstrap(segment)
+        for i in range(4):
+            out[f"state_in_{i}"] = _np_last(segment, f"state_out_{i}")
+        return out

@@ -1,0 +1,86 @@
+"""`TrainConfig`, everything a training run depends on, and `MODEL_PRESETS`, each model's default settings."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+__all__ = ["TrainConfig", "MODEL_PRESETS"]
+
+#: Per model: its model_config and the PPO settings that differ from `TrainConfig`'s defaults.
+MODEL_PRESETS: dict[str, dict[str, Any]] = {
+    "mlp": {"model_config": {}},
+    "framestack": {"model_config": {"num_frames": 16}},
+    "lstm": {"model_config": {"max_seq_len": 20, "cell_size": 64, "prev_action": True}},
+    "attention": {"model_config": {"max_seq_len": 20, "memory": 16, "attention_dim": 32, "num_layers": 1}},
+}
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Everything a run depends on (stored in its checkpoint)."""
+
+    env: str = "trajview/StatelessCartPole-v1"
+    model: str = "framestack"
+    seed: int = 0
+    timesteps: int = 200_000
+    workers: int = 1
+    envs_per_worker: int = 8
+    train_batch_size: int = 2000
+    sgd_minibatch_size: int = 250
+    num_sgd_iter: int = 10
+    lr: float = 3e-4
+    gamma: float = 0.99
+    lambda_: float = 0.95
+    clip_param: float = 0.2
+    vf_loss_coeff: float = 0.5
+    entropy_coeff: float = 0.0
+    grad_clip: float | None = 0.5
+    stop_reward: float | None = 150.0
+    smoothing_episodes: int = 100
+    model_config: dict = dataclasses.field(default_factory=dict)
+    out_dir: str = "runs/default"
+    metrics_format: str = "csv"
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        if self.metrics_format not in ("csv", "jsonl"):
+            raise ValueError(f"metrics_format must be 'csv' or 'jsonl', got {self.metrics_format!r}")
+        for name in ("timesteps", "workers", "envs_per_worker", "train_batch_size", "sgd_minibatch_size", "num_sgd_iter"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        per = self.workers * self.envs_per_worker
+        if self.train_batch_size % per:
+            raise ValueError(
+                f"train_batch_size ({self.train_batch_size}) must be a multiple of workers * envs_per_worker ({per})"
+            )
+        if not self.model_config:
+            preset = MODEL_PRESETS.get(self.model)
+            if preset is None:
+                raise ValueError(f"model must be one of {sorted(MODEL_PRESETS)}, got {self.model!r}")
+            self.model_config = dict(preset["model_config"])
+
+    @property
+    def metrics_path(self) -> Path:
+        return Path(self.out_dir) / ("metrics.csv" if self.metrics_format == "csv" else "metrics.jsonl")
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return Path(self.out_dir) / "checkpoint.pt"
+
+    def ppo_config(self) -> dict:
+        return {
+            "model": self.model,
+            "model_config": dict(self.model_config),
+            "lr": self.lr,
+            "gamma": self.gamma,
+            "lambda": self.lambda_,
+            "clip_param": self.clip_param,
+            "vf_loss_coeff": self.vf_loss_coeff,
+            "entropy_coeff": self.entropy_coeff,
+            "num_sgd_iter": self.num_sgd_iter,
+            "sgd_minibatch_size": self.sgd_minibatch_size,
+            "grad_clip": self.grad_clip,
+        }
