@@ -13,6 +13,8 @@ from .checks import check_flag, check_reward
 
 __all__ = ["GymEnvList"]
 
+_NEW = tuple.__new__
+
 
 class GymEnvList(VectorEnvAdapter):
     """``envs[i]`` is env ``i``; the spaces are ``envs[0]``'s.
@@ -47,7 +49,9 @@ class GymEnvList(VectorEnvAdapter):
         self._rew = np.empty(n, dtype=np.float64)
         self._term = np.empty(n, dtype=bool)
         self._trunc = np.empty(n, dtype=bool)
-        self._moved: list[int] = []  # the envs the current step has begun to step (for moved_on after it raised)
+        # The envs of the current step and the position of the one being stepped (for moved_on after it raised).
+        self._ids: Any = range(self.num_envs)
+        self._pos = -1
 
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, list[dict]]:
         return self.reset_envs(np.arange(self.num_envs), seed=seed)
@@ -72,43 +76,80 @@ class GymEnvList(VectorEnvAdapter):
         isolate_failures: bool = False,
         env_ids: np.ndarray | None = None,
     ) -> VectorStep:
-        ids = range(self.num_envs) if env_ids is None else [int(i) for i in env_ids]
-        m = len(ids)
-        new_obs = self._obs[:m] if obs_out is None or env_ids is not None else obs_out
-        rew, term, trunc = self._rew[:m], self._term[:m], self._trunc[:m]
+        if env_ids is None:
+            ids: Any = range(self.num_envs)
+            new_obs = self._obs if obs_out is None else obs_out
+            rew, term, trunc = self._rew, self._term, self._trunc
+        else:
+            ids = [int(i) for i in env_ids]
+            m = len(ids)
+            new_obs, rew, term, trunc = self._obs[:m], self._rew[:m], self._term[:m], self._trunc[:m]
         infos: list[dict] | None = [] if need_infos else None
         acts = actions.tolist() if self._discrete else actions
+        envs = self.envs
+        obs_dtype, obs_shape = self._obs_dtype, self._obs_shape
+        any_done = False
+        self._pos = -1
+        if isolate_failures:
+            return self._step_isolated(ids, acts, new_obs, rew, term, trunc, infos)
+        j = -1
+        try:
+            for j, i in enumerate(ids):
+                o, r, te, tr, info = envs[i].step(acts[j])
+                if type(o) is np.ndarray and o.dtype is obs_dtype and o.shape == obs_shape:
+                    new_obs[j] = o
+                else:
+                    new_obs[j] = self._check_obs(i, o)
+                # Inline fast paths of check_reward / check_flag (a float that is not NaN, a Python bool).
+                rew[j] = r if type(r) is float and r == r else check_reward(r, i)
+                if te is not True and te is not False:
+                    te = check_flag(te, "terminateds", i)
+                if tr is not True and tr is not False:
+                    tr = check_flag(tr, "truncateds", i)
+                term[j] = te
+                trunc[j] = tr
+                if te or tr:
+                    any_done = True
+                if infos is not None:
+                    infos.append(info)
+        except BaseException:
+            self._ids, self._pos = ids, j  # for moved_on: envs ids[0..j] may have stepped
+            raise
+        return _NEW(VectorStep, (new_obs, rew, term, trunc, infos, any_done, None, ()))  # VectorStep(...), faster
+
+    def _step_isolated(
+        self, ids: Any, acts: Any, new_obs: np.ndarray, rew: np.ndarray, term: np.ndarray, trunc: np.ndarray, infos: list | None
+    ) -> VectorStep:
+        """`step` with ``isolate_failures=True``: an env's Exception is recorded, the others step on."""
         any_done = False
         failed: list[int] = []
         errors: list[BaseException] = []
-        self._moved = []
-        for j, i in enumerate(ids):
-            self._moved.append(i)
-            try:
-                o, r, te, tr, info = self.envs[i].step(acts[j])
-                new_obs[j] = self._check_obs(i, o)
-                rew[j] = check_reward(r, i)
-                term[j] = check_flag(te, "terminateds", i)
-                trunc[j] = check_flag(tr, "truncateds", i)
-            except Exception as e:
-                if not isolate_failures:
-                    raise
-                failed.append(j)
-                errors.append(e)
-                rew[j] = 0.0
-                term[j] = trunc[j] = False
-                info = {}
-            if term[j] or trunc[j]:
-                any_done = True
-            if infos is not None:
-                infos.append(info)
-        self._moved = []
-        if isolate_failures:
-            return VectorStep(new_obs, rew, term, trunc, infos, any_done, np.array(failed, np.int64), tuple(errors))
-        return VectorStep(new_obs, rew, term, trunc, infos, any_done)
+        j = -1
+        try:
+            for j, i in enumerate(ids):
+                try:
+                    o, r, te, tr, info = self.envs[i].step(acts[j])
+                    new_obs[j] = self._check_obs(i, o)
+                    rew[j] = check_reward(r, i)
+                    term[j] = check_flag(te, "terminateds", i)
+                    trunc[j] = check_flag(tr, "truncateds", i)
+                except Exception as e:
+                    failed.append(j)
+                    errors.append(e)
+                    rew[j] = 0.0
+                    term[j] = trunc[j] = False
+                    info = {}
+                if term[j] or trunc[j]:
+                    any_done = True
+                if infos is not None:
+                    infos.append(info)
+        except BaseException:
+            self._ids, self._pos = ids, j
+            raise
+        return VectorStep(new_obs, rew, term, trunc, infos, any_done, np.array(failed, np.int64), tuple(errors))
 
     def moved_on(self) -> np.ndarray:
-        return np.array(sorted(self._moved), dtype=np.int64)
+        return np.array(sorted(self._ids[: self._pos + 1]), dtype=np.int64) if self._pos >= 0 else np.zeros(0, np.int64)
 
     def reset_envs(self, env_ids: Sequence[int] | np.ndarray, seed: int | None = None) -> tuple[np.ndarray, list[dict]]:
         obs = np.empty((len(env_ids),) + self._obs_shape, dtype=self._obs_dtype)

@@ -103,6 +103,9 @@ class PolicyColumns:
         self.need_infos = infos_vr is not None and infos_vr.used_for_training
         self.check_nan = config.nan_outputs == "raise"
         self._bounds = _action_bounds(self.action_space)
+        self._scalar_bounds = self._bounds is not None and self._bounds[0].ndim == 0
+        self._lo = int(self._bounds[0]) if self._scalar_bounds and self._bounds is not None else 0
+        self._hi = int(self._bounds[1]) if self._scalar_bounds and self._bounds is not None else 0
 
     def __bool__(self) -> bool:
         return bool(self.state_keys or self.extra_keys)
@@ -110,6 +113,8 @@ class PolicyColumns:
     def _array(self, name: str, value: Any, n: int, spec: tuple) -> np.ndarray:
         arr = value if type(value) is np.ndarray else np.asarray(value)
         dtype, shape = spec
+        if arr.dtype is dtype and arr.shape == (n,) and not shape and arr.dtype.kind in "iub":
+            return arr  # the common case (one integer or bool per row), checked at once
         if arr.shape != (n, *shape):
             what = "leading dim" if arr.shape[:1] != (n,) else "per-row shape"
             raise ValueError(
@@ -132,16 +137,31 @@ class PolicyColumns:
 
     def check_outputs(self, actions: Any, state_outs: Any, extra: Any, n: int) -> dict[str, Any]:
         """The step's policy columns (``actions``, ``state_out_i``, extra fetches), checked."""
-        data: dict[str, Any] = {SampleBatch.ACTIONS: self._array("actions", actions, n, self.action_spec)}
-        if self._bounds is not None:
-            acts = data[SampleBatch.ACTIONS]
+        acts = actions if type(actions) is np.ndarray else np.asarray(actions)
+        if not (self._scalar_bounds and acts.dtype is self.action_spec[0] and acts.shape == (n,)):
+            acts = self._array("actions", acts, n, self.action_spec)  # else: a Discrete action per row, as expected
+        data: dict[str, Any] = {SampleBatch.ACTIONS: acts}
+        if self._bounds is not None and n:
             low, high = self._bounds
-            if acts.size and (acts.min() < low.min() or acts.max() > high.max() or (acts < low).any() or (acts > high).any()):
+            if n == 1 and self._scalar_bounds:
+                a = acts.item()
+                out = a < self._lo or a > self._hi
+            elif n <= 16 and self._scalar_bounds:  # a Discrete space: Python's min/max beat numpy's on few rows
+                flat = acts.tolist()
+                out = min(flat) < self._lo or max(flat) > self._hi
+            elif self._scalar_bounds and self._lo == 0 and acts.dtype.kind == "i":
+                out = int(acts.view(acts.dtype.str.replace("i", "u")).max()) > self._hi  # negatives wrap to huge
+            else:
+                out = bool((acts < low).any() or (acts > high).any())
+            if out:
                 bad = np.flatnonzero(((acts < low) | (acts > high)).reshape(n, -1).any(axis=1)).tolist()
                 raise ValueError(
                     f"column 'actions': compute_actions_from_input_dict returned actions outside the action space "
                     f"{self.action_space} (rows {bad}: {acts[bad].tolist()})"
                 )
+        if not state_outs and not extra and not self.state_keys and not self.extra_keys:
+            if type(state_outs) is list and type(extra) is dict:  # the common case: nothing else to check
+                return data
         if not isinstance(state_outs, (list, tuple)):
             raise ValueError(
                 f"state_outs: compute_actions_from_input_dict must return a list of arrays (one per "

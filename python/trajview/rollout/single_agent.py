@@ -56,6 +56,7 @@ class SingleAgentSampler:
         self.metrics = metrics
         n = self.num_envs = adapter.num_envs
         self._false = np.zeros(n, dtype=bool)
+        self._has_hooks = bool(hooks.active)
         self._all = np.arange(n, dtype=np.int64)
         # Per-slot episode lengths in Python only when the horizon or callbacks need them each step.
         self._track_len = config.horizon is not None or bool(hooks.active & {"on_episode_step", "on_episode_end"})
@@ -71,11 +72,12 @@ class SingleAgentSampler:
         self._timestep = 0
         #: Slots with no running episode: their envs reset before the next step.
         self._idle = np.ones(n, dtype=bool)
+        self._any_idle = True
         self._reset_seed: int | None = None  # the first reset's seed, until it succeeds
-        #: Per slot, the unemitted steps of its running episode.
-        self._unemitted = np.zeros(n, dtype=np.int64)
-        #: Per slot, the steps stored since the last batch (truncate_episodes: each slot's share of the batch).
-        self._frag_steps = np.zeros(n, dtype=np.int64)
+        #: Steps every slot stored since the last batch, less `_deficit` (steps a slot missed when its env
+        #: failed with restart_failed_sub_environments; it steps alone until it catches up).
+        self._frag = 0
+        self._deficit: dict[int, int] = {}
         #: Episodes cut by a fault with steps not emitted yet: their last step is marked truncated.
         self._cut_eps: set[int] = set()
         #: A batch built but not handed out (its postprocessing or on_sample_end raised): the next sample() retries it.
@@ -91,6 +93,8 @@ class SingleAgentSampler:
         policy = self.policy
         self.collector = make_collector(policy, self.num_envs, self.config, self._eps_base + self._next_eps_id)
         self._columns = PolicyColumns(policy, self.config)
+        # Infos when the policy trains on them, or for the episode's last_info_for() in callbacks.
+        self._want_infos = self._columns.need_infos or self._has_hooks
         # Big observations (images) go from env.step straight into the store's next rows: no copy in add_step.
         # Only for adapters that write observations in place, and when the stored column is the env's observation.
         spec = self.collector.columns.get(SampleBatch.OBS)
@@ -102,8 +106,9 @@ class SingleAgentSampler:
         self._ended = {}
         self._infos = {}
         self._idle[:] = True
-        self._unemitted[:] = 0
-        self._frag_steps[:] = 0
+        self._any_idle = True
+        self._frag = 0
+        self._deficit = {}
         self._cut_eps = set()
         self._pending = None
         self._reset_seed = self.config.seed if rebuild == 0 else None
@@ -118,9 +123,9 @@ class SingleAgentSampler:
         if len(eps_ids):
             self._next_eps_id = max(self._next_eps_id, int(eps_ids.max()) + 1 - self._eps_base)
         self._idle[ids] = False
+        self._any_idle = bool(self._idle.any())
         self._ep_len[ids] = 0
         self._ep_ret[ids] = 0.0
-        self._unemitted[ids] = 0
         started = []
         for j, (i, eid, info) in enumerate(zip(ids, eps_ids, infos)):
             ep = Episode(int(eid), int(i), obs[j], info)
@@ -165,22 +170,26 @@ class SingleAgentSampler:
         ids = np.asarray([i for i in np.asarray(ids, np.int64) if not self._idle[i]], dtype=np.int64)
         if not len(ids):
             return
+        lengths = self.collector.episode_lengths()
         self.collector.end_episodes(ids)
         for i in ids:
             ep = cast(Episode, self._episodes[i])
-            if self._unemitted[i] > 0 and not self.config.no_done_at_end:
-                self._cut_eps.add(ep.episode_id)
-            if self._unemitted[i] > 0 or self._ep_has_steps(i):
+            if self._unemitted(int(i), int(lengths[i])) > 0:
                 self._ended[ep.episode_id] = ep
+                if not self.config.no_done_at_end:
+                    self._cut_eps.add(ep.episode_id)
             else:
                 self._infos.pop(ep.episode_id, None)
             self._episodes[i] = None
         self._idle[ids] = True
-        self._unemitted[ids] = 0
+        self._any_idle = True
         self.metrics.num_faulty_episodes += len(ids)
 
-    def _ep_has_steps(self, i: int) -> bool:
-        return bool(self.collector.episode_lengths()[i] > 0) if not self._idle[i] else False
+    def _unemitted(self, i: int, length: int) -> int:
+        """Steps of slot ``i``'s running episode (``length`` steps so far) that no batch holds yet."""
+        if self.config.complete_episodes:
+            return length  # running episodes are emitted whole, once finished
+        return min(length, self._frag - self._deficit.get(i, 0))
 
     # -- sampling ---------------------------------------------------------------
 
@@ -197,15 +206,18 @@ class SingleAgentSampler:
         else:
             # Counted per slot in the store's terms: steps kept from a sample() that raised count too, and a
             # slot left behind by a failed env (restart_failed_sub_environments) steps alone until it catches up.
-            frag = self._frag_steps
-            while frag.min() < cfg.rollout_fragment_length:
-                behind = frag < frag.max()
-                self._step(np.flatnonzero(behind) if behind.any() else None)
+            while True:
+                if self._deficit:
+                    self._step(np.array(sorted(self._deficit), dtype=np.int64))
+                elif self._frag < cfg.rollout_fragment_length:
+                    self._step()
+                else:
+                    break
         return self._emit(complete)
 
     def _step(self, ids: np.ndarray | None = None) -> None:
         """One step of every env (or of the envs ``ids`` only: rows below are positions among them)."""
-        if self._idle.any():
+        if self._any_idle:
             self._start_idle()
         coll = self.collector
         cfg = self.config
@@ -220,25 +232,24 @@ class SingleAgentSampler:
         staged = self._next_obs_rows(SampleBatch.OBS) if self._next_obs_rows is not None and ids is None else None
         isolate = cfg.restart_failed_sub_environments
         try:
-            # Infos when the policy trains on them, or for the episode's last_info_for() in callbacks.
-            want_infos = self._columns.need_infos or bool(self.hooks)
             if ids is None:
-                res = self.adapter.step(actions, staged, want_infos, isolate)
+                res = self.adapter.step(actions, staged, self._want_infos, isolate)
             else:
-                res = self.adapter.step(actions, None, want_infos, isolate, env_ids=ids)
+                res = self.adapter.step(actions, None, self._want_infos, isolate, env_ids=ids)
         except BaseException:
             self._cut(self.adapter.moved_on())
             raise
-        new_obs, rew, term, trunc, infos = res.obs, res.rewards, res.terminateds, res.truncateds, res.infos
-        failed = res.failed if res.failed is not None and len(res.failed) else None
-        ok = np.arange(n) if failed is None else np.setdiff1d(np.arange(n), failed)
+        new_obs, rew, term, trunc, infos, any_done, failed = res[:7]
+        if failed is not None and not len(failed):
+            failed = None
+        ok = self._all if failed is None and ids is None else np.setdiff1d(np.arange(n), failed if failed is not None else [])
         if failed is not None:
             # A failed env's row holds nothing: it takes no part in this step.
             term, trunc = term.copy(), trunc.copy()
             term[failed] = trunc[failed] = False
         false = self._false if ids is None else np.zeros(n, dtype=bool)
 
-        cut = (term | trunc) if res.any_done else None
+        cut = (term | trunc) if any_done else None
         soft = None
         if cfg.horizon is not None:
             if cut is None:
@@ -275,8 +286,17 @@ class SingleAgentSampler:
 
         # The step is stored: commit the Python side, then end/restart episodes, then the hooks.
         self._timestep += n
-        self._unemitted[ok_slots] += 1
-        self._frag_steps[ok_slots] += 1
+        if ids is None:
+            self._frag += 1
+            if failed is not None:
+                for i in slots[failed].tolist():
+                    self._deficit[i] = self._deficit.get(i, 0) + 1
+        else:
+            for i in ok_slots.tolist():
+                if self._deficit[i] == 1:
+                    del self._deficit[i]
+                else:
+                    self._deficit[i] -= 1
         if failed is None and ids is None:
             if self._track_len:
                 self._ep_len += 1
@@ -288,7 +308,7 @@ class SingleAgentSampler:
             eps = coll.eps_ids()
             for j in ok.tolist():
                 self._infos[int(eps[slots[j]])].infos.append(infos[j])
-        stepped: list[tuple[int, int]] = [(int(slots[j]), j) for j in ok.tolist()] if self.hooks else []
+        stepped: list[tuple[int, int]] = [(int(slots[j]), j) for j in ok.tolist()] if self._has_hooks else []
         for i, j in stepped:
             ep = cast(Episode, self._episodes[i])  # every slot that stepped has a running episode
             ep.length = int(self._ep_len[i])
@@ -357,7 +377,7 @@ class SingleAgentSampler:
             self._episodes[i] = None
             ended.append(ep)
         self._idle[ends] = True
-        self._unemitted[ends] = 0
+        self._any_idle = True
         resets = np.flatnonzero(cut)
         obs = np.empty((len(ends),) + new_obs.shape[1:], dtype=new_obs.dtype)
         infos: list = [{} for _ in ends]
@@ -384,6 +404,7 @@ class SingleAgentSampler:
                     self._idle[i] = False  # ready to begin
         ready = np.array([j for j, i in enumerate(ends) if soft is not None and soft[i] or not self._idle[i]], np.int64)
         self._idle[ends] = True
+        self._any_idle = True
         started = self._begin(ends[ready], obs[ready], [infos[k] for k in ready]) if len(ready) else []
         return ended, started, error
 
@@ -421,10 +442,8 @@ class SingleAgentSampler:
         return self._finish_emit()
 
     def _after_build(self, complete: bool) -> None:
-        # complete_episodes emits finished episodes only: the running ones keep their unemitted steps.
-        if not complete:
-            self._unemitted[:] = 0
-        self._frag_steps[:] = 0
+        self._frag = 0
+        self._deficit = {}
 
     @staticmethod
     def _is_last_segment(seg: SampleBatch, segments: list[SampleBatch]) -> bool:

@@ -1,0 +1,188 @@
+"""Checked input at the worker's boundaries, and the smaller guarantees: unique eps_ids, bounded metrics, infos."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from rollout_helpers import ObsActionPolicy, ScriptedEnv, creator_from, make_envs
+
+import trajview as tv
+
+
+def worker(policy=ObsActionPolicy, num_envs=2, **kw):
+    return tv.RolloutWorker(creator_from(make_envs(num_envs, kw.pop("lengths", (10,)))), policy, num_envs=num_envs, **kw)
+
+
+def policy_returning(actions=None, state_outs=None, extra=None, initial_state=None):
+    class P(ObsActionPolicy):
+        def get_initial_state(self):
+            return [] if initial_state is None else initial_state
+
+        def compute_actions_from_input_dict(self, input_dict, explore=None, timestep=None, **kwargs):
+            a, s, e = super().compute_actions_from_input_dict(input_dict, explore, timestep)
+            if not explore:  # the pruning pass sees well-formed outputs
+                return a, [np.zeros((len(a),) + np.shape(x)) for x in (initial_state or [])], {}
+            return (a if actions is None else actions(a)), state_outs, extra
+
+    return P
+
+
+@pytest.mark.parametrize(
+    "bad, pattern",
+    [
+        (dict(actions=lambda a: a.astype(np.float64) + 0.5), r"column 'actions': expected dtype int64, got float64"),
+        (dict(actions=lambda a: a + 5), r"column 'actions': .*outside the action space Discrete\(5\)"),
+        (dict(actions=lambda a: -a - 1), r"column 'actions': .*outside the action space"),
+        (dict(actions=lambda a: a[:, None]), r"column 'actions': .*shape"),
+        (dict(state_outs=None, extra={}), r"state_outs: compute_actions_from_input_dict must return a list"),
+        (dict(state_outs=[], extra=None), r"extra_fetches: compute_actions_from_input_dict must return a dict"),
+        (dict(state_outs=[], extra={"new_thing": np.zeros(2)}), r"extra fetches \['new_thing'\] that it did not"),
+    ],
+)
+def test_bad_policy_outputs_are_errors_before_any_env_steps(bad, pattern):
+    envs = make_envs(2)
+    bad.setdefault("state_outs", [])
+    bad.setdefault("extra", {})
+    w = tv.RolloutWorker(creator_from(envs), policy_returning(**bad), num_envs=2, rollout_fragment_length=4)
+    with pytest.raises(ValueError, match=pattern):
+        w.sample()
+    assert all(not e.actions for e in envs), "no env stepped"
+
+
+def test_nan_policy_outputs_are_errors_unless_allowed():
+    class Box(gym.Env):
+        observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+        action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+
+        def reset(self, *, seed=None, options=None):
+            return np.zeros(2, np.float32), {}
+
+        def step(self, action):
+            return np.zeros(2, np.float32), 0.0, False, False, {}
+
+    class NaNPolicy(tv.Policy):
+        def compute_actions_from_input_dict(self, input_dict, explore=None, timestep=None, **kwargs):
+            return np.full((len(input_dict["obs"]), 1), np.nan, np.float32), [], {}
+
+    w = tv.RolloutWorker(lambda cfg: Box(), NaNPolicy, rollout_fragment_length=2)
+    with pytest.raises(ValueError, match=r"column 'actions': compute_actions_from_input_dict returned NaN.*nan_outputs='allow'"):
+        w.sample()
+    w = tv.RolloutWorker(lambda cfg: Box(), NaNPolicy, rollout_fragment_length=2, nan_outputs="allow")
+    assert np.isnan(w.sample()["actions"]).all()
+    with pytest.raises(ValueError, match=r"nan_outputs must be one of \('raise', 'allow'\), got 'warn'"):
+        tv.RolloutWorker(lambda cfg: Box(), NaNPolicy, nan_outputs="warn")
+
+
+@pytest.mark.parametrize(
+    "kw, pattern",
+    [
+        (dict(env_config=[1, 2]), r"env_config must be a dict \(or None\), got list"),
+        (dict(worker_index=-1), r"worker_index must be in \[0, 8388608\), got -1"),
+        (dict(worker_index=1 << 23), r"worker_index must be in \[0, 8388608\)"),
+        (dict(worker_index=1.5), r"worker_index must be an int, got 1.5"),
+        (dict(restart_failed_sub_environments="yes"), r"restart_failed_sub_environments must be a bool"),
+        (dict(metrics_window=0), r"metrics_window must be an int >= 1, got 0"),
+    ],
+)
+def test_bad_settings_name_the_setting(kw, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        worker(**kw)
+
+
+@pytest.mark.parametrize(
+    "value, pattern",
+    [
+        (None, r"column 'rewards': env 0 returned a reward of type NoneType"),
+        ("1.5", r"column 'rewards': env 0 returned a reward of type str \('1.5'\), expected a real number"),
+        (1 + 2j, r"type complex"),
+        (np.ones(2), r"type ndarray"),
+        (True, r"type bool"),
+        (float("nan"), r"returned a NaN reward"),
+        (2**60 + 1, r"the int reward 1152921504606846977, which float64 cannot hold exactly"),
+    ],
+)
+def test_rewards_must_be_real_numbers(value, pattern):
+    class Bad(ScriptedEnv):
+        def step(self, action):
+            o, r, te, tr, info = super().step(action)
+            return o, value, te, tr, info
+
+    w = tv.RolloutWorker(lambda cfg: Bad(), ObsActionPolicy, rollout_fragment_length=3)
+    with pytest.raises(ValueError, match=pattern):
+        w.sample()
+
+
+@pytest.mark.parametrize("value", ["False", 0.5, float("nan"), None, [], 0, 1])
+def test_flags_must_be_bools(value):
+    class Bad(ScriptedEnv):
+        def step(self, action):
+            o, r, te, tr, info = super().step(action)
+            return o, r, te, value, info
+
+    w = tv.RolloutWorker(lambda cfg: Bad(), ObsActionPolicy, rollout_fragment_length=3)
+    with pytest.raises(ValueError, match=r"column 'truncateds': env 0 returned .* expected a bool"):
+        w.sample()
+
+
+def test_numpy_scalars_are_fine():
+    class Np(ScriptedEnv):
+        def step(self, action):
+            o, r, te, tr, info = super().step(action)
+            return o, np.float32(r), np.bool_(te), np.bool_(tr), info
+
+    b = tv.RolloutWorker(lambda cfg: Np((3,)), ObsActionPolicy, rollout_fragment_length=6).sample()
+    assert b["rewards"].tolist() == [1, 2, 3, 1, 2, 3] and b["terminateds"].sum() == 2
+
+
+def test_vector_env_arrays_are_checked():
+    class BadVec(gym.vector.SyncVectorEnv):
+        def step(self, actions):
+            obs, rew, term, trunc, info = super().step(actions)
+            return obs, rew.astype(np.complex128), term, trunc, info
+
+    w = tv.RolloutWorker(lambda cfg: BadVec([lambda: ScriptedEnv() for _ in range(2)]), ObsActionPolicy)
+    with pytest.raises(ValueError, match=r"column 'rewards': the VectorEnv returned rewards of dtype complex128"):
+        w.sample()
+
+
+def test_eps_ids_stay_unique_however_often_the_views_change():
+    class Growing(ObsActionPolicy):
+        pass
+
+    w = worker(Growing, num_envs=2, rollout_fragment_length=1)
+    seen = set()
+    for k in range(300):  # 300 store rebuilds (the old layout repeated ids after 256)
+        w.policy.view_requirements[f"extra_view_{k}"] = tv.ViewRequirement("obs", shift=-1)
+        b = w.sample()
+        ids = set(b["eps_id"].tolist())
+        assert not ids & seen
+        seen |= ids
+    assert all(e >> 40 == 0 for e in seen)
+
+
+def test_metrics_are_bounded_when_never_read():
+    w = worker(num_envs=1, lengths=(1,), rollout_fragment_length=50, metrics_window=20)
+    for _ in range(4):
+        w.sample()
+    m = w.get_metrics()
+    assert len(m["episode_returns"]) == 20 and m["episodes_dropped"] == 180
+    assert w.get_metrics()["episode_returns"] == []
+
+
+def test_last_info_is_current_without_training_on_infos():
+    infos = []
+
+    class Cb(tv.Callbacks):
+        def on_episode_step(self, *, worker, base_env, policies, episode, env_index, **kwargs):
+            infos.append((episode.last_info_for(), episode.last_observation_for().tolist()))
+
+    class NoInfos(ObsActionPolicy):
+        def loss(self, train_batch):
+            return train_batch["obs"]
+
+    w = tv.RolloutWorker(lambda cfg: ScriptedEnv((5,)), NoInfos, rollout_fragment_length=3, callbacks=Cb())
+    b = w.sample()
+    assert "infos" not in b
+    assert [i for i, _ in infos] == [{"uid": 0, "t": t} for t in (1, 2, 3)]
+    assert [o for _, o in infos] == [[0, t] for t in (1, 2, 3)]
