@@ -13,8 +13,9 @@ Two runs in one process, one after the other:
 
 The RSS is read from /proc/self/statm at ``--points`` evenly spaced moments
 of each run. Warm-up is the first 10% of the worker run, and for replay the
-larger of 10% and two passes over the buffer (filled, then overwritten
-once); the report gives the RSS at the end of
+larger of 10% and four passes over the buffer (filled, then overwritten
+three times: the stored rows, the samples' buffers and malloc's arenas
+settle); the report gives the RSS at the end of
 warm-up, its maximum after it and the growth, and plots both runs
 (``--plot``, default bench/soak.png). Exit status 1 if either run grew by
 more than ``--max-growth-mb`` (default 32 MB) after warm-up.
@@ -150,9 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     rt = replay_soak(a.replay_steps, a.capacity, a.points)
     print(f"soak: {time.perf_counter() - t0:.0f} s, trajview {tv.__version__}, python {sys.version.split()[0]}")
     warm_w = a.worker_steps // 10
-    warm_r = max(a.replay_steps // 10, 2 * a.capacity)  # the buffer filled, and overwritten once
+    # The buffer filled and overwritten 3 times: its rows, the samples' fresh buffers and malloc's arenas settle.
+    warm_r = max(a.replay_steps // 10, 4 * a.capacity)
     if warm_r >= a.replay_steps:
-        p.error(f"--replay-steps must exceed the warm-up (2 x capacity = {2 * a.capacity})")
+        p.error(f"--replay-steps must exceed the warm-up (4 x capacity = {4 * a.capacity})")
     gw = report(f"worker, {a.worker_steps:,} W1 env steps", wt, warm_w)
     gr = report(f"replay, {a.replay_steps:,} add+sample steps", rt, warm_r)
     if a.plot:
