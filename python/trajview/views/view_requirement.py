@@ -1,4 +1,4 @@
-"""`ViewRequirement`: which slice of which column a model reads (SPEC section 3)."""
+"""`ViewRequirement`: which slice of which column a model reads (see docs/contract.md, Views)."""
 
 from __future__ import annotations
 
