@@ -478,16 +478,12 @@ class SampleBatch(dict):
         return interop.to_padded(dict(dict.items(self)), lengths)
 
     def to_tensordict(self) -> Any:
-        """A `tensordict.TensorDict` in TorchRL's layout, zero copy where possible (see `interop.to_tensordict`).
+        """A `tensordict.TensorDict` in TorchRL's layout, zero copy where possible.
 
-        ``new_obs`` -> ``("next", "obs")``; ``rewards`` -> ``("next", "reward")``,
-        ``terminateds``/``truncateds`` -> ``("next", "terminated")``/``("next", "truncated")``
-        and ``("next", "done")`` (their OR, or ``dones``), each ``[B, 1]``; the
-        root ``done``/``terminated``/``truncated`` (the flags before each
-        step: always ``False`` inside a trajectory); ``is_init`` ``[B, 1]``
-        (the batch's, else ``t == 0``, else where ``eps_id`` changes);
-        ``eps_id`` -> ``("collector", "traj_ids")``; ``actions`` -> ``action``;
-        every other column under its own name. ``infos`` is left out.
+        ``new_obs`` -> ``("next", "obs")``, ``rewards`` -> ``("next", "reward")``,
+        ``actions`` -> ``action``, ``eps_id`` -> ``("collector", "traj_ids")``, the
+        end flags and ``is_init`` as ``[B, 1]`` bools, ``infos`` left out (the whole
+        mapping: `views.interop.to_tensordict`; docs/contract.md, Flat layout).
         Needs ``torch`` and ``tensordict`` (``pip install tensordict``).
         """
         return interop.to_tensordict(dict(dict.items(self)), self.count, self._seq_keys)
