@@ -9,40 +9,13 @@ import numpy as np
 
 from .. import _core
 from .._validate import lazy_row_bytes, positive_int
-from ..views.sample_batch import LazyView, SampleBatch
+from ..views.columns import BOUNDARY_COLUMNS, column_spec_from_space
+from ..views.columns import column_spec as _column_spec
+from ..views.lazy_view import LazyView
+from ..views.sample_batch import SampleBatch
 from ..views.view_requirement import ViewRequirement
 
 __all__ = ["Collector", "BOUNDARY_COLUMNS", "column_spec_from_space"]
-
-#: Columns every batch carries, computed by the store rather than stored.
-BOUNDARY_COLUMNS = ("eps_id", "env_id", "t", "is_init")
-
-
-def column_spec_from_space(space: Any) -> tuple[np.dtype, tuple[int, ...]]:
-    """(dtype, per-step shape) of a gymnasium space's samples."""
-    dtype = getattr(space, "dtype", None)
-    shape = getattr(space, "shape", None)
-    if dtype is None or shape is None:
-        raise ValueError(f"cannot store samples of space {space!r}: it has no fixed dtype and shape")
-    return np.dtype(dtype), tuple(int(d) for d in shape)
-
-
-def _column_spec(name: str, spec: Any) -> tuple[np.dtype, tuple[int, ...]]:
-    if isinstance(spec, tuple) and len(spec) == 2:
-        dtype, shape = spec
-        try:
-            dt = np.dtype(dtype)
-        except TypeError as e:
-            raise ValueError(f"column {name!r}: bad dtype {dtype!r}") from e
-        if isinstance(shape, (int, np.integer)):
-            shape = (int(shape),)
-        try:
-            shp = tuple(int(d) for d in shape)
-        except TypeError as e:
-            raise ValueError(f"column {name!r}: shape must be a tuple of ints, got {shape!r}") from e
-        return dt, shp
-    return column_spec_from_space(spec)
-
 
 class Collector:
     """Stores each env step once, in C++, and builds every view from that copy.

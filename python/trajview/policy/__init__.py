@@ -1,13 +1,15 @@
-"""Layer 2, what acts and learns: `Policy` (views, compute actions, postprocessing, loss) and its view-pruning pass.
+"""Layer 2, what acts and learns: `Policy` (views, compute actions, postprocessing, loss) and
+`prune_views`, the pass that trims a policy's views to what it reads.
 
 `TorchPolicy` needs torch and is imported on first use.
 """
 
 from typing import Any
 
-from .policy import NEVER_PRUNED, ColumnSpec, Policy
+from .policy import ColumnSpec, Policy
+from .pruning import NEVER_PRUNED, prune_views
 
-__all__ = ["ColumnSpec", "NEVER_PRUNED", "Policy", "TorchPolicy"]
+__all__ = ["ColumnSpec", "NEVER_PRUNED", "Policy", "TorchPolicy", "prune_views"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,7 @@
-"""`Policy`: the framework-free base, its view requirements and the view-pruning pass (SPEC section 5)."""
+"""`Policy`: the framework-free base and its view requirements (see docs/contract.md, Views and Pruning).
+
+The view-pruning pass that trims those requirements is `prune_views` (in `policy.pruning`).
+"""
 
 from __future__ import annotations
 
@@ -7,32 +10,15 @@ from typing import Any
 
 import numpy as np
 
+from ..views.columns import ColumnSpec, column_spec_from_space
 from ..views.sample_batch import SampleBatch
 from ..views.view_requirement import ViewRequirement
+from .pruning import NEVER_PRUNED, prune_views
 
 __all__ = ["Policy", "ColumnSpec", "NEVER_PRUNED"]
 
-#: (dtype, per-step shape) of a stored column.
-ColumnSpec = tuple[np.dtype, tuple[int, ...]]
-
-#: Training views the pruning pass never removes (SPEC section 5).
-NEVER_PRUNED = frozenset(
-    {SampleBatch.REWARDS, SampleBatch.TERMINATEDS, SampleBatch.TRUNCATEDS, SampleBatch.EPS_ID, SampleBatch.T}
-)
-
-# Columns whose values the collector computes (not stored).
-_BOUNDARY = ("eps_id", "env_id", "t", "is_init")
-_DUMMY_B = 2  # rows of the dummy compute-actions input
-_DUMMY_T = 6  # steps of the dummy trajectory
-
-
-def space_column_spec(space: Any, what: str) -> ColumnSpec:
-    """The (dtype, shape) of one sample of a gymnasium space."""
-    dtype = getattr(space, "dtype", None)
-    shape = getattr(space, "shape", None)
-    if dtype is None or shape is None:
-        raise ValueError(f"{what}: space {space!r} has no fixed dtype and shape; trajview stores fixed-shape arrays")
-    return np.dtype(dtype), tuple(int(d) for d in shape)
+#: The old name of `views.columns.column_spec_from_space` (``space_column_spec(space, what)``).
+space_column_spec = column_spec_from_space
 
 
 class Policy:
@@ -120,8 +106,8 @@ class Policy:
     def column_specs(self) -> dict[str, ColumnSpec]:
         """Every column a collector stores for this policy (after the pruning pass)."""
         specs: dict[str, ColumnSpec] = {
-            SampleBatch.OBS: space_column_spec(self.observation_space, "observation_space"),
-            SampleBatch.ACTIONS: space_column_spec(self.action_space, "action_space"),
+            SampleBatch.OBS: column_spec_from_space(self.observation_space, "observation_space"),
+            SampleBatch.ACTIONS: column_spec_from_space(self.action_space, "action_space"),
             SampleBatch.REWARDS: (np.dtype(np.float64), ()),
             SampleBatch.TERMINATEDS: (np.dtype(np.bool_), ()),
             SampleBatch.TRUNCATEDS: (np.dtype(np.bool_), ()),
@@ -130,148 +116,6 @@ class Policy:
         specs.update(self.extra_fetch_columns)
         return specs
 
-    def _dummy_column(self, col: str, specs: dict[str, ColumnSpec], vr: ViewRequirement | None) -> ColumnSpec:
-        if col in specs:
-            return specs[col]
-        if col in _BOUNDARY:
-            return (np.dtype(np.bool_), ()) if col == "is_init" else (np.dtype(np.int64), ())
-        if vr is not None and vr.space is not None:
-            return space_column_spec(vr.space, f"view {col!r}")
-        raise ValueError(
-            f"view requirement reads column {col!r}, which no one produces (not an env column, a state_out, "
-            f"an extra fetch of compute_actions_from_input_dict, nor a column that postprocessing adds); "
-            f"known columns: {sorted(specs)}"
-        )
-
-    def _dummy_view(self, key: str, vr: ViewRequirement, specs: dict[str, ColumnSpec], n: int) -> np.ndarray:
-        dtype, shape = self._dummy_column(vr.column(key), specs, vr)
-        lead = (n, len(vr.shift_arr)) if vr.adds_axis else (n,)
-        return np.zeros(lead + shape, dtype=dtype)
-
     def _initialize_view_requirements(self) -> None:
-        """The view-pruning pass (SPEC section 5); runs once, before the first sample.
-
-        Sends dummy batches through ``compute_actions_from_input_dict``,
-        ``postprocess_trajectory`` and ``loss``, records which keys each reads,
-        adds or deletes, and marks views that none reads as unused. Also learns
-        the dtype and shape of the ``state_out_i`` and extra-fetch columns.
-        """
-        if self._views_initialized:
-            return
-        VR = ViewRequirement
-        init = [np.asarray(s) for s in self.get_initial_state()]
-        specs = self.column_specs()
-        for i, s in enumerate(init):
-            specs[f"state_out_{i}"] = (s.dtype, s.shape)
-        vrs = self.view_requirements
-
-        # 1. Action computation.
-        obs_cols = {SampleBatch.OBS}
-        inputs = {}
-        for key, vr in vrs.items():
-            col = vr.column(key)
-            if not vr.used_for_compute_actions or col == SampleBatch.INFOS:
-                continue
-            knowable = vr.shift_to <= (0 if col in obs_cols else -1)
-            if col in _BOUNDARY:
-                knowable = True
-            if knowable:
-                inputs[key] = self._dummy_view(key, vr, specs, _DUMMY_B)
-        input_batch = SampleBatch(inputs)
-        input_batch.enable_access_tracking()
-        out = self.compute_actions_from_input_dict(input_batch, explore=False, timestep=0)
-        if not isinstance(out, tuple) or len(out) != 3:
-            raise TypeError(
-                f"{type(self).__name__}.compute_actions_from_input_dict must return (actions, state_outs, "
-                f"extra_fetches), got {type(out).__name__}"
-            )
-        actions, state_outs, extra = out
-        read_for_actions = set(input_batch.accessed_keys)
-
-        # Learn the policy's own columns from what it returned.
-        self.state_columns = {}
-        if len(state_outs) != len(init):
-            raise ValueError(
-                f"{type(self).__name__}: compute_actions_from_input_dict returned {len(state_outs)} state_outs, "
-                f"but get_initial_state() has {len(init)}"
-            )
-        for i, (s, s0) in enumerate(zip(state_outs, init)):
-            s = np.asarray(s)
-            if s.shape[1:] != s0.shape:
-                raise ValueError(
-                    f"state_out_{i}: compute_actions_from_input_dict returned per-row shape {s.shape[1:]}, "
-                    f"get_initial_state()[{i}] has shape {s0.shape}"
-                )
-            self.state_columns[f"state_out_{i}"] = (s0.dtype, s0.shape)
-        self.extra_fetch_columns = {}
-        for k, v in dict(extra).items():
-            v = np.asarray(v)
-            if v.ndim < 1 or v.shape[0] != _DUMMY_B:
-                raise ValueError(
-                    f"extra fetch {k!r}: expected one row per input row (leading dim {_DUMMY_B}), got shape {v.shape}"
-                )
-            if k in specs and k not in self.extra_fetch_columns:
-                raise ValueError(f"extra fetch {k!r} has the name of a column the env produces")
-            self.extra_fetch_columns[k] = (v.dtype, tuple(v.shape[1:]))
-        for i in range(len(init)):
-            vrs.setdefault(f"state_in_{i}", VR(f"state_out_{i}", shift=-1))
-            vrs.setdefault(f"state_out_{i}", VR(used_for_compute_actions=False))
-        for k in self.extra_fetch_columns:
-            vrs.setdefault(k, VR(used_for_compute_actions=False))
-        specs = self.column_specs()
-        del actions
-
-        # 2. Postprocessing, on one dummy trajectory with every training view.
-        train = {}
-        for key, vr in vrs.items():
-            if not vr.used_for_training:
-                continue
-            col = vr.column(key)
-            if col == SampleBatch.INFOS:
-                train[key] = np.array([{} for _ in range(_DUMMY_T)], dtype=object)
-                continue
-            if col not in specs and col not in _BOUNDARY and vr.space is None:
-                continue  # a column that postprocessing adds: see below
-            rows = _DUMMY_T if vr.batch_repeat_value == 1 else -(-_DUMMY_T // vr.batch_repeat_value)
-            train[key] = self._dummy_view(key, vr, specs, rows)
-        train[SampleBatch.EPS_ID] = np.zeros(_DUMMY_T, np.int64)
-        train[SampleBatch.ENV_ID] = np.zeros(_DUMMY_T, np.int64)
-        train[SampleBatch.T] = np.arange(_DUMMY_T, dtype=np.int64)
-        train[SampleBatch.IS_INIT] = np.arange(_DUMMY_T) == 0
-        repeats = {vr.batch_repeat_value for vr in vrs.values() if vr.batch_repeat_value > 1}
-        seq_keys = [k for k, vr in vrs.items() if vr.batch_repeat_value > 1 and k in train]
-        if repeats:
-            rep = max(repeats)
-            n_seq = -(-_DUMMY_T // rep)
-            train[SampleBatch.SEQ_LENS] = np.array([min(rep, _DUMMY_T - q * rep) for q in range(n_seq)], np.int32)
-        pre = SampleBatch(train, seq_keys=seq_keys)
-        pre.enable_access_tracking()
-        post = self.postprocess_trajectory(pre)
-        if not isinstance(post, SampleBatch):
-            raise TypeError(
-                f"{type(self).__name__}.postprocess_trajectory must return a SampleBatch, got {type(post).__name__}"
-            )
-        read_in_post = set(pre.accessed_keys)
-        self.postprocessed_columns = set(post.keys()) - set(train.keys())
-
-        # 3. The loss, on the postprocessed batch.
-        loss_batch = SampleBatch(dict(post), seq_keys=seq_keys)
-        loss_batch.enable_access_tracking()
-        has_loss = True
-        try:
-            self._run_loss_for_pruning(loss_batch)
-        except NotImplementedError:
-            has_loss = False
-        read_in_loss = set(loss_batch.accessed_keys)
-
-        # 4. Prune.
-        for key, vr in vrs.items():
-            if vr.used_for_compute_actions and key not in read_for_actions:
-                vr.used_for_compute_actions = False
-            if has_loss and vr.used_for_training and key not in NEVER_PRUNED:
-                if key not in read_in_post and key not in read_in_loss:
-                    vr.used_for_training = False
-        for key in self.postprocessed_columns:
-            if key in read_in_loss and key not in vrs:
-                vrs[key] = VR(used_for_compute_actions=False)
-        self._views_initialized = True
+        """The view-pruning pass (`prune_views`, see docs/contract.md, Pruning); runs once, before the first sample."""
+        prune_views(self)

@@ -1,5 +1,7 @@
-"""Layer 2, replay over the C++ replay store: `ReplayBuffer` keeps trajectories flat, samplers build views at sample time."""
+"""Layer 2, replay over the C++ replay store: `ReplayBuffer` keeps trajectories flat, samplers (`SliceSampler`)
+choose the slices a sample reads; views are built at sample time."""
 
-from .buffer import ReplayBuffer, SliceSampler
+from .buffer import ReplayBuffer
+from .samplers import SliceSampler
 
 __all__ = ["ReplayBuffer", "SliceSampler"]

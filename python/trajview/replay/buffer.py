@@ -1,11 +1,12 @@
-"""`ReplayBuffer` and `SliceSampler`: TorchRL-style replay in the flat layout.
+"""`ReplayBuffer`: TorchRL-style replay in the flat layout (see docs/contract.md, Replay).
 
 The buffer stores flat env steps in C++ circular storage, each observation
 once: ``new_obs`` is ``obs`` read at ``+1`` within a trajectory, and each
 trajectory piece's final observation is kept in one extra row after it.
-Samples are slices of trajectories with any view (frame stacks, previous
-actions, ``new_obs``) built in C++ at sample time, without the GIL, into
-fresh arrays (zero copy to numpy and, with ``torch.from_numpy``, to torch).
+Samples are slices of trajectories (which ones: the buffer's sampler, e.g.
+`SliceSampler`) with any view (frame stacks, previous actions, ``new_obs``)
+built in C++ at sample time, without the GIL, into fresh arrays (zero copy
+to numpy and, with ``torch.from_numpy``, to torch).
 
 Trajectories: rows with the same ``traj_key`` value (default ``eps_id``,
 else ``traj_ids``) that sit next to each other in a batch form a piece; a
@@ -34,116 +35,41 @@ import numpy as np
 
 from .. import _core
 from .._validate import positive_int
-from ..views.sample_batch import MultiAgentBatch, SampleBatch
-from ..views.view_requirement import ViewRequirement
+from ..views import MultiAgentBatch, SampleBatch, ViewRequirement
+from ..views.columns import (
+    DONES,
+    EPS_ID,
+    IS_INIT,
+    NEXT_OBS,
+    OBS,
+    STATE_IN_PREFIX,
+    TERMINATEDS,
+    TRUNCATEDS,
+    column_specs,
+)
+from .samplers import SliceSampler
 
-__all__ = ["ReplayBuffer", "SliceSampler"]
+__all__ = ["ReplayBuffer"]
 
-_INT = (int, np.integer)
 #: Columns computed at sample time, never stored.
-_COMPUTED = ("is_init", "mask")
-_DEFAULT_NEXT_OBS = {"obs": "new_obs"}
-_END_FLAGS = ("terminateds", "truncateds", "dones")
+_COMPUTED = (IS_INIT, "mask")
+_DEFAULT_NEXT_OBS = {OBS: NEXT_OBS}
+_END_FLAGS = (TERMINATEDS, TRUNCATEDS, DONES)
+#: Trajectory-id columns tried in order when the sampler names no ``traj_key``.
+_TRAJ_KEYS = (EPS_ID, "traj_ids")
 
 
-class SliceSampler:
-    """Samples slices of trajectories, with TorchRL's names and semantics.
-
-    Args:
-        num_slices: slices per sample; the slice length is then
-            ``batch_size // num_slices``. Exclusive with ``slice_len``.
-        slice_len: steps per slice; ``num_slices = batch_size // slice_len``.
-            The batch size must be divisible by either.
-        traj_key: the column holding trajectory ids (default: ``eps_id``, else
-            ``traj_ids``, else trajectories are cut at the ``end_key`` flags).
-        end_key: a bool column marking a trajectory's last step (default:
-            ``terminateds | truncateds``, or ``dones``).
-        truncated_key: a stored bool column set ``True`` at each slice's last
-            step in the output (so that value estimators see where a slice
-            stops), as TorchRL does; ``None`` leaves it as stored. A stored
-            ``dones`` column is OR-ed with the same mark.
-        strict_length: ``True``: only trajectories of at least ``slice_len``
-            steps are sampled. ``False`` (default): shorter trajectories give
-            shorter slices (the output then has fewer rows than the batch size).
-        pad_output: pad every slice to ``slice_len`` rows by repeating its last
-            real step and add a bool ``mask`` column (``False`` on padding).
-        seed: seed of the sampler's random generator.
-
-    A slice picks a trajectory uniformly among the eligible ones, then a start
-    uniformly among those leaving ``slice_len`` steps. Slices never cross a
-    trajectory boundary, the buffer's write head, or a partly overwritten
-    trajectory. ``is_init`` is set at each slice's first step and at every
-    real episode start.
-    """
-
-    def __init__(
-        self,
-        *,
-        num_slices: int | None = None,
-        slice_len: int | None = None,
-        traj_key: str | None = None,
-        end_key: str | None = None,
-        truncated_key: str | None = "truncateds",
-        strict_length: bool = False,
-        pad_output: bool = False,
-        seed: int | None = None,
-    ) -> None:
-        if (num_slices is None) == (slice_len is None):
-            raise ValueError(
-                f"SliceSampler needs exactly one of num_slices and slice_len, got num_slices={num_slices!r}, "
-                f"slice_len={slice_len!r}"
-            )
-        self.num_slices = None if num_slices is None else positive_int("num_slices", num_slices)
-        self.slice_len = None if slice_len is None else positive_int("slice_len", slice_len)
-        for name, key in (("traj_key", traj_key), ("end_key", end_key), ("truncated_key", truncated_key)):
-            if key is not None and not isinstance(key, str):
-                raise TypeError(f"SliceSampler {name} must be a column name (str) or None, got {key!r}")
-        self.traj_key = traj_key
-        self.end_key = end_key
-        self.truncated_key = truncated_key
-        self.strict_length = bool(strict_length)
-        self.pad_output = bool(pad_output)
-        self._rng = np.random.default_rng(seed)
-        self._lock = threading.Lock()
-
-    def slices(self, batch_size: int) -> tuple[int, int]:
-        """``(num_slices, slice_len)`` for a batch of ``batch_size`` steps."""
-        batch_size = positive_int("batch_size", batch_size)
-        if self.num_slices is not None:
-            if batch_size % self.num_slices:
-                raise ValueError(
-                    f"batch_size must be divisible by num_slices={self.num_slices}, got batch_size={batch_size}"
-                )
-            return self.num_slices, batch_size // self.num_slices
-        assert self.slice_len is not None
-        if batch_size % self.slice_len:
-            raise ValueError(f"batch_size must be divisible by slice_len={self.slice_len}, got batch_size={batch_size}")
-        return batch_size // self.slice_len, self.slice_len
-
-    def _next_seed(self) -> int:
-        with self._lock:
-            return int(self._rng.integers(0, 2**63))
-
-    def __repr__(self) -> str:
-        size = f"num_slices={self.num_slices}" if self.num_slices is not None else f"slice_len={self.slice_len}"
-        return (
-            f"SliceSampler({size}, traj_key={self.traj_key!r}, end_key={self.end_key!r}, "
-            f"strict_length={self.strict_length}, pad_output={self.pad_output})"
-        )
-
-
-def _column_specs(spec: Mapping[str, Any]) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
-    out: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
-    for name, s in spec.items():
-        if not (isinstance(s, tuple) and len(s) == 2):
-            raise ValueError(f"columns[{name!r}] must be (dtype, shape), got {s!r}")
-        try:
-            dt = np.dtype(s[0])
-        except TypeError as e:
-            raise ValueError(f"column {name!r}: bad dtype {s[0]!r}") from e
-        shape = (int(s[1]),) if isinstance(s[1], _INT) else tuple(int(d) for d in s[1])
-        out[str(name)] = (dt, shape)
-    return out
+def _stored_by_default(key: str, next_columns: set[str], seq_keys: frozenset[str]) -> bool:
+    """Whether a batch column is stored when the buffer is not told which: not a next-observation column,
+    nothing computed at sample time, no ``infos``, nothing per-sequence."""
+    return (
+        key not in next_columns
+        and key not in _COMPUTED
+        and key != SampleBatch.INFOS
+        and key not in seq_keys
+        and key != SampleBatch.SEQ_LENS
+        and not key.startswith(STATE_IN_PREFIX)
+    )
 
 
 class ReplayBuffer:
@@ -189,7 +115,7 @@ class ReplayBuffer:
         self._explicit_columns: tuple[str, ...] | None = None
         self._specs: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None
         if isinstance(columns, Mapping):
-            self._specs = _column_specs(columns)
+            self._specs = column_specs(columns, spaces=False)
             self._explicit_columns = tuple(self._specs)
         elif columns is not None:
             if isinstance(columns, str):
@@ -257,11 +183,7 @@ class ReplayBuffer:
         nexts = set(self._next_obs.values())
         names = self._explicit_columns
         if names is None:
-            names = tuple(
-                k for k in batch
-                if k not in nexts and k not in _COMPUTED and k != SampleBatch.INFOS and k not in seq
-                and k != SampleBatch.SEQ_LENS and not k.startswith("state_in_")
-            )
+            names = tuple(k for k in batch if _stored_by_default(k, nexts, seq))
             if not names:
                 raise ValueError(f"add: the batch has no column to store, got columns {list(batch)}")
         specs = {}
@@ -300,10 +222,9 @@ class ReplayBuffer:
                 n = len(data[k])
             if self._explicit_columns is None:
                 nexts = set(self._next_obs.values())
+                seq = batch.seq_keys if isinstance(batch, SampleBatch) else frozenset()
                 for k in batch:
-                    if k not in self._specs and k not in nexts and k not in _COMPUTED and k != SampleBatch.INFOS \
-                            and k != SampleBatch.SEQ_LENS and not k.startswith("state_in_") \
-                            and not (isinstance(batch, SampleBatch) and k in batch.seq_keys):
+                    if k not in self._specs and _stored_by_default(k, nexts, seq):
                         raise ValueError(
                             f"add: column {k!r} is not stored (stored: {list(self._specs)}); "
                             f"pass columns=[...] to choose what the buffer keeps"
@@ -338,7 +259,7 @@ class ReplayBuffer:
             return n
 
     def _uses_traj_key(self, batch: Mapping[str, Any]) -> bool:
-        return self.sampler.traj_key is not None or any(k in batch for k in ("eps_id", "traj_ids"))
+        return self.sampler.traj_key is not None or any(k in batch for k in _TRAJ_KEYS)
 
     extend = add  # TorchRL's name
 
@@ -369,7 +290,7 @@ class ReplayBuffer:
             done |= f.reshape(n, int(np.prod(f.shape[1:], dtype=np.int64))).astype(bool).any(axis=1)
         traj_key = s.traj_key
         if traj_key is None:
-            traj_key = next((k for k in ("eps_id", "traj_ids") if k in batch), None)
+            traj_key = next((k for k in _TRAJ_KEYS if k in batch), None)
         elif traj_key not in batch:
             raise ValueError(f"add: missing traj_key column {traj_key!r}")
         if traj_key is not None:

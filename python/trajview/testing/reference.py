@@ -5,7 +5,7 @@ that the property tests compare the C++ collector against. It is written for
 readability, not speed: per env slot it keeps the running episode as python
 lists of rows (one list per column), in the spirit of RLlib's
 ``SimpleListCollector``, and builds every view from the literal definition
-of SPEC section 3:
+in docs/contract.md, Views:
 
 * the value of a view at timestep ``t`` is ``data_col[t + s]`` for each
   offset ``s``;
@@ -32,14 +32,11 @@ from typing import Any, cast
 import numpy as np
 
 from .._validate import lazy_row_bytes, positive_int
-
+from ..views.columns import BOUNDARY_COLUMNS, column_spec
 from ..views.sample_batch import SampleBatch
 from ..views.view_requirement import ViewRequirement
 
 __all__ = ["ReferenceCollector"]
-
-#: Columns that every batch holds, computed from the episode rather than stored.
-BOUNDARY_COLUMNS = ("eps_id", "env_id", "t", "is_init")
 
 
 class _Episode:
@@ -104,7 +101,7 @@ class ReferenceCollector:
                     self.emit_env_id = False  # the only boundary column that can be pruned
                 continue
             if col not in self.dtypes and vr.space is not None:
-                self._add_column(col, (vr.space.dtype, vr.space.shape))
+                self._add_column(col, vr.space)
             if key == "seq_lens":
                 raise ValueError("a view cannot be named 'seq_lens': the collector computes that column")
             if col not in self.dtypes:
@@ -140,9 +137,7 @@ class ReferenceCollector:
 
     def _add_column(self, name: str, spec: Any) -> None:
         """``spec``: ``(dtype, shape)`` (an int shape means ``(shape,)``) or a space with ``.dtype``, ``.shape``."""
-        dtype, shape = spec if isinstance(spec, tuple) else (spec.dtype, spec.shape)
-        self.dtypes[name] = np.dtype(dtype)
-        self.shapes[name] = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
+        self.dtypes[name], self.shapes[name] = column_spec(name, spec)
 
     # ------------------------------------------------------------------ helpers
 
@@ -197,7 +192,7 @@ class ReferenceCollector:
         return out
 
     def _row(self, ep: _Episode, col: str, i: int, padding: str) -> np.ndarray:
-        """Row ``i`` of ``col`` in ``ep``, with the padding rules of SPEC section 3."""
+        """Row ``i`` of ``col`` in ``ep``, with the padding rules of docs/contract.md, Views."""
         rows = ep.rows[col]
         if i < 0:
             if padding == "reset":

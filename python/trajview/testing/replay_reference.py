@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from ..views.columns import DONES, TERMINATEDS, TRUNCATEDS
 from ..views.view_requirement import ViewRequirement
 
 __all__ = ["ReferenceReplay"]
 
-_END_FLAGS = ("terminateds", "truncateds", "dones")
+_END_FLAGS = (TERMINATEDS, TRUNCATEDS, DONES)
 
 
 @dataclass

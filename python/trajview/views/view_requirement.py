@@ -1,4 +1,4 @@
-"""`ViewRequirement`: which slice of which column a model reads (docs/contract.md, Views)."""
+"""`ViewRequirement`: which slice of which column a model reads (see docs/contract.md, Views)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,212 @@
+"""The view-pruning pass: `prune_views(policy)` finds which views a policy really reads (see docs/contract.md, Pruning).
+
+Dummy batches built from the view requirements (and the spaces) go through
+``compute_actions_from_input_dict``, ``postprocess_trajectory`` and the
+loss; views that none of them reads are marked unused, so collectors never
+build or store them. As in RLlib, the pass is the policy's concern: it runs
+once per policy, before its first sample (`Policy._initialize_view_requirements`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..views.columns import (
+    BOUNDARY_COLUMNS,
+    STATE_IN_PREFIX,
+    STATE_OUT_PREFIX,
+    ColumnSpec,
+    column_spec_from_space,
+)
+from ..views.sample_batch import SampleBatch
+from ..views.view_requirement import ViewRequirement
+
+__all__ = ["NEVER_PRUNED", "PrunablePolicy", "prune_views"]
+
+#: Training views the pruning pass never removes (see docs/contract.md, Pruning).
+NEVER_PRUNED = frozenset(
+    {SampleBatch.REWARDS, SampleBatch.TERMINATEDS, SampleBatch.TRUNCATEDS, SampleBatch.EPS_ID, SampleBatch.T}
+)
+
+_DUMMY_B = 2  # rows of the dummy compute-actions input
+_DUMMY_T = 6  # steps of the dummy trajectory
+
+
+class PrunablePolicy(Protocol):
+    """What the pass reads and writes of a policy: `tv.Policy` and its subclasses have all of it."""
+
+    view_requirements: dict[str, ViewRequirement]
+    state_columns: dict[str, ColumnSpec]
+    extra_fetch_columns: dict[str, ColumnSpec]
+    postprocessed_columns: set[str]
+    _views_initialized: bool
+
+    def get_initial_state(self) -> list[np.ndarray]: ...
+
+    def column_specs(self) -> dict[str, ColumnSpec]: ...
+
+    def compute_actions_from_input_dict(
+        self, input_dict: Mapping[str, Any], explore: bool | None = None, timestep: int | None = None, **kwargs: Any
+    ) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]: ...
+
+    def postprocess_trajectory(
+        self, sample_batch: SampleBatch, other_agent_batches: dict | None = None, episode: Any = None
+    ) -> SampleBatch: ...
+
+    def _run_loss_for_pruning(self, batch: SampleBatch) -> None: ...
+
+
+def _dummy_column(col: str, specs: dict[str, ColumnSpec], vr: ViewRequirement | None) -> ColumnSpec:
+    if col in specs:
+        return specs[col]
+    if col in BOUNDARY_COLUMNS:
+        return (np.dtype(np.bool_), ()) if col == SampleBatch.IS_INIT else (np.dtype(np.int64), ())
+    if vr is not None and vr.space is not None:
+        return column_spec_from_space(vr.space, f"view {col!r}")
+    raise ValueError(
+        f"view requirement reads column {col!r}, which no one produces (not an env column, a state_out, "
+        f"an extra fetch of compute_actions_from_input_dict, nor a column that postprocessing adds); "
+        f"known columns: {sorted(specs)}"
+    )
+
+
+def _dummy_view(key: str, vr: ViewRequirement, specs: dict[str, ColumnSpec], n: int) -> np.ndarray:
+    dtype, shape = _dummy_column(vr.column(key), specs, vr)
+    lead = (n, len(vr.shift_arr)) if vr.adds_axis else (n,)
+    return np.zeros(lead + shape, dtype=dtype)
+
+
+def prune_views(policy: PrunablePolicy) -> None:
+    """Runs the view-pruning pass on ``policy`` once (later calls return at once).
+
+    Sends dummy batches through ``compute_actions_from_input_dict``,
+    ``postprocess_trajectory`` and the loss, records which keys each reads,
+    adds or deletes, and marks views that none reads as unused
+    (``used_for_compute_actions`` / ``used_for_training`` set to ``False``;
+    `NEVER_PRUNED` views keep training). Also learns the dtype and shape of
+    the ``state_out_i`` and extra-fetch columns (``policy.state_columns``,
+    ``policy.extra_fetch_columns``) and the columns postprocessing adds
+    (``policy.postprocessed_columns``).
+    """
+    if policy._views_initialized:
+        return
+    VR = ViewRequirement
+    init = [np.asarray(s) for s in policy.get_initial_state()]
+    specs = policy.column_specs()
+    for i, s in enumerate(init):
+        specs[f"{STATE_OUT_PREFIX}{i}"] = (s.dtype, s.shape)
+    vrs = policy.view_requirements
+
+    # 1. Action computation.
+    obs_cols = {SampleBatch.OBS}
+    inputs = {}
+    for key, vr in vrs.items():
+        col = vr.column(key)
+        if not vr.used_for_compute_actions or col == SampleBatch.INFOS:
+            continue
+        knowable = vr.shift_to <= (0 if col in obs_cols else -1)
+        if col in BOUNDARY_COLUMNS:
+            knowable = True
+        if knowable:
+            inputs[key] = _dummy_view(key, vr, specs, _DUMMY_B)
+    input_batch = SampleBatch(inputs)
+    input_batch.enable_access_tracking()
+    out = policy.compute_actions_from_input_dict(input_batch, explore=False, timestep=0)
+    if not isinstance(out, tuple) or len(out) != 3:
+        raise TypeError(
+            f"{type(policy).__name__}.compute_actions_from_input_dict must return (actions, state_outs, "
+            f"extra_fetches), got {type(out).__name__}"
+        )
+    actions, state_outs, extra = out
+    read_for_actions = set(input_batch.accessed_keys)
+
+    # Learn the policy's own columns from what it returned.
+    policy.state_columns = {}
+    if len(state_outs) != len(init):
+        raise ValueError(
+            f"{type(policy).__name__}: compute_actions_from_input_dict returned {len(state_outs)} state_outs, "
+            f"but get_initial_state() has {len(init)}"
+        )
+    for i, (s, s0) in enumerate(zip(state_outs, init)):
+        s = np.asarray(s)
+        if s.shape[1:] != s0.shape:
+            raise ValueError(
+                f"state_out_{i}: compute_actions_from_input_dict returned per-row shape {s.shape[1:]}, "
+                f"get_initial_state()[{i}] has shape {s0.shape}"
+            )
+        policy.state_columns[f"{STATE_OUT_PREFIX}{i}"] = (s0.dtype, s0.shape)
+    policy.extra_fetch_columns = {}
+    for k, v in dict(extra).items():
+        v = np.asarray(v)
+        if v.ndim < 1 or v.shape[0] != _DUMMY_B:
+            raise ValueError(
+                f"extra fetch {k!r}: expected one row per input row (leading dim {_DUMMY_B}), got shape {v.shape}"
+            )
+        if k in specs and k not in policy.extra_fetch_columns:
+            raise ValueError(f"extra fetch {k!r} has the name of a column the env produces")
+        policy.extra_fetch_columns[k] = (v.dtype, tuple(v.shape[1:]))
+    for i in range(len(init)):
+        vrs.setdefault(f"{STATE_IN_PREFIX}{i}", VR(f"{STATE_OUT_PREFIX}{i}", shift=-1))
+        vrs.setdefault(f"{STATE_OUT_PREFIX}{i}", VR(used_for_compute_actions=False))
+    for k in policy.extra_fetch_columns:
+        vrs.setdefault(k, VR(used_for_compute_actions=False))
+    specs = policy.column_specs()
+    del actions
+
+    # 2. Postprocessing, on one dummy trajectory with every training view.
+    train = {}
+    for key, vr in vrs.items():
+        if not vr.used_for_training:
+            continue
+        col = vr.column(key)
+        if col == SampleBatch.INFOS:
+            train[key] = np.array([{} for _ in range(_DUMMY_T)], dtype=object)
+            continue
+        if col not in specs and col not in BOUNDARY_COLUMNS and vr.space is None:
+            continue  # a column that postprocessing adds: see below
+        rows = _DUMMY_T if vr.batch_repeat_value == 1 else -(-_DUMMY_T // vr.batch_repeat_value)
+        train[key] = _dummy_view(key, vr, specs, rows)
+    train[SampleBatch.EPS_ID] = np.zeros(_DUMMY_T, np.int64)
+    train[SampleBatch.ENV_ID] = np.zeros(_DUMMY_T, np.int64)
+    train[SampleBatch.T] = np.arange(_DUMMY_T, dtype=np.int64)
+    train[SampleBatch.IS_INIT] = np.arange(_DUMMY_T) == 0
+    repeats = {vr.batch_repeat_value for vr in vrs.values() if vr.batch_repeat_value > 1}
+    seq_keys = [k for k, vr in vrs.items() if vr.batch_repeat_value > 1 and k in train]
+    if repeats:
+        rep = max(repeats)
+        n_seq = -(-_DUMMY_T // rep)
+        train[SampleBatch.SEQ_LENS] = np.array([min(rep, _DUMMY_T - q * rep) for q in range(n_seq)], np.int32)
+    pre = SampleBatch(train, seq_keys=seq_keys)
+    pre.enable_access_tracking()
+    post = policy.postprocess_trajectory(pre)
+    if not isinstance(post, SampleBatch):
+        raise TypeError(
+            f"{type(policy).__name__}.postprocess_trajectory must return a SampleBatch, got {type(post).__name__}"
+        )
+    read_in_post = set(pre.accessed_keys)
+    policy.postprocessed_columns = set(post.keys()) - set(train.keys())
+
+    # 3. The loss, on the postprocessed batch.
+    loss_batch = SampleBatch(dict(post), seq_keys=seq_keys)
+    loss_batch.enable_access_tracking()
+    has_loss = True
+    try:
+        policy._run_loss_for_pruning(loss_batch)
+    except NotImplementedError:
+        has_loss = False
+    read_in_loss = set(loss_batch.accessed_keys)
+
+    # 4. Prune.
+    for key, vr in vrs.items():
+        if vr.used_for_compute_actions and key not in read_for_actions:
+            vr.used_for_compute_actions = False
+        if has_loss and vr.used_for_training and key not in NEVER_PRUNED:
+            if key not in read_in_post and key not in read_in_loss:
+                vr.used_for_training = False
+    for key in policy.postprocessed_columns:
+        if key in read_in_loss and key not in vrs:
+            vrs[key] = VR(used_for_compute_actions=False)
+    policy._views_initialized = True

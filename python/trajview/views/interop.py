@@ -1,0 +1,128 @@
+"""Other libraries' layouts of flat columns: padded ``[N, T_max]`` episodes and TorchRL's `TensorDict`.
+
+`SampleBatch.to_padded` and `SampleBatch.to_tensordict` check the batch and call these. numpy only at import
+time: torch and tensordict are imported inside `to_tensordict` (see docs/contract.md, Flat layout).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .columns import ACTIONS, DONES, EPS_ID, INFOS, IS_INIT, NEXT_OBS, REWARDS, TERMINATEDS, TRUNCATEDS, T
+
+__all__ = ["to_padded", "to_tensordict"]
+
+
+def to_padded(columns: Mapping[str, Any], episode_lengths: Sequence[int]) -> dict[str, np.ndarray]:
+    """One row per episode, padded: ``{column: [N, T_max, *shape], "mask": bool [N, T_max]}``.
+
+    ``columns`` are per-step arrays (or `LazyView` s) holding the episodes end to end, ``episode_lengths``
+    their rows, in order; ``columns`` must not have a ``mask`` column. ``T_max`` is the longest episode;
+    rows past an episode's end are zeros (``None`` in object columns) and ``mask`` is ``False`` there.
+    """
+    n = len(episode_lengths)
+    t_max = max(episode_lengths, default=0)
+    out: dict[str, np.ndarray] = {}
+    for k, v in columns.items():
+        col = np.asarray(v)
+        padded = np.zeros((n, t_max, *col.shape[1:]), dtype=col.dtype)
+        if col.dtype == object:
+            padded[...] = None
+        start = 0
+        for i, length in enumerate(episode_lengths):
+            padded[i, :length] = col[start : start + length]
+            start += length
+        out[k] = padded
+    mask = np.zeros((n, t_max), dtype=bool)
+    for i, length in enumerate(episode_lengths):
+        mask[i, :length] = True
+    out["mask"] = mask
+    return out
+
+
+def to_tensordict(columns: Mapping[str, Any], count: int, seq_keys: Collection[str] = ()) -> Any:
+    """A `tensordict.TensorDict` of ``count`` rows in TorchRL's layout, zero copy where possible.
+
+    ``new_obs`` -> ``("next", "obs")``; ``rewards`` -> ``("next", "reward")``,
+    ``terminateds``/``truncateds`` -> ``("next", "terminated")``/``("next", "truncated")``
+    and ``("next", "done")`` (their OR, or ``dones``), each ``[B, 1]``; the
+    root ``done``/``terminated``/``truncated`` (the flags before each
+    step: always ``False`` inside a trajectory); ``is_init`` ``[B, 1]``
+    (the batch's, else ``t == 0``, else where ``eps_id`` changes);
+    ``eps_id`` -> ``("collector", "traj_ids")``; ``actions`` -> ``action``;
+    every other column under its own name. ``infos`` is left out.
+    ``seq_keys`` (per-sequence columns) must be empty.
+    Needs ``torch`` and ``tensordict`` (``pip install tensordict``).
+    """
+    try:
+        import torch
+        from tensordict import TensorDict
+    except ImportError as e:
+        raise ImportError("SampleBatch.to_tensordict needs torch and tensordict (pip install tensordict)") from e
+    if seq_keys:
+        raise ValueError(f"to_tensordict needs per-step columns only, got per-sequence columns {sorted(seq_keys)}")
+    n = count
+
+    def tensor(a: Any) -> Any:
+        if isinstance(a, torch.Tensor):
+            return a
+        arr = np.asarray(a)
+        if arr.dtype == object:
+            raise ValueError(f"to_tensordict cannot convert a column of dtype object (shape {arr.shape})")
+        if not arr.flags.writeable or not arr.flags.c_contiguous:
+            arr = np.ascontiguousarray(arr).copy()
+        return torch.from_numpy(arr)
+
+    def flag(a: Any) -> Any:
+        t = tensor(a)
+        t = t.reshape(n, -1).any(dim=1) if t.dim() > 1 else t.bool()
+        return t.unsqueeze(-1)
+
+    cols = dict(columns)
+    root: dict[str, Any] = {}
+    nxt: dict[str, Any] = {}
+    collector: dict[str, Any] = {}
+    false = torch.zeros(n, 1, dtype=torch.bool)
+    if NEXT_OBS in cols:
+        nxt["obs"] = tensor(cols.pop(NEXT_OBS))
+    if REWARDS in cols:
+        r = tensor(cols.pop(REWARDS))
+        nxt["reward"] = r.unsqueeze(-1) if r.dim() == 1 else r
+    term = flag(cols.pop(TERMINATEDS)) if TERMINATEDS in cols else None
+    trunc = flag(cols.pop(TRUNCATEDS)) if TRUNCATEDS in cols else None
+    dones = flag(cols.pop(DONES)) if DONES in cols else None
+    if term is not None:
+        nxt["terminated"] = term
+    if trunc is not None:
+        nxt["truncated"] = trunc
+    if dones is not None:
+        nxt["done"] = dones
+    elif term is not None or trunc is not None:
+        nxt["done"] = (term if term is not None else false) | (trunc if trunc is not None else false)
+    for k in ("done", "terminated", "truncated"):
+        if k in nxt:
+            root[k] = torch.zeros(n, 1, dtype=torch.bool)
+    if IS_INIT in cols:
+        root["is_init"] = flag(cols.pop(IS_INIT))
+    elif T in cols:
+        root["is_init"] = (tensor(cols[T]) == 0).unsqueeze(-1)
+    elif EPS_ID in cols:
+        eps = np.asarray(cols[EPS_ID])
+        init = np.ones(n, dtype=bool)
+        init[1:] = eps[1:] != eps[:-1]
+        root["is_init"] = torch.from_numpy(init).unsqueeze(-1)
+    if EPS_ID in cols:
+        collector["traj_ids"] = tensor(cols.pop(EPS_ID))
+    if ACTIONS in cols:
+        root["action"] = tensor(cols.pop(ACTIONS))
+    cols.pop(INFOS, None)
+    for k, v in cols.items():
+        root[k] = tensor(v)
+    if nxt:
+        root["next"] = TensorDict(nxt, batch_size=[n])
+    if collector:
+        root["collector"] = TensorDict(collector, batch_size=[n])
+    return TensorDict(root, batch_size=[n])
