@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from .policy import Policy
-from ..views.sample_batch import LazyView, SampleBatch
+from ..views import LazyView, SampleBatch
 
 __all__ = ["TorchPolicy"]
 

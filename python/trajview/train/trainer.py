@@ -19,7 +19,7 @@ import torch
 from .. import envs as _envs  # noqa: F401  (registers trajview's gymnasium ids)
 from ..algorithms.ppo import PPOPolicy
 from ..rollout.worker import RolloutWorker
-from ..views.sample_batch import SampleBatch, concat_samples
+from ..views import SampleBatch, concat_samples
 from .config import TrainConfig
 from .metrics import append_metrics, plot_learning_curve, read_metrics, truncate_metrics
 
