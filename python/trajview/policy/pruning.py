@@ -122,6 +122,17 @@ def prune_views(policy: PrunablePolicy) -> None:
         )
     actions, state_outs, extra = out
     read_for_actions = set(input_batch.accessed_keys)
+    name = type(policy).__name__
+    if not isinstance(state_outs, (list, tuple)):
+        raise ValueError(
+            f"state_outs: {name}.compute_actions_from_input_dict must return a list of arrays (one per "
+            f"get_initial_state() entry, [] if not recurrent), got {type(state_outs).__name__}"
+        )
+    if not isinstance(extra, Mapping):
+        raise ValueError(
+            f"extra_fetches: {name}.compute_actions_from_input_dict must return a dict of arrays ({{}} if none), "
+            f"got {type(extra).__name__}"
+        )
 
     # Learn the policy's own columns from what it returned.
     policy.state_columns = {}
@@ -132,6 +143,7 @@ def prune_views(policy: PrunablePolicy) -> None:
         )
     for i, (s, s0) in enumerate(zip(state_outs, init)):
         s = np.asarray(s)
+        _check_storable(f"{STATE_OUT_PREFIX}{i}", s0.dtype, "get_initial_state()")
         if s.shape[1:] != s0.shape:
             raise ValueError(
                 f"state_out_{i}: compute_actions_from_input_dict returned per-row shape {s.shape[1:]}, "
@@ -147,6 +159,8 @@ def prune_views(policy: PrunablePolicy) -> None:
             )
         if k in specs and k not in policy.extra_fetch_columns:
             raise ValueError(f"extra fetch {k!r} has the name of a column the env produces")
+        _check_extra_name(k, vrs)
+        _check_storable(f"extra fetch {k!r}", v.dtype, "compute_actions_from_input_dict")
         policy.extra_fetch_columns[k] = (v.dtype, tuple(v.shape[1:]))
     for i in range(len(init)):
         vrs.setdefault(f"{STATE_IN_PREFIX}{i}", VR(f"{STATE_OUT_PREFIX}{i}", shift=-1))
@@ -210,3 +224,44 @@ def prune_views(policy: PrunablePolicy) -> None:
         if key in read_in_loss and key not in vrs:
             vrs[key] = VR(used_for_compute_actions=False)
     policy._views_initialized = True
+
+
+#: Names an extra fetch may not take: views the collector builds itself (an extra fetch of that name would be
+#: silently shadowed by the view, or shadow it), the boundary columns and the recurrent-state names.
+RESERVED_FETCH_NAMES = frozenset(
+    {
+        SampleBatch.NEXT_OBS,
+        SampleBatch.PREV_ACTIONS,
+        SampleBatch.PREV_REWARDS,
+        SampleBatch.INFOS,
+        SampleBatch.SEQ_LENS,
+        SampleBatch.DONES,
+        SampleBatch.UNROLL_ID,
+        SampleBatch.AGENT_INDEX,
+        *BOUNDARY_COLUMNS,
+    }
+)
+
+#: dtype kinds a store keeps: bool, unsigned and signed ints, floats (see trajview._core).
+_STORABLE_KINDS = "buif"
+
+
+def _check_extra_name(key: str, vrs: Mapping[str, ViewRequirement]) -> None:
+    reserved = key in RESERVED_FETCH_NAMES or key.startswith((STATE_IN_PREFIX, STATE_OUT_PREFIX))
+    vr = vrs.get(key)
+    # A view of that name reading another column or offset (e.g. prev_actions = actions@-1) would hide the fetch.
+    shadowed = vr is not None and (vr.column(key) != key or vr.adds_axis or vr.shift_from != 0)
+    if reserved or shadowed:
+        what = "a name trajview reserves for a view or column it builds" if reserved else f"the name of the view {vr!r}"
+        raise ValueError(
+            f"extra fetch {key!r}: compute_actions_from_input_dict returned an extra fetch with {what}; "
+            f"rename the fetch (reserved: {sorted(RESERVED_FETCH_NAMES)} and the state_in_*/state_out_* names)"
+        )
+
+
+def _check_storable(what: str, dtype: np.dtype, source: str) -> None:
+    if dtype.kind not in _STORABLE_KINDS or dtype.itemsize > 8:
+        raise ValueError(
+            f"{what}: {source} returned dtype {dtype}, which a trajectory store cannot hold; expected a bool, "
+            f"int or float dtype (e.g. float32, int64)"
+        )
