@@ -76,7 +76,9 @@ class WorkerSet:
       what the failed worker had not reported yet. At most ``max_restarts``
       (default 1000) replacements in all; after that a failure is raised as
       above. A replacement that fails to start counts as one too.
-    * Errors while the workers are first built are always raised.
+    * Errors while the workers are first built are always raised. Building a
+      worker (the first ones, and replacements) is not bounded by
+      ``sample_timeout_s``.
     * A replacement's ``eps_id`` s count from its worker's first again, and
       with ``seed`` given its envs are seeded as its predecessor's were; its
       global RNGs are seeded apart.
@@ -190,13 +192,22 @@ class WorkerSet:
                 if self.recreate_failed_workers and self.num_worker_restarts < self.max_restarts:
                     self._kill(i)
                     self.num_worker_restarts += 1
-                    self._workers[i] = self._backend.start(i + 1, incarnation=self.num_worker_restarts)
+                    try:
+                        self._workers[i] = self._backend.start(i + 1, incarnation=self.num_worker_restarts)
+                    except Exception as start_error:  # e.g. no process could be forked: the worker stays down
+                        f = failed[i]
+                        self._down[i] = WorkerError(
+                            f"{self._error(i, f, hint=False)}\nstarting its replacement failed: {start_error!r}",
+                            worker_index=i + 1, reason=f.reason, detail=f.detail,
+                        )
+                        error = error or self._down[i]
+                        continue
                     starting.append(i)
                     continue
-                e = self._error(i, failed[i])
+                err = self._error(i, failed[i])
                 if self._workers[i] is None:
-                    self._down[i] = e
-                error = error or e
+                    self._down[i] = err
+                error = error or err
             failed = self._ready(starting)
         if error is not None:
             raise error
