@@ -91,3 +91,50 @@ def creator_from(envs):
     """An env_creator that hands out the given envs one per call."""
     it = iter(envs)
     return lambda cfg: next(it)
+
+
+class FaultOnFileEnv(ScriptedEnv):
+    """A ScriptedEnv whose step raises while the file ``<fault_dir>/fail-<this process's pid>`` exists.
+
+    A test makes one worker process's env fail (and not its replacement's, which runs in a new process) by
+    creating that worker's file.
+    """
+
+    def __init__(self, fault_dir, lengths=(10,), env_index=0):
+        super().__init__(lengths, env_index)
+        self.fault_dir = str(fault_dir)
+
+    def step(self, action):
+        import os
+
+        if os.path.exists(os.path.join(self.fault_dir, f"fail-{os.getpid()}")):
+            raise RuntimeError(f"injected fault in process {os.getpid()}")
+        return super().step(action)
+
+
+class CounterPolicy(tv.Policy):
+    """Weights ``{"count": int64[1]}`` (initially 0); action = count % 5, so a batch shows the weights it was
+    sampled with."""
+
+    def __init__(self, obs_space, act_space, config=None):
+        super().__init__(obs_space, act_space, config)
+        self.count = 0
+
+    def compute_actions_from_input_dict(self, input_dict, explore=None, timestep=None, **kwargs):
+        return np.full(len(input_dict["obs"]), self.count % 5, np.int64), [], {}
+
+    def get_weights(self):
+        return {"count": np.array([self.count], np.int64)}
+
+    def set_weights(self, weights):
+        self.count = int(weights["count"][0])
+
+
+def pid_gone(pid: int) -> bool:
+    """Whether process ``pid`` has exited (absent, or a zombie that its new parent has not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")

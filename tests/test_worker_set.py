@@ -147,3 +147,23 @@ def test_workers_draw_different_random_numbers_reproducibly_with_a_seed():
     np.testing.assert_array_equal(a2, b2)
     c1, c2 = actions(seed=None)
     assert not np.array_equal(c1, c2)
+
+
+def test_metrics_are_gathered_from_every_worker():
+    kwargs = dict(rollout_fragment_length=12, restart_failed_sub_environments=True, metrics_window=2)
+
+    def creator(cfg):
+        return FailingEnv(lengths=(1, 2, 4))  # episodes of 1 and 2 steps end; one of 4 fails at t=2
+
+    w = tv.RolloutWorker(creator, ObsActionPolicy, **kwargs)
+    w.sample()
+    one = w.get_metrics()
+    assert one["episodes_dropped"] > 0 and one["num_faulty_episodes"] > 0 and one["num_env_restarts"] > 0
+    with tv.WorkerSet(creator, ObsActionPolicy, num_workers=2, **kwargs) as ws:
+        ws.sample()
+        m = ws.get_metrics()
+    for k in ("episode_returns", "episode_lengths"):
+        assert m[k] == one[k] + one[k]  # worker 1's, then worker 2's
+    for k in ("episodes_dropped", "num_faulty_episodes", "num_env_restarts"):
+        assert m[k] == 2 * one[k]
+    assert (m["num_worker_restarts"], m["num_healthy_workers"]) == (0, 2)

@@ -6,7 +6,10 @@ process backend (test_worker_set.py) covers the same protocol everywhere.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -22,6 +25,7 @@ from rollout_helpers import (  # noqa: E402
     assert_failure_reported_then_stopped,
     expected_action,
 )
+from trajview.errors import WorkerError  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -55,3 +59,45 @@ def test_ray_workers_sample_sync_and_report_errors(ray_session):
     with pytest.raises(RuntimeError, match=r"rollout worker 1 failed:(.|\n)*rollout_fragment_length"):
         tv.WorkerSet(lambda cfg: ScriptedEnv(), ObsActionPolicy, num_workers=1, backend="ray",
                      rollout_fragment_length=0)
+
+
+def wait_gone(pid: int) -> None:
+    deadline = time.monotonic() + 5
+    while not rollout_helpers.pid_gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert rollout_helpers.pid_gone(pid)
+
+
+def ray_kill(ws, i: int) -> None:
+    """ray.kill of worker i's actor (0-based), and waits for its process to end (ray.kill is asynchronous)."""
+    pid = ws.worker_pids()[i]
+    ray.kill(ws._workers[i].actor)
+    wait_gone(pid)
+
+
+def test_ray_worker_killed_or_hung_is_replaced_or_named(ray_session):
+    counter = iter(range(1000))
+    with tv.WorkerSet(lambda cfg: ScriptedEnv((4, 6), env_index=next(counter)), ObsActionPolicy, num_workers=2,
+                      backend="ray", rollout_fragment_length=5, recreate_failed_workers=True,
+                      sample_timeout_s=1.5) as ws:
+        p1, p2 = ws.worker_pids()
+        ray_kill(ws, 1)
+        b = ws.sample()
+        assert len(b) == 5 and set((np.asarray(b["eps_id"]) >> 40).tolist()) == {1}
+        b = ws.sample()
+        assert len(b) == 10 and set((np.asarray(b["eps_id"]) >> 40).tolist()) == {1, 2}
+        q1, q2 = ws.worker_pids()
+        assert q1 == p1 and q2 != p2 and ws.num_worker_restarts == 1
+        os.kill(q1, signal.SIGSTOP)  # hung: no answer within sample_timeout_s, ray.kill'ed and replaced
+        each = ws.sample_each()
+        assert each[0] is None and len(each[1]) == 5 and ws.num_worker_restarts == 2
+        assert len(ws.sample()) == 10
+    ws = tv.WorkerSet(lambda cfg: ScriptedEnv(), ObsActionPolicy, num_workers=2, backend="ray",
+                      rollout_fragment_length=5)
+    try:
+        ray_kill(ws, 1)
+        with pytest.raises(WorkerError, match=r"rollout worker 2 died:(.|\n)*recreate_failed_workers=True") as e:
+            ws.sample()
+        assert (e.value.worker_index, e.value.reason) == (2, "died")
+    finally:
+        ws.stop()

@@ -1,39 +1,70 @@
-"""Where `WorkerSet`'s workers run: one interface (`Backend`), one class per kind (processes, Ray actors).
+"""Where `WorkerSet`'s workers run: one small interface (`Backend`), one class per kind (processes, Ray actors).
 
 A worker is a `RolloutWorker` inside `ServedWorker`, which answers commands
-("sample", "set_weights", "get_weights", "metrics", "stop") by name: the
-body of a Ray actor and of a worker process alike.
+("pid", "sample", "set_weights", "get_weights", "metrics", "stop") by name:
+the body of a Ray actor and of a worker process alike. A backend only knows
+how to start one worker, send it one command, await its answer (with a
+deadline) and kill it; what to do when a worker fails (raise, or replace it)
+is `WorkerSet`'s, the same for every backend.
 """
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing as mp
 import os
 import random
+import signal
 import sys
+import threading
+import time
 import traceback
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import numpy as np
 
 from .worker import RolloutWorker
 
-__all__ = ["Backend", "ProcessBackend", "RayBackend", "ServedWorker"]
+__all__ = ["Backend", "ProcessBackend", "RayBackend", "ServedWorker", "WorkerFailed"]
 
 
-def _seed_worker(kwargs: dict) -> None:
+class WorkerFailed(Exception):
+    """`Backend.receive`: the worker gave no answer.
+
+    ``reason``: ``"died"`` (``detail``: how), ``"timeout"`` (no answer by the
+    deadline; the worker may still run: kill it) or ``"raised"`` (the command
+    raised in the worker; ``detail``: its traceback; the worker still answers).
+    """
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(reason, detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def _seed_worker(kwargs: dict, incarnation: int = 0) -> None:
     """Seeds this worker process's global RNGs (random, numpy, torch) apart from every other worker's.
 
     Forked workers inherit the driver's RNG states, and fresh processes all
     start torch's generator at the same default seed: without this, every
     worker would draw the same "random" actions. With ``seed`` given, each
-    worker's seed follows from it and its ``worker_index`` (reproducible).
+    worker's seed follows from it and its ``worker_index`` (reproducible); a
+    replacement of a failed worker (``incarnation`` 1, 2, ...) draws apart
+    from the worker it replaces.
     """
     seed = kwargs.get("seed")
     index = int(kwargs["worker_index"])
-    s = (int(seed) * 1_000_003 + index) % 2**63 if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+    if seed is None:
+        s = int.from_bytes(os.urandom(8), "little") >> 1
+    elif incarnation == 0:
+        s = (int(seed) * 1_000_003 + index) % 2**63
+    else:
+        digest = hashlib.blake2b(f"{int(seed)}:{index}:{incarnation}".encode(), digest_size=8).digest()
+        s = int.from_bytes(digest, "little") >> 1
     random.seed(s)
     np.random.seed(s % 2**32)
     torch = sys.modules.get("torch")
@@ -41,15 +72,35 @@ def _seed_worker(kwargs: dict) -> None:
         torch.manual_seed(s)
 
 
-class ServedWorker:
-    """One worker: its RolloutWorker and the commands it answers."""
+class _StartError(RuntimeError):
+    """Building the worker failed: raised by every command of that worker."""
 
-    def __init__(self, env_creator: Callable, policy: Any, kwargs: dict) -> None:
-        _seed_worker(kwargs)
-        self.worker = RolloutWorker(env_creator, policy, **kwargs)
+
+class ServedWorker:
+    """One worker: its RolloutWorker and the commands it answers.
+
+    An error while building the RolloutWorker is not raised here but by the
+    worker's first command (with the build's traceback), so that every
+    backend reports it as the answer to a command.
+    """
+
+    def __init__(self, env_creator: Callable, policy: Any, kwargs: dict, incarnation: int = 0) -> None:
+        self.worker: RolloutWorker | None = None
+        self.start_error: str | None = None
+        try:
+            _seed_worker(kwargs, incarnation)
+            self.worker = RolloutWorker(env_creator, policy, **kwargs)
+        except Exception:
+            self.start_error = traceback.format_exc()
 
     def run(self, cmd: str, arg: Any) -> Any:
+        if cmd == "pid":
+            if self.start_error is not None:
+                raise _StartError(f"building the RolloutWorker failed:\n{self.start_error}")
+            return os.getpid()
         w = self.worker
+        if w is None:
+            raise _StartError(f"building the RolloutWorker failed:\n{self.start_error}")
         if cmd == "sample":
             return w.sample()
         if cmd == "set_weights":
@@ -64,222 +115,286 @@ class ServedWorker:
             return None
         raise ValueError(f"unknown WorkerSet command {cmd!r}")
 
+    def stop(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+
 
 class Backend(ABC):
-    """``num_workers`` served workers (indices ``1..num_workers``) that run one command each, in parallel."""
+    """Starts, commands and kills single workers; a worker is whatever handle `start` returns.
 
-    num_workers: int
+    Commands to one worker are answered in order: `receive` returns the answer
+    to the command `send` sent last (answers to earlier commands not yet
+    received are skipped).
+    """
 
     @abstractmethod
-    def call_all(self, cmd: str, arg: Any = None) -> list[Any]:
-        """Sends ``cmd`` to every worker and returns their answers in worker order.
+    def start(self, index: int, incarnation: int = 0) -> Any:
+        """Starts worker ``index`` (its ``worker_index``) and returns its handle, without waiting for it to be built.
 
-        Waits for every answer; then, if any worker failed, raises a
-        `RuntimeError` naming the first failed worker, with its traceback.
+        ``incarnation``: 0 for a first worker, ``k`` for a replacement
+        (seeds its RNGs apart). A build error is the answer to its first command.
         """
 
     @abstractmethod
-    def stop(self) -> None:
-        """Asks every worker to stop (closing its envs), then ends it."""
+    def send(self, worker: Any, cmd: str, arg: Any = None) -> None:
+        """Sends one command without waiting for its answer; never raises for a dead worker (`receive` does)."""
 
     @abstractmethod
-    def kill(self) -> None:
-        """Ends every worker now."""
+    def receive(self, worker: Any, timeout: float | None) -> Any:
+        """The answer to the command sent last, waiting at most ``timeout`` s (``None``: no limit).
+
+        Raises `WorkerFailed` when the worker died, gave no answer in time, or
+        its command raised.
+        """
 
     @abstractmethod
-    def alive(self) -> bool:
-        """Whether any worker may still be running (stop/kill not yet done)."""
+    def kill(self, worker: Any) -> None:
+        """Ends the worker now, whatever its state (a process is killed and reaped)."""
 
 
 # -- processes ------------------------------------------------------------------------
 
+#: The driver's ends of every worker pipe of this process (all `ProcessBackend` s): a forked worker closes its
+#: copies, so that a worker sees EOF on its pipe when the driver is gone.
+_DRIVER_ENDS: weakref.WeakSet[Any] = weakref.WeakSet()
 
-def _serve(conn: Any, env_creator: Callable, policy: Any, kwargs: dict) -> None:
-    """A worker process: build the worker, then answer commands until "stop" (or the pipe closes)."""
-    try:
-        served = ServedWorker(env_creator, policy, kwargs)
-    except BaseException:
-        conn.send(("error", traceback.format_exc()))
-        return
-    conn.send(("ok", None))
+#: Commands pickled larger than this are sent by a thread: a hung worker cannot block the driver on a full pipe.
+_INLINE_SEND_BYTES = 32 * 1024
+
+
+def _exit_with(parent_pid: int, poll_s: float = 0.25) -> None:
+    """Starts a daemon thread that ends this process (``os._exit``) once its parent is no longer ``parent_pid``."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="trajview-driver-watchdog", daemon=True).start()
+
+
+def _serve(
+    conn: Any, inherited: list[Any], parent_pid: int | None, env_creator: Callable, policy: Any, kwargs: dict,
+    incarnation: int,
+) -> None:
+    """A worker process: build the worker, then answer commands until "stop" (or the driver is gone).
+
+    ``inherited``: the driver's pipe ends this process got by fork (closed at
+    once). ``parent_pid``: the driver (``None``: this process's parent, e.g.
+    the forkserver); the process exits when its parent changes.
+    """
+    for c in inherited:
+        c.close()
+    _exit_with(parent_pid if parent_pid is not None else os.getppid())
+    served = ServedWorker(env_creator, policy, kwargs, incarnation)
     while True:
         try:
             cmd, arg = conn.recv()
         except (EOFError, OSError):  # the driver is gone
-            served.worker.stop()
+            served.stop()
             return
         try:
-            out = served.run(cmd, arg)
+            answer = ("ok", served.run(cmd, arg))
         except BaseException:
-            conn.send(("error", traceback.format_exc()))
-        else:
-            conn.send(("ok", out))
-            if cmd == "stop":
-                return
+            answer = ("error", traceback.format_exc())
+        try:
+            buf = ForkingPickler.dumps(answer)
+        except Exception:  # an answer that does not pickle
+            buf = ForkingPickler.dumps(("error", traceback.format_exc()))
+        try:
+            conn.send_bytes(buf)
+        except OSError:  # the driver is gone
+            served.stop()
+            return
+        if (cmd == "stop" and answer[0] == "ok") or served.worker is None:  # stopped, or its build failed (reported)
+            return
+
+
+def _exit_description(code: int | None) -> str:
+    if code is None:
+        return "its pipe closed while the process still ran"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by signal {name} (exit code {code})"
+    return f"exited with exit code {code}"
+
+
+class _ProcessWorker:
+    """A worker process and the driver's end of its pipe."""
+
+    def __init__(self, proc: Any, conn: Any) -> None:
+        self.proc = proc
+        self.conn = conn
+        self.pending = 0  # commands sent whose answers are not yet received
+        self.broken = False  # a send failed: the process is gone
+        self.sender: threading.Thread | None = None
+        self.last_cmd = ""
 
 
 class ProcessBackend(Backend):
     """Each worker in a process of this machine, answering over a pipe.
 
     ``start_method``: ``"fork"`` (``env_creator`` may be a lambda) or
-    ``"spawn"`` / ``"forkserver"`` (then ``env_creator`` and ``policy`` must pickle).
+    ``"spawn"`` / ``"forkserver"`` (then ``env_creator`` and ``policy`` must
+    pickle). A worker process ends within about 0.25 s of its driver's death.
     """
 
-    def __init__(
-        self, env_creator: Callable, policy: Any, worker_kwargs: dict, num_workers: int, start_method: str
-    ) -> None:
-        self.num_workers = num_workers
+    def __init__(self, env_creator: Callable, policy: Any, worker_kwargs: dict, start_method: str) -> None:
         try:
-            ctx: Any = mp.get_context(start_method)
+            self._ctx: Any = mp.get_context(start_method)
         except ValueError as e:
             raise ValueError(
                 f"start_method must be one of {mp.get_all_start_methods()}, got {start_method!r}"
             ) from e
-        self._conns: list[Any] = []
-        self._procs: list[Any] = []
+        self._fork = start_method == "fork"
+        self._env_creator = env_creator
+        self._policy = policy
+        self._kwargs = worker_kwargs
+
+    def start(self, index: int, incarnation: int = 0) -> _ProcessWorker:
+        parent, child = self._ctx.Pipe()
+        # A forked child holds copies of every driver end open now (its own included): it closes them.
+        inherited = [*_DRIVER_ENDS, parent] if self._fork else []
+        proc = self._ctx.Process(
+            target=_serve,
+            args=(
+                child, inherited, os.getpid() if self._ctx.get_start_method() != "forkserver" else None,
+                self._env_creator, self._policy, dict(self._kwargs, worker_index=index), incarnation,
+            ),
+            name=f"trajview-worker-{index}",
+            daemon=True,
+        )
         try:
-            for i in range(1, num_workers + 1):
-                parent, child = ctx.Pipe()
-                proc = ctx.Process(
-                    target=_serve,
-                    args=(child, env_creator, policy, dict(worker_kwargs, worker_index=i)),
-                    name=f"trajview-worker-{i}",
-                    daemon=True,
-                )
-                proc.start()
-                child.close()
-                self._conns.append(parent)
-                self._procs.append(proc)
-            for i in range(num_workers):
-                self._answer(i)  # each worker's RolloutWorker is built, or its error raised here
-        except BaseException:
-            self.kill()
-            raise
+            proc.start()
+        finally:
+            child.close()
+        _DRIVER_ENDS.add(parent)
+        return _ProcessWorker(proc, parent)
 
-    def _answer(self, i: int) -> Any:
+    def send(self, worker: _ProcessWorker, cmd: str, arg: Any = None) -> None:
+        worker.pending += 1
+        worker.last_cmd = cmd
+        if worker.broken:
+            return
+        buf = bytes(ForkingPickler.dumps((cmd, arg)))
+        prev = worker.sender
+        if len(buf) <= _INLINE_SEND_BYTES and (prev is None or not prev.is_alive()):
+            # The worker read every earlier command before answering it, so the pipe is empty now: a small command
+            # never blocks.
+            worker.sender = None
+            self._send_bytes(worker, buf)
+        else:
+            worker.sender = threading.Thread(
+                target=self._send_bytes, args=(worker, buf, prev), name="trajview-worker-send", daemon=True
+            )
+            worker.sender.start()
+
+    @staticmethod
+    def _send_bytes(worker: _ProcessWorker, buf: bytes, after: threading.Thread | None = None) -> None:
+        if after is not None:
+            after.join()  # commands reach the worker in order
         try:
-            status, value = self._conns[i].recv()
-        except (EOFError, OSError):
-            self._procs[i].join(timeout=5)
-            raise RuntimeError(
-                f"rollout worker {i + 1} died (exit code {self._procs[i].exitcode}) without an answer"
-            ) from None
-        if status == "error":
-            raise RuntimeError(f"rollout worker {i + 1} failed:\n{value}")
-        return value
+            worker.conn.send_bytes(buf)
+        except (OSError, ValueError, TypeError):  # the worker is gone (or killed meanwhile)
+            worker.broken = True
 
-    def call_all(self, cmd: str, arg: Any = None) -> list[Any]:
-        if not self._conns:
-            raise RuntimeError("WorkerSet is stopped")
-        for c in self._conns:
-            c.send((cmd, arg))
-        # Read every answer before raising, so that no answer is left behind in a pipe.
-        answers: list[Any] = []
-        error: BaseException | None = None
-        for i in range(self.num_workers):
+    def receive(self, worker: _ProcessWorker, timeout: float | None) -> Any:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while worker.pending > 0:
+            if worker.broken:
+                raise self._died(worker)
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                answers.append(self._answer(i))
-            except RuntimeError as e:
-                error = error or e
-                answers.append(None)
-        if error is not None:
-            raise error
-        return answers
-
-    def stop(self) -> None:
-        conns, self._conns = self._conns, []
-        for c in conns:
-            try:
-                c.send(("stop", None))
-            except (OSError, ValueError):
-                pass
-        for c in conns:
-            try:
-                if c.poll(5):
-                    c.recv()
+                if not worker.conn.poll(remaining):
+                    raise WorkerFailed("timeout")
+                status, value = worker.conn.recv()
             except (EOFError, OSError):
-                pass
-            c.close()
-        for p in self._procs:
-            p.join(timeout=5)
-        self.kill()
+                raise self._died(worker) from None
+            worker.pending -= 1
+            if worker.pending == 0:
+                if status == "error":
+                    raise WorkerFailed("raised", value)
+                return value
+        raise RuntimeError("receive() without a command sent")  # pragma: no cover - WorkerSet always sends first
 
-    def kill(self) -> None:
-        for p in self._procs:
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=5)
-        for c in self._conns:
-            c.close()
-        self._conns, self._procs = [], []
+    @staticmethod
+    def _died(worker: _ProcessWorker) -> WorkerFailed:
+        worker.broken = True
+        worker.proc.join(timeout=2)
+        return WorkerFailed("died", _exit_description(worker.proc.exitcode))
 
-    def alive(self) -> bool:
-        return bool(self._procs)
+    def kill(self, worker: _ProcessWorker) -> None:
+        proc = worker.proc
+        if worker.last_cmd == "stop" and not worker.broken:
+            proc.join(timeout=2)  # it answered "stop" and is exiting on its own
+        if proc.is_alive():
+            proc.kill()  # SIGKILL: ends a stopped (SIGSTOP) process too
+        proc.join()  # reaped: no zombie
+        if worker.sender is not None:
+            worker.sender.join(timeout=5)  # its write fails now that the worker is gone
+        _DRIVER_ENDS.discard(worker.conn)
+        worker.conn.close()
+        worker.broken = True
 
 
 # -- Ray ------------------------------------------------------------------------------
+
+
+class _RayWorker:
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+        self.ref: Any = None
 
 
 class RayBackend(Backend):
     """Each worker a Ray actor, on any machine of the Ray cluster (``ray.init()`` first to join one).
 
     ``options`` (e.g. ``{"num_cpus": 1}``) go to ``.options()``; Ray pickles
-    ``env_creator`` and ``policy`` (lambdas are fine).
+    ``env_creator`` and ``policy`` (lambdas are fine). The actors belong to
+    the driver's Ray session: they end with it.
     """
 
-    def __init__(self, env_creator: Callable, policy: Any, worker_kwargs: dict, num_workers: int, options: dict) -> None:
+    def __init__(self, env_creator: Callable, policy: Any, worker_kwargs: dict, options: dict) -> None:
         try:
             import ray
         except ImportError as e:
             raise ImportError("WorkerSet(backend='ray') needs Ray: pip install 'ray>=2.9'") from e
-        self.num_workers = num_workers
         if not ray.is_initialized():
             ray.init()
         actor = ray.remote(ServedWorker)
-        if options:
-            actor = actor.options(**options)
-        self._actors: list[Any] = [
-            actor.remote(env_creator, policy, dict(worker_kwargs, worker_index=i)) for i in range(1, num_workers + 1)
-        ]
-        try:
-            self.call_all("metrics")  # each worker's RolloutWorker is built, or its error raised here
-        except BaseException:
-            self.kill()
-            raise
+        self._actor_class = actor.options(**options) if options else actor
+        self._env_creator = env_creator
+        self._policy = policy
+        self._kwargs = worker_kwargs
 
-    def call_all(self, cmd: str, arg: Any = None) -> list[Any]:
+    def start(self, index: int, incarnation: int = 0) -> _RayWorker:
+        return _RayWorker(
+            self._actor_class.remote(self._env_creator, self._policy, dict(self._kwargs, worker_index=index), incarnation)
+        )
+
+    def send(self, worker: _RayWorker, cmd: str, arg: Any = None) -> None:
+        worker.ref = worker.actor.run.remote(cmd, arg)
+
+    def receive(self, worker: _RayWorker, timeout: float | None) -> Any:
         import ray
 
-        if not self._actors:
-            raise RuntimeError("WorkerSet is stopped")
-        refs = [a.run.remote(cmd, arg) for a in self._actors]
-        answers: list[Any] = []
-        error: BaseException | None = None
-        for i, ref in enumerate(refs):
-            try:
-                answers.append(ray.get(ref))
-            except ray.exceptions.RayError as e:  # the actor's exception (with its traceback) or its death
-                error = error or RuntimeError(f"rollout worker {i + 1} failed:\n{e}")
-                answers.append(None)
-        if error is not None:
-            raise error
-        return answers
-
-    def stop(self) -> None:
         try:
-            self.call_all("stop")
-        except RuntimeError:
-            pass  # a worker that already failed: it is killed below all the same
-        finally:
-            self.kill()
+            return ray.get(worker.ref, timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise WorkerFailed("timeout") from None
+        except ray.exceptions.RayTaskError as e:  # the command's exception, with its traceback
+            raise WorkerFailed("raised", str(e)) from None
+        except ray.exceptions.RayError as e:  # the actor died (killed, its process or node lost)
+            raise WorkerFailed("died", str(e)) from None
 
-    def kill(self) -> None:
-        if self._actors:
-            import ray
+    def kill(self, worker: _RayWorker) -> None:
+        import ray
 
-            for a in self._actors:
-                ray.kill(a)
-            self._actors = []
-
-    def alive(self) -> bool:
-        return bool(self._actors)
+        try:
+            ray.kill(worker.actor)
+        except Exception:
+            pass  # already gone

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
+
 from .._validate import positive_int
+from ..errors import WorkerError
 from ..policy.policy import Policy
 from ..views import MultiAgentBatch, SampleBatch, concat_samples
-from .backends import Backend, ProcessBackend, RayBackend
+from .backends import Backend, ProcessBackend, RayBackend, WorkerFailed
 
 __all__ = ["WorkerSet"]
+
+#: How long `WorkerSet.stop` waits for a worker to close its envs before it is killed.
+_STOP_TIMEOUT_S = 5.0
 
 
 class WorkerSet:
@@ -35,15 +43,47 @@ class WorkerSet:
     ``backend="process"`` (the default) runs the workers as processes of this
     machine. ``start_method``: ``"fork"`` (the default on Linux:
     ``env_creator`` may be a lambda) or ``"spawn"`` / ``"forkserver"`` (then
-    ``env_creator`` and ``policy`` must pickle). ``backend="ray"`` runs each
+    ``env_creator`` and ``policy`` must pickle). Worker processes end within
+    about half a second when the driver process dies, even when it is
+    killed. ``backend="ray"`` runs each
     worker as a Ray actor, on any machine of the Ray cluster (``ray.init()``
     first to join one; otherwise a local one is started), with
     ``ray_options`` (e.g. ``{"num_cpus": 1}``) passed to ``.options()``;
     Ray pickles ``env_creator`` and ``policy`` (lambdas are fine).
 
-    An exception in a worker is raised here as a `RuntimeError` naming the
-    worker, with its traceback. ``stop()`` (or leaving a ``with`` block) ends
-    the workers.
+    Worker failures (RLlib's names):
+
+    * A worker *fails* when it dies (its process exits or is killed, its Ray
+      actor is killed or lost), when it gives no answer within
+      ``sample_timeout_s`` seconds (default ``None``: no limit; it bounds
+      every command once the workers are up, ``sample()`` and the others
+      alike; the worker is then killed, a process reaped), or when its command
+      raises (e.g. its env's error).
+    * ``recreate_failed_workers=False`` (the default): the failure is raised
+      as `trajview.errors.WorkerError` (a `RuntimeError`) naming the worker
+      (``"rollout worker 2 died: killed by signal SIGKILL ..."``, ``"... gave
+      no answer within sample_timeout_s=..."``, or ``"rollout worker 1
+      failed:"`` and the worker's traceback), after every other worker's
+      answer is in. A worker that raised stays in service; one that died or
+      hung stays down, and every later call raises its error again.
+    * ``recreate_failed_workers=True``: the failed worker is replaced by a new
+      one with the same ``worker_index`` (it gets the weights last given to
+      `set_weights` / `sync_weights`, per ``policy_id``), and the call goes on
+      with the healthy workers' answers: ``sample()`` returns the
+      concatenation of their batches (if every worker failed, it samples
+      again), ``sample_each()`` / ``get_weights()`` / ``worker_pids()`` hold
+      ``None`` in a failed worker's place, and ``get_metrics()`` leaves out
+      what the failed worker had not reported yet. At most ``max_restarts``
+      (default 1000) replacements in all; after that a failure is raised as
+      above. A replacement that fails to start counts as one too.
+    * Errors while the workers are first built are always raised. Building a
+      worker (the first ones, and replacements) is not bounded by
+      ``sample_timeout_s``.
+    * A replacement's ``eps_id`` s count from its worker's first again, and
+      with ``seed`` given its envs are seeded as its predecessor's were; its
+      global RNGs are seeded apart.
+
+    ``stop()`` (or leaving a ``with`` block) ends the workers.
     """
 
     def __init__(
@@ -55,6 +95,9 @@ class WorkerSet:
         backend: str = "process",
         start_method: str = "fork",
         ray_options: dict | None = None,
+        recreate_failed_workers: bool = False,
+        max_restarts: int = 1000,
+        sample_timeout_s: float | None = None,
         **worker_kwargs: Any,
     ) -> None:
         self.num_workers = positive_int("num_workers", num_workers)
@@ -62,49 +105,221 @@ class WorkerSet:
             raise ValueError("WorkerSet sets worker_index itself (1..num_workers); do not pass it")
         if backend not in ("process", "ray"):
             raise ValueError(f"backend must be 'process' or 'ray', got {backend!r}")
+        if not isinstance(recreate_failed_workers, (bool, np.bool_)):
+            raise ValueError(f"recreate_failed_workers must be a bool, got {recreate_failed_workers!r}")
+        if isinstance(max_restarts, (bool, np.bool_)) or not isinstance(max_restarts, (int, np.integer)) or max_restarts < 0:
+            raise ValueError(f"max_restarts must be an int >= 0, got {max_restarts!r}")
+        if sample_timeout_s is not None and (
+            isinstance(sample_timeout_s, (bool, np.bool_))
+            or not isinstance(sample_timeout_s, (int, float, np.integer, np.floating))
+            or not (0 < sample_timeout_s < math.inf)
+        ):
+            raise ValueError(f"sample_timeout_s must be None or a number of seconds > 0, got {sample_timeout_s!r}")
         self.backend = backend
+        self.recreate_failed_workers = bool(recreate_failed_workers)
+        self.max_restarts = int(max_restarts)
+        self.sample_timeout_s = None if sample_timeout_s is None else float(sample_timeout_s)
+        #: Workers replaced so far (RLlib's ``num_remote_worker_restarts``).
+        self.num_worker_restarts = 0
         self._backend: Backend
         if backend == "ray":
-            self._backend = RayBackend(env_creator, policy, worker_kwargs, self.num_workers, ray_options or {})
+            self._backend = RayBackend(env_creator, policy, worker_kwargs, ray_options or {})
         else:
-            self._backend = ProcessBackend(env_creator, policy, worker_kwargs, self.num_workers, start_method)
+            self._backend = ProcessBackend(env_creator, policy, worker_kwargs, start_method)
+        self._workers: list[Any] = [None] * self.num_workers  # a backend handle; None: killed
+        self._down: dict[int, WorkerError] = {}  # position -> the failure that left it down for good
+        self._weights: dict[str, Any] = {}  # policy_id -> the weights last set: a replacement gets them
+        self._stopped = False
+        try:
+            for i in range(self.num_workers):
+                self._workers[i] = self._backend.start(i + 1)
+            _, failed = self._exchange(range(self.num_workers), "pid", None, timeout=None)
+            if failed:
+                i = min(failed)
+                raise self._error(i, failed[i], hint=False)
+        except BaseException:
+            self._kill_all()
+            raise
 
-    def _all(self, cmd: str, arg: Any = None) -> list[Any]:
-        return self._backend.call_all(cmd, arg)
+    # -- commands, failures, replacements ------------------------------------------------
+
+    def _exchange(
+        self, positions: Iterable[int], cmd: str, arg: Any, timeout: float | None
+    ) -> tuple[dict[int, Any], dict[int, WorkerFailed]]:
+        """Sends ``cmd`` to the workers at ``positions`` at once; their answers, and their failures.
+
+        ``timeout`` counts from the send, for all of them together. A worker
+        that died or gave no answer in time is killed (its handle ``None``).
+        """
+        positions = list(positions)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for i in positions:
+            self._backend.send(self._workers[i], cmd, arg)
+        answers: dict[int, Any] = {}
+        failed: dict[int, WorkerFailed] = {}
+        for i in positions:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                answers[i] = self._backend.receive(self._workers[i], remaining)
+            except WorkerFailed as f:
+                failed[i] = f
+                if f.reason != "raised":
+                    self._kill(i)
+        return answers, failed
+
+    def _run(self, cmd: str, arg: Any = None) -> list[Any]:
+        """``cmd`` on every worker: their answers in worker order (``None`` for a failed, replaced worker)."""
+        if self._stopped:
+            raise RuntimeError("WorkerSet is stopped")
+        if self._down:
+            i = min(self._down)
+            e = self._down[i]
+            raise WorkerError(
+                f"rollout worker {i + 1} is down after an earlier failure:\n{e}",
+                worker_index=e.worker_index, reason=e.reason, detail=e.detail,
+            )
+        answers, failed = self._exchange(range(self.num_workers), cmd, arg, self.sample_timeout_s)
+        if failed:
+            self._recover(failed)
+        return [answers.get(i) for i in range(self.num_workers)]
+
+    def _recover(self, failed: dict[int, WorkerFailed]) -> None:
+        """Replaces the failed workers while restarts are allowed; then raises the first failure left, if any."""
+        error: WorkerError | None = None
+        while failed:
+            starting = []
+            for i in sorted(failed):
+                if self.recreate_failed_workers and self.num_worker_restarts < self.max_restarts:
+                    self._kill(i)
+                    self.num_worker_restarts += 1
+                    try:
+                        self._workers[i] = self._backend.start(i + 1, incarnation=self.num_worker_restarts)
+                    except Exception as start_error:  # e.g. no process could be forked: the worker stays down
+                        f = failed[i]
+                        self._down[i] = WorkerError(
+                            f"{self._error(i, f, hint=False)}\nstarting its replacement failed: {start_error!r}",
+                            worker_index=i + 1, reason=f.reason, detail=f.detail,
+                        )
+                        error = error or self._down[i]
+                        continue
+                    starting.append(i)
+                    continue
+                err = self._error(i, failed[i])
+                if self._workers[i] is None:
+                    self._down[i] = err
+                error = error or err
+            failed = self._ready(starting)
+        if error is not None:
+            raise error
+
+    def _ready(self, positions: list[int]) -> dict[int, WorkerFailed]:
+        """Waits for new workers to be built, then gives them the last weights; those that failed (killed)."""
+        if not positions:
+            return {}
+        _, failed = self._exchange(positions, "pid", None, timeout=None)
+        for policy_id, weights in self._weights.items():
+            ok = [i for i in positions if i not in failed]
+            failed.update(self._exchange(ok, "set_weights", (policy_id, weights), self.sample_timeout_s)[1])
+        for i in failed:
+            self._kill(i)
+        return failed
+
+    def _error(self, i: int, f: WorkerFailed, hint: bool = True) -> WorkerError:
+        if f.reason == "died":
+            msg = f"rollout worker {i + 1} died: {f.detail}"
+        elif f.reason == "timeout":
+            msg = f"rollout worker {i + 1} gave no answer within sample_timeout_s={self.sample_timeout_s:g} s (killed)"
+        else:
+            msg = f"rollout worker {i + 1} failed:\n{f.detail.rstrip()}"
+        if hint and not self.recreate_failed_workers:
+            msg += "\n(WorkerSet(..., recreate_failed_workers=True) replaces a failed worker and goes on)"
+        elif hint:
+            msg += f"\n(all max_restarts={self.max_restarts} worker restarts are used up: raise max_restarts for more)"
+        return WorkerError(msg, worker_index=i + 1, reason=f.reason, detail=f.detail)
+
+    def _kill(self, i: int) -> None:
+        w, self._workers[i] = self._workers[i], None
+        if w is not None:
+            self._backend.kill(w)
+
+    def _kill_all(self) -> None:
+        for i in range(len(self._workers)):
+            self._kill(i)
 
     # -- API ------------------------------------------------------------------------
 
-    def sample(self) -> SampleBatch | MultiAgentBatch:
-        """One ``sample()`` of every worker, in parallel, concatenated in worker order."""
-        return concat_samples(self._all("sample"))
+    @property
+    def num_healthy_workers(self) -> int:
+        """Workers in service (all of them, unless one died or hung and was not replaced)."""
+        return 0 if self._stopped else sum(w is not None for w in self._workers)
 
-    def sample_each(self) -> list[SampleBatch | MultiAgentBatch]:
-        """One ``sample()`` of every worker, in parallel, one batch per worker."""
-        return self._all("sample")
+    def sample(self) -> SampleBatch | MultiAgentBatch:
+        """One ``sample()`` of every worker, in parallel, concatenated in worker order (failed workers left out)."""
+        while True:
+            batches = [b for b in self._run("sample") if b is not None]
+            if batches:
+                return concat_samples(batches)
+
+    def sample_each(self) -> list[SampleBatch | MultiAgentBatch | None]:
+        """One ``sample()`` of every worker, in parallel, one batch per worker (``None``: that worker failed and
+        was replaced, see ``recreate_failed_workers``)."""
+        return self._run("sample")
 
     def set_weights(self, weights: Any, policy_id: str = "default_policy") -> None:
-        """Every worker's policy ``policy_id`` gets ``weights`` (see `Policy.get_weights`)."""
-        self._all("set_weights", (policy_id, weights))
+        """Every worker's policy ``policy_id`` gets ``weights`` (see `Policy.get_weights`); so will replacements."""
+        self._weights[policy_id] = weights
+        self._run("set_weights", (policy_id, weights))
 
     def sync_weights(self, policy: Policy, policy_id: str = "default_policy") -> None:
         """``set_weights(policy.get_weights())``: the workers act with the learner's current weights."""
         self.set_weights(policy.get_weights(), policy_id)
 
-    def get_weights(self) -> list[dict[str, Any]]:
-        """Per worker: ``{policy_id: weights}``."""
-        return self._all("get_weights")
+    def get_weights(self) -> list[dict[str, Any] | None]:
+        """Per worker: ``{policy_id: weights}`` (``None``: that worker failed and was replaced)."""
+        return self._run("get_weights")
 
-    def get_metrics(self) -> dict[str, list]:
-        """Returns and lengths of the episodes every worker finished since the last call."""
-        out: dict[str, list] = {"episode_returns": [], "episode_lengths": []}
-        for m in self._all("metrics"):
-            out["episode_returns"] += m["episode_returns"]
-            out["episode_lengths"] += m["episode_lengths"]
+    def worker_pids(self) -> list[int | None]:
+        """Per worker: the id of the process it runs in (a Ray actor's too; ``None``: it failed and was replaced)."""
+        return self._run("pid")
+
+    def get_metrics(self) -> dict[str, Any]:
+        """Every worker's metrics since the last call (see `RolloutWorker.get_metrics`), summed, plus the set's.
+
+        ``episode_returns`` / ``episode_lengths``: the workers' lists, in
+        worker order; ``episodes_dropped``, ``num_faulty_episodes``,
+        ``num_env_restarts``: summed over the workers; ``num_worker_restarts``:
+        workers replaced so far (in all, not since the last call);
+        ``num_healthy_workers``: workers in service now.
+        """
+        out: dict[str, Any] = {
+            "episode_returns": [],
+            "episode_lengths": [],
+            "episodes_dropped": 0,
+            "num_faulty_episodes": 0,
+            "num_env_restarts": 0,
+        }
+        for m in self._run("metrics"):
+            if m is None:
+                continue
+            for k, v in m.items():
+                if isinstance(v, list):
+                    out.setdefault(k, []).extend(v)
+                else:
+                    out[k] = out.get(k, 0) + v
+        out["num_worker_restarts"] = self.num_worker_restarts
+        out["num_healthy_workers"] = self.num_healthy_workers
         return out
 
     def stop(self) -> None:
         """Stops every worker (their envs are closed) and ends the processes (or Ray actors)."""
-        self._backend.stop()
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            live = [i for i, w in enumerate(self._workers) if w is not None]
+            self._exchange(live, "stop", None, timeout=_STOP_TIMEOUT_S)  # a worker that fails now is killed all the same
+        finally:
+            self._kill_all()
 
     def __enter__(self) -> WorkerSet:
         return self
@@ -114,8 +329,7 @@ class WorkerSet:
 
     def __del__(self) -> None:
         try:
-            backend = self.__dict__.get("_backend")
-            if backend is not None and backend.alive():
-                backend.kill()
+            if "_workers" in self.__dict__:
+                self._kill_all()
         except Exception:
             pass
