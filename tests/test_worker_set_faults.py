@@ -233,3 +233,16 @@ def test_large_weights_to_a_hung_worker_do_not_block_the_driver():
         assert time.monotonic() - t0 < 4
         assert not os.path.exists(f"/proc/{p2}") and ws.num_worker_restarts == 1
         assert [w["default_policy"]["count"].tolist() for w in ws.get_weights()] == [[9], [9]]
+
+
+def test_a_replacement_never_repeats_an_episode_id():
+    last_t: dict[int, int] = {}  # eps_id -> the last step seen: an id that comes back must go on from there
+    with workers(recreate_failed_workers=True, seed=3) as ws:
+        for k in range(7):
+            b = ws.sample()
+            for e, t in zip(np.asarray(b["eps_id"]).tolist(), np.asarray(b["t"]).tolist()):
+                assert last_t.get(e, -1) == t - 1, f"eps_id {e} reused by another episode (t={t} after {last_t.get(e)})"
+                last_t[e] = t
+            if k in (1, 3):
+                kill(ws.worker_pids()[1])  # worker 2, twice: each replacement starts new ids only
+        assert ws.num_worker_restarts == 2

@@ -17,6 +17,7 @@ Every public name is re-exported here; torch-based ones (`TorchPolicy`,
 from typing import Any
 
 from . import _compat
+from .errors import WorkerError
 
 # Layer 1: the data model.
 from .views import LazyView, MultiAgentBatch, SampleBatch, ViewRequirement, concat_samples
@@ -78,6 +79,7 @@ __all__ = [
     "Episode",
     "RolloutWorker",
     "WorkerSet",
+    "WorkerError",
     # learning
     "PPOPolicy",
     "models",

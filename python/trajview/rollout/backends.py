@@ -129,11 +129,13 @@ class Backend(ABC):
     """
 
     @abstractmethod
-    def start(self, index: int, incarnation: int = 0) -> Any:
+    def start(self, index: int, incarnation: int = 0, overrides: dict | None = None) -> Any:
         """Starts worker ``index`` (its ``worker_index``) and returns its handle, without waiting for it to be built.
 
         ``incarnation``: 0 for a first worker, ``k`` for a replacement
-        (seeds its RNGs apart). A build error is the answer to its first command.
+        (seeds its RNGs apart); ``overrides``: RolloutWorker arguments that
+        replace the set's for this worker. A build error is the answer to its
+        first command.
         """
 
     @abstractmethod
@@ -255,7 +257,7 @@ class ProcessBackend(Backend):
         self._policy = policy
         self._kwargs = worker_kwargs
 
-    def start(self, index: int, incarnation: int = 0) -> _ProcessWorker:
+    def start(self, index: int, incarnation: int = 0, overrides: dict | None = None) -> _ProcessWorker:
         parent, child = self._ctx.Pipe()
         # A forked child holds copies of every driver end open now (its own included): it closes them.
         inherited = [*_DRIVER_ENDS, parent] if self._fork else []
@@ -263,7 +265,7 @@ class ProcessBackend(Backend):
             target=_serve,
             args=(
                 child, inherited, os.getpid() if self._ctx.get_start_method() != "forkserver" else None,
-                self._env_creator, self._policy, dict(self._kwargs, worker_index=index), incarnation,
+                self._env_creator, self._policy, dict(self._kwargs, **(overrides or {}), worker_index=index), incarnation,
             ),
             name=f"trajview-worker-{index}",
             daemon=True,
@@ -371,10 +373,9 @@ class RayBackend(Backend):
         self._policy = policy
         self._kwargs = worker_kwargs
 
-    def start(self, index: int, incarnation: int = 0) -> _RayWorker:
-        return _RayWorker(
-            self._actor_class.remote(self._env_creator, self._policy, dict(self._kwargs, worker_index=index), incarnation)
-        )
+    def start(self, index: int, incarnation: int = 0, overrides: dict | None = None) -> _RayWorker:
+        kwargs = dict(self._kwargs, **(overrides or {}), worker_index=index)
+        return _RayWorker(self._actor_class.remote(self._env_creator, self._policy, kwargs, incarnation))
 
     def send(self, worker: _RayWorker, cmd: str, arg: Any = None) -> None:
         worker.ref = worker.actor.run.remote(cmd, arg)

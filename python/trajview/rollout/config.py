@@ -37,6 +37,8 @@ class RolloutConfig:
     nan_outputs: str = "raise"
     #: Finished episodes whose return and length `get_metrics` keeps (the newest ones).
     metrics_window: int = 1000
+    #: Where this worker's episode counter starts (`WorkerSet` sets it for a replacement worker).
+    eps_id_offset: int = 0
 
     @classmethod
     def validated(
@@ -54,6 +56,7 @@ class RolloutConfig:
         restart_failed_sub_environments: Any = False,
         nan_outputs: Any = "raise",
         metrics_window: Any = 1000,
+        eps_id_offset: Any = 0,
     ) -> RolloutConfig:
         """Checks every setting (a ValueError names the setting, expected and got) and returns the config."""
         if batch_mode not in BATCH_MODES:
@@ -87,8 +90,15 @@ class RolloutConfig:
             restart_failed_sub_environments=bool(restart_failed_sub_environments),
             nan_outputs=nan_outputs,
             metrics_window=positive_int("metrics_window", metrics_window),
+            eps_id_offset=_eps_id_offset(eps_id_offset),
         )
 
     @property
     def complete_episodes(self) -> bool:
         return self.batch_mode == "complete_episodes"
+
+
+def _eps_id_offset(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < 2**32:
+        raise ValueError(f"eps_id_offset must be an int in [0, 2**32), got {value!r}")
+    return int(value)

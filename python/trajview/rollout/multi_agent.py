@@ -89,7 +89,7 @@ class MultiAgentSampler:
         self._pending: tuple[str, Any] | None = None
         self._starts: list[int] = []  # envs whose soft-horizon episode began in this step (on_episode_start due)
         # eps_ids: each policy its own range of this worker's; a rebuilt store continues where the last stopped.
-        self._next_eps = {pid: 0 for pid in policies}
+        self._next_eps = {pid: config.eps_id_offset for pid in policies}
 
     def build(self, rebuild: int) -> None:
         """New stores for the policies' current views; every env resets (seeded on the first build only)."""

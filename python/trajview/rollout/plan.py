@@ -13,12 +13,14 @@ from ..views.sample_batch import SampleBatch
 from ..views.view_requirement import ViewRequirement
 from .config import MAX_WORKERS, RolloutConfig
 
-__all__ = ["PolicyColumns", "eps_id_start", "make_collector", "view_snapshot"]
+__all__ = ["EPS_COUNTER_MASK", "PolicyColumns", "eps_id_start", "make_collector", "view_snapshot"]
 
 #: eps_id = worker_index << 40 | policy_index << 32 | n, n counting up from 0 per worker and policy for as long as
 #: the worker lives (across store rebuilds): unique across workers, policies and rebuilds.
 EPS_WORKER_BITS = 40
 EPS_POLICY_BITS = 32
+#: The bits of an eps_id that count a worker's policy's trajectories.
+EPS_COUNTER_MASK = (1 << EPS_POLICY_BITS) - 1
 MAX_POLICIES = 1 << (EPS_WORKER_BITS - EPS_POLICY_BITS)
 
 

@@ -84,7 +84,7 @@ class SingleAgentSampler:
         self._pending: tuple[str, Any] | None = None
         #: eps_ids: this worker's range (`eps_id_start`); the next store continues where the last one stopped.
         self._eps_base = eps_id_start(config.worker_index, 0)
-        self._next_eps_id = 0
+        self._next_eps_id = config.eps_id_offset
 
     # -- set-up -------------------------------------------------------------------
 

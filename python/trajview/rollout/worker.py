@@ -80,6 +80,7 @@ class RolloutWorker:
         restart_failed_sub_environments: bool = False,
         nan_outputs: str = "raise",
         metrics_window: int = 1000,
+        eps_id_offset: int = 0,
     ) -> None:
         self.config = RolloutConfig.validated(
             batch_mode=batch_mode,
@@ -94,6 +95,7 @@ class RolloutWorker:
             restart_failed_sub_environments=restart_failed_sub_environments,
             nan_outputs=nan_outputs,
             metrics_window=metrics_window,
+            eps_id_offset=eps_id_offset,
         )
         num_envs = positive_int("num_envs", num_envs)
         if callbacks is not None and not isinstance(callbacks, Callbacks):

@@ -14,6 +14,7 @@ from ..errors import WorkerError
 from ..policy.policy import Policy
 from ..views import MultiAgentBatch, SampleBatch, concat_samples
 from .backends import Backend, ProcessBackend, RayBackend, WorkerFailed
+from .plan import EPS_COUNTER_MASK
 
 __all__ = ["WorkerSet"]
 
@@ -129,6 +130,8 @@ class WorkerSet:
         self._workers: list[Any] = [None] * self.num_workers  # a backend handle; None: killed
         self._down: dict[int, WorkerError] = {}  # position -> the failure that left it down for good
         self._weights: dict[str, Any] = {}  # policy_id -> the weights last set: a replacement gets them
+        self._worker_kwargs = dict(worker_kwargs)
+        self._eps_next = [0] * self.num_workers  # per worker: the episode counter after the ids seen in its batches
         self._stopped = False
         try:
             for i in range(self.num_workers):
@@ -193,7 +196,9 @@ class WorkerSet:
                     self._kill(i)
                     self.num_worker_restarts += 1
                     try:
-                        self._workers[i] = self._backend.start(i + 1, incarnation=self.num_worker_restarts)
+                        self._workers[i] = self._backend.start(
+                            i + 1, incarnation=self.num_worker_restarts, overrides=self._replacement_kwargs(i)
+                        )
                     except Exception as start_error:  # e.g. no process could be forked: the worker stays down
                         f = failed[i]
                         self._down[i] = WorkerError(
@@ -223,6 +228,26 @@ class WorkerSet:
         for i in failed:
             self._kill(i)
         return failed
+
+    def _replacement_kwargs(self, i: int) -> dict[str, Any]:
+        """A replacement's episode ids go on after every id its predecessors handed out; its env seeds differ."""
+        out: dict[str, Any] = {"eps_id_offset": self._eps_next[i]}
+        seed = self._worker_kwargs.get("seed")
+        if seed is not None:
+            out["seed"] = (int(seed) + 1_000_003 * self.num_worker_restarts) % 2**31
+        return out
+
+    def _note_eps_ids(self, batches: list[Any]) -> None:
+        """Remembers, per worker, the next episode counter after the ids its batches carried."""
+        for i, b in enumerate(batches):
+            if b is None:
+                continue
+            parts = b.policy_batches.values() if isinstance(b, MultiAgentBatch) else [b]
+            for part in parts:
+                eps = part.get(SampleBatch.EPS_ID) if len(part) else None
+                if eps is not None and len(eps):
+                    n = int((np.asarray(eps) & EPS_COUNTER_MASK).max()) + 1
+                    self._eps_next[i] = max(self._eps_next[i], n)
 
     def _error(self, i: int, f: WorkerFailed, hint: bool = True) -> WorkerError:
         if f.reason == "died":
@@ -256,14 +281,18 @@ class WorkerSet:
     def sample(self) -> SampleBatch | MultiAgentBatch:
         """One ``sample()`` of every worker, in parallel, concatenated in worker order (failed workers left out)."""
         while True:
-            batches = [b for b in self._run("sample") if b is not None]
+            answers = self._run("sample")
+            self._note_eps_ids(answers)
+            batches = [b for b in answers if b is not None]
             if batches:
                 return concat_samples(batches)
 
     def sample_each(self) -> list[SampleBatch | MultiAgentBatch | None]:
         """One ``sample()`` of every worker, in parallel, one batch per worker (``None``: that worker failed and
         was replaced, see ``recreate_failed_workers``)."""
-        return self._run("sample")
+        answers = self._run("sample")
+        self._note_eps_ids(answers)
+        return answers
 
     def set_weights(self, weights: Any, policy_id: str = "default_policy") -> None:
         """Every worker's policy ``policy_id`` gets ``weights`` (see `Policy.get_weights`); so will replacements."""
