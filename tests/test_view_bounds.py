@@ -44,3 +44,23 @@ def test_views_at_the_bounds_work_in_the_store():
     b = tv.concat_samples(coll.build_batch())
     np.testing.assert_array_equal(b["far_ahead"], 0)  # past the episode's end: zeros
     assert len(b) == 2
+
+
+@pytest.mark.parametrize("n, pattern", [(2**62, r"batch_size must be at most 2147483648"), (0, r"batch_size must be an int >= 1"),
+                                        (1.5, r"batch_size must be an int >= 1"), (6, r"divisible by slice_len=4")])
+def test_replay_sample_sizes_are_checked(n, pattern):
+    rb = tv.ReplayBuffer(100, sampler=tv.SliceSampler(slice_len=4))
+    rb.add(tv.SampleBatch({"obs": np.zeros((10, 2), np.float32), "eps_id": np.zeros(10, np.int64), "t": np.arange(10)}))
+    with pytest.raises(ValueError, match=pattern):
+        rb.sample(n)
+
+
+def test_replay_views_are_checked():
+    rb = tv.ReplayBuffer(100, sampler=tv.SliceSampler(slice_len=2))
+    rb.add(tv.SampleBatch({"obs": np.zeros((10, 2), np.float32), "eps_id": np.zeros(10, np.int64), "t": np.arange(10)}))
+    with pytest.raises(TypeError, match=r"views\['x'\] must be a tv.ViewRequirement, got int"):
+        rb.sample(4, views={"x": 3})
+    with pytest.raises(ValueError, match=r"views\['x'\] reads column 'nope', which is not stored"):
+        rb.sample(4, views={"x": tv.ViewRequirement("nope")})
+    with pytest.raises(ValueError, match=r"ViewRequirement shift"):
+        rb.sample(4, views={"x": tv.ViewRequirement("obs", shift=-(2**62))})

@@ -16,6 +16,10 @@ from .._validate import positive_int
 
 __all__ = ["SliceSampler"]
 
+#: Steps one `sample` may ask for (2**31: far beyond any training batch; a larger request is a mistake, refused
+#: before anything is allocated).
+MAX_BATCH_SIZE = 2**31
+
 
 class SliceSampler:
     """Samples slices of trajectories, with TorchRL's names and semantics.
@@ -80,6 +84,8 @@ class SliceSampler:
     def slices(self, batch_size: int) -> tuple[int, int]:
         """``(num_slices, slice_len)`` for a batch of ``batch_size`` steps."""
         batch_size = positive_int("batch_size", batch_size)
+        if batch_size > MAX_BATCH_SIZE:
+            raise ValueError(f"batch_size must be at most {MAX_BATCH_SIZE} steps per sample, got {batch_size}")
         if self.num_slices is not None:
             if batch_size % self.num_slices:
                 raise ValueError(
