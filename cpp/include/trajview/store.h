@@ -23,6 +23,11 @@
 
 namespace trajview {
 
+/// Env slots of a store (num_envs): in [1, kMaxSlots].
+inline constexpr std::int64_t kMaxSlots = std::int64_t{1} << 20;
+/// StoreOptions::chunk_rows: in [1, kMaxChunkRows].
+inline constexpr std::int64_t kMaxChunkRows = std::int64_t{1} << 24;
+
 struct StoreOptions {
   /// Steps per slot that a storage block holds beyond its columns' lookback:
   /// set it to the steps collected between build_batch calls (the rollout
@@ -39,6 +44,14 @@ struct StoreOptions {
 
 /// Per env slot, the episode in progress, plus finished episodes not yet
 /// emitted. Every view is built from one stored copy of each row.
+///
+/// Limits (checked at construction, std::invalid_argument naming the setting,
+/// the bound and the value): num_slots <= kMaxSlots, chunk_rows <=
+/// kMaxChunkRows, and the spec limits of spec.h (view offsets within
+/// kMaxShift, ...). A column's storage block (chunk_rows + its lookback + 1
+/// rows x num_slots x row bytes) and one row of a view (offsets x row bytes)
+/// must fit kMaxAllocBytes (std::length_error otherwise), and so must each
+/// column of a batch when build_batch sizes it.
 ///
 /// Invariants:
 /// * every input is validated before anything is written: a call that throws
