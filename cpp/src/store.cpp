@@ -185,6 +185,8 @@ std::vector<std::int64_t> TrajectoryStore::begin_episodes(std::span<const std::i
                                 " observation arrays, got " + std::to_string(obs.size()));
   const auto n = static_cast<std::int64_t>(slots.size());
   for (std::size_t i = 0; i < obs.size(); ++i) check_input(obs_columns_[i], obs[i], n);
+  // Ids count up from eps_id_start: they must not pass the int64 end.
+  (void)checked_add(next_eps_id_, n, "begin_episodes: episode ids (the next id + episodes begun)");
 
   std::vector<std::int64_t> ids;
   ids.reserve(slots.size());

@@ -319,6 +319,16 @@ TEST(StoreLimits, OffsetsAtTheBoundReadPaddingAndZeros) {
   EXPECT_EQ(values<float>(b, "frames"), (F32{0, 1, 0, 2}));
 }
 
+TEST(StoreLimits, EpisodeIdsStopBeforeTheInt64End) {
+  TrajectoryStore s(2, basic_columns(), basic_views(), opts(2, kI64Max - 2));
+  EXPECT_EQ(begin(s, {0, 1}, {1, 2}), (I64{kI64Max - 2, kI64Max - 1}));
+  s.end_episodes(I64{0});
+  EXPECT_TRUE(throws_length_error([&] { begin(s, {0}, {3}); }, {"begin_episodes", "episode ids", "overflows"}));
+  EXPECT_EQ(s.slot_eps_ids(), (I64{-1, kI64Max - 1}));  // nothing changed
+  TrajectoryStore low(1, basic_columns(), basic_views(), opts(2, kI64Min));
+  EXPECT_EQ(begin(low, {0}, {1}), (I64{kI64Min}));
+}
+
 // ------------------------------------------------------------- bad input
 
 // Feeds a 3-slot store (slot 2 never begun); with `bad`, every kind of bad

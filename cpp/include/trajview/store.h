@@ -33,6 +33,8 @@ struct StoreOptions {
   /// set it to the steps collected between build_batch calls (the rollout
   /// fragment length) and a fragment fits one block.
   std::int64_t chunk_rows = 256;
+  /// Episode ids count up from here (any int64); begin_episodes throws
+  /// std::length_error rather than pass the int64 end (ids stop at 2^63 - 2).
   std::int64_t eps_id_start = 0;
   /// Whether batches carry env_id (eps_id, t and is_init they always carry).
   bool emit_env_id = true;
