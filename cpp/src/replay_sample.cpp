@@ -218,7 +218,7 @@ ReplayBatch ReplayStore::build(std::vector<SlicePick> picks, const SliceRequest&
       for (std::int64_t i = 0; i < nrows; ++i) {
         const std::int64_t j = pk.start + std::min(i, pk.length - 1);  // padding repeats the last real step
         for (std::size_t si = 0; si < nsh; ++si, dst += rb) {
-          const std::int64_t jj = j + v.shifts[si];
+          const std::int64_t jj = j + v.shifts[si];  // |shift| <= kMaxShift (check_views)
           std::int64_t g = row_of(r, jj);
           if (jj < 0 && v.padding == Padding::Reset) g = r.first_g;
           if (jj >= steps && !is_obs) g = kZero;

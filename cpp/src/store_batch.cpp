@@ -193,7 +193,7 @@ void TrajectoryStore::add_lazy_view(std::size_t v, const std::vector<const Episo
     std::int64_t* out_row = idx + seg.row_offset * ns;
     for (std::int64_t t = seg.t_start; t < seg.t_start + seg.length; ++t) {
       for (std::int64_t j = 0; j < ns; ++j) {
-        const std::int64_t r = t + view.shifts[static_cast<std::size_t>(j)];
+        const std::int64_t r = t + view.shifts[static_cast<std::size_t>(j)];  // |shift| <= kMaxShift
         *out_row++ = r < 0 ? pre : r >= avail ? kLazyZeroRow : off + (r - first);
       }
     }
