@@ -8,6 +8,8 @@
 #include <new>
 #include <vector>
 
+#include "trajview/checked.h"
+
 namespace trajview {
 namespace {
 
@@ -78,6 +80,7 @@ BufferCache& cache() {
 void AlignedFree::operator()(std::byte* p) const noexcept { std::free(p); }
 
 AlignedBytes allocate_aligned(std::size_t nbytes) {
+  check_bytes(nbytes, kMaxAllocBytes, "allocation");  // also keeps rounded_size from wrapping
   const std::size_t align = nbytes >= 4 * kHugePage ? kHugePage : kSmallAlign;
   const std::size_t rounded = rounded_size(nbytes, align);
   void* p = std::aligned_alloc(align, rounded);
@@ -88,7 +91,7 @@ AlignedBytes allocate_aligned(std::size_t nbytes) {
   return AlignedBytes(static_cast<std::byte*>(p));
 }
 
-Buffer::Buffer(std::size_t nbytes) : size_(nbytes) {
+Buffer::Buffer(std::size_t nbytes) : size_(check_bytes(nbytes, kMaxAllocBytes, "buffer")) {
   if (nbytes >= kCacheMin) data_ = cache().take(rounded_size(nbytes, kHugePage), capacity_);
   if (!data_) {
     data_ = allocate_aligned(nbytes);

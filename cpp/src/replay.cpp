@@ -12,7 +12,18 @@
 #include <string>
 #include <utility>
 
+#include "trajview/checked.h"
+
 namespace trajview {
+
+namespace {
+
+/// Whether timestep b is the one after a (without overflowing at the int64 ends).
+bool follows(std::int64_t a, std::int64_t b) noexcept {
+  return a != std::numeric_limits<std::int64_t>::max() && b == a + 1;
+}
+
+}  // namespace
 
 std::int64_t ReplayTrajectory::tail_g() const noexcept {
   if (pieces.empty() || !pieces.back().tail) return -1;
@@ -22,16 +33,20 @@ std::int64_t ReplayTrajectory::tail_g() const noexcept {
 ReplayStore::ReplayStore(std::int64_t capacity, std::vector<ColumnSpec> columns)
     : capacity_(capacity), columns_(std::move(columns)) {
   if (capacity_ < 1) throw std::invalid_argument("capacity must be >= 1, got " + std::to_string(capacity_));
+  if (capacity_ > kMaxCapacity)
+    throw std::invalid_argument("capacity must be <= " + std::to_string(kMaxCapacity) + " (kMaxCapacity), got " +
+                                std::to_string(capacity_));
   if (columns_.empty()) throw std::invalid_argument("a replay buffer needs at least one column, got none");
+  // Every column is checked and sized before anything is allocated.
+  std::vector<std::size_t> bytes;
   for (std::size_t c = 0; c < columns_.size(); ++c) {
     const auto& col = columns_[c];
     check_column(columns_, c);
-    const std::size_t rb = col.row_bytes();
-    if (rb > 0 && static_cast<std::size_t>(capacity_) > std::numeric_limits<std::size_t>::max() / rb)
-      throw std::invalid_argument("capacity " + std::to_string(capacity_) + " times the row bytes of column '" +
-                                  col.name + "' overflows");
-    data_.push_back(allocate_aligned(static_cast<std::size_t>(capacity_) * rb));
+    const std::string what = "column '" + col.name + "': capacity x row bytes";
+    bytes.push_back(check_bytes(checked_mul(static_cast<std::size_t>(capacity_), col.row_bytes(), what),
+                                kMaxAllocBytes, what));
   }
+  for (std::size_t b : bytes) data_.push_back(allocate_aligned(b));
 }
 
 std::int64_t ReplayStore::column_index(const std::string& name) const noexcept {
@@ -106,7 +121,7 @@ void ReplayStore::add(std::int64_t n, std::span<const ArrayIn> inputs, std::span
     bool starts = t == nullptr || t[u0] == 0;
     if (auto it = open_.find(key); it != open_.end()) {
       auto* old = const_cast<ReplayTrajectory*>(find(it->second));
-      const bool continues = old != nullptr && old->open && (t == nullptr || t[u0] == old->last_t + 1);
+      const bool continues = old != nullptr && old->open && (t == nullptr || follows(old->last_t, t[u0]));
       // Joining must not leave the trajectory partly overwritten by this add.
       if (continues && old->first_g >= final_head - capacity_) {
         tr = old;
@@ -152,7 +167,10 @@ void ReplayStore::add(std::int64_t n, std::span<const ArrayIn> inputs, std::span
     tr->pieces.push_back(ReplayPiece{head_, len, tr->steps, with_next});
     tr->steps += len;
     live_steps_ += len;
-    tr->last_t = t != nullptr ? t[u1] : tr->last_t + len;
+    // Without t, last_t counts on (wrapping, never undefined: t is the caller's).
+    tr->last_t = t != nullptr ? t[u1]
+                              : static_cast<std::int64_t>(static_cast<std::uint64_t>(tr->last_t) +
+                                                          static_cast<std::uint64_t>(len));
     if (done[u1] != 0) {
       tr->open = false;
       open_.erase(key);

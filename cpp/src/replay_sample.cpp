@@ -13,6 +13,8 @@
 #include <string>
 #include <utility>
 
+#include "trajview/checked.h"
+
 namespace trajview {
 namespace {
 
@@ -31,11 +33,23 @@ inline void copy_row(std::byte* dst, const std::byte* src, std::size_t n) noexce
 constexpr std::int64_t kZero = -1;  // a position that reads zeros
 
 void check_request(const SliceRequest& req, std::size_t ncols) {
-  if (req.num_slices < 1) throw std::invalid_argument("num_slices must be >= 1, got " + std::to_string(req.num_slices));
   if (req.slice_len < 1) throw std::invalid_argument("slice_len must be >= 1, got " + std::to_string(req.slice_len));
+  if (req.slice_len > kMaxSampleRows)
+    throw std::invalid_argument("slice_len must be <= " + std::to_string(kMaxSampleRows) + " (kMaxSampleRows), got " +
+                                std::to_string(req.slice_len));
   const auto n = static_cast<std::int64_t>(ncols);
   if (req.truncated_column >= n || req.done_column >= n)
     throw std::invalid_argument("truncated/done column index out of range");
+}
+
+/// Checks that `slices` slices of up to req.slice_len rows (checked) are at
+/// most kMaxSampleRows rows.
+void check_rows(std::int64_t slices, const SliceRequest& req, const char* what, const char* slices_name) {
+  std::int64_t rows = 0;
+  if (__builtin_mul_overflow(slices, req.slice_len, &rows) || rows > kMaxSampleRows)
+    throw std::invalid_argument(std::string(what) + ": " + slices_name + " x slice_len must be <= " +
+                                std::to_string(kMaxSampleRows) + " rows (kMaxSampleRows), got " +
+                                std::to_string(slices) + " x " + std::to_string(req.slice_len));
 }
 
 }  // namespace
@@ -47,7 +61,7 @@ void ReplayStore::check_views(std::span<const ViewSpec> views) const {
       for (const auto& c : columns_) names += (names.empty() ? "" : ", ") + c.name;
       throw std::invalid_argument("view '" + v.name + "': no stored column '" + v.column + "'; stored: [" + names + "]");
     }
-    if (v.shifts.empty()) throw std::invalid_argument("view '" + v.name + "': shifts must not be empty");
+    check_view_shifts(v);  // bounds the offsets before build() does arithmetic with them
     if (v.batch_repeat != 1)
       throw std::invalid_argument("view '" + v.name + "': batch_repeat_value must be 1 for replay samples, got " +
                                   std::to_string(v.batch_repeat));
@@ -56,6 +70,8 @@ void ReplayStore::check_views(std::span<const ViewSpec> views) const {
 
 ReplayBatch ReplayStore::sample(const SliceRequest& req, std::span<const ViewSpec> views) const {
   check_request(req, columns_.size());
+  if (req.num_slices < 1) throw std::invalid_argument("num_slices must be >= 1, got " + std::to_string(req.num_slices));
+  check_rows(req.num_slices, req, "sample", "num_slices");
   check_views(views);
   std::shared_lock lock(mu_);
   std::vector<std::size_t> eligible;
@@ -89,23 +105,28 @@ ReplayBatch ReplayStore::sample(const SliceRequest& req, std::span<const ViewSpe
 ReplayBatch ReplayStore::gather(std::span<const SlicePick> picks, const SliceRequest& req,
                                 std::span<const ViewSpec> views) const {
   check_request(req, columns_.size());
+  check_rows(static_cast<std::int64_t>(picks.size()), req, "gather", "picks");
   check_views(views);
   std::shared_lock lock(mu_);
   for (const auto& p : picks) {
     const auto* tr = find(p.uid);
     if (tr == nullptr) throw std::invalid_argument("gather: no stored trajectory with uid " + std::to_string(p.uid));
-    if (p.length < 1 || p.start < 0 || p.start + p.length > tr->steps || p.length > req.slice_len)
-      throw std::invalid_argument("gather: slice [" + std::to_string(p.start) + ", " +
-                                  std::to_string(p.start + p.length) + ") does not fit trajectory " +
-                                  std::to_string(p.uid) + " of " + std::to_string(tr->steps) +
-                                  " steps and slice_len " + std::to_string(req.slice_len));
+    // (start > steps - length: start + length could overflow.)
+    if (p.length < 1 || p.start < 0 || p.length > tr->steps || p.start > tr->steps - p.length ||
+        p.length > req.slice_len)
+      throw std::invalid_argument("gather: slice of " + std::to_string(p.length) + " steps from step " +
+                                  std::to_string(p.start) + " does not fit trajectory " + std::to_string(p.uid) +
+                                  " of " + std::to_string(tr->steps) + " steps and slice_len " +
+                                  std::to_string(req.slice_len));
   }
   return build(std::vector<SlicePick>(picks.begin(), picks.end()), req, views);
 }
 
 ReplayBatch ReplayStore::build(std::vector<SlicePick> picks, const SliceRequest& req,
                                std::span<const ViewSpec> views) const {
-  // Caller holds the shared lock.
+  // Caller holds the shared lock, and has checked the picks, the views (their
+  // offsets are within kMaxShift) and that picks x slice_len <= kMaxSampleRows,
+  // so the row counts below cannot overflow.
   ReplayBatch out;
   const std::size_t ns = picks.size();
   std::vector<std::int64_t> row_off(ns + 1, 0);
@@ -113,34 +134,68 @@ ReplayBatch ReplayStore::build(std::vector<SlicePick> picks, const SliceRequest&
     row_off[k + 1] = row_off[k] + (req.pad_output ? req.slice_len : picks[k].length);
   out.count = row_off[ns];
 
+  // Every view's buffer is sized (checked) before anything is built.
+  std::vector<std::size_t> view_bytes;
+  std::size_t reads_per_row = 1;  // the index, then every offset of a view with bytes to copy
   std::int64_t lb = 0, la = 0;
   for (const auto& v : views) {
+    const std::size_t rb = columns_[static_cast<std::size_t>(column_index(v.column))].row_bytes();
+    const std::string what = "view '" + v.name + "': rows x offsets x row bytes";
+    view_bytes.push_back(check_bytes(
+        checked_mul(checked_mul(static_cast<std::size_t>(out.count), v.shifts.size(), what), rb, what),
+        kMaxAllocBytes, what));
+    if (rb > 0) reads_per_row = checked_add(reads_per_row, v.shifts.size(), "sample: offsets of all views");
     for (auto s : v.shifts) {
       lb = std::max(lb, -s);
       la = std::max(la, s);
     }
   }
-  // Per slice: absolute rows of steps [start - lb, start + length + la), kZero
-  // where nothing is stored (the final observation's row at step == steps).
-  std::vector<const ReplayTrajectory*> trs(ns);
-  std::vector<std::int64_t> pos_off(ns + 1, 0), first_g(ns);
-  for (std::size_t k = 0; k < ns; ++k) pos_off[k + 1] = pos_off[k] + picks[k].length + lb + la;
-  std::vector<std::int64_t> pos(static_cast<std::size_t>(pos_off[ns]));
+
+  // Per slice: the absolute row of each trajectory step its views can read,
+  // steps [w0, w1) = [start - lb, start + length + la) within [0, steps);
+  // precomputed (dense) unless that window is much larger than the reads the
+  // slice makes (far offsets), then looked up per read.
+  struct SliceRows {
+    const ReplayTrajectory* tr = nullptr;
+    std::int64_t w0 = 0;
+    std::int64_t off = -1;  // where its window starts in `pos`, or -1: look up each read
+    std::int64_t first_g = 0;
+    std::int64_t tail = kZero;
+  };
+  std::vector<SliceRows> rows(ns);
+  std::size_t npos = 0;
   for (std::size_t k = 0; k < ns; ++k) {
-    const auto* tr = find(picks[k].uid);
-    trs[k] = tr;
-    first_g[k] = step_g(*tr, 0);
-    const std::int64_t tail = tr->tail_g();
-    std::int64_t* p = pos.data() + pos_off[k];
-    const std::int64_t j0 = picks[k].start - lb, j1 = picks[k].start + picks[k].length + la;
-    for (std::int64_t j = j0; j < j1; ++j) {
-      if (j < 0 || j > tr->steps) p[j - j0] = kZero;
-      else if (j == tr->steps) p[j - j0] = tail;
-      else p[j - j0] = step_g(*tr, j);
+    SliceRows& r = rows[k];
+    r.tr = find(picks[k].uid);
+    r.first_g = step_g(*r.tr, 0);
+    r.tail = r.tr->tail_g();
+    r.w0 = std::max<std::int64_t>(0, picks[k].start - lb);
+    const std::int64_t w1 = std::min(r.tr->steps, picks[k].start + picks[k].length + la);
+    const auto window = static_cast<std::size_t>(w1 - r.w0);
+    const std::size_t reads = static_cast<std::size_t>(row_off[k + 1] - row_off[k]) * reads_per_row;
+    if (window <= 2 * reads + 64) {
+      r.off = static_cast<std::int64_t>(npos);
+      npos = checked_add(npos, window, "sample: row positions");
     }
   }
+  std::vector<std::int64_t> pos(npos);
+  for (std::size_t k = 0; k < ns; ++k) {
+    const SliceRows& r = rows[k];
+    if (r.off < 0) continue;
+    const std::int64_t w1 = std::min(r.tr->steps, picks[k].start + picks[k].length + la);
+    for (std::int64_t j = r.w0; j < w1; ++j) pos[static_cast<std::size_t>(r.off + j - r.w0)] = step_g(*r.tr, j);
+  }
+  // The absolute row of step j of slice r's trajectory (kZero outside it; the
+  // final observation's row, or kZero, at j == steps).
+  const auto row_of = [&](const SliceRows& r, std::int64_t j) -> std::int64_t {
+    if (j < 0 || j > r.tr->steps) return kZero;
+    if (j == r.tr->steps) return r.tail;
+    if (r.off >= 0) return pos[static_cast<std::size_t>(r.off + j - r.w0)];
+    return step_g(*r.tr, j);
+  };
 
-  for (const auto& v : views) {
+  for (std::size_t vi = 0; vi < views.size(); ++vi) {
+    const auto& v = views[vi];
     const auto c = static_cast<std::size_t>(column_index(v.column));
     const auto& col = columns_[c];
     const std::size_t rb = col.row_bytes();
@@ -152,20 +207,20 @@ ReplayBatch ReplayStore::build(std::vector<SlicePick> picks, const SliceRequest&
     bc.shape.push_back(out.count);
     if (v.adds_axis) bc.shape.push_back(static_cast<std::int64_t>(nsh));
     bc.shape.insert(bc.shape.end(), col.shape.begin(), col.shape.end());
-    bc.buffer = std::make_shared<Buffer>(static_cast<std::size_t>(out.count) * nsh * rb);
+    bc.buffer = std::make_shared<Buffer>(view_bytes[vi]);
     std::byte* dst = bc.buffer->data();
     const std::byte* base = data_[c].get();
-    for (std::size_t k = 0; k < ns; ++k) {
+    for (std::size_t k = 0; k < ns && rb > 0; ++k) {
       const auto& pk = picks[k];
-      const std::int64_t steps = trs[k]->steps;
-      const std::int64_t* p = pos.data() + pos_off[k];
-      const std::int64_t rows = row_off[k + 1] - row_off[k];
-      for (std::int64_t i = 0; i < rows; ++i) {
+      const SliceRows& r = rows[k];
+      const std::int64_t steps = r.tr->steps;
+      const std::int64_t nrows = row_off[k + 1] - row_off[k];
+      for (std::int64_t i = 0; i < nrows; ++i) {
         const std::int64_t j = pk.start + std::min(i, pk.length - 1);  // padding repeats the last real step
         for (std::size_t si = 0; si < nsh; ++si, dst += rb) {
-          const std::int64_t jj = j + v.shifts[si];
-          std::int64_t g = p[jj - (pk.start - lb)];
-          if (jj < 0 && v.padding == Padding::Reset) g = first_g[k];
+          const std::int64_t jj = j + v.shifts[si];  // |shift| <= kMaxShift (check_views)
+          std::int64_t g = row_of(r, jj);
+          if (jj < 0 && v.padding == Padding::Reset) g = r.first_g;
           if (jj >= steps && !is_obs) g = kZero;
           if (g == kZero) std::memset(dst, 0, rb);
           else copy_row(dst, base + static_cast<std::size_t>(g % capacity_) * rb, rb);
@@ -209,9 +264,9 @@ ReplayBatch ReplayStore::build(std::vector<SlicePick> picks, const SliceRequest&
     for (std::int64_t r = row_off[k]; r < row_off[k + 1]; ++r) {
       const std::int64_t i = std::min(r - row_off[k], pk.length - 1);
       const std::int64_t j = pk.start + i;
-      ib[r] = i == 0 || (j == 0 && trs[k]->starts_episode);
+      ib[r] = i == 0 || (j == 0 && rows[k].tr->starts_episode);
       if (mb != nullptr) mb[r] = r - row_off[k] < pk.length;
-      out.index[static_cast<std::size_t>(r)] = pos[static_cast<std::size_t>(pos_off[k] + lb + i)];
+      out.index[static_cast<std::size_t>(r)] = row_of(rows[k], j);
     }
   }
   out.columns.push_back(std::move(init));

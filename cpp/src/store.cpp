@@ -10,6 +10,8 @@
 #include <utility>
 
 #include "store_episode.h"
+#include "trajview/buffer.h"
+#include "trajview/checked.h"
 
 namespace trajview {
 namespace {
@@ -22,8 +24,14 @@ TrajectoryStore::TrajectoryStore(std::int64_t num_slots, std::vector<ColumnSpec>
                                  std::vector<ViewSpec> views, StoreOptions options)
     : num_slots_(num_slots), columns_(std::move(columns)), views_(std::move(views)), options_(options) {
   if (num_slots_ < 1) throw std::invalid_argument("num_envs must be >= 1, got " + std::to_string(num_slots_));
+  if (num_slots_ > kMaxSlots)
+    throw std::invalid_argument("num_envs must be <= " + std::to_string(kMaxSlots) + " (kMaxSlots), got " +
+                                std::to_string(num_slots_));
   if (options_.chunk_rows < 1)
     throw std::invalid_argument("chunk_rows must be >= 1, got " + std::to_string(options_.chunk_rows));
+  if (options_.chunk_rows > kMaxChunkRows)
+    throw std::invalid_argument("chunk_rows must be <= " + std::to_string(kMaxChunkRows) + " (kMaxChunkRows), got " +
+                                std::to_string(options_.chunk_rows));
   if (columns_.empty()) throw std::invalid_argument("a store needs at least one column, got none");
   for (std::size_t c = 0; c < columns_.size(); ++c) {
     const auto& col = columns_[c];
@@ -61,13 +69,13 @@ TrajectoryStore::TrajectoryStore(std::int64_t num_slots, std::vector<ColumnSpec>
       throw std::invalid_argument("view '" + view.name + "' reads column '" + view.column +
                                   "', which no one produces; known columns: " + known);
     }
-    if (view.shifts.empty()) throw std::invalid_argument("view '" + view.name + "': shift must not be empty");
-    if (!view.adds_axis && view.shifts.size() != 1)
-      throw std::invalid_argument("view '" + view.name + "': an int shift has exactly one offset");
-    if (view.batch_repeat < 1)
-      throw std::invalid_argument("view '" + view.name + "': batch_repeat_value must be >= 1, got " +
-                                  std::to_string(view.batch_repeat));
+    // Bounds every offset and the repeat before any arithmetic uses them.
+    check_view_shifts(view);
+    check_batch_repeat(view);
     const auto& col = columns_[static_cast<std::size_t>(c)];
+    // One row of the view (an inference output row, a batch row) must be allocatable.
+    check_bytes(checked_mul(view.shifts.size(), col.row_bytes(), "view '" + view.name + "': offsets x row bytes"),
+                kMaxAllocBytes, "view '" + view.name + "': one row");
     const auto [lo, hi] = std::minmax_element(view.shifts.begin(), view.shifts.end());
     const bool knowable = col.kind == ColumnKind::Observation ? *hi <= 0 : *hi <= -1;
     if (view.padding == Padding::Reset && col.kind == ColumnKind::Step && view.for_inference && knowable)
@@ -93,9 +101,14 @@ TrajectoryStore::TrajectoryStore(std::int64_t num_slots, std::vector<ColumnSpec>
     // A block holds a fragment of chunk_rows steps plus the rows its views
     // look back at, so that a cut-and-compacted episode fits in one block.
     // (An observation column also keeps the newest observation: one more.)
+    // (Bounded: chunk_rows <= kMaxChunkRows, lookback <= kMaxShift.)
     const std::int64_t rows = options_.chunk_rows + lookback_[c] + (obs_index_[c] >= 0 ? 1 : 0);
     const std::size_t rb = columns_[c].row_bytes();
-    pools_.emplace_back(static_cast<std::size_t>(rows) * static_cast<std::size_t>(num_slots_) * rb, std::size_t{1});
+    const std::string what = "column '" + columns_[c].name + "': a storage block (chunk_rows + lookback rows x " +
+                             "num_envs x row bytes)";
+    const std::size_t block =
+        checked_mul(checked_mul(static_cast<std::size_t>(rows), static_cast<std::size_t>(num_slots_), what), rb, what);
+    pools_.emplace_back(check_bytes(block, kMaxAllocBytes, what), std::size_t{1});
     streams_.emplace_back(rb, num_slots_, rows, pools_.back());
   }
   next_eps_id_ = options_.eps_id_start;
@@ -172,6 +185,8 @@ std::vector<std::int64_t> TrajectoryStore::begin_episodes(std::span<const std::i
                                 " observation arrays, got " + std::to_string(obs.size()));
   const auto n = static_cast<std::int64_t>(slots.size());
   for (std::size_t i = 0; i < obs.size(); ++i) check_input(obs_columns_[i], obs[i], n);
+  // Ids count up from eps_id_start: they must not pass the int64 end.
+  (void)checked_add(next_eps_id_, n, "begin_episodes: episode ids (the next id + episodes begun)");
 
   std::vector<std::int64_t> ids;
   ids.reserve(slots.size());

@@ -16,14 +16,23 @@
 #include <utility>
 
 #include "store_episode.h"
+#include "trajview/checked.h"
 
 namespace trajview {
 namespace {
 
+/// Bytes of an array of `shape` and `dtype`, checked (std::length_error naming
+/// the batch column `name`).
+std::size_t array_bytes(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape) {
+  const std::string what = "batch column '" + name + "' of shape " + shape_str(shape);
+  std::size_t bytes = itemsize(dtype);
+  for (auto d : shape) bytes = checked_mul(bytes, to_size(d, what), what);
+  return check_bytes(bytes, kMaxAllocBytes, what);
+}
+
 /// Appends a column with a fresh (uninitialised) buffer of its full size.
 BatchColumn& add_column(Batch& batch, std::string name, DType dtype, std::vector<std::int64_t> shape, bool per_seq) {
-  std::size_t bytes = itemsize(dtype);
-  for (auto d : shape) bytes *= static_cast<std::size_t>(d);
+  const std::size_t bytes = array_bytes(name, dtype, shape);
   batch.columns.push_back(
       BatchColumn{std::move(name), dtype, std::move(shape), per_seq, std::make_shared<Buffer>(bytes)});
   return batch.columns.back();
@@ -139,8 +148,9 @@ TrajectoryStore::LazyBases TrajectoryStore::add_lazy_bases(const std::vector<con
     }
     std::vector<std::int64_t> shape{rows};
     shape.insert(shape.end(), columns_[c].shape.begin(), columns_[c].shape.end());
+    const std::size_t bytes = array_bytes(columns_[c].name, columns_[c].dtype, shape);
     batch.bases.push_back(BatchColumn{columns_[c].name, columns_[c].dtype, std::move(shape), false,
-                                      std::make_shared<Buffer>(static_cast<std::size_t>(rows) * rb)});
+                                      std::make_shared<Buffer>(bytes)});
     std::byte* dst = batch.bases.back().buffer->data();
     std::memcpy(dst + static_cast<std::size_t>(kLazyPadRow) * rb, pad_rows_[c].data(), rb);
     std::memset(dst + static_cast<std::size_t>(kLazyZeroRow) * rb, 0, rb);
@@ -183,7 +193,7 @@ void TrajectoryStore::add_lazy_view(std::size_t v, const std::vector<const Episo
     std::int64_t* out_row = idx + seg.row_offset * ns;
     for (std::int64_t t = seg.t_start; t < seg.t_start + seg.length; ++t) {
       for (std::int64_t j = 0; j < ns; ++j) {
-        const std::int64_t r = t + view.shifts[static_cast<std::size_t>(j)];
+        const std::int64_t r = t + view.shifts[static_cast<std::size_t>(j)];  // |shift| <= kMaxShift
         *out_row++ = r < 0 ? pre : r >= avail ? kLazyZeroRow : off + (r - first);
       }
     }

@@ -49,7 +49,8 @@ void TrajectoryStore::gather_view(const Episode& e, std::size_t v, std::int64_t 
   const std::size_t c = view_column_[v];
   const auto& shifts = view.shifts;
   const std::size_t rb = columns_[c].row_bytes();
-  // Runs of consecutive offsets ("-3:0") are one copy.
+  // Runs of consecutive offsets ("-3:0") are one copy. (t + s cannot overflow:
+  // t counts stored steps and |s| <= kMaxShift, checked at construction.)
   std::size_t i = 0;
   while (i < shifts.size()) {
     std::size_t j = i + 1;

@@ -1,5 +1,6 @@
 // Buffer and its process-wide cache of large blocks: a freed block of 8 MiB or
-// more goes to the next Buffer it exceeds by at most 1/8, the best fit first.
+// more goes to the next Buffer it exceeds by at most 1/8, the best fit first;
+// a request beyond kMaxAllocBytes throws.
 #include "trajview/buffer.h"
 
 #include <gtest/gtest.h>
@@ -7,7 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
+
+#include "test_util.h"
 
 namespace trajview {
 namespace {
@@ -75,6 +79,22 @@ TEST(BufferCache, TakesTheBestFit) {
     EXPECT_NE(f.data(), p66);
     EXPECT_NE(f.data(), p70);
   }
+}
+
+// A request above kMaxAllocBytes (or one whose rounding up would wrap) throws
+// std::length_error before the allocator is asked, and counts no live Buffer.
+TEST(BufferLimits, OversizedRequestsThrowLengthError) {
+  const long live = Buffer::live_count();
+  const std::size_t too_big[] = {kMaxAllocBytes + 1, std::numeric_limits<std::size_t>::max(),
+                                 std::numeric_limits<std::size_t>::max() - 64};
+  for (std::size_t n : too_big) {
+    EXPECT_TRUE(testing::throws_length_error([&] { Buffer b(n); }, {"buffer", "limit of 1099511627776 bytes"})) << n;
+    EXPECT_TRUE(testing::throws_length_error([&] { (void)allocate_aligned(n); }, {"allocation", "needs"})) << n;
+  }
+  EXPECT_EQ(Buffer::live_count(), live);
+  Buffer zero(0);  // zero bytes is fine
+  EXPECT_NE(zero.data(), nullptr);
+  EXPECT_EQ(zero.size(), 0u);
 }
 
 }  // namespace

@@ -10,10 +10,13 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <limits>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "test_util.h"
+#include "trajview/buffer.h"
 
 namespace trajview {
 namespace {
@@ -253,6 +256,164 @@ TEST(Replay, BadInputNamesWhatIsWrong) {
   EXPECT_TRUE(throws_invalid_argument([&] { s.sample(req, basic_views()); }, {"slice_len=5", "strict_length"}));
   req.num_slices = 0;
   EXPECT_TRUE(throws_invalid_argument([&] { s.sample(req, basic_views()); }, {"num_slices", "0"}));
+}
+
+// ------------------------------------------------------------------ limits
+
+constexpr std::int64_t kI64Max = std::numeric_limits<std::int64_t>::max();
+constexpr std::int64_t kI64Min = std::numeric_limits<std::int64_t>::min();
+
+TEST(ReplayLimits, CapacityAndRingBytes) {
+  for (std::int64_t bad : {kMaxCapacity + 1, kI64Max})
+    EXPECT_TRUE(throws_invalid_argument([&] { make_store(bad); }, {"capacity", "1099511627776", std::to_string(bad)}))
+        << bad;
+  EXPECT_TRUE(throws_invalid_argument([] { make_store(kI64Min); }, {"capacity", ">= 1"}));
+  // capacity x row bytes beyond kMaxAllocBytes: std::length_error naming the
+  // column, before anything is allocated.
+  EXPECT_TRUE(testing::throws_length_error(
+      [] { ReplayStore s(std::int64_t{1} << 30, {col("obs", DType::Float32), col("img", DType::UInt8, {2048})}); },
+      {"column 'img'", "capacity x row bytes", "limit of 1099511627776 bytes"}));
+  EXPECT_TRUE(throws_invalid_argument(
+      [] { ReplayStore s(4, {col("img", DType::UInt8, {std::int64_t{1} << 40, std::int64_t{1} << 40})}); },
+      {"column 'img'", "bytes per row"}));
+}
+
+TEST(ReplayLimits, ViewOffsetsWithinKMaxShift) {
+  auto s = make_store(16);
+  add(s, {1, 2, 3}, {0, 0, 0}, {0, 1, 2}, {0, 0, 1});
+  SliceRequest req;
+  req.slice_len = 3;
+  SlicePick pick{0, 0, 3};
+  for (std::int64_t bad : {-kMaxShift - 1, kMaxShift + 1, std::int64_t{-1} << 62, kI64Max, kI64Min}) {
+    std::vector<ViewSpec> views{view("far", "obs", {bad})};
+    EXPECT_TRUE(throws_invalid_argument([&] { s.sample(req, views); },
+                                        {"view 'far'", "[-1000000, 1000000]", std::to_string(bad)}))
+        << bad;
+    views = {view("far", "obs", {0, bad}, true)};
+    EXPECT_TRUE(throws_invalid_argument([&] { s.gather({&pick, 1}, req, views); },
+                                        {"view 'far'", "kMaxShift", std::to_string(bad)}))
+        << bad;
+  }
+  std::vector<ViewSpec> two{view("two", "obs", {0, 1})};  // an int shift with two offsets
+  EXPECT_TRUE(throws_invalid_argument([&] { s.sample(req, two); }, {"view 'two'", "exactly one offset"}));
+  std::vector<ViewSpec> many{view("many", "obs", std::vector<std::int64_t>(kMaxViewShifts + 1, 0), true)};
+  EXPECT_TRUE(throws_invalid_argument([&] { s.sample(req, many); }, {"view 'many'", "100000", "100001"}));
+  // At the bound: zeros (or step 0 with reset padding); the final observation
+  // is read at exactly +steps - start.
+  std::vector<ViewSpec> at{view("back", "obs", {-kMaxShift}),
+                           view("back_reset", "obs", {-kMaxShift}, false, Padding::Reset),
+                           view("ahead", "obs", {kMaxShift}),
+                           view("both", "actions", {-kMaxShift, 0, kMaxShift}, true)};
+  auto b = s.gather({&pick, 1}, req, at);
+  EXPECT_EQ(column<float>(b, "back"), (F32{0, 0, 0}));
+  EXPECT_EQ(column<float>(b, "back_reset"), (F32{1, 1, 1}));
+  EXPECT_EQ(column<float>(b, "ahead"), (F32{0, 0, 0}));
+  EXPECT_EQ(column<std::int64_t>(b, "both"), (I64{0, 10, 0, 0, 20, 0, 0, 30, 0}));
+  EXPECT_EQ(b.index, (I64{0, 1, 2}));
+}
+
+TEST(ReplayLimits, FarOffsetsReadTheSameRowsAsNearOnes) {
+  // One trajectory of 200 steps (obs = step, final observation 200). Views
+  // 150 steps away make a window much larger than a 1-step slice reads, so
+  // their rows are looked up per read: the same rows the rule gives.
+  auto s = make_store(256);
+  F32 obs;
+  I64 keys, t;
+  std::vector<std::uint8_t> done;
+  for (int i = 0; i < 200; ++i) {
+    obs.push_back(static_cast<float>(i));
+    keys.push_back(3);
+    t.push_back(i);
+    done.push_back(i == 199 ? 1 : 0);
+  }
+  add(s, obs, keys, t, done);
+  std::vector<ViewSpec> views{view("back", "obs", {-150}), view("back_reset", "obs", {-150}, false, Padding::Reset),
+                              view("ahead", "obs", {150}), view("final", "obs", {40}),
+                              view("acts", "actions", {-150, 0, 40}, true)};
+  SliceRequest req;
+  req.slice_len = 2;
+  req.pad_output = true;
+  std::vector<SlicePick> picks{{0, 160, 1}, {0, 10, 2}};
+  auto b = s.gather(picks, req, views);
+  ASSERT_EQ(b.count, 4);
+  EXPECT_EQ(column<float>(b, "back"), (F32{10, 10, 0, 0}));
+  EXPECT_EQ(column<float>(b, "back_reset"), (F32{10, 10, 0, 0}));
+  EXPECT_EQ(column<float>(b, "ahead"), (F32{0, 0, 160, 161}));
+  EXPECT_EQ(column<float>(b, "final"), (F32{200, 200, 50, 51}));  // step 200 = the final observation
+  EXPECT_EQ(column<std::int64_t>(b, "acts"), (I64{100, 1600, 0, 100, 1600, 0, 0, 100, 500, 0, 110, 510}));
+  EXPECT_EQ(b.index, (I64{160, 160, 10, 11}));
+  EXPECT_EQ(column<bool>(b, "mask"), (std::vector<bool>{true, false, true, true}));
+}
+
+TEST(ReplayLimits, HugeSampleSizes) {
+  auto s = make_store(16);
+  add(s, {1, 2, 3}, {0, 0, 0}, {0, 1, 2}, {0, 0, 1});
+  const auto views = basic_views();
+  SliceRequest req;
+  // num_slices x slice_len beyond kMaxSampleRows, overflowing or not.
+  const std::pair<std::int64_t, std::int64_t> bad[] = {{kI64Max, 1},
+                                                       {kMaxSampleRows + 1, 1},
+                                                       {kI64Max, kI64Max},
+                                                       {std::int64_t{1} << 32, std::int64_t{1} << 32},
+                                                       {2, kMaxSampleRows}};
+  for (auto [slices, len] : bad) {
+    req.num_slices = slices;
+    req.slice_len = len;
+    EXPECT_TRUE(throws_invalid_argument([&] { s.sample(req, views); }, {"kMaxSampleRows", "1073741824"}))
+        << slices << " x " << len;
+  }
+  req.num_slices = 1;
+  req.slice_len = kI64Min;
+  EXPECT_TRUE(throws_invalid_argument([&] { s.sample(req, views); }, {"slice_len", ">= 1"}));
+  // gather: picks x slice_len, and picks whose start + length would overflow.
+  req.slice_len = kMaxSampleRows;
+  std::vector<SlicePick> two{{0, 0, 1}, {0, 0, 1}};
+  EXPECT_TRUE(throws_invalid_argument([&] { s.gather(two, req, views); }, {"gather", "picks x slice_len", "2 x"}));
+  req.slice_len = 3;
+  for (SlicePick p : {SlicePick{0, kI64Max, 1}, SlicePick{0, 1, kI64Max}, SlicePick{0, kI64Max, kI64Max},
+                      SlicePick{0, kI64Min, 1}, SlicePick{0, 0, kI64Min}, SlicePick{kI64Max, 0, 1},
+                      SlicePick{kI64Min, 0, 1}}) {
+    EXPECT_TRUE(throws_invalid_argument([&] { s.gather({&p, 1}, req, views); }, {"gather"}))
+        << p.uid << " " << p.start << " " << p.length;
+  }
+  // At the limit the request is only checked, not refused: a sample of
+  // kMaxSampleRows rows would be fine (not run here: it allocates gigabytes).
+  EXPECT_EQ(s.num_steps(), 3);
+}
+
+TEST(ReplayLimits, ViewBuffersBeyondOneAllocationThrowLengthError) {
+  // 1 MiB rows read at 100000 offsets: ~98 GiB per sampled row; 11 rows
+  // exceed kMaxAllocBytes: std::length_error naming the view, before any
+  // view buffer is allocated.
+  constexpr std::int64_t kElems = std::int64_t{1} << 18;
+  ReplayStore s(16, {col("big", DType::Float32, {kElems})});
+  const F32 rows(static_cast<std::size_t>(11 * kElems), 1.0F);
+  std::vector<Array> in{make_array<float>({11, kElems}, rows)};
+  const I64 keys(11, 0);
+  const std::vector<std::uint8_t> done(11, 0);
+  s.add(11, ins(in), {}, keys.data(), nullptr, done.data());
+  std::vector<ViewSpec> views{view("big", "big", {0}),
+                              view("ahead", "big", std::vector<std::int64_t>(kMaxViewShifts, 0), true)};
+  SliceRequest req;
+  req.num_slices = 11;
+  req.slice_len = 1;
+  const long live = Buffer::live_count();
+  EXPECT_TRUE(testing::throws_length_error([&] { s.sample(req, views); },
+                                           {"view 'ahead'", "limit of 1099511627776 bytes"}));
+  EXPECT_EQ(Buffer::live_count(), live);
+}
+
+TEST(ReplayLimits, TimestepsAtTheInt64Ends) {
+  // t at the int64 ends is the caller's data: continuing it must not overflow.
+  auto s = make_store(16);
+  add(s, {1}, {4}, {kI64Max}, {0});
+  add(s, {2}, {4}, {kI64Min}, {0});  // not kI64Max + 1: a new trajectory
+  EXPECT_EQ(s.num_trajectories(), 2);
+  add(s, {3}, {4}, {}, {0});  // without t: joins, and last_t counts on
+  add(s, {5}, {4}, {kI64Max}, {0});
+  add(s, {6}, {4}, {}, {0});  // last_t + 1 wraps, no overflow
+  add(s, {7}, {4}, {kI64Min + 1}, {1});
+  EXPECT_EQ(s.num_steps(), 6);
 }
 
 // One writer, several samplers: every sampled row must be a row that was

@@ -12,6 +12,7 @@
 
 #include "store_helpers.h"
 #include "test_util.h"
+#include "trajview/buffer.h"
 
 namespace trajview {
 namespace {
@@ -427,6 +428,32 @@ TEST(StoreBatch, ZeroSizeColumns) {
   EXPECT_EQ(shape_of(b, "empty_hist"), (I64{6, 2, 0}));
   EXPECT_EQ(values<float>(b, "obs"), (F32{1, 10, 20, 2, 11, 21}));
   EXPECT_EQ(values<std::int64_t>(b, "prev_actions"), (I64{0, 0, 1, 0, 100, 101}));
+}
+
+TEST(StoreBatch, ColumnsBeyondOneAllocationThrowAndChangeNothing) {
+  // 1 MiB rows read at 100000 offsets: a batch row of the view is ~98 GiB, so
+  // 11 rows exceed kMaxAllocBytes. build_batch sizes the column (checked)
+  // before allocating it and throws std::length_error naming the view; the
+  // store still holds every step.
+  constexpr std::int64_t kElems = std::int64_t{1} << 18;
+  std::vector<ColumnSpec> cols{obs_col(), col("big", DType::Float32, {kElems})};
+  std::vector<ViewSpec> views{view("obs", "obs", 0), training_only(view("ahead", "big", I64(kMaxViewShifts, 0)))};
+  TrajectoryStore s(1, cols, views, opts(16));
+  begin(s, {0}, {0});
+  const F32 row(static_cast<std::size_t>(kElems), 1.0F);
+  for (int i = 0; i < 11; ++i) {
+    const std::vector<Array> a{make_array(F32{static_cast<float>(i)}), make_array<float>({1, kElems}, row)};
+    s.add_step(I64{}, ins(a));
+  }
+  const long live = Buffer::live_count();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    EXPECT_TRUE(testing::throws_length_error([&] { (void)s.build_batch(false); },
+                                             {"batch column 'ahead'", "limit of 1099511627776 bytes"}));
+    EXPECT_EQ(s.num_steps(), 11);
+    EXPECT_EQ(Buffer::live_count(), live);  // what was built before the throw is freed
+  }
+  s.end_episodes(I64{0});
+  EXPECT_EQ(s.num_complete_steps(), 11);
 }
 
 }  // namespace

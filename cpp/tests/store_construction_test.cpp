@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@ using testing::row_bytes_of;
 using testing::same_batch;
 using testing::step;
 using testing::throws_invalid_argument;
+using testing::throws_length_error;
 using testing::training_only;
 using testing::values;
 using testing::view;
@@ -183,6 +185,148 @@ TEST(StoreConstruction, OtherBadSettings) {
   zero_repeat.push_back(repeated(view("r", "obs", 0), 0));
   EXPECT_TRUE(
       throws_invalid_argument([&] { TrajectoryStore s(1, basic_columns(), zero_repeat); }, {"'r'", "got 0"}));
+}
+
+// ------------------------------------------------------------------ limits
+
+constexpr std::int64_t kI64Max = std::numeric_limits<std::int64_t>::max();
+constexpr std::int64_t kI64Min = std::numeric_limits<std::int64_t>::min();
+
+/// basic_views() plus `extra`.
+std::vector<ViewSpec> with_view(ViewSpec extra) {
+  auto views = basic_views();
+  views.push_back(std::move(extra));
+  return views;
+}
+
+TEST(StoreLimits, ShiftOffsetsWithinKMaxShift) {
+  // At the bound: fine (training only, so nothing has to be known at t=0).
+  EXPECT_NO_THROW(TrajectoryStore(1, basic_columns(), with_view(view("far", "obs", -kMaxShift)), opts(2)));
+  EXPECT_NO_THROW(TrajectoryStore(1, basic_columns(), with_view(view("far", "obs", kMaxShift)), opts(2)));
+  EXPECT_NO_THROW(
+      TrajectoryStore(1, basic_columns(), with_view(view("far", "obs", I64{-kMaxShift, 0, kMaxShift})), opts(2)));
+  // Beyond it, int64 extremes included: std::invalid_argument naming the
+  // view, the bound and the value, before any size is computed from it.
+  for (std::int64_t bad : {-kMaxShift - 1, kMaxShift + 1, std::int64_t{-1} << 62, kI64Max, kI64Min}) {
+    EXPECT_TRUE(throws_invalid_argument(
+        [&] { TrajectoryStore s(1, basic_columns(), with_view(view("far", "obs", bad))); },
+        {"view 'far'", "[-1000000, 1000000]", std::to_string(bad)}))
+        << bad;
+    EXPECT_TRUE(throws_invalid_argument(
+        [&] { TrajectoryStore s(1, basic_columns(), with_view(training_only(view("far", "actions", I64{0, bad})))); },
+        {"view 'far'", "kMaxShift", std::to_string(bad)}))
+        << bad;
+  }
+}
+
+TEST(StoreLimits, OffsetsPerView) {
+  I64 many(kMaxViewShifts, 0);
+  EXPECT_NO_THROW(TrajectoryStore(1, basic_columns(), with_view(training_only(view("many", "obs", many))), opts(2)));
+  many.push_back(0);
+  EXPECT_TRUE(throws_invalid_argument(
+      [&] { TrajectoryStore s(1, basic_columns(), with_view(view("many", "obs", many))); },
+      {"view 'many'", "100000", "100001"}));
+  auto two = view("two", "obs", I64{0, 1});
+  two.adds_axis = false;
+  EXPECT_TRUE(throws_invalid_argument([&] { TrajectoryStore s(1, basic_columns(), with_view(two)); },
+                                      {"view 'two'", "exactly one offset", "got 2"}));
+}
+
+TEST(StoreLimits, BatchRepeatWithinKMaxBatchRepeat) {
+  EXPECT_NO_THROW(TrajectoryStore(1, basic_columns(), with_view(repeated(view("r", "obs", 0), kMaxBatchRepeat))));
+  for (std::int64_t bad : {std::int64_t{0}, std::int64_t{-1}, kMaxBatchRepeat + 1, kI64Max, kI64Min}) {
+    EXPECT_TRUE(throws_invalid_argument(
+        [&] { TrajectoryStore s(1, basic_columns(), with_view(repeated(view("r", "obs", 0), bad))); },
+        {"view 'r'", "batch_repeat_value", "1000000", std::to_string(bad)}))
+        << bad;
+  }
+}
+
+TEST(StoreLimits, NumEnvsAndChunkRows) {
+  EXPECT_TRUE(throws_invalid_argument([] { TrajectoryStore s(kMaxSlots + 1, basic_columns(), basic_views()); },
+                                      {"num_envs", "<= 1048576", "1048577"}));
+  EXPECT_TRUE(throws_invalid_argument([] { TrajectoryStore s(kI64Max, basic_columns(), basic_views()); },
+                                      {"num_envs", "9223372036854775807"}));
+  EXPECT_TRUE(throws_invalid_argument([] { TrajectoryStore s(kI64Min, basic_columns(), basic_views()); },
+                                      {"num_envs", ">= 1"}));
+  EXPECT_TRUE(throws_invalid_argument(
+      [] { TrajectoryStore s(1, basic_columns(), basic_views(), opts(kMaxChunkRows + 1)); },
+      {"chunk_rows", "<= 16777216", "16777217"}));
+  EXPECT_TRUE(throws_invalid_argument([] { TrajectoryStore s(1, basic_columns(), basic_views(), opts(kI64Max)); },
+                                      {"chunk_rows", "9223372036854775807"}));
+}
+
+TEST(StoreLimits, AbsurdColumnShapes) {
+  // Rows of exactly kMaxRowBytes pass the column check ...
+  std::vector<ColumnSpec> at_limit{col("x", DType::Float32, {std::int64_t{1} << 28})};
+  EXPECT_NO_THROW(check_column(at_limit, 0));
+  // ... one element more does not; neither does a product of dims that would
+  // overflow, with or without a zero dim, nor too many dims.
+  const std::vector<I64> bad{{(std::int64_t{1} << 28) + 1},
+                             {std::int64_t{1} << 40, std::int64_t{1} << 40},
+                             {kI64Max, kI64Max, kI64Max},
+                             {0, kI64Max},
+                             {std::int64_t{1} << 16, std::int64_t{1} << 16}};
+  for (const auto& shape : bad) {
+    auto cols = basic_columns();
+    cols.push_back(col("x", DType::Float32, shape));
+    EXPECT_TRUE(throws_invalid_argument([&] { TrajectoryStore s(1, cols, {}); },
+                                        {"column 'x'", "1073741824 bytes per row", shape_str(shape)}))
+        << shape_str(shape);
+  }
+  auto cols = basic_columns();
+  cols.push_back(col("x", DType::Float32, I64(kMaxDims + 1, 1)));
+  EXPECT_TRUE(throws_invalid_argument([&] { TrajectoryStore s(1, cols, {}); }, {"column 'x'", "64 dims", "65"}));
+  cols.back().shape = I64(kMaxDims, 1);
+  EXPECT_NO_THROW(TrajectoryStore(1, cols, {}));
+  cols.back().shape = {kI64Min};
+  EXPECT_TRUE(throws_invalid_argument([&] { TrajectoryStore s(1, cols, {}); }, {"column 'x'", "dims >= 0"}));
+}
+
+TEST(StoreLimits, StorageBlocksAndViewRowsMustFitOneAllocation) {
+  // chunk_rows + lookback rows x num_envs x row bytes: overflowing size_t ...
+  std::vector<ColumnSpec> cols{col("big", DType::Float32, {std::int64_t{1} << 19}), obs_col()};  // 2 MiB rows
+  std::vector<ViewSpec> views{view("obs", "obs", 0), training_only(view("big", "big", -kMaxShift))};
+  EXPECT_TRUE(throws_length_error([&] { TrajectoryStore s(kMaxSlots, cols, views, opts(kMaxChunkRows)); },
+                                  {"column 'big'", "storage block", "overflows"}));
+  // ... or merely beyond kMaxAllocBytes.
+  EXPECT_TRUE(throws_length_error([&] { TrajectoryStore s(1024, cols, views, opts(4096)); },
+                                  {"column 'big'", "storage block", "limit of 1099511627776 bytes"}));
+  // One row of a view: offsets x row bytes (16 MiB rows x 100000 offsets > 1 TiB).
+  std::vector<ColumnSpec> wide{obs_col(), col("wide", DType::Float32, {std::int64_t{1} << 22})};
+  std::vector<ViewSpec> ahead{view("obs", "obs", 0), training_only(view("ahead", "wide", I64(kMaxViewShifts, 0)))};
+  EXPECT_TRUE(throws_length_error([&] { TrajectoryStore s(1, wide, ahead); },
+                                  {"view 'ahead'", "one row", "limit of 1099511627776 bytes"}));
+}
+
+TEST(StoreLimits, OffsetsAtTheBoundReadPaddingAndZeros) {
+  std::vector<ViewSpec> views{view("obs", "obs", 0), training_only(view("far_back", "obs", -kMaxShift)),
+                              training_only(reset(view("far_back_reset", "obs", -kMaxShift))),
+                              training_only(view("far_ahead", "actions", kMaxShift)),
+                              view("frames", "obs", I64{-kMaxShift, 0})};
+  TrajectoryStore s(1, basic_columns(), views, opts(4));
+  begin(s, {0}, {1});
+  step(s, {0}, {2}, {20});
+  step(s, {0}, {3}, {30});
+  auto in = infer(s);
+  EXPECT_EQ(in.get<float>("frames"), (F32{0, 3}));
+  s.end_episodes(I64{0});
+  auto b = s.build_batch(false);
+  ASSERT_EQ(b.count, 2);
+  EXPECT_EQ(values<float>(b, "far_back"), (F32{0, 0}));
+  EXPECT_EQ(values<float>(b, "far_back_reset"), (F32{1, 1}));
+  EXPECT_EQ(values<std::int64_t>(b, "far_ahead"), (I64{0, 0}));
+  EXPECT_EQ(values<float>(b, "frames"), (F32{0, 1, 0, 2}));
+}
+
+TEST(StoreLimits, EpisodeIdsStopBeforeTheInt64End) {
+  TrajectoryStore s(2, basic_columns(), basic_views(), opts(2, kI64Max - 2));
+  EXPECT_EQ(begin(s, {0, 1}, {1, 2}), (I64{kI64Max - 2, kI64Max - 1}));
+  s.end_episodes(I64{0});
+  EXPECT_TRUE(throws_length_error([&] { begin(s, {0}, {3}); }, {"begin_episodes", "episode ids", "overflows"}));
+  EXPECT_EQ(s.slot_eps_ids(), (I64{-1, kI64Max - 1}));  // nothing changed
+  TrajectoryStore low(1, basic_columns(), basic_views(), opts(2, kI64Min));
+  EXPECT_EQ(begin(low, {0}, {1}), (I64{kI64Min}));
 }
 
 // ------------------------------------------------------------- bad input

@@ -115,13 +115,13 @@ std::vector<std::byte> bytes_of(std::initializer_list<T> v) {
   return row_bytes_of(std::vector<T>(v));
 }
 
-/// Succeeds when `f()` throws std::invalid_argument whose what() contains
-/// every one of `parts`.
-template <class F>
-::testing::AssertionResult throws_invalid_argument(F&& f, std::initializer_list<std::string_view> parts) {
+/// Succeeds when `f()` throws an E (exactly that type or one derived from it)
+/// whose what() contains every one of `parts`.
+template <class E, class F>
+::testing::AssertionResult throws_with(F&& f, std::initializer_list<std::string_view> parts) {
   try {
     f();
-  } catch (const std::invalid_argument& e) {
+  } catch (const E& e) {
     const std::string msg = e.what();
     for (auto p : parts) {
       if (msg.find(p) == std::string::npos)
@@ -134,6 +134,20 @@ template <class F>
     return ::testing::AssertionFailure() << "threw a non-std exception";
   }
   return ::testing::AssertionFailure() << "did not throw";
+}
+
+/// Succeeds when `f()` throws std::invalid_argument whose what() contains
+/// every one of `parts`.
+template <class F>
+::testing::AssertionResult throws_invalid_argument(F&& f, std::initializer_list<std::string_view> parts) {
+  return throws_with<std::invalid_argument>(std::forward<F>(f), parts);
+}
+
+/// Succeeds when `f()` throws std::length_error (a size that overflows or
+/// exceeds a limit) whose what() contains every one of `parts`.
+template <class F>
+::testing::AssertionResult throws_length_error(F&& f, std::initializer_list<std::string_view> parts) {
+  return throws_with<std::length_error>(std::forward<F>(f), parts);
 }
 
 /// Succeeds when two byte strings are equal; otherwise names the first

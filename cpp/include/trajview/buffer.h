@@ -6,6 +6,11 @@
 
 namespace trajview {
 
+/// The largest block either store allocates at once (1 TiB): a bigger request
+/// (a column's ring, a storage block, a batch column) throws std::length_error
+/// naming what it was for instead of asking the allocator.
+inline constexpr std::size_t kMaxAllocBytes = std::size_t{1} << 40;
+
 /// Frees memory from allocate_aligned.
 struct AlignedFree {
   void operator()(std::byte* p) const noexcept;
@@ -13,7 +18,8 @@ struct AlignedFree {
 
 /// Aligned memory, uninitialised. Blocks of 8 MiB or more are aligned to 2 MiB
 /// and asked to use transparent huge pages: first-touch page faults then cost
-/// one fault per 2 MiB instead of per 4 KiB.
+/// one fault per 2 MiB instead of per 4 KiB. Throws std::length_error above
+/// kMaxAllocBytes, std::bad_alloc when the allocator fails.
 using AlignedBytes = std::unique_ptr<std::byte[], AlignedFree>;
 AlignedBytes allocate_aligned(std::size_t nbytes);
 
@@ -27,7 +33,8 @@ AlignedBytes allocate_aligned(std::size_t nbytes);
 /// the batches of a training loop, whose sizes vary a little.
 class Buffer {
  public:
-  /// Allocates `nbytes` bytes (uninitialised), see allocate_aligned.
+  /// Allocates `nbytes` bytes (uninitialised), see allocate_aligned (and its
+  /// limit, kMaxAllocBytes).
   explicit Buffer(std::size_t nbytes);
   ~Buffer();
   Buffer(const Buffer&) = delete;

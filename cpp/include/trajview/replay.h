@@ -21,6 +21,13 @@
 
 namespace trajview {
 
+/// Rows of the ring (capacity): in [1, kMaxCapacity]; each column's ring
+/// (capacity x row bytes) must also fit kMaxAllocBytes.
+inline constexpr std::int64_t kMaxCapacity = std::int64_t{1} << 40;
+/// Rows one sample / gather asks for: num_slices x slice_len (sample), or
+/// picks x slice_len (gather), at most kMaxSampleRows (2^30, about a billion).
+inline constexpr std::int64_t kMaxSampleRows = std::int64_t{1} << 30;
+
 /// One contiguous run of a trajectory's steps in the ring: absolute rows
 /// [g0, g0 + n) hold steps [step0, step0 + n); when `tail`, absolute row
 /// g0 + n holds the observation after the piece's last step (new_obs), a row
@@ -100,6 +107,11 @@ struct ReplayBatch {
 /// the column at step j + s; before its first stored step it is zeros (or
 /// step 0's row for Padding::Reset); at step == steps an observation column
 /// reads the final observation; past that, zeros.
+///
+/// Limits: the spec limits of spec.h (view offsets within kMaxShift, ...),
+/// kMaxCapacity and kMaxSampleRows above (std::invalid_argument naming the
+/// setting, bound and value); every buffer a sample builds must fit
+/// kMaxAllocBytes (std::length_error naming the view).
 ///
 /// Thread safety: `add` takes the lock exclusively, `sample` and the
 /// accessors share it, so one writer and any number of samplers can run at

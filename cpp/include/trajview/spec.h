@@ -3,8 +3,8 @@
 // caller hands in, and the checks on them that both stores make the same way.
 //
 // Invariant: the checks here only read their arguments and throw
-// std::invalid_argument naming the column; a store calls them before it
-// writes anything.
+// std::invalid_argument naming the column or view, the bound and the value; a
+// store calls them before it computes a size from a spec or writes anything.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +16,24 @@
 #include "trajview/dtype.h"
 
 namespace trajview {
+
+// ---- Limits of a spec (both stores reject specs beyond them at construction,
+// or for replay views, when a sample names them). They keep every size a
+// store computes from a spec far inside 64 bits, and reject what no use needs.
+
+/// A view offset s reads row t + s: every offset is in [-kMaxShift, kMaxShift].
+/// A view reaching further than a million steps back or ahead is not a use
+/// case (a store keeps that many rows per env slot to serve it).
+inline constexpr std::int64_t kMaxShift = 1'000'000;
+/// Offsets of one view (a list / range shift): at most this many.
+inline constexpr std::size_t kMaxViewShifts = 100'000;
+/// batch_repeat_value (steps per sequence): in [1, kMaxBatchRepeat].
+inline constexpr std::int64_t kMaxBatchRepeat = 1'000'000;
+/// Dims of a column's per-step shape: at most numpy 2's maximum.
+inline constexpr std::size_t kMaxDims = 64;
+/// Bytes of one row of a column (product of its dims, each counted as at
+/// least 1, times the itemsize): at most 1 GiB.
+inline constexpr std::size_t kMaxRowBytes = std::size_t{1} << 30;
 
 /// Observation columns hold T + 1 rows per episode of T steps (row 0 from
 /// begin_episodes); step columns hold T rows (row t from the add_step of t).
@@ -37,6 +55,8 @@ struct ColumnSpec {
   /// row_bytes() long otherwise (e.g. a recurrent policy's initial state).
   std::vector<std::byte> pad_row;
 
+  /// Elements / bytes of one row. Unchecked: valid once check_column passed
+  /// (which bounds them by kMaxRowBytes).
   std::size_t row_elems() const noexcept;
   std::size_t row_bytes() const noexcept { return row_elems() * itemsize(dtype); }
 };
@@ -64,8 +84,17 @@ struct ArrayIn {
 std::int64_t find_column_index(std::span<const ColumnSpec> columns, const std::string& name) noexcept;
 
 /// Checks columns[c] against itself and the columns before it: a non-empty
-/// name, not declared before, dims >= 0 (in that order).
+/// name, not declared before, at most kMaxDims dims, dims >= 0, and rows of
+/// at most kMaxRowBytes (in that order).
 void check_column(std::span<const ColumnSpec> columns, std::size_t c);
+
+/// Checks a view's offsets: at least one, at most kMaxViewShifts, exactly one
+/// unless adds_axis, each in [-kMaxShift, kMaxShift]. Messages name the view,
+/// the bound and the value.
+void check_view_shifts(const ViewSpec& view);
+
+/// Checks batch_repeat is in [1, kMaxBatchRepeat] (the message names the view).
+void check_batch_repeat(const ViewSpec& view);
 
 /// Checks that `in` has column `col`'s dtype and shape [n, *col.shape].
 /// Messages start with `what` and the quoted column name ("column 'obs': ...").

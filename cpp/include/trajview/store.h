@@ -23,11 +23,18 @@
 
 namespace trajview {
 
+/// Env slots of a store (num_envs): in [1, kMaxSlots].
+inline constexpr std::int64_t kMaxSlots = std::int64_t{1} << 20;
+/// StoreOptions::chunk_rows: in [1, kMaxChunkRows].
+inline constexpr std::int64_t kMaxChunkRows = std::int64_t{1} << 24;
+
 struct StoreOptions {
   /// Steps per slot that a storage block holds beyond its columns' lookback:
   /// set it to the steps collected between build_batch calls (the rollout
   /// fragment length) and a fragment fits one block.
   std::int64_t chunk_rows = 256;
+  /// Episode ids count up from here (any int64); begin_episodes throws
+  /// std::length_error rather than pass the int64 end (ids stop at 2^63 - 2).
   std::int64_t eps_id_start = 0;
   /// Whether batches carry env_id (eps_id, t and is_init they always carry).
   bool emit_env_id = true;
@@ -39,6 +46,14 @@ struct StoreOptions {
 
 /// Per env slot, the episode in progress, plus finished episodes not yet
 /// emitted. Every view is built from one stored copy of each row.
+///
+/// Limits (checked at construction, std::invalid_argument naming the setting,
+/// the bound and the value): num_slots <= kMaxSlots, chunk_rows <=
+/// kMaxChunkRows, and the spec limits of spec.h (view offsets within
+/// kMaxShift, ...). A column's storage block (chunk_rows + its lookback + 1
+/// rows x num_slots x row bytes) and one row of a view (offsets x row bytes)
+/// must fit kMaxAllocBytes (std::length_error otherwise), and so must each
+/// column of a batch when build_batch sizes it.
 ///
 /// Invariants:
 /// * every input is validated before anything is written: a call that throws
