@@ -61,9 +61,15 @@ rm -rf build/asan-dist build/asan-pkg
 python -m pip wheel . --no-deps --no-build-isolation -w build/asan-dist -q \
   -Ccmake.define.TRAJVIEW_SANITIZE=ON -Ccmake.build-type=Debug -Cbuild-dir=build/asan-wheel
 python -m zipfile -e build/asan-dist/trajview-*.whl build/asan-pkg
-LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" \
-  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 PYTHONPATH="$ROOT/build/asan-pkg" \
-  python -m pytest tests -p no:cacheprovider -q
+# Sanitizer reports go to files (pytest captures stderr, and an aborted process never prints it): shown on failure.
+rm -rf build/asan-log && mkdir -p build/asan-log
+if ! LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" \
+  ASAN_OPTIONS="detect_leaks=0:log_path=$ROOT/build/asan-log/asan" \
+  UBSAN_OPTIONS="print_stacktrace=1:log_path=$ROOT/build/asan-log/ubsan" PYTHONPATH="$ROOT/build/asan-pkg" \
+  python -m pytest tests -p no:cacheprovider -q; then
+  cat build/asan-log/* 2>/dev/null || true
+  exit 1
+fi
 
 echo "== mypy"
 python -m mypy  # [tool.mypy] in pyproject.toml: python/trajview
