@@ -337,12 +337,13 @@ class SingleAgentSampler:
                     soft_g = np.zeros(self.num_envs, dtype=bool)
                     soft_g[slots] = soft
                 ended, started, error = self._end_and_restart(cut_g, soft_g, obs_g)
-        for i, _ in stepped:
-            self.hooks.episode_step(self._step_episode(i, ended), i)
-        for ep in ended:
-            self.hooks.episode_end(ep, ep.env_id)
-        for ep in started:
-            self.hooks.episode_start(ep, ep.env_id)
+        if self._has_hooks:
+            for i, _ in stepped:
+                self.hooks.episode_step(self._step_episode(i, ended), i)
+            for ep in ended:
+                self.hooks.episode_end(ep, ep.env_id)
+            for ep in started:
+                self.hooks.episode_start(ep, ep.env_id)
         if error is not None:
             raise error
 
@@ -402,6 +403,8 @@ class SingleAgentSampler:
                     obs[pos[int(i)]] = r_obs[j]
                     infos[pos[int(i)]] = r_infos[j]
                     self._idle[i] = False  # ready to begin
+        if error is None:  # every env reset (or a soft restart): all begin
+            return ended, self._begin(ends, obs, infos), None
         ready = np.array([j for j, i in enumerate(ends) if soft is not None and soft[i] or not self._idle[i]], np.int64)
         self._idle[ends] = True
         self._any_idle = True
