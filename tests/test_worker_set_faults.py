@@ -195,7 +195,9 @@ DRIVER = textwrap.dedent("""
 
 def test_workers_exit_when_the_driver_is_killed():
     root = Path(__file__).resolve().parent
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root.parent / "python"), str(root)]))
+    # trajview as this test process imports it (the installed wheel, or a PYTHONPATH build), plus the test helpers.
+    inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), *inherited]))
     # The workers inherit the driver's stdout: read the line, not up to EOF.
     driver = subprocess.Popen([sys.executable, "-c", DRIVER], env=env, stdout=subprocess.PIPE, text=True)
     pids: list[int] = []
