@@ -186,3 +186,14 @@ def test_last_info_is_current_without_training_on_infos():
     assert "infos" not in b
     assert [i for i, _ in infos] == [{"uid": 0, "t": t} for t in (1, 2, 3)]
     assert [o for _, o in infos] == [[0, t] for t in (1, 2, 3)]
+
+
+def test_ints_beyond_2_53_are_never_rounded_into_float64_columns():
+    VR = tv.ViewRequirement
+    coll = tv.Collector(2, {"obs": (np.float64, (2,))}, {"obs": VR()})
+    with pytest.raises(ValueError, match=r"column 'obs': the int64 value 9007199254740993 has no exact float64"):
+        coll.begin_episodes(np.arange(2), {"obs": np.full((2, 2), 2**53 + 1, np.int64)})
+    coll.begin_episodes(np.arange(2), {"obs": np.full((2, 2), 2**53, np.int64)})  # exact: fine
+    rb = tv.ReplayBuffer(10, columns={"x": (np.float64, ())})
+    with pytest.raises(ValueError, match=r"column 'x': the int64 value 9007199254740993 has no exact float64"):
+        rb.add({"x": np.array([2**53 + 1]), "eps_id": np.zeros(1, np.int64), "t": np.zeros(1, np.int64)})

@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -232,6 +233,31 @@ class PyStore {
     return out;
   }
 
+  // numpy counts int64 -> float64 as a safe cast, but float64 holds integers exactly only up to 2**53:
+  // a larger value would be rounded without a word.
+  static void check_exact_in_float64(const std::string& name, py::array& arr) {
+    const char kind = arr.dtype().kind();
+    if ((kind != 'i' && kind != 'u') || arr.itemsize() != 8) return;
+    arr = py::array::ensure(arr, py::array::c_style);
+    constexpr std::uint64_t kExact = std::uint64_t{1} << 53;
+    const auto n = static_cast<std::size_t>(arr.size());
+    for (std::size_t k = 0; k < n; ++k) {
+      std::uint64_t magnitude = 0;
+      std::string text;
+      if (kind == 'i') {
+        const std::int64_t v = static_cast<const std::int64_t*>(arr.data())[k];
+        magnitude = v < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v);
+        text = std::to_string(v);
+      } else {
+        magnitude = static_cast<const std::uint64_t*>(arr.data())[k];
+        text = std::to_string(magnitude);
+      }
+      if (magnitude > kExact)
+        throw py::value_error("column '" + name + "': the " + std::string(py::str(arr.dtype())) + " value " + text +
+                              " has no exact float64 (the column's dtype); integers above 2**53 would be rounded");
+    }
+  }
+
   ArrayIn convert(std::size_t c, py::handle h, std::vector<py::array>& keep) {
     const auto& col = store_.columns()[c];
     py::array arr = py::array::ensure(h);
@@ -247,6 +273,7 @@ class PyStore {
       if (!can_cast_(arr.dtype(), want, "safe").cast<bool>())
         throw py::value_error("column '" + col.name + "': expected dtype " + std::string(dtype_name(col.dtype)) +
                               ", got " + std::string(py::str(arr.dtype())) + " (casting would lose data)");
+      if (col.dtype == DType::Float64) check_exact_in_float64(col.name, arr);
       arr = arr.attr("astype")(want);
       dt = col.dtype;
     }

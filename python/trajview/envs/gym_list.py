@@ -8,6 +8,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from ..views.columns import cast_exactly
 from .base import VectorEnvAdapter, VectorStep, obs_spec
 from .checks import check_flag, check_reward
 
@@ -65,7 +66,10 @@ class GymEnvList(VectorEnvAdapter):
                     f"column 'obs': env {i} returned an observation of dtype {a.dtype} and shape {a.shape}, expected "
                     f"dtype {obs_dtype} and shape {obs_shape} (the observation space; casting would lose data)"
                 )
-            return a
+            try:
+                return cast_exactly("obs", a, obs_dtype)  # what the row assignment would otherwise round
+            except ValueError as e:
+                raise ValueError(f"env {i}: {e}") from None
         return o
 
     def step(

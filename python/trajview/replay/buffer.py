@@ -37,6 +37,7 @@ from .. import _core
 from .._validate import positive_int
 from ..views import MultiAgentBatch, SampleBatch, ViewRequirement
 from ..views.columns import (
+    cast_exactly,
     DONES,
     EPS_ID,
     IS_INIT,
@@ -265,11 +266,7 @@ class ReplayBuffer:
 
     @staticmethod
     def _convert(name: str, value: Any, dt: np.dtype, shape: tuple[int, ...], n: int | None) -> np.ndarray:
-        arr = np.asarray(value)
-        if arr.dtype != dt:
-            if not np.can_cast(arr.dtype, dt, "safe"):
-                raise ValueError(f"column {name!r}: expected dtype {dt}, got {arr.dtype} (casting would lose data)")
-            arr = arr.astype(dt)
+        arr = cast_exactly(name, np.asarray(value), dt)
         if arr.ndim == 0 or tuple(arr.shape[1:]) != shape:
             raise ValueError(f"column {name!r}: expected per-step shape {shape}, got {tuple(arr.shape[1:])}")
         if n is not None and len(arr) != n:

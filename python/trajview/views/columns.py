@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "cast_exactly",
     "BOUNDARY_COLUMNS",
     "ColumnSpec",
     "STATE_IN_PREFIX",
@@ -97,3 +98,24 @@ def column_spec(name: str, spec: Any, *, spaces: bool = True) -> ColumnSpec:
 def column_specs(columns: Mapping[Any, Any], *, spaces: bool = True) -> dict[str, ColumnSpec]:
     """`column_spec` of every entry of ``{name: (dtype, shape) or space}``, names as str."""
     return {str(k): column_spec(str(k), v, spaces=spaces) for k, v in columns.items()}
+
+
+def cast_exactly(name: str, arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``arr`` as ``dtype`` if numpy calls the cast safe and no value changes, else a ValueError naming ``name``.
+
+    numpy counts int64 -> float64 as safe, but float64 holds integers exactly
+    only up to 2**53: a larger value would be rounded without a word.
+    """
+    if arr.dtype == dtype:
+        return arr
+    if not np.can_cast(arr.dtype, dtype, "safe"):
+        raise ValueError(f"column {name!r}: expected dtype {dtype}, got {arr.dtype} (casting would lose data)")
+    if arr.dtype.kind in "iu" and dtype.kind == "f" and arr.size:
+        exact = 2 ** (np.finfo(dtype).nmant + 1)
+        big = max(abs(int(arr.max())), abs(int(arr.min())))
+        if big > exact:
+            raise ValueError(
+                f"column {name!r}: the {arr.dtype} value {big} has no exact {dtype} (the column's dtype); integers "
+                f"above 2**{np.finfo(dtype).nmant + 1} would be rounded"
+            )
+    return arr.astype(dtype)
