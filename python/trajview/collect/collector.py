@@ -133,6 +133,7 @@ class Collector:
         self.add_step = self._impl.add_step  # type: ignore[method-assign]
         self.step = self._impl.step  # type: ignore[method-assign]
         self.input_dict = self._impl.input_dict  # type: ignore[method-assign]
+        self.staged_rows = self._impl._next_rows  # type: ignore[method-assign]
 
     # -- episodes and steps -------------------------------------------------
 

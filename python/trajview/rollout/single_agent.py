@@ -242,7 +242,10 @@ class SingleAgentSampler:
         new_obs, rew, term, trunc, infos, any_done, failed = res[:7]
         if failed is not None and not len(failed):
             failed = None
-        ok = self._all if failed is None and ids is None else np.setdiff1d(np.arange(n), failed if failed is not None else [])
+        if failed is None:
+            ok = self._all if ids is None else np.arange(n)
+        else:
+            ok = np.setdiff1d(np.arange(n), failed)
         if failed is not None:
             # A failed env's row holds nothing: it takes no part in this step.
             term, trunc = term.copy(), trunc.copy()
@@ -420,7 +423,7 @@ class SingleAgentSampler:
         if post is Policy.postprocess_trajectory and not need_infos and "on_postprocess_trajectory" not in self.hooks:
             # Nothing to run per episode: the batch is the store's flat batch as it is (no split, no concat).
             batch = self.collector.build_flat_batch(complete_only=complete)
-            self._after_build(complete)
+            self._frag, self._deficit = 0, {}
             for s in self.collector.last_segments:
                 eid = int(s["eps_id"])
                 if s["finished"]:
@@ -433,25 +436,17 @@ class SingleAgentSampler:
             self._pending = ("batch", batch)
             return self._finish_emit()
         segments = self.collector.build_batch(complete_only=complete)
-        self._after_build(complete)
+        self._frag, self._deficit = 0, {}
         for seg in segments:
             eid = int(seg[SampleBatch.EPS_ID][0])
             if need_infos:
                 self._infos[eid].attach(seg)
-            if eid in self._cut_eps and eid in self._ended and self._is_last_segment(seg, segments):
+            # A build holds each episode in one segment at most: a finished one's segment ends with its last step.
+            if eid in self._cut_eps and eid in self._ended:
                 self._cut_eps.discard(eid)
                 seg[SampleBatch.TRUNCATEDS][-1] = True
         self._pending = ("segments", segments)
         return self._finish_emit()
-
-    def _after_build(self, complete: bool) -> None:
-        self._frag = 0
-        self._deficit = {}
-
-    @staticmethod
-    def _is_last_segment(seg: SampleBatch, segments: list[SampleBatch]) -> bool:
-        eid = seg[SampleBatch.EPS_ID][0]
-        return all(s is seg or s[SampleBatch.EPS_ID][0] != eid or s[SampleBatch.T][0] < seg[SampleBatch.T][0] for s in segments)
 
     def _finish_emit(self) -> SampleBatch:
         """Postprocesses the pending segments (if any) and hands the batch out; kept pending if anything raises."""
