@@ -114,8 +114,10 @@ class NestedEnv(gym.Env):
         self.steps += 1
         if self.steps in self.fail_at:
             raise RuntimeError(f"env {self.index} fails at its step {self.steps}")
-        assert self.action_space.contains(action), (action, self.action_space)
-        self.actions[self.uid].append([np.asarray(v) for v in self.act_nest.leaf_values(action, "action")])
+        leaves = [np.asarray(v) for v in self.act_nest.leaf_values(action, "action")]
+        for leaf, v in zip(self.act_nest.leaves, leaves):
+            assert leaf.space.contains(v), (v, leaf.space)
+        self.actions[self.uid].append(leaves)
         self.t += 1
         length = self.lengths[self.episode % len(self.lengths)]
         return self._obs(), float(self.t), self.t >= length, False, {"uid": self.uid}
@@ -148,6 +150,7 @@ class ActionFromObs(tv.Policy):
 
     def loss(self, batch):
         batch["obs"], batch["new_obs"], batch["stack"], batch["actions"], batch["prev_actions"], batch["infos"]
+        batch["env_id"]
         return 0.0
 
 
@@ -161,7 +164,7 @@ def expected_row(values, t, s, padding, last):
     return values[i]
 
 
-def check_batch(batch, envs, obs_space, act_space, cut_eps=frozenset()):
+def check_batch(batch, envs, obs_space, act_space, padding="zero"):
     """Every leaf of every row of ``batch`` against the envs' logs (the reference)."""
     on, an = Nest.from_space(obs_space), Nest.from_space(act_space)
     ts = np.asarray(batch["t"])
@@ -178,7 +181,7 @@ def check_batch(batch, envs, obs_space, act_space, cut_eps=frozenset()):
             np.testing.assert_array_equal(batch[c][row], obs_rows[k][t], err_msg=f"{c} row {row}")
             np.testing.assert_array_equal(batch["new_obs" + c[3:]][row], obs_rows[k][t + 1], err_msg=f"new_obs row {row}")
             for j, s in enumerate(range(-3, 1)):
-                want = expected_row(obs_rows[k], t, s, ActionFromObs.padding, len(acts))
+                want = expected_row(obs_rows[k], t, s, padding, len(acts))
                 np.testing.assert_array_equal(batch["stack" + c[3:]][row][j], want, err_msg=f"stack{c[3:]} row {row}")
         for k, c in enumerate(an.names("actions")):
             np.testing.assert_array_equal(batch[c][row], acts[t][k], err_msg=f"{c} row {row}")
@@ -218,7 +221,7 @@ def test_worker_nested_spaces_match_reference(obs_space, act_space, lengths, num
         assert len(b) >= (fragment * num_envs if mode == "truncate_episodes" else 1)
         if mode == "truncate_episodes":
             assert len(b) == fragment * num_envs
-        check_batch(b, venv_envs, obs_space, act_space)
+        check_batch(b, venv_envs, obs_space, act_space, padding)
     w.stop()
 
 
@@ -480,12 +483,12 @@ class DictParallelEnv:
             assert self._act_space.contains(act), act
         self.actions.append(actions)
         self.t += 1
+        done = self.t >= 6
+        obs = {a: self._obs(a) for a in self.agents}  # every agent that acted gets its (final) observation
+        term = {a: done or (a == "b" and self.t == 3) for a in obs}
         if self.t == 3:
             self.agents = ["a"]
-        done = self.t >= 6
-        obs = {a: self._obs(a) for a in self.agents}
-        return obs, {a: 1.0 for a in obs}, {a: done or (a == "b" and self.t == 3) for a in obs} | (
-            {"b": True} if self.t == 3 else {}), {a: False for a in obs}, {a: {} for a in obs}
+        return obs, {a: 1.0 for a in obs}, term, {a: False for a in obs}, {a: {} for a in obs}
 
     def close(self):
         pass
