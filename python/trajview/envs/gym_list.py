@@ -50,7 +50,7 @@ class GymEnvList(VectorEnvAdapter):
         #: (column, dtype, shape) of each leaf of a nested observation space; [] for one array per step.
         self._leaves = [] if self.obs_nest.flat else [(c, dt, shp) for c, (dt, shp) in self.obs_nest.specs(OBS).items()]
         self._act_cols = [] if self.action_nest.flat else self.action_nest.names(ACTIONS)
-        self._generic = bool(self._leaves or self._act_cols)
+        self._obs_leaves = self.obs_nest._fast
         # Reused every step (VectorStep's contract): rewards and flags, and the observation rows when no obs_out is given.
         self._obs: Any
         if self._leaves:
@@ -91,11 +91,17 @@ class GymEnvList(VectorEnvAdapter):
             out[j] = self._check_obs(i, o)
             return
         try:
-            values = self.obs_nest.leaf_values(o, f"env {i}'s observation")
-        except ValueError as e:
-            raise ValueError(f"column 'obs': {e}") from None
+            values = self._obs_leaves(o)
+        except Exception:
+            try:
+                values = self.obs_nest.leaf_values(o, f"env {i}'s observation")
+            except ValueError as e:
+                raise ValueError(f"column 'obs': {e}") from None
         for (c, dt, shp), v in zip(self._leaves, values):
-            out[c][j] = self._check_obs(i, v, c, dt, shp)
+            if type(v) is np.ndarray and v.dtype is dt and v.shape == shp:
+                out[c][j] = v
+            else:
+                out[c][j] = self._check_obs(i, v, c, dt, shp)
 
     def _env_actions(self, actions: Any, m: int) -> Any:
         """Per env (row), the action it is handed: a nested action in the space's structure."""
@@ -131,8 +137,10 @@ class GymEnvList(VectorEnvAdapter):
         obs_dtype, obs_shape = self._obs_dtype, self._obs_shape
         any_done = False
         self._pos = -1
-        if isolate_failures or self._generic:
+        if isolate_failures:
             return self._step_checked(ids, acts, new_obs, rew, term, trunc, infos, isolate_failures)
+        if self._leaves:
+            return self._step_nested(ids, acts, new_obs, rew, term, trunc, infos)
         j = -1
         try:
             for j, i in enumerate(ids):
@@ -157,6 +165,44 @@ class GymEnvList(VectorEnvAdapter):
             self._ids, self._pos = ids, j  # for moved_on: envs ids[0..j] may have stepped
             raise
         return _NEW(VectorStep, (new_obs, rew, term, trunc, infos, any_done, None, ()))  # VectorStep(...), faster
+
+    def _step_nested(
+        self, ids: Any, acts: Any, new_obs: dict, rew: np.ndarray, term: np.ndarray, trunc: np.ndarray, infos: list | None
+    ) -> VectorStep:
+        """`step` for a nested observation space: each leaf written into its rows (the fast path of `_write_obs`)."""
+        envs = self.envs
+        leaves_of = self._obs_leaves
+        outs = [(c, dt, shp, new_obs[c]) for c, dt, shp in self._leaves]
+        any_done = False
+        j = -1
+        try:
+            for j, i in enumerate(ids):
+                o, r, te, tr, info = envs[i].step(acts[j])
+                try:
+                    values = leaves_of(o)
+                except Exception:
+                    self._write_obs(new_obs, j, i, o)  # names what does not fit
+                else:
+                    for (c, dt, shp, out), v in zip(outs, values):
+                        if type(v) is np.ndarray and v.dtype is dt and v.shape == shp:
+                            out[j] = v
+                        else:
+                            out[j] = self._check_obs(i, v, c, dt, shp)
+                rew[j] = r if type(r) is float and r == r else check_reward(r, i)
+                if te is not True and te is not False:
+                    te = check_flag(te, "terminateds", i)
+                if tr is not True and tr is not False:
+                    tr = check_flag(tr, "truncateds", i)
+                term[j] = te
+                trunc[j] = tr
+                if te or tr:
+                    any_done = True
+                if infos is not None:
+                    infos.append(info)
+        except BaseException:
+            self._ids, self._pos = ids, j
+            raise
+        return VectorStep(new_obs, rew, term, trunc, infos, any_done)
 
     def _step_checked(
         self,

@@ -79,7 +79,7 @@ class Nest:
     as one column under its own name.
     """
 
-    __slots__ = ("space", "leaves", "flat", "kinds")
+    __slots__ = ("space", "leaves", "flat", "kinds", "_fast")
 
     def __init__(self, space: Any, leaves: list[Leaf], flat: bool, kinds: dict[Path, type]) -> None:
         self.space = space
@@ -87,6 +87,34 @@ class Nest:
         self.flat = flat
         #: Per inner node (path), ``dict`` or ``tuple``.
         self.kinds = kinds
+        self._fast = self._compile() if not flat else None
+
+    def _compile(self) -> Callable[[Any], list[Any]]:
+        """A function returning the leaves of a value of exactly the space's structure (else it raises).
+
+        Generated code: one size and type check per inner node and one index per leaf, no loops (this is
+        every step of every env). Any other value raises; `leaf_values` then finds and names the problem.
+        """
+        names = {(): "v"}
+        lines = ["def leaves(v):"]
+        for path in self.kinds:  # parents before children (the walk's order)
+            var = names[path]
+            if path:
+                parent = names[path[:-1]]
+                names[path] = var = f"n{len(names)}"
+                lines.append(f"    {var} = {parent}[{path[-1]!r}]")
+            n = len({leaf.path[len(path)] for leaf in self.leaves if leaf.path[: len(path)] == path})
+            ok = "(type({0}) is dict or isinstance({0}, Mapping))" if self.kinds[path] is dict else \
+                "(type({0}) is tuple or type({0}) is list)"
+            lines.append(f"    if not {ok.format(var)} or len({var}) != {n}: raise _Mismatch")
+        gets = []
+        for leaf in self.leaves:
+            parent = names[leaf.path[:-1]]
+            gets.append(f"{parent}[{leaf.path[-1]!r}]")
+        lines.append(f"    return [{', '.join(gets)}]")
+        scope: dict[str, Any] = {"Mapping": Mapping, "_Mismatch": _Mismatch}
+        exec("\n".join(lines), scope)  # noqa: S102 - code built above from the space's own keys (repr'd)
+        return scope["leaves"]  # type: ignore[no-any-return]
 
     @classmethod
     def from_space(cls, space: Any, what: str = "space") -> Nest:
@@ -150,6 +178,10 @@ class Nest:
         """
         if self.flat:
             return [value]
+        try:
+            return self._fast(value)  # type: ignore[misc]
+        except Exception:
+            pass  # find and name what does not fit
         out = []
         for leaf in self.leaves:
             v = value
@@ -214,6 +246,10 @@ class Nest:
             return {name: np.stack([np.asarray(v) for v in values])}
         per_leaf = list(zip(*(self.leaf_values(v, what) for v in values)))
         return {c: np.stack([np.asarray(x) for x in leaf]) for c, leaf in zip(self.names(name), per_leaf)}
+
+
+class _Mismatch(Exception):
+    """A value that does not have the space's structure (raised by `Nest._compile` d code)."""
 
 
 def _build(by_path: dict[Path, Any], kinds: Mapping[Path, type]) -> Any:
