@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -50,9 +50,10 @@ class GymEnvList(VectorEnvAdapter):
         #: (column, dtype, shape) of each leaf of a nested observation space; [] for one array per step.
         self._leaves = [] if self.obs_nest.flat else [(c, dt, shp) for c, (dt, shp) in self.obs_nest.specs(OBS).items()]
         self._act_cols = [] if self.action_nest.flat else self.action_nest.names(ACTIONS)
-        self._obs_leaves = self.obs_nest._fast
+        self._obs_leaves: Any = self.obs_nest._fast
         # Reused every step (VectorStep's contract): rewards and flags, and the observation rows when no obs_out is given.
         self._obs: Any
+        self._obs_shape: tuple[int, ...]
         if self._leaves:
             self._obs_dtype, self._obs_shape = np.dtype(np.bool_), ()
             self._obs = {c: np.empty((n,) + shp, dtype=dt) for c, dt, shp in self._leaves}
@@ -122,7 +123,7 @@ class GymEnvList(VectorEnvAdapter):
             if obs_out is None:
                 new_obs = self._obs
             elif self._leaves:  # the leaves the caller has rows for (the big ones), the adapter's own for the rest
-                new_obs = {**self._obs, **obs_out}
+                new_obs = {**self._obs, **cast(dict, obs_out)}
             else:
                 new_obs = obs_out
             rew, term, trunc = self._rew, self._term, self._trunc

@@ -244,7 +244,7 @@ class SingleAgentSampler:
         )
         # Checked before any env steps: a bad policy output changes nothing.
         data = self._columns.check_outputs(actions, state_outs, extra, n)
-        actions = data[SampleBatch.ACTIONS] if not self._act_cols else {c: data[c] for c in self._act_cols}
+        actions = data[SampleBatch.ACTIONS] if not self._act_cols else {c: data[c] for c in self._act_cols}  # type: ignore[assignment]
         staged: Any = None
         if self._next_obs_rows is not None and ids is None:
             if self._obs_flat:
