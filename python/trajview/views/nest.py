@@ -98,11 +98,11 @@ class Nest:
         names = {(): "v"}
         lines = ["def leaves(v):"]
         for path in self.kinds:  # parents before children (the walk's order)
-            var = names[path]
             if path:
                 parent = names[path[:-1]]
-                names[path] = var = f"n{len(names)}"
-                lines.append(f"    {var} = {parent}[{path[-1]!r}]")
+                names[path] = f"n{len(names)}"
+                lines.append(f"    {names[path]} = {parent}[{path[-1]!r}]")
+            var = names[path]
             n = len({leaf.path[len(path)] for leaf in self.leaves if leaf.path[: len(path)] == path})
             ok = "(type({0}) is dict or isinstance({0}, Mapping))" if self.kinds[path] is dict else \
                 "(type({0}) is tuple or type({0}) is list)"
