@@ -29,7 +29,7 @@ from .policy import Policy
 from . import envs
 
 # Layer 3: rollouts.
-from .rollout import Callbacks, Episode, RolloutWorker, WorkerSet
+from .rollout import AsyncBatch, Callbacks, Episode, RolloutWorker, WorkerSet
 
 # Layer 4: learning (numpy part; the torch part is lazy, below).
 from .algorithms import postprocessing
@@ -80,6 +80,7 @@ __all__ = [
     "RolloutWorker",
     "WorkerSet",
     "WorkerError",
+    "AsyncBatch",
     # learning
     "PPOPolicy",
     "models",
