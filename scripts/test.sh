@@ -68,7 +68,9 @@ rm -rf build/asan-log && mkdir -p build/asan-log
 if ! LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" \
   ASAN_OPTIONS="detect_leaks=0:log_path=$ROOT/build/asan-log/asan" \
   UBSAN_OPTIONS="print_stacktrace=1:log_path=$ROOT/build/asan-log/ubsan" PYTHONPATH="$ROOT/build/asan-pkg" \
-  python -m pytest tests -p no:cacheprovider -q; then
+  python -m pytest tests -p no:cacheprovider -q \
+    --ignore=tests/test_envpool.py; then  # envpool's own extension frees new'd memory (ASan: alloc-dealloc-mismatch in
+  # envpool/jumanji at import, its bug): its test runs in the plain pass above
   cat build/asan-log/* 2>/dev/null || true
   exit 1
 fi
