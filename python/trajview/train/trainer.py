@@ -10,7 +10,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
 
 import gymnasium as gym
 import numpy as np
@@ -19,7 +18,7 @@ import torch
 from .. import envs as _envs  # noqa: F401  (registers trajview's gymnasium ids)
 from ..algorithms.ppo import PPOPolicy
 from ..rollout.worker import RolloutWorker
-from ..views import SampleBatch, concat_samples
+from ..views import concat_samples
 from .config import TrainConfig
 from .metrics import append_metrics, plot_learning_curve, read_metrics, truncate_metrics
 
@@ -85,8 +84,8 @@ class Trainer:
 
     def train_iteration(self) -> dict:
         t0 = time.perf_counter()
-        # gymnasium envs (single-agent): every worker returns a SampleBatch.
-        batch = concat_samples([cast(SampleBatch, w.sample()) for w in self.workers])
+        # gymnasium envs (single-agent): every worker is a RolloutWorker[SampleBatch].
+        batch = concat_samples([w.sample() for w in self.workers])
         for w in self.workers:
             m = w.get_metrics()
             self.returns.extend(m["episode_returns"])
