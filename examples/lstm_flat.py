@@ -69,7 +69,16 @@ class LSTMModel(nn.Module):
         padded, _ = pad_packed_sequence(out, batch_first=True)  # [S, T_max, cell], only to index back
         seq_of_row = torch.repeat_interleave(torch.arange(len(seq_lens)), seq_lens)
         pos = torch.arange(int(seq_lens.sum())) - (torch.cumsum(seq_lens, 0) - seq_lens)[seq_of_row]
-        return self.head(padded[seq_of_row, pos])  # back to the flat rows, in order
+        logits: torch.Tensor = self.head(padded[seq_of_row, pos])  # back to the flat rows, in order
+        return logits
+
+
+def categorical(logits: torch.Tensor, actions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(actions, their log-probabilities): sampled from ``logits`` unless given."""
+    logp_all = torch.log_softmax(logits, -1)
+    if actions is None:
+        actions = torch.multinomial(logp_all.exp(), 1)[:, 0]
+    return actions, logp_all.gather(1, actions.long()[:, None])[:, 0]
 
 
 class LSTMPolicy(tv.TorchPolicy):
@@ -83,14 +92,14 @@ class LSTMPolicy(tv.TorchPolicy):
         self, input_dict: tv.SampleBatch, explore: bool | None
     ) -> tuple[torch.Tensor, list[torch.Tensor], dict[str, torch.Tensor]]:
         logits, state_outs = self.model.forward_step(input_dict)
-        actions = torch.distributions.Categorical(logits=logits).sample()
+        actions, _ = categorical(logits)
         return actions, state_outs, {tv.SampleBatch.ACTION_DIST_INPUTS: logits}
 
-    def loss(self, train_batch: tv.SampleBatch) -> torch.Tensor:
-        actions = train_batch["actions"].long()
-        logp = torch.distributions.Categorical(logits=self.model.forward_train(train_batch)).log_prob(actions)
+    def loss(self, train_batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        actions = train_batch["actions"]
+        _, logp = categorical(self.model.forward_train(train_batch), actions)
         # The rollout's logits (an extra fetch the loss reads, so the pruning pass keeps it): importance ratios.
-        behaviour = torch.distributions.Categorical(logits=train_batch["action_dist_inputs"]).log_prob(actions)
+        _, behaviour = categorical(train_batch["action_dist_inputs"], actions)
         ratio = torch.exp(logp - behaviour).clamp(max=2.0)
         # Each reward depends only on its own action here: the reward minus the 0.5 of a random guess.
         return -(ratio * (train_batch["rewards"].float() - 0.5)).mean()
@@ -103,11 +112,12 @@ def main() -> None:
     args = p.parse_args()
     torch.manual_seed(args.seed)
 
+    env = gym.make("trajview/RepeatPrevious-v0")
+    policy = LSTMPolicy(env.observation_space, env.action_space)
     worker = tv.RolloutWorker(
-        lambda cfg: gym.make("trajview/RepeatPrevious-v0"), LSTMPolicy, num_envs=4, rollout_fragment_length=50,
+        lambda cfg: gym.make("trajview/RepeatPrevious-v0"), policy, num_envs=4, rollout_fragment_length=50,
         seed=args.seed,
     )
-    policy = worker.get_policy()
     batch = worker.sample()
 
     # Flat: one row per step; one state_in row per sequence, sequences never longer than MAX_SEQ_LEN.
@@ -116,7 +126,7 @@ def main() -> None:
     assert len(batch["state_in_0"]) == len(seq_lens)
 
     # The training pass equals the rollout, row by row.
-    tensors = policy._to_torch(batch)
+    tensors = {k: torch.from_numpy(np.asarray(batch[k])) for k in batch.keys()}  # zero copy
     with torch.no_grad():
         train_logits = policy.model.forward_train(tensors)
     np.testing.assert_allclose(train_logits.numpy(), batch["action_dist_inputs"], atol=1e-5)

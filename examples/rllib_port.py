@@ -79,6 +79,19 @@ class FrameStackModel(nn.Module):
         return self.pi(x), self.vf(x).squeeze(1)
 
 
+def to_torch(batch: tv.SampleBatch) -> dict[str, torch.Tensor]:
+    """The batch's columns as tensors viewing its arrays (what TorchPolicy does before its loss)."""
+    return {k: torch.from_numpy(np.asarray(batch[k])) for k in batch.keys()}
+
+
+def categorical(logits: torch.Tensor, actions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(actions, their log-probabilities): sampled from ``logits`` unless given."""
+    logp_all = torch.log_softmax(logits, -1)
+    if actions is None:
+        actions = torch.multinomial(logp_all.exp(), 1)[:, 0]
+    return actions, logp_all.gather(1, actions.long()[:, None])[:, 0]
+
+
 class A2CPolicy(tv.TorchPolicy):
     model: FrameStackModel
 
@@ -90,7 +103,7 @@ class A2CPolicy(tv.TorchPolicy):
         self, input_dict: tv.SampleBatch, explore: bool | None
     ) -> tuple[torch.Tensor, list[torch.Tensor], dict[str, torch.Tensor]]:
         logits, value = self.model(input_dict)
-        actions = torch.distributions.Categorical(logits=logits).sample()
+        actions, _ = categorical(logits)
         return actions, [], {tv.SampleBatch.VF_PREDS: value}
 
     def postprocess_trajectory(
@@ -107,12 +120,13 @@ class A2CPolicy(tv.TorchPolicy):
 
         return tv.postprocessing.compute_gae_for_sample_batch(sample_batch, next_value, gamma=0.99, lambda_=0.95)
 
-    def loss(self, train_batch: tv.SampleBatch) -> torch.Tensor:
+    def loss(self, train_batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         logits, value = self.model(train_batch)
-        logp = torch.distributions.Categorical(logits=logits).log_prob(train_batch["actions"].long())
+        _, logp = categorical(logits, train_batch["actions"])
         adv = train_batch["advantages"].float()
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        return -(logp * adv).mean() + 0.5 * ((value - train_batch["value_targets"].float()) ** 2).mean()
+        loss: torch.Tensor = -(logp * adv).mean() + 0.5 * ((value - train_batch["value_targets"].float()) ** 2).mean()
+        return loss
 
 
 def main() -> None:
@@ -124,14 +138,12 @@ def main() -> None:
     iterations = 2 if args.smoke else 10
 
     # RLlib: num_envs_per_env_runner=8, rollout_fragment_length=250 -> batches of 8 * 250 = 2000 env steps.
+    env = gym.make("trajview/StatelessCartPole-v1")
+    policy = A2CPolicy(env.observation_space, env.action_space)
     worker = tv.RolloutWorker(
-        lambda cfg: gym.make("trajview/StatelessCartPole-v1"),
-        A2CPolicy,
-        num_envs=8,
-        rollout_fragment_length=250,
+        lambda cfg: gym.make("trajview/StatelessCartPole-v1"), policy, num_envs=8, rollout_fragment_length=250,
         seed=args.seed,
     )
-    policy = worker.get_policy()
     for it in range(iterations):
         batch = worker.sample()
         assert len(batch) == 8 * 250
@@ -145,7 +157,7 @@ def main() -> None:
     assert batch["prev_n_obs"].shape == (2000, 4, 2) and batch["prev_n_actions"].shape == (2000, 4)
 
     # The loss on one fixed batch goes down under gradient steps.
-    fixed = policy._to_torch(batch)
+    fixed = to_torch(batch)
     with torch.no_grad():
         before = float(policy.loss(fixed))
     for _ in range(20):
