@@ -34,7 +34,7 @@ from .rollout import Callbacks, Episode, RolloutWorker, WorkerSet
 # Layer 4: learning (numpy part; the torch part is lazy, below).
 from .algorithms import postprocessing
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 if TYPE_CHECKING:  # what the lazy __getattr__ below hands out, visible to type checkers
     from .algorithms import models
