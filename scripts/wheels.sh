@@ -3,7 +3,7 @@
 #   wheelhouse/trajview-VERSION.tar.gz                                     the sdist
 #   wheelhouse/trajview-VERSION-cpXY-cpXY-manylinux_2_NN_x86_64.whl          CPython 3.10, 3.11, 3.12, 3.13 (auditwheel repair)
 # For each Python (from pyenv, or PYTHONS="/path/to/python3.10 ..."):
-#   1. build the wheel (pip wheel, build isolation), then `auditwheel repair` it to a manylinux tag;
+#   1. build the wheel (pip wheel, build isolation; build dir build/<wheel tag>), then `auditwheel repair` it to a manylinux tag;
 #   2. in a fresh venv, `pip install` the repaired wheel alone and check that it pulled no torch
 #      (torch is an extra: a plain install must never fetch a CUDA build);
 #   3. install torch==2.13.0 *only if* pip resolves it to a CPU build for that Python (a '+cpu' wheel), then the
@@ -54,7 +54,7 @@ for v in $VERSIONS; do
   echo "== $tag: build ($py)"
   t0=$SECONDS
   raw=$WORK/raw-$tag
-  if ! nice -n 10 "$py" -m pip wheel . --no-deps -w "$raw" -Cbuild-dir="build/wheel-$tag" >"$LOGS/$tag-build.log" 2>&1; then
+  if ! nice -n 10 "$py" -m pip wheel . --no-deps -w "$raw" >"$LOGS/$tag-build.log" 2>&1; then
     summary+=("$tag: build FAILED (see $LOGS/$tag-build.log)")
     failed=1
     continue
