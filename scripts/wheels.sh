@@ -115,7 +115,7 @@ for v in $VERSIONS; do
     >"$LOGS/$tag-pytest.log" 2>&1)
   rc=$?
   set -e
-  result=$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error).* =+$' "$LOGS/$tag-pytest.log" | tail -1 | tr -d '=')
+  result=$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error).* =+$' "$LOGS/$tag-pytest.log" | tail -1 | tr -d '=' || true)
   if [ $rc -ne 0 ]; then
     failed=1
     summary+=("$tag: $(basename "$whl"): tests FAILED: ${result:-rc $rc} ($torch_note; see $LOGS/$tag-pytest.log)")
