@@ -3,7 +3,9 @@
 # the GoogleTest suite (plain, then under ASan/UBSan), then pytest (tests/ and a
 # quick pass over bench/) against the wheel installed into a fresh virtualenv, pytest
 # over tests/ again against an ASan/UBSan build of the extension, then
-# mypy over python/trajview ([tool.mypy] in pyproject.toml), then the import contracts (lint-imports).
+# mypy over python/trajview ([tool.mypy] in pyproject.toml), mypy --strict over examples/, the import contracts
+# (lint-imports), then the docs: built strictly (mkdocs, warnings are errors) and the built site checked once in
+# headless Chromium (scripts/check_docs_site.py: the index renders, search works, no broken internal links).
 # Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +17,8 @@ echo "== system packages"
 need=()
 dpkg -s libgtest-dev >/dev/null 2>&1 || need+=(libgtest-dev)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
+dpkg -s chromium >/dev/null 2>&1 || need+=(chromium)                # the docs' browser check
+dpkg -s chromium-driver >/dev/null 2>&1 || need+=(chromium-driver)  # selenium drives it: no browser download
 if ((${#need[@]})); then
   SUDO=""
   [ "$(id -u)" = 0 ] || SUDO=sudo
@@ -78,5 +82,11 @@ fi
 echo "== mypy"
 python -m mypy  # [tool.mypy] in pyproject.toml: python/trajview
 
+echo "== mypy --strict over examples/ (users' code: no casts for worker.sample())"
+python -m mypy --strict examples
+
 echo "== import contracts (layers, no cycles, torch optional)"
 lint-imports  # [tool.importlinter] in pyproject.toml
+
+echo "== docs: strict build, then the site in headless Chromium"
+bash scripts/docs.sh --check

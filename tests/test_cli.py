@@ -119,3 +119,34 @@ def test_console_script(tmp_path):
     r = subprocess.run([exe, "train", "--help"], capture_output=True, text=True, timeout=60)
     for flag in ("--env", "--model", "--seed", "--timesteps", "--workers", "--resume"):
         assert flag in r.stdout
+
+
+def test_tensorboard_logger_writes_the_metrics_as_scalars(tmp_path, capsys):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from trajview.train.trainer import TENSORBOARD_SCALARS
+
+    out = tmp_path / "run"
+    assert main(["train", "--model", "mlp", "--timesteps", "400", "--out", str(out), "--logger", "tensorboard",
+                 *SMALL]) == 0
+    rows = _rows(out / "metrics.csv")  # the CSV is still written (the default format)
+    assert len(rows) == 2
+    assert json.loads((out / "config.json").read_text())["tensorboard"] is True
+    acc = EventAccumulator(str(out / "tensorboard"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {f"trajview/{k}" for k in ("episode_return_mean", "policy_loss", "vf_loss", "steps_per_s")} <= tags
+    assert tags <= {f"trajview/{k}" for k in TENSORBOARD_SCALARS}
+    for key in ("policy_loss", "vf_loss", "entropy", "time_s"):
+        events = acc.Scalars(f"trajview/{key}")
+        assert [e.step for e in events] == [200, 400]
+        assert [e.value for e in events] == pytest.approx([float(r[key]) for r in rows], rel=1e-5)
+
+
+def test_logger_jsonl_and_the_old_metrics_format_name(tmp_path):
+    out = tmp_path / "run"
+    assert main(["train", "--model", "mlp", "--timesteps", "200", "--out", str(out), "--logger", "jsonl", *SMALL]) == 0
+    assert (out / "metrics.jsonl").exists() and not (out / "tensorboard").exists()
+    with pytest.raises(SystemExit):
+        main(["train", "--out", str(tmp_path / "x"), "--logger", "csv", "--metrics-format", "jsonl", *SMALL])

@@ -6,7 +6,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, cast, overload
 
 import numpy as np
 
@@ -15,7 +15,13 @@ from ..errors import WorkerError
 from ..policy.policy import Policy
 from ..views import MultiAgentBatch, SampleBatch, concat_samples
 from .backends import Backend, ProcessBackend, RayBackend, WorkerFailed
+from .options import BatchT
 from .plan import EPS_COUNTER_MASK
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .options import MultiAgentEnvCreator, SingleAgentEnvCreator, WorkerSetOptions
 
 __all__ = ["AsyncBatch", "WorkerSet"]
 
@@ -35,7 +41,7 @@ class AsyncBatch(NamedTuple):
     staleness: int
 
 
-class WorkerSet:
+class WorkerSet(Generic[BatchT]):
     """``num_workers`` `RolloutWorker` s, each in a process of its own, sampled in parallel.
 
     ``WorkerSet(env_creator, policy, num_workers=2, **worker_kwargs)`` builds
@@ -110,7 +116,35 @@ class WorkerSet:
       global RNGs are seeded apart.
 
     ``stop()`` (or leaving a ``with`` block) ends the workers.
+
+    Typing: as `RolloutWorker`'s, a ``WorkerSet[SampleBatch]`` over gymnasium
+    envs with one policy, a ``WorkerSet[MultiAgentBatch]`` over multi-agent
+    envs or with a dict of policies.
     """
+
+    @overload
+    def __init__(
+        self: WorkerSet[MultiAgentBatch],
+        env_creator: MultiAgentEnvCreator,
+        policy: Policy | type[Policy] | dict[str, Policy | type[Policy]],
+        **options: Unpack[WorkerSetOptions],
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: WorkerSet[SampleBatch],
+        env_creator: SingleAgentEnvCreator,
+        policy: Policy | type[Policy],
+        **options: Unpack[WorkerSetOptions],
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: WorkerSet[MultiAgentBatch],
+        env_creator: Callable[[dict], Any],
+        policy: dict[str, Policy | type[Policy]],
+        **options: Unpack[WorkerSetOptions],
+    ) -> None: ...
 
     def __init__(
         self,
@@ -415,16 +449,16 @@ class WorkerSet:
         """Workers in service (all of them, unless one died or hung and was not replaced)."""
         return 0 if self._stopped else sum(w is not None for w in self._workers)
 
-    def sample(self) -> SampleBatch | MultiAgentBatch:
+    def sample(self) -> BatchT:
         """One ``sample()`` of every worker, in parallel, concatenated in worker order (failed workers left out)."""
         while True:
             answers = self._run("sample")
             self._note_eps_ids(answers)
             batches = [b for b in answers if b is not None]
             if batches:
-                return concat_samples(batches)
+                return cast(BatchT, concat_samples(batches))
 
-    def sample_each(self) -> list[SampleBatch | MultiAgentBatch | None]:
+    def sample_each(self) -> list[BatchT | None]:
         """One ``sample()`` of every worker, in parallel, one batch per worker (``None``: that worker failed and
         was replaced, see ``recreate_failed_workers``)."""
         answers = self._run("sample")
@@ -500,7 +534,7 @@ class WorkerSet:
         finally:
             self._kill_all()
 
-    def __enter__(self) -> WorkerSet:
+    def __enter__(self) -> WorkerSet[BatchT]:
         return self
 
     def __exit__(self, *exc: Any) -> None:

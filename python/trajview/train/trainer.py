@@ -10,7 +10,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -19,11 +19,15 @@ import torch
 from .. import envs as _envs  # noqa: F401  (registers trajview's gymnasium ids)
 from ..algorithms.ppo import PPOPolicy
 from ..rollout.worker import RolloutWorker
-from ..views import SampleBatch, concat_samples
+from ..views import concat_samples
 from .config import TrainConfig
 from .metrics import append_metrics, plot_learning_curve, read_metrics, truncate_metrics
 
-__all__ = ["Trainer"]
+__all__ = ["Trainer", "TENSORBOARD_SCALARS"]
+
+#: The metrics written as TensorBoard scalars (tag ``trajview/<name>``, step = env steps) with ``config.tensorboard``.
+TENSORBOARD_SCALARS = ("episode_return_mean", "episode_len_mean", "episodes", "time_s", "steps_per_s",
+                       "policy_loss", "vf_loss", "entropy", "kl")
 
 log = logging.getLogger("trajview.train")
 
@@ -76,6 +80,12 @@ class Trainer:
             )
             for i in range(config.workers)
         ]
+        self.tb_writer: Any = None
+        if config.tensorboard:
+            # torch's writer needs the tensorboard package (the tensorboard extra).
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb_writer = SummaryWriter(log_dir=str(config.tensorboard_dir))
 
     @property
     def mean_return(self) -> float:
@@ -85,8 +95,8 @@ class Trainer:
 
     def train_iteration(self) -> dict:
         t0 = time.perf_counter()
-        # gymnasium envs (single-agent): every worker returns a SampleBatch.
-        batch = concat_samples([cast(SampleBatch, w.sample()) for w in self.workers])
+        # gymnasium envs (single-agent): every worker is a RolloutWorker[SampleBatch].
+        batch = concat_samples([w.sample() for w in self.workers])
         for w in self.workers:
             m = w.get_metrics()
             self.returns.extend(m["episode_returns"])
@@ -108,6 +118,13 @@ class Trainer:
             **{k: stats.get(k, math.nan) for k in ("policy_loss", "vf_loss", "entropy", "kl")},
         }
         append_metrics(self.config.metrics_path, row, self.config.metrics_format)
+        if self.tb_writer is not None:
+            # One scalar per metric, against env steps (TensorBoard's step axis).
+            for key in TENSORBOARD_SCALARS:
+                value = row[key]
+                if isinstance(value, (int, float)) and not math.isnan(value):
+                    self.tb_writer.add_scalar(f"trajview/{key}", value, global_step=self.env_steps)
+            self.tb_writer.flush()
         return row
 
     def done(self) -> bool:
@@ -156,6 +173,8 @@ class Trainer:
             bar.close()
             for w in self.workers:
                 w.stop()
+            if self.tb_writer is not None:
+                self.tb_writer.close()
         rows = read_metrics(c.metrics_path)
         if c.stop_reward is not None:
             reached = next((r for r in rows if r["episode_return_mean"] >= c.stop_reward), None)
