@@ -92,15 +92,14 @@ def test_a_worker_killed_while_sampling_asynchronously_is_replaced():
         ws.sample_async(timeout=60)
         pid = ws.worker_pids()[0]
         os.kill(pid, signal.SIGKILL)
-        workers = set()
+        replaced_batch = False
         for _ in range(200):  # until the replacement of worker 1 (built meanwhile) hands in a batch
             got = ws.sample_async(timeout=60)
-            workers.add(got.worker_index)
             assert (got.batch["actions"] == 2).all()  # the replacement got the last weights
-            if workers == {1, 2}:
+            if ws.num_worker_restarts == 1 and got.worker_index == 1:
+                replaced_batch = True
                 break
-        assert workers == {1, 2}
-        assert ws.num_worker_restarts == 1
+        assert replaced_batch and ws.num_worker_restarts == 1
     with tv.WorkerSet(env_creator, RecordingCounterPolicy, num_workers=1, num_envs=1, rollout_fragment_length=3) as ws:
         ws.sample_async(timeout=60)
         os.kill(ws.worker_pids()[0], signal.SIGKILL)
