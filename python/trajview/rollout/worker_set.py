@@ -353,9 +353,12 @@ class WorkerSet(Generic[BatchT]):
                     raise TimeoutError(f"sample_async: no batch within {timeout:g} s")
                 continue
             for k in ready:
-                got = self._collect(positions[k], 0 if self.sample_timeout_s is None else self.sample_timeout_s)
+                i = positions[k]
+                got = self._collect(i, 0 if self.sample_timeout_s is None else self.sample_timeout_s)
                 if got is not None:
                     self._async_done.append(got)
+                if self._workers[i] is not None:
+                    self._dispatch(i)  # it samples on at once (with the newest weights it was given) while we learn
 
     def _recover(self, failed: dict[int, WorkerFailed]) -> None:
         """Replaces the failed workers while restarts are allowed; then raises the first failure left, if any."""
