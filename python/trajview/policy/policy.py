@@ -57,10 +57,13 @@ class Policy:
             SampleBatch.PREV_REWARDS: VR(SampleBatch.REWARDS, shift=-1),
             SampleBatch.TERMINATEDS: VR(),
             SampleBatch.TRUNCATEDS: VR(),
+            SampleBatch.DONES: VR(used_for_compute_actions=False),
             SampleBatch.INFOS: VR(used_for_compute_actions=False),
             SampleBatch.EPS_ID: VR(),
             SampleBatch.ENV_ID: VR(),
             SampleBatch.T: VR(),
+            SampleBatch.UNROLL_ID: VR(used_for_compute_actions=False),
+            SampleBatch.AGENT_INDEX: VR(),
         }
 
     def get_initial_state(self) -> list[np.ndarray]:

@@ -22,9 +22,9 @@ from ..collect.collector import Collector
 from ..envs.base import VectorEnvAdapter, empty_rows, set_rows, take_rows
 from ..policy.policy import Policy
 from ..views import SampleBatch, concat_samples
-from .callbacks import Episode
+from .callbacks import DUMMY_AGENT_ID, Episode
 from .config import RolloutConfig
-from .emit import InfoLog, postprocess_segment
+from .emit import InfoLog, add_python_columns, postprocess_segment
 from .hooks import Hooks
 from .metrics import EpisodeMetrics
 from .plan import PolicyColumns, eps_id_start, make_collector
@@ -57,6 +57,9 @@ class SingleAgentSampler:
         n = self.num_envs = adapter.num_envs
         self._false = np.zeros(n, dtype=bool)
         self._has_hooks = bool(hooks.active)
+        #: The explore flag passed to the policy (`RolloutWorker(explore=...)`, `sample(explore=...)`).
+        self.explore: Any = True
+        self._unroll_id = 0
         self._all = np.arange(n, dtype=np.int64)
         # Per-slot episode lengths in Python only when the horizon or callbacks need them each step.
         self._track_len = config.horizon is not None or bool(hooks.active & {"on_episode_step", "on_episode_end"})
@@ -93,8 +96,14 @@ class SingleAgentSampler:
         policy = self.policy
         self.collector = make_collector(policy, self.num_envs, self.config, self._eps_base + self._next_eps_id)
         self._columns = PolicyColumns(policy, self.config)
-        # Infos when the policy trains on them, or for the episode's last_info_for() in callbacks.
-        self._want_infos = self._columns.need_infos or self._has_hooks
+        self._agent_index_input = self._columns.agent_index_input
+        # The episode's last_*_for() values when callbacks or postprocess_trajectory may read them.
+        post = getattr(policy.postprocess_trajectory, "__func__", None)
+        self._track_last = self._has_hooks or post is not Policy.postprocess_trajectory
+        if self._track_last:
+            self._track_len = True
+        # Infos when the policy trains on them, or for the episode's last_info_for().
+        self._want_infos = self._columns.need_infos or self._track_last
         # Big observations (images) go from env.step straight into the store's next rows: no copy in add_step.
         # Only for adapters that write observations in place, and when the stored column is the env's observation.
         # A nested observation: each big leaf the same way.
@@ -145,6 +154,7 @@ class SingleAgentSampler:
         started = []
         for j, (i, eid, info) in enumerate(zip(ids, eps_ids, infos)):
             ep = Episode(int(eid), int(i), obs[j] if self._obs_flat else self._obs_row(obs, j), info)
+            ep._policies[DUMMY_AGENT_ID] = DEFAULT_POLICY_ID
             self._episodes[i] = ep
             if self._columns.need_infos:
                 self._infos[int(eid)] = InfoLog()
@@ -239,8 +249,11 @@ class SingleAgentSampler:
         cfg = self.config
         slots = self._all if ids is None else ids
         n = len(slots)
+        inputs = coll.input_dict() if ids is None else coll.input_dict(ids)
+        if self._agent_index_input:
+            inputs[SampleBatch.AGENT_INDEX] = np.zeros(n, np.int64)
         actions, state_outs, extra = self.policy.compute_actions_from_input_dict(
-            coll.input_dict() if ids is None else coll.input_dict(ids), explore=True, timestep=self._timestep
+            inputs, explore=self.explore, timestep=self._timestep
         )
         # Checked before any env steps: a bad policy output changes nothing.
         data = self._columns.check_outputs(actions, state_outs, extra, n)
@@ -336,7 +349,7 @@ class SingleAgentSampler:
             eps = coll.eps_ids()
             for j in ok.tolist():
                 self._infos[int(eps[slots[j]])].infos.append(infos[j])
-        stepped: list[tuple[int, int]] = [(int(slots[j]), j) for j in ok.tolist()] if self._has_hooks else []
+        stepped: list[tuple[int, int]] = [(int(slots[j]), j) for j in ok.tolist()] if self._track_last else []
         for i, j in stepped:
             ep = cast(Episode, self._episodes[i])  # every slot that stepped has a running episode
             ep.length = int(self._ep_len[i])
@@ -404,7 +417,7 @@ class SingleAgentSampler:
             ep = cast(Episode, self._episodes[i])
             ep.length = int(self._ep_len[i])
             ep.total_reward = float(self._ep_ret[i])
-            self.metrics.record(ep.total_reward, ep.length)
+            self.metrics.record(ep.total_reward, ep.length, ep)
             self._ended[ep.episode_id] = ep
             self._episodes[i] = None
             ended.append(ep)
@@ -461,6 +474,9 @@ class SingleAgentSampler:
                         batch[SampleBatch.TRUNCATEDS][int(s["row_offset"]) + int(s["length"]) - 1] = True
             if not len(batch):
                 batch = SampleBatch()
+            else:
+                add_python_columns(batch, self._columns.python_columns, self._unroll_id, 0)
+            self._unroll_id += 1
             self._pending = ("batch", batch)
             return self._finish_emit()
         segments = self.collector.build_batch(complete_only=complete)
@@ -473,6 +489,8 @@ class SingleAgentSampler:
             if eid in self._cut_eps and eid in self._ended:
                 self._cut_eps.discard(eid)
                 seg[SampleBatch.TRUNCATEDS][-1] = True
+            add_python_columns(seg, self._columns.python_columns, self._unroll_id, 0)
+        self._unroll_id += 1
         self._pending = ("segments", segments)
         return self._finish_emit()
 
@@ -486,7 +504,7 @@ class SingleAgentSampler:
                 ep = self._ended.get(eid)
                 if ep is None:
                     ep = next(e for e in self._episodes if e is not None and e.episode_id == eid)
-                out.append(postprocess_segment(self.policy, seg, None, ep, self.hooks, 0, DEFAULT_POLICY_ID))
+                out.append(postprocess_segment(self.policy, seg, None, ep, self.hooks, DUMMY_AGENT_ID, DEFAULT_POLICY_ID))
             batch = concat_samples(out) if out else SampleBatch()
             for seg in value:
                 eid = int(seg[SampleBatch.EPS_ID][0])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
@@ -81,6 +82,7 @@ class RolloutWorker:
         nan_outputs: str = "raise",
         metrics_window: int = 1000,
         eps_id_offset: int = 0,
+        explore: bool = True,
     ) -> None:
         self.config = RolloutConfig.validated(
             batch_mode=batch_mode,
@@ -111,7 +113,9 @@ class RolloutWorker:
         self.sampler: SingleAgentSampler | MultiAgentSampler
         self.policy_mapping_fn: Callable | None
         if isinstance(self.adapter, MultiAgentEnvAdapter):
-            self.policy_mapping_fn, self.policy_map = _multi_agent_policies(self.adapter, policy, policy_mapping_fn)
+            self.policy_mapping_fn, self.policy_map = _multi_agent_policies(
+                self.adapter, policy, policy_mapping_fn, self
+            )
             self.hooks = Hooks(self.callbacks, self, self.adapter.base_env, self.policy_map)
             self.sampler = MultiAgentSampler(
                 self.adapter, self.policy_map, self.policy_mapping_fn, self.config, self.hooks, self.metrics
@@ -124,6 +128,7 @@ class RolloutWorker:
             self.sampler = SingleAgentSampler(
                 self.adapter, self.policy_map[DEFAULT_POLICY_ID], self.config, self.hooks, self.metrics
             )
+        self.explore = bool(explore)
         self.policy = next(iter(self.policy_map.values()))
         self.base_env = self.adapter.base_env
         self._snapshot: dict | None = None  # the policies' views the stores were built for
@@ -170,8 +175,13 @@ class RolloutWorker:
 
     # -- sampling ---------------------------------------------------------------
 
-    def sample(self) -> SampleBatch | MultiAgentBatch:
-        """Runs the envs and returns one batch (docs/contract.md, Rollouts, for its size)."""
+    def sample(self, explore: bool | None = None) -> SampleBatch | MultiAgentBatch:
+        """Runs the envs and returns one batch (docs/contract.md, Rollouts, for its size).
+
+        ``explore`` (default: the worker's ``explore``) is passed to the
+        policy's ``compute_actions_from_input_dict``; ``False`` for evaluation.
+        """
+        self.sampler.explore = self.explore if explore is None else bool(explore)
         snapshot = {pid: view_snapshot(p.view_requirements) for pid, p in self.policy_map.items()}
         if snapshot != self._snapshot:
             # First call, or views were added or changed: new stores, and
@@ -205,8 +215,31 @@ def _single_policy(adapter: VectorEnvAdapter, policy: Any) -> Policy:
     return policy
 
 
+def mapping_caller(fn: Callable, worker: Any) -> Callable[[Any, Any], Any]:
+    """``fn(agent_id, episode)`` for a ``policy_mapping_fn`` of either signature: trajview's
+    ``(agent_id, episode)`` or RLlib's ``(agent_id, episode, worker, **kwargs)`` (``worker`` passed)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: call it as trajview does
+        return fn
+    positional = [
+        p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    var_pos = any(p.kind == p.VAR_POSITIONAL for p in params.values())
+    var_kw = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    if "worker" in params and params["worker"].kind == params["worker"].KEYWORD_ONLY:
+        return lambda agent_id, episode: fn(agent_id, episode, worker=worker)
+    if len(positional) >= 3 or var_pos:
+        if len(positional) >= 3 and positional[2].default is not positional[2].empty and positional[2].name != "worker":
+            return fn  # a third optional argument that is not RLlib's worker
+        return lambda agent_id, episode: fn(agent_id, episode, worker)
+    if var_kw:
+        return lambda agent_id, episode: fn(agent_id, episode, worker=worker)
+    return fn
+
+
 def _multi_agent_policies(
-    adapter: MultiAgentEnvAdapter, policy: Any, policy_mapping_fn: Callable | None
+    adapter: MultiAgentEnvAdapter, policy: Any, policy_mapping_fn: Callable | None, worker: Any = None
 ) -> tuple[Callable, dict[str, Policy]]:
     policies = policy if isinstance(policy, dict) else {DEFAULT_POLICY_ID: policy}
     if policy_mapping_fn is None:
@@ -214,6 +247,8 @@ def _multi_agent_policies(
             raise ValueError(f"policy_mapping_fn is required with {len(policies)} policies ({sorted(policies)})")
         only = next(iter(policies))
         policy_mapping_fn = lambda agent_id, episode, **kw: only  # noqa: E731
+    else:
+        policy_mapping_fn = mapping_caller(policy_mapping_fn, worker)
     agents = adapter.possible_agents
     built = {}
     for pid, p in policies.items():

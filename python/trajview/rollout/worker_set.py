@@ -14,6 +14,7 @@ from ..errors import WorkerError
 from ..policy.policy import Policy
 from ..views import MultiAgentBatch, SampleBatch, concat_samples
 from .backends import Backend, ProcessBackend, RayBackend, WorkerFailed
+from .metrics import summarize_custom_metrics
 from .plan import EPS_COUNTER_MASK
 
 __all__ = ["WorkerSet"]
@@ -316,7 +317,10 @@ class WorkerSet:
 
         ``episode_returns`` / ``episode_lengths``: the workers' lists, in
         worker order; ``episodes_dropped``, ``num_faulty_episodes``,
-        ``num_env_restarts``: summed over the workers; ``num_worker_restarts``:
+        ``num_env_restarts``: summed over the workers; ``custom_metrics``:
+        RLlib's ``<name>_mean/_min/_max`` over every worker's episodes'
+        ``episode.custom_metrics``; ``hist_stats`` / ``episode_media``: the
+        workers' ``hist_data`` / ``media`` lists joined; ``num_worker_restarts``:
         workers replaced so far (in all, not since the last call);
         ``num_healthy_workers``: workers in service now.
         """
@@ -327,14 +331,24 @@ class WorkerSet:
             "num_faulty_episodes": 0,
             "num_env_restarts": 0,
         }
+        hist: dict[str, list] = {}
+        media: dict[str, list] = {}
         for m in self._run("metrics"):
             if m is None:
                 continue
             for k, v in m.items():
-                if isinstance(v, list):
+                if k == "custom_metrics":
+                    continue  # aggregated below from every worker's episodes
+                if k == "hist_stats" or k == "episode_media":
+                    for name, vals in v.items():
+                        (hist if k == "hist_stats" else media).setdefault(name, []).extend(vals)
+                elif isinstance(v, list):
                     out.setdefault(k, []).extend(v)
                 else:
                     out[k] = out.get(k, 0) + v
+        out["custom_metrics"] = summarize_custom_metrics(out.get("episode_custom_metrics", []))
+        out["hist_stats"] = hist
+        out["episode_media"] = media
         out["num_worker_restarts"] = self.num_worker_restarts
         out["num_healthy_workers"] = self.num_healthy_workers
         return out
