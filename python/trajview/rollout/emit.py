@@ -40,6 +40,8 @@ class InfoLog:
 def add_python_columns(seg: SampleBatch, cols: list[tuple[str, str]], unroll_id: int, agent_index: int) -> None:
     """Adds the computed columns (``dones``, ``unroll_id``, ``agent_index``) that the policy reads to ``seg``."""
     n = len(seg)
+    if n == 0:
+        return
     for key, col in cols:
         if col == SampleBatch.DONES:
             seg[key] = np.logical_or(seg[SampleBatch.TERMINATEDS], seg[SampleBatch.TRUNCATEDS])

@@ -566,6 +566,7 @@ class MultiAgentSampler:
                     self._cut_eps.discard(key)
                     seg[SampleBatch.TRUNCATEDS][-1] = True
                 add_python_columns(seg, py_cols, unroll, ae.agent_index)
+                seg._pruned = self.columns[pid].pruned
         self._pending = ("segments", (per_policy, env_steps))
         return self._finish_emit()
 

@@ -124,6 +124,8 @@ class PolicyColumns:
             for k, vr in policy.view_requirements.items()
             if vr.used_for_training and vr.column(k) in PYTHON_COLUMNS
         ]
+        #: Views the pruning pass took out of training batches (their KeyError says so).
+        self.pruned = frozenset(k for k, vr in policy.view_requirements.items() if not vr.used_for_training)
         agent_vr = policy.view_requirements.get(SampleBatch.AGENT_INDEX)
         #: Whether the compute-actions input carries ``agent_index``.
         self.agent_index_input = agent_vr is not None and agent_vr.used_for_compute_actions

@@ -476,6 +476,7 @@ class SingleAgentSampler:
                 batch = SampleBatch()
             else:
                 add_python_columns(batch, self._columns.python_columns, self._unroll_id, 0)
+                batch._pruned = self._columns.pruned
             self._unroll_id += 1
             self._pending = ("batch", batch)
             return self._finish_emit()
@@ -490,6 +491,7 @@ class SingleAgentSampler:
                 self._cut_eps.discard(eid)
                 seg[SampleBatch.TRUNCATEDS][-1] = True
             add_python_columns(seg, self._columns.python_columns, self._unroll_id, 0)
+            seg._pruned = self._columns.pruned
         self._unroll_id += 1
         self._pending = ("segments", segments)
         return self._finish_emit()

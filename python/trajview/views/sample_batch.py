@@ -48,6 +48,17 @@ def _rebuild(cls: type[SampleBatch], data: dict[str, Any], seq_keys: frozenset[s
     return cls(data, seq_keys=seq_keys)
 
 
+def pruned_message(key: str) -> str:
+    """The KeyError text for a view the view-pruning pass removed."""
+    return (
+        f"{key!r}: this view was pruned. The view-pruning pass ran the policy's compute_actions_from_input_dict, "
+        f"postprocess_trajectory and loss on dummy batches before the first sample, and none of them read {key!r}, "
+        f"so it is neither built nor stored (docs/contract.md, Pruning). To keep it, read it in the loss (or in "
+        f"postprocess_trajectory), or set policy.view_requirements[{key!r}].used_for_training = True after the "
+        f"pass (e.g. after the first sample(); the worker then rebuilds its store and restarts its episodes)"
+    )
+
+
 class SampleBatch(dict):
     """Columns of experience: column name -> array, one row per timestep.
 
@@ -88,6 +99,7 @@ class SampleBatch(dict):
 
     __slots__ = (
         "count",
+        "_pruned",
         "_seq_keys",
         "_extra_seq_keys",
         "_seg",
@@ -127,6 +139,8 @@ class SampleBatch(dict):
 
     def _init_attrs(self, count: int, seq: frozenset[str], extra: frozenset[str]) -> None:
         self.count = count
+        #: Views the view-pruning pass removed from this batch (named in the KeyError for them).
+        self._pruned: frozenset[str] = frozenset()
         self._seq_keys = seq
         self._extra_seq_keys = extra
         self._seg: _Origin | None = None
@@ -192,6 +206,8 @@ class SampleBatch(dict):
             keys = list(dict.keys(self))
             if type(key) is str and leaf_names(key, keys):
                 return assemble(key, keys, self.__getitem__)  # a nested column
+            if key in self._pruned:
+                raise KeyError(pruned_message(key)) from None
             raise KeyError(key) from None
         if type(value) is LazyView:
             return self._materialize(key, value)
@@ -405,6 +421,7 @@ class SampleBatch(dict):
             for k, v in dict.items(self)
         }
         out = self._from_columns(cols, b - a, self._seq_keys, self._extra_seq_keys)
+        out._pruned = self._pruned
         seg = self._seg
         if seg is not None:
             handed = {k: cols[k] for k, v in dict.items(self) if seg.handed.get(k) is v}
@@ -489,10 +506,12 @@ class SampleBatch(dict):
         """A new batch; its arrays are copies unless ``shallow`` (then the same arrays)."""
         if shallow:
             out = self._from_columns(dict(dict.items(self)), self.count, self._seq_keys, self._extra_seq_keys)
+            out._pruned = self._pruned
             out._seg = self._seg  # same array objects, so still a segment
         else:
             cols = {k: (v.copy() if hasattr(v, "copy") else np.array(v)) for k, v in dict.items(self)}
             out = self._from_columns(cols, self.count, self._seq_keys, self._extra_seq_keys)
+            out._pruned = self._pruned
         return self._inherit_tracking(out)
 
     def __copy__(self) -> SampleBatch:
