@@ -141,6 +141,9 @@ class MultiAgentSampler:
         # eps_ids: each policy its own range of this worker's; a rebuilt store continues where the last stopped.
         self._next_eps = {pid: config.eps_id_offset for pid in policies}
         self._unroll_id = 0
+        #: truncate_episodes by agent steps: last steps of finished trajectories held back for the next batch.
+        self._carry: list[tuple[str, SampleBatch]] = []
+        self._last_running: list[tuple[str, Any]] = []
 
     def build(self, rebuild: int) -> None:
         """New stores for the policies' current views; every env resets (seeded on the first build only)."""
@@ -155,6 +158,8 @@ class MultiAgentSampler:
         self._obs_nest = {pid: Nest.from_space(p.observation_space, "observation_space") for pid, p in self.policies.items()}
         self.by_eps = {}
         self.held = 0
+        self._carry = []
+        self._last_running = []
         self._env_steps = self._agent_steps = 0
         self._done_env_steps = self._done_agent_steps = 0
         self._cut_eps = set()
@@ -275,8 +280,9 @@ class MultiAgentSampler:
 
     # -- stepping -----------------------------------------------------------------
 
-    def _step(self) -> tuple[int, list[tuple[str, int]]]:
-        """One step of every env. Returns (agent steps stored, [(policy, slot)] of those whose agents run on)."""
+    def _step(self) -> tuple[int, list[tuple[str, Any]]]:
+        """One step of every env. Returns (agent steps stored, [(policy, slot)] of those whose agents run on and
+        [(policy, agent episode)] of those whose agents are done)."""
         if self._idle:
             self._start_idle()
         groups: dict[str, list[_AgentEpisode]] = {}
@@ -342,7 +348,7 @@ class MultiAgentSampler:
             ae.pending = row
             ae.ready = False
         agent_steps = 0
-        running: list[tuple[str, int]] = []
+        running: list[tuple[str, Any]] = []  # (policy, slot) of agents that run on; (policy, ae) of those done
         for pid, (slots, _data, comps) in per_policy.items():
             need_infos = self.columns[pid].need_infos
             ended_slots = []
@@ -366,6 +372,7 @@ class MultiAgentSampler:
                 if need_infos:
                     ae.infos.infos.append(c.info if c.info is not None else {})
                 if c.done:
+                    running.append((pid, ae))
                     del self.live[ae.env_index][ae.agent_id]
                     if cfg.complete_episodes:
                         self.closing[ae.env_index].append(ae)
@@ -524,7 +531,7 @@ class MultiAgentSampler:
         target = cfg.rollout_fragment_length * self.num_envs
         by_agent = cfg.count_steps_by == "agent_steps"
         complete = cfg.complete_episodes
-        running: list[tuple[str, int]] = []
+        running: list[tuple[str, Any]] = self._last_running  # the newest step's (held back ones, if no step now)
         if not complete and by_agent and self.held:
             self._agent_steps += self.held
             self.held = 0
@@ -535,14 +542,22 @@ class MultiAgentSampler:
             elif (self._agent_steps if by_agent else self._env_steps) >= target:
                 break
             n_agent, running = self._step()
+            self._last_running = running
             self._env_steps += self.num_envs
             self._agent_steps += n_agent
         holds = {pid: np.zeros(c.num_envs, np.int64) for pid, c in self.collectors.items()}
+        carry: set[tuple[str, int]] = set()  # (policy, eps_id): the last step of a finished trajectory, held back
         if by_agent and not complete:
+            # Exactly `target` agent steps: the surplus (steps of the last env step) waits for the next batch,
+            # in the store for agents that run on, cut off the built segment for agents that are done.
             surplus = self._agent_steps - target
-            for pid, slot in running[:surplus]:
-                holds[pid][slot] = 1
-            self.held = min(surplus, len(running))
+            live_first = sorted(running, key=lambda r: not isinstance(r[1], int))
+            for pid, x in live_first[:surplus]:
+                if isinstance(x, int):
+                    holds[pid][x] = 1
+                else:
+                    carry.add((pid, self._eps_id_of(pid, x)))
+            self.held = surplus
         env_steps = self._done_env_steps if complete else self._env_steps
         per_policy = {
             pid: coll.build_batch(complete_only=complete, hold=holds[pid]) for pid, coll in self.collectors.items()
@@ -567,8 +582,26 @@ class MultiAgentSampler:
                     seg[SampleBatch.TRUNCATEDS][-1] = True
                 add_python_columns(seg, py_cols, unroll, ae.agent_index)
                 seg._pruned = self.columns[pid].pruned
+        carried, self._carry = self._carry, []
+        for pid, segments in per_policy.items():
+            kept = []
+            for seg in [s for p2, s in carried if p2 == pid] + segments:
+                if (pid, int(seg[SampleBatch.EPS_ID][0])) in carry:
+                    n = len(seg)
+                    if n > 1:
+                        kept.append(seg[: n - 1])
+                    self._carry.append((pid, seg[n - 1 :]))
+                else:
+                    kept.append(seg)
+            per_policy[pid] = kept
         self._pending = ("segments", (per_policy, env_steps))
         return self._finish_emit()
+
+    def _eps_id_of(self, pid: str, ae: _AgentEpisode) -> int:
+        for key, other in self.by_eps.items():
+            if other is ae and key[0] == pid:
+                return key[1]
+        raise KeyError(ae.agent_id)
 
     def _is_live(self, ae: _AgentEpisode) -> bool:
         return self.live[ae.env_index].get(ae.agent_id) is ae
@@ -596,6 +629,7 @@ class MultiAgentSampler:
                     policy_batches[pid] = concat_samples(out)
             # Forget agent episodes that are finished and fully emitted.
             live_eps = {(pid, int(e)) for pid, c in self.collectors.items() for e in c.eps_ids() if e >= 0}
+            live_eps |= {(pid, int(s[SampleBatch.EPS_ID][0])) for pid, s in self._carry}
             self.by_eps = {key: ae for key, ae in self.by_eps.items() if key in live_eps}
             self._pending = ("batch", MultiAgentBatch(policy_batches, env_steps))
         batch = cast(MultiAgentBatch, cast("tuple[str, Any]", self._pending)[1])
