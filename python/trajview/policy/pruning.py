@@ -121,6 +121,11 @@ def prune_views(policy: PrunablePolicy) -> None:
     for i, s in enumerate(init):
         specs[f"{STATE_OUT_PREFIX}{i}"] = (s.dtype, s.shape)
     vrs = policy.view_requirements
+    # The recurrent-state views come from get_initial_state() before anything runs (as RLlib does), so that
+    # the dummy compute-actions input already holds state_in_i.
+    for i in range(len(init)):
+        vrs.setdefault(f"{STATE_IN_PREFIX}{i}", VR(f"{STATE_OUT_PREFIX}{i}", shift=-1))
+        vrs.setdefault(f"{STATE_OUT_PREFIX}{i}", VR(used_for_compute_actions=False))
 
     # 1. Action computation.
     obs_cols = {SampleBatch.OBS}

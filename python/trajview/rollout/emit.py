@@ -14,7 +14,18 @@ from ..views.sample_batch import SampleBatch
 from .callbacks import Episode
 from .hooks import Hooks
 
-__all__ = ["InfoLog", "add_python_columns", "postprocess_segment"]
+__all__ = ["InfoLog", "add_python_columns", "cast_rewards", "postprocess_segment"]
+
+F32 = np.dtype(np.float32)
+
+
+def cast_rewards(d: Any, keys: list[str], dtype: np.dtype) -> None:
+    """The rewards views ``keys`` of ``d`` (a batch or an input dict) in the env's reward dtype (float32)."""
+    if dtype != F32:
+        return
+    for k in keys:
+        if k in d:
+            d[k] = np.asarray(d[k], dtype=F32)
 
 
 class InfoLog:

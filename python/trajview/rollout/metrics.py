@@ -52,9 +52,10 @@ class EpisodeMetrics:
             self.episodes_dropped += 1
         self.returns.append(float(total_reward))
         self.lengths.append(int(length))
-        self.custom.append(dict(episode.custom_metrics) if episode is not None else {})
-        self.hist.append(dict(episode.hist_data) if episode is not None else {})
-        self.media.append(dict(episode.media) if episode is not None else {})
+        # The episode's own dicts: on_episode_end (called after this) fills them.
+        self.custom.append(episode.custom_metrics if episode is not None else {})
+        self.hist.append(episode.hist_data if episode is not None else {})
+        self.media.append(episode.media if episode is not None else {})
 
     def pop(self) -> dict:
         out = {
@@ -64,7 +65,7 @@ class EpisodeMetrics:
             "num_faulty_episodes": self.num_faulty_episodes,
             "num_env_restarts": self.num_env_restarts,
         }
-        per_episode = list(self.custom)
+        per_episode = [dict(c) for c in self.custom]
         out["custom_metrics"] = summarize_custom_metrics(per_episode)
         out["episode_custom_metrics"] = per_episode  # per episode, for a WorkerSet to aggregate across workers
         hist: dict[str, list] = {"episode_reward": list(self.returns), "episode_lengths": list(self.lengths)}

@@ -20,7 +20,7 @@ from ..views import MultiAgentBatch, SampleBatch, concat_samples
 from ..views.nest import Nest
 from .callbacks import Episode
 from .config import RolloutConfig
-from .emit import InfoLog, add_python_columns, postprocess_segment
+from .emit import InfoLog, add_python_columns, cast_rewards, postprocess_segment
 from .hooks import Hooks
 from .metrics import EpisodeMetrics
 from .plan import EPS_WORKER_BITS, PolicyColumns, eps_id_start, make_collector
@@ -299,6 +299,8 @@ class MultiAgentSampler:
                 inputs[SampleBatch.ENV_ID] = slots // self.n_agents
             if self.columns[pid].agent_index_input:
                 inputs[SampleBatch.AGENT_INDEX] = slots % self.n_agents
+            if self.adapter.saw_f32_rewards and self.columns[pid].reward_input_keys:
+                cast_rewards(inputs, self.columns[pid].reward_input_keys, self.adapter.reward_dtype)
             acts, states, extra = self.policies[pid].compute_actions_from_input_dict(
                 inputs, explore=self.explore, timestep=self._timestep
             )
@@ -462,10 +464,13 @@ class MultiAgentSampler:
                 row["__action__"] = actions_by_env[ae.env_index][ae.agent_id]
                 acted[ae] = row
         comps_by_pid: dict[str, list[_Completion]] = {}
+        note = self.adapter.note_reward
         for i, (obs, rew, te, tr, infos) in enumerate(results):
             ep = self.episodes[i]
             if ep is None:
                 continue
+            for r in rew.values():
+                note(r)
             all_te = bool(te.get(ALL, False))
             all_tr = bool(tr.get(ALL, False))
             hard = cfg.horizon is not None and ep.length + 1 >= cfg.horizon and not cfg.soft_horizon
@@ -581,6 +586,7 @@ class MultiAgentSampler:
                     self._cut_eps.discard(key)
                     seg[SampleBatch.TRUNCATEDS][-1] = True
                 add_python_columns(seg, py_cols, unroll, ae.agent_index)
+                cast_rewards(seg, self.columns[pid].reward_keys, self.adapter.reward_dtype)
                 seg._pruned = self.columns[pid].pruned
         carried, self._carry = self._carry, []
         for pid, segments in per_policy.items():

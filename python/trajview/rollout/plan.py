@@ -126,6 +126,15 @@ class PolicyColumns:
         ]
         #: Views the pruning pass took out of training batches (their KeyError says so).
         self.pruned = frozenset(k for k, vr in policy.view_requirements.items() if not vr.used_for_training)
+        #: Views of the rewards column (cast to float32 when the env's rewards are float32).
+        self.reward_keys = [
+            k for k, vr in policy.view_requirements.items() if vr.column(k) == SampleBatch.REWARDS and vr.used_for_training
+        ]
+        self.reward_input_keys = [
+            k
+            for k, vr in policy.view_requirements.items()
+            if vr.column(k) == SampleBatch.REWARDS and vr.used_for_compute_actions
+        ]
         agent_vr = policy.view_requirements.get(SampleBatch.AGENT_INDEX)
         #: Whether the compute-actions input carries ``agent_index``.
         self.agent_index_input = agent_vr is not None and agent_vr.used_for_compute_actions

@@ -24,7 +24,7 @@ from ..policy.policy import Policy
 from ..views import SampleBatch, concat_samples
 from .callbacks import DUMMY_AGENT_ID, Episode
 from .config import RolloutConfig
-from .emit import InfoLog, add_python_columns, postprocess_segment
+from .emit import InfoLog, add_python_columns, cast_rewards, postprocess_segment
 from .hooks import Hooks
 from .metrics import EpisodeMetrics
 from .plan import PolicyColumns, eps_id_start, make_collector
@@ -252,6 +252,8 @@ class SingleAgentSampler:
         inputs = coll.input_dict() if ids is None else coll.input_dict(ids)
         if self._agent_index_input:
             inputs[SampleBatch.AGENT_INDEX] = np.zeros(n, np.int64)
+        if self.adapter.saw_f32_rewards and self._columns.reward_input_keys:
+            cast_rewards(inputs, self._columns.reward_input_keys, self.adapter.reward_dtype)
         actions, state_outs, extra = self.policy.compute_actions_from_input_dict(
             inputs, explore=self.explore, timestep=self._timestep
         )
@@ -476,6 +478,7 @@ class SingleAgentSampler:
                 batch = SampleBatch()
             else:
                 add_python_columns(batch, self._columns.python_columns, self._unroll_id, 0)
+                cast_rewards(batch, self._columns.reward_keys, self.adapter.reward_dtype)
                 batch._pruned = self._columns.pruned
             self._unroll_id += 1
             self._pending = ("batch", batch)
@@ -491,6 +494,7 @@ class SingleAgentSampler:
                 self._cut_eps.discard(eid)
                 seg[SampleBatch.TRUNCATEDS][-1] = True
             add_python_columns(seg, self._columns.python_columns, self._unroll_id, 0)
+            cast_rewards(seg, self._columns.reward_keys, self.adapter.reward_dtype)
             seg._pruned = self._columns.pruned
         self._unroll_id += 1
         self._pending = ("segments", segments)
