@@ -141,6 +141,10 @@ class MultiAgentSampler:
         # eps_ids: each policy its own range of this worker's; a rebuilt store continues where the last stopped.
         self._next_eps = {pid: config.eps_id_offset for pid in policies}
         self._unroll_id = 0
+        #: Observation filters by policy (RLlib's MeanStdFilter); policies without one are not in it.
+        self.filters: dict[str, Any] = {}
+        #: Per env, this step's observations of live agents, filtered (see `_step_data`).
+        self._fobs: list[dict] = [{} for _ in range(self.num_envs)]
         #: truncate_episodes by agent steps: last steps of finished trajectories held back for the next batch.
         self._carry: list[tuple[str, SampleBatch]] = []
         self._last_running: list[tuple[str, Any]] = []
@@ -190,15 +194,17 @@ class MultiAgentSampler:
         self.episodes[i] = ep
         return ep
 
-    def _begin_agents(self, i: int, obs: dict, infos: dict) -> None:
+    def _begin_agents(self, i: int, obs: dict, infos: dict, filtered: bool = False) -> None:
         ep = cast(Episode, self.episodes[i])
         by_pid: dict[str, list] = {}
         for agent, o in obs.items():
-            if agent in self.live[i]:
+            if agent in self.live[i] or agent == ALL:
                 continue
             if agent not in self.agent_index:
                 raise ValueError(f"env {i} returned agent {agent!r}, which is not in possible_agents {self.agents}")
             pid = self._policy_for(agent, ep)
+            if not filtered and pid in self.filters:
+                o = self._filter(pid, o)
             by_pid.setdefault(pid, []).append((agent, o))
         for k, ae in enumerate(self.closing[i]):
             if ae.agent_id in obs:  # a done agent is back in the same episode: its held trajectory ends now
@@ -222,6 +228,10 @@ class MultiAgentSampler:
                 ep._last_obs[agent] = o
                 if isinstance(infos, dict) and agent in infos:
                     ep._last_info[agent] = infos[agent]
+
+    def _filter(self, pid: str, o: Any) -> Any:
+        dtype = np.asarray(o).dtype
+        return np.asarray(self.filters[pid](o), dtype=dtype)
 
     def _reset_env(self, i: int, seed: int | None = None) -> None:
         """Resets env ``i`` and starts its episode (store first, then on_episode_start)."""
@@ -391,6 +401,9 @@ class MultiAgentSampler:
         for i, (obs, rew, te, tr, infos) in enumerate(results):
             ep = cast(Episode, self.episodes[i])
             live = self.live[i]
+            if self.filters:
+                obs = {**obs, **self._fobs[i]}
+                self._fobs[i] = {}
             # Rewards of agents still waiting for their next observation add up on their next step.
             for a, r in rew.items():
                 ae = live.get(a)
@@ -413,7 +426,7 @@ class MultiAgentSampler:
                     ended.append(self._end_env_episode(i))
                     if alive:
                         self._new_episode(i, infos)
-                        self._begin_agents(i, alive, infos)
+                        self._begin_agents(i, alive, infos, filtered=bool(self.filters))
                         self._pending_start(i)
                     else:
                         self._reset_later(i)
@@ -471,14 +484,23 @@ class MultiAgentSampler:
                 continue
             for r in rew.values():
                 note(r)
+            if self.filters:  # each live agent's new observation, filtered once, in the env's order
+                live = self.live[i]
+                fo = self._fobs[i] = {}
+                for a, o in obs.items():
+                    ae = live.get(a)
+                    if ae is not None:
+                        fo[a] = self._filter(ae.policy_id, o) if ae.policy_id in self.filters else o
+                obs = {**obs, **fo}
             all_te = bool(te.get(ALL, False))
             all_tr = bool(tr.get(ALL, False))
             hard = cfg.horizon is not None and ep.length + 1 >= cfg.horizon and not cfg.soft_horizon
             soft = cfg.horizon is not None and ep.length + 1 >= cfg.horizon and cfg.soft_horizon
             for a, ae in self.live[i].items():
-                row = acted.get(ae, ae.pending)
-                if row is None:
+                maybe_row = acted.get(ae, ae.pending)
+                if maybe_row is None:
                     continue
+                row = maybe_row
                 a_te = bool(te.get(a, False)) or all_te
                 a_tr = bool(tr.get(a, False)) or all_tr
                 done = a_te or a_tr or hard

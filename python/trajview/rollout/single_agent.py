@@ -57,6 +57,8 @@ class SingleAgentSampler:
         n = self.num_envs = adapter.num_envs
         self._false = np.zeros(n, dtype=bool)
         self._has_hooks = bool(hooks.active)
+        #: The observation filter (RLlib's ``observation_filter``), None for "NoFilter".
+        self.filter: Any = None
         #: The explore flag passed to the policy (`RolloutWorker(explore=...)`, `sample(explore=...)`).
         self.explore: Any = True
         self._unroll_id = 0
@@ -111,7 +113,7 @@ class SingleAgentSampler:
         self._obs_flat = obs_nest.flat
         self._act_cols = [] if self._columns.action_nest.flat else self._columns.action_nest.names(SampleBatch.ACTIONS)
         self._staged_cols = []
-        if self.adapter.writes_obs_in_place:
+        if self.adapter.writes_obs_in_place and self.filter is None:
             for c, spec in obs_nest.specs(SampleBatch.OBS).items():
                 if self.collector.columns.get(c) == spec:
                     if spec[0].itemsize * int(np.prod(spec[1], dtype=np.int64)) >= STAGE_OBS_BYTES:
@@ -128,6 +130,15 @@ class SingleAgentSampler:
         self._pending = None
         self._reset_seed = self.config.seed if rebuild == 0 else None
         self._start_idle()
+
+    def _filtered(self, obs: np.ndarray, skip: set[int] | None = None) -> np.ndarray:
+        """The observation filter applied to each row in env order (each row pushed first, as RLlib does);
+        rows in ``skip`` (failed envs) are filtered without being pushed."""
+        f = self.filter
+        out = np.empty(obs.shape, dtype=obs.dtype)
+        for j in range(len(obs)):
+            out[j] = f(obs[j], update=skip is None or j not in skip)
+        return out
 
     def _obs_data(self, obs: Any) -> dict[str, Any]:
         """The observation columns of rows ``obs`` (one array, or a nested space's leaf columns)."""
@@ -176,6 +187,8 @@ class SingleAgentSampler:
             ids = np.flatnonzero(self._idle)
             obs, infos = self.adapter.reset_envs(ids)
         self._reset_seed = None
+        if self.filter is not None:
+            obs = self._filtered(obs)
         for ep in self._begin(ids, obs, infos):
             self.hooks.episode_start(ep, ep.env_id)
 
@@ -279,6 +292,8 @@ class SingleAgentSampler:
         new_obs, rew, term, trunc, infos, any_done, failed = res[:7]
         if failed is not None and not len(failed):
             failed = None
+        if self.filter is not None:
+            new_obs = self._filtered(new_obs, None if failed is None else set(failed.tolist()))
         if failed is None:
             ok = self._all if ids is None else np.arange(n)
         else:
@@ -445,6 +460,8 @@ class SingleAgentSampler:
             except Exception as e:
                 error = e
             else:
+                if self.filter is not None:
+                    r_obs = self._filtered(r_obs)
                 for j, i in enumerate(resets):
                     set_rows(obs, pos[int(i)], r_obs, j)
                     infos[pos[int(i)]] = r_infos[j]

@@ -6,6 +6,8 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
+import gymnasium as gym
+
 from .._validate import positive_int
 from ..collect.collector import Collector
 from ..envs.base import MultiAgentEnvAdapter, VectorEnvAdapter
@@ -14,6 +16,7 @@ from ..policy.policy import Policy
 from ..views import MultiAgentBatch, SampleBatch
 from .callbacks import Callbacks
 from .config import RolloutConfig
+from .filter import Filter, NoFilter, make_filter
 from .hooks import Hooks
 from .metrics import EpisodeMetrics
 from .multi_agent import MultiAgentSampler
@@ -83,6 +86,7 @@ class RolloutWorker:
         metrics_window: int = 1000,
         eps_id_offset: int = 0,
         explore: bool = True,
+        observation_filter: Any = "NoFilter",
     ) -> None:
         self.config = RolloutConfig.validated(
             batch_mode=batch_mode,
@@ -129,6 +133,24 @@ class RolloutWorker:
                 self.adapter, self.policy_map[DEFAULT_POLICY_ID], self.config, self.hooks, self.metrics
             )
         self.explore = bool(explore)
+        #: RLlib's observation filters, one per policy (``observation_filter="MeanStdFilter"``): every
+        #: observation is filtered before it is stored; `WorkerSet.sync_filters` syncs them across workers.
+        self.filters: dict[str, Filter] = {}
+        for pid, p in self.policy_map.items():
+            if observation_filter in ("NoFilter", None):
+                self.filters[pid] = NoFilter()
+                continue
+            space = p.observation_space
+            if not isinstance(space, gym.spaces.Box):
+                raise ValueError(
+                    f"observation_filter={observation_filter!r} needs a Box observation space, policy {pid!r} has {space}"
+                )
+            self.filters[pid] = make_filter(observation_filter, space.shape)
+        active = {pid: f for pid, f in self.filters.items() if not isinstance(f, NoFilter)}
+        if isinstance(self.sampler, SingleAgentSampler):
+            self.sampler.filter = active.get(DEFAULT_POLICY_ID)
+        else:
+            self.sampler.filters = active
         self.policy = next(iter(self.policy_map.values()))
         self.base_env = self.adapter.base_env
         self._snapshot: dict | None = None  # the policies' views the stores were built for
@@ -190,6 +212,20 @@ class RolloutWorker:
             self._builds += 1
             self._snapshot = {pid: view_snapshot(p.view_requirements) for pid, p in self.policy_map.items()}
         return self.sampler.sample()
+
+    def get_filters(self, flush_after: bool = False) -> dict[str, Filter]:
+        """Copies of the observation filters (RLlib's ``get_filters``); ``flush_after`` clears their buffers."""
+        out = {pid: f.copy() for pid, f in self.filters.items()}
+        if flush_after:
+            for f in self.filters.values():
+                f.reset_buffer()
+        return out
+
+    def sync_filters(self, new_filters: Mapping[str, Filter]) -> None:
+        """Each filter becomes a copy of ``new_filters[policy_id]`` (RLlib's ``sync_filters``)."""
+        for pid, f in new_filters.items():
+            if pid in self.filters:
+                self.filters[pid].sync(f)
 
     def get_metrics(self) -> dict:
         """Since the last call (then forgotten): ``episode_returns`` / ``episode_lengths`` of the finished

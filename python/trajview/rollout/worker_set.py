@@ -131,6 +131,8 @@ class WorkerSet:
         self._workers: list[Any] = [None] * self.num_workers  # a backend handle; None: killed
         self._down: dict[int, WorkerError] = {}  # position -> the failure that left it down for good
         self._weights: dict[str, Any] = {}  # policy_id -> the weights last set: a replacement gets them
+        #: The driver's observation filters (RLlib's local worker's), made by the first `sync_filters`.
+        self.filters: dict[str, Any] = {}
         self._worker_kwargs = dict(worker_kwargs)
         self._eps_next = [0] * self.num_workers  # per worker: the episode counter after the ids seen in its batches
         self._stopped = False
@@ -301,8 +303,25 @@ class WorkerSet:
         self._run("set_weights", (policy_id, weights))
 
     def sync_weights(self, policy: Policy, policy_id: str = "default_policy") -> None:
-        """``set_weights(policy.get_weights())``: the workers act with the learner's current weights."""
+        """``set_weights(policy.get_weights())``: the workers act with the learner's current weights; then the
+        observation filters are synced (`sync_filters`), as RLlib does each iteration."""
         self.set_weights(policy.get_weights(), policy_id)
+        self.sync_filters()
+
+    def sync_filters(self) -> dict[str, Any]:
+        """RLlib's ``FilterManager.synchronize``: every worker's filter buffer (what it saw since the last sync,
+        then cleared) goes into the driver's filters (``self.filters``), and every worker's filters become
+        copies of those. Returns the driver's filters."""
+        answers = self._run("get_filters", True)
+        for fs in answers:
+            if fs is None:
+                continue
+            for pid, f in fs.items():
+                if pid not in self.filters:
+                    self.filters[pid] = f.empty_copy()
+                self.filters[pid].apply_changes(f, with_buffer=False)
+        self._run("sync_filters", {pid: f.as_serializable() for pid, f in self.filters.items()})
+        return self.filters
 
     def get_weights(self) -> list[dict[str, Any] | None]:
         """Per worker: ``{policy_id: weights}`` (``None``: that worker failed and was replaced)."""

@@ -457,6 +457,95 @@ class SampleBatch(dict):
         edges = [0, *cuts.tolist(), self.count]
         return [self[a:b] for a, b in zip(edges[:-1], edges[1:])]
 
+    # -- RLlib's batch utilities -------------------------------------------------
+
+    def env_steps(self) -> int:
+        """The rows (RLlib: a single-agent batch counts each row as one env step)."""
+        return self.count
+
+    def agent_steps(self) -> int:
+        """The rows (RLlib: a single-agent batch counts each row as one agent step)."""
+        return self.count
+
+    def shuffle(self, seed: int | np.random.Generator | None = None) -> SampleBatch:
+        """Shuffles the rows in place (every column by the same permutation) and returns the batch, as RLlib.
+
+        Not for batches with ``seq_lens`` (their rows belong to sequences):
+        a ValueError, as in RLlib. Lazy columns are materialized first.
+        """
+        if dict.__contains__(self, SampleBatch.SEQ_LENS) or self._seq_keys:
+            raise ValueError(
+                "SampleBatch.shuffle is not possible when the batch has `seq_lens` (recurrent sequences); "
+                "shuffle whole sequences instead (e.g. batch.timeslices() of the sequences, then shuffle the list)"
+            )
+        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        perm = rng.permutation(self.count)
+        for k in list(dict.keys(self)):
+            v = self[k]  # materializes a LazyView
+            dict.__setitem__(self, k, v[perm])
+        self._seg = None
+        return self
+
+    def timeslices(self, size: int | None = None, num_slices: int | None = None, k: int | None = None) -> list[SampleBatch]:
+        """RLlib's ``timeslices``: consecutive slices of ``size`` rows (the last may be shorter), or
+        ``num_slices`` slices of (nearly) equal length. ``k`` is RLlib's old name of ``size``.
+
+        Slices are views, taken by row position: like RLlib's, they may cross
+        episode boundaries (`split_by_episode` does not).
+        """
+        if size is None and num_slices is None:
+            if k is None:
+                raise ValueError("SampleBatch.timeslices needs size (or k) or num_slices")
+            size = k
+        if size is not None:
+            if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+                raise ValueError(f"SampleBatch.timeslices: size must be a positive int, got {size!r}")
+            return [self[i : i + int(size)] for i in range(0, self.count, int(size))]
+        assert num_slices is not None
+        if isinstance(num_slices, bool) or not isinstance(num_slices, (int, np.integer)) or num_slices < 1:
+            raise ValueError(f"SampleBatch.timeslices: num_slices must be a positive int, got {num_slices!r}")
+        out, start, left = [], 0, self.count
+        for i in range(int(num_slices)):
+            n = left // (int(num_slices) - i)
+            out.append(self[start : start + n])
+            start += n
+            left -= n
+        return out
+
+    def right_zero_pad(self, max_seq_len: int, exclude_states: bool = True) -> SampleBatch:
+        """RLlib's ``right_zero_pad``: each sequence of ``seq_lens`` padded with zero rows to ``max_seq_len``,
+        in place; returns the batch (``count`` becomes ``len(seq_lens) * max_seq_len``).
+
+        This is opt-in padding for code that wants a ``[B, T]`` grid (see the
+        flat layout in docs/contract.md). Per-sequence columns (``seq_lens``,
+        ``state_in_*``: one row per sequence) are left as they are, as RLlib
+        does with ``exclude_states=True``; ``infos`` pad with ``None``.
+        """
+        seq_lens = dict.get(self, SampleBatch.SEQ_LENS)
+        if seq_lens is None:
+            raise ValueError(f"cannot right-zero-pad a SampleBatch without {SampleBatch.SEQ_LENS!r}: {self!r}")
+        seq_lens = np.asarray(seq_lens)
+        if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, (int, np.integer)) or max_seq_len < 1:
+            raise ValueError(f"right_zero_pad: max_seq_len must be a positive int, got {max_seq_len!r}")
+        if len(seq_lens) and int(seq_lens.max()) > max_seq_len:
+            raise ValueError(f"right_zero_pad: a sequence has {int(seq_lens.max())} rows, more than max_seq_len={max_seq_len}")
+        if int(seq_lens.sum()) != self.count:
+            raise ValueError(f"right_zero_pad: seq_lens sum to {int(seq_lens.sum())}, the batch has {self.count} rows")
+        length = len(seq_lens) * int(max_seq_len)
+        starts = np.concatenate(([0], np.cumsum(seq_lens)[:-1])).astype(np.int64)
+        src = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, seq_lens)]) if len(seq_lens) else np.zeros(0, np.int64)
+        dst = np.concatenate([np.arange(q * max_seq_len, q * max_seq_len + n) for q, n in enumerate(seq_lens)]) if len(seq_lens) else np.zeros(0, np.int64)
+        for key in list(dict.keys(self)):
+            if key == SampleBatch.SEQ_LENS or key in self._seq_keys:
+                continue
+            v = self[key]
+            pad = np.empty(length, dtype=object) if v.dtype == object else np.zeros((length, *v.shape[1:]), dtype=v.dtype)
+            pad[dst] = v[src]
+            dict.__setitem__(self, key, pad)
+        self.count = length
+        self._seg = None
+        return self
+
     def to_padded(self) -> dict[str, np.ndarray]:
         """One row per episode, padded: ``{column: [N, T_max, *shape], "mask": bool [N, T_max]}``.
 
