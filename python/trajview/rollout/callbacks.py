@@ -31,7 +31,6 @@ class Episode:
         "env_id",
         "length",
         "total_reward",
-        "agent_rewards",
         "user_data",
         "custom_metrics",
         "hist_data",
@@ -43,6 +42,7 @@ class Episode:
         "_multi",
         "_policies",
         "_agent_steps",
+        "_agents",
     )
 
     def __init__(
@@ -52,7 +52,6 @@ class Episode:
         self.env_id = int(env_id)
         self.length = 0
         self.total_reward = 0.0
-        self.agent_rewards: dict = {}
         self.user_data: dict = {}
         self.custom_metrics: dict = {}
         self.hist_data: dict = {}
@@ -60,29 +59,35 @@ class Episode:
         self._multi = multi_agent
         self._policies: dict = {}  # agent id -> policy id (multi-agent)
         self._agent_steps = 0  # agent steps stored (multi-agent)
-        if multi_agent:
-            # Per agent: its last observation, action, reward (accumulated over the steps it did not act) and info.
-            self._last_obs: Any = {}
-            self._last_action: Any = {}
-            self._last_info: Any = dict(first_info) if isinstance(first_info, dict) else {}
-            self._last_reward: Any = {}
-        else:
-            self._last_obs = first_obs
-            self._last_action = None
-            self._last_info = first_info
-            self._last_reward = None
+        #: Multi-agent: agent id -> its trajectory in this episode (which keeps its last values).
+        self._agents: dict = {}
+        self._last_obs: Any = first_obs if not multi_agent else None
+        self._last_action: Any = None
+        self._last_info: Any = first_info if not multi_agent else None
+        self._last_reward: float | None = None
+
+    def _last(self, agent_id: Any, what: str) -> Any:
+        ae = self._agents.get(agent_id)
+        return None if ae is None else getattr(ae, what)
 
     def last_observation_for(self, agent_id: Any = DUMMY_AGENT_ID) -> Any:
-        return self._last_obs.get(agent_id) if self._multi else self._last_obs
+        return self._last(agent_id, "last_obs") if self._multi else self._last_obs
 
     def last_action_for(self, agent_id: Any = DUMMY_AGENT_ID) -> Any:
-        return self._last_action.get(agent_id) if self._multi else self._last_action
+        return self._last(agent_id, "last_action") if self._multi else self._last_action
 
     def last_info_for(self, agent_id: Any = DUMMY_AGENT_ID) -> Any:
-        return self._last_info.get(agent_id) if self._multi else self._last_info
+        return self._last(agent_id, "last_info") if self._multi else self._last_info
 
     def last_reward_for(self, agent_id: Any = DUMMY_AGENT_ID) -> float | None:
-        return self._last_reward.get(agent_id) if self._multi else self._last_reward
+        return self._last(agent_id, "last_reward") if self._multi else self._last_reward
+
+    @property
+    def agent_rewards(self) -> dict:
+        """``{(agent_id, policy_id): the agent's return so far}`` (RLlib's; single-agent: the default policy's)."""
+        if not self._multi:
+            return {(DUMMY_AGENT_ID, pid): self.total_reward for pid in self._policies.values()}
+        return {(a, ae.policy_id): ae.total_reward for a, ae in self._agents.items()}
 
     def policy_for(self, agent_id: Any = DUMMY_AGENT_ID) -> Any:
         """The policy id ``agent_id`` is mapped to in this episode (None if it has not appeared yet)."""

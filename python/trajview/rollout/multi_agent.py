@@ -50,6 +50,10 @@ class _AgentEpisode:
         "pending",
         "reward_acc",
         "last_obs",
+        "last_action",
+        "last_reward",
+        "last_info",
+        "total_reward",
         "steps",
     )
 
@@ -65,21 +69,25 @@ class _AgentEpisode:
         self.ready = True  # it has an observation and acts in the next step
         self.pending: dict | None = None  # its policy outputs of a step not stored yet (waiting for its next obs)
         self.reward_acc = 0.0  # rewards given to it since it acted
-        self.last_obs: Any = None  # its newest observation
+        self.last_obs: Any = None  # its newest observation (Episode.last_observation_for)
+        self.last_action: Any = None
+        self.last_reward: float | None = None  # its last step's reward (the sum since it acted before)
+        self.last_info: Any = None
+        self.total_reward = 0.0
         self.steps = 0  # steps stored
 
 
-class _Completion:
-    """One agent step to store in this env step: the agent's pending outputs plus what the env gave back."""
-
-    __slots__ = ("ae", "row", "obs", "reward", "term", "trunc", "info", "done")
-
-    def __init__(self, ae: _AgentEpisode, row: dict, obs: Any, reward: float, term: bool, trunc: bool, info: Any, done: bool):
-        self.ae, self.row, self.obs, self.reward = ae, row, obs, reward
-        self.term, self.trunc, self.info, self.done = term, trunc, info, done
-
-
 ALL = "__all__"
+
+
+def _row_of(src: Any) -> dict:
+    """An agent's policy outputs as a row dict (``src``: a row dict, or (columns, row, action))."""
+    if type(src) is dict:
+        return src
+    data, j, action = src
+    row = {k: v[j] for k, v in data.items()}
+    row["__action__"] = action
+    return row
 
 
 class MultiAgentSampler:
@@ -189,7 +197,6 @@ class MultiAgentSampler:
 
     def _new_episode(self, i: int, infos: Any) -> Episode:
         ep = Episode(self.config.worker_index << EPS_WORKER_BITS | self.env_ep_counter, i, None, infos, multi_agent=True)
-        ep.user_data["agent_rewards"] = ep.agent_rewards
         self.env_ep_counter += 1
         self.episodes[i] = ep
         return ep
@@ -223,11 +230,11 @@ class MultiAgentSampler:
             for (agent, o), slot, eid in zip(items, slots, eps):
                 ae = _AgentEpisode(ep, agent, self.agent_index[agent], i, pid, int(slot))
                 ae.last_obs = o
+                if isinstance(infos, dict):
+                    ae.last_info = infos.get(agent)
                 self.live[i][agent] = ae
                 self.by_eps[(pid, int(eid))] = ae
-                ep._last_obs[agent] = o
-                if isinstance(infos, dict) and agent in infos:
-                    ep._last_info[agent] = infos[agent]
+                ep._agents[agent] = ae
 
     def _filter(self, pid: str, o: Any) -> Any:
         dtype = np.asarray(o).dtype
@@ -357,36 +364,35 @@ class MultiAgentSampler:
                 ep.length += 1
         # Agents that acted and got nothing back yet keep their outputs for later.
         for ae, row in acted.items():
-            ae.pending = row
+            ae.pending = _row_of(row)
             ae.ready = False
         agent_steps = 0
         running: list[tuple[str, Any]] = []  # (policy, slot) of agents that run on; (policy, ae) of those done
+        complete = cfg.complete_episodes
+        lives = self.live
         for pid, (slots, _data, comps) in per_policy.items():
             need_infos = self.columns[pid].need_infos
             ended_slots = []
-            for c in comps:
-                ae = c.ae
+            for ae, row, obs, reward, _te, _tr, info, done in comps:
                 ae.pending = None
                 ae.reward_acc = 0.0
                 ae.steps += 1
                 ae.unemitted += 1
-                ae.last_obs = c.obs
+                ae.last_obs = obs
+                ae.last_reward = reward
+                ae.total_reward += reward
+                ae.last_action = row[2] if type(row) is tuple else row["__action__"]
+                if info is not None:
+                    ae.last_info = info
                 ep = ae.episode
                 ep._agent_steps += 1
-                ep.total_reward += c.reward
-                key = (ae.agent_id, pid)
-                ep.agent_rewards[key] = ep.agent_rewards.get(key, 0.0) + c.reward
-                ep._last_obs[ae.agent_id] = c.obs
-                ep._last_reward[ae.agent_id] = c.reward
-                ep._last_action[ae.agent_id] = c.row["__action__"]
-                if c.info is not None:
-                    ep._last_info[ae.agent_id] = c.info
+                ep.total_reward += reward
                 if need_infos:
-                    ae.infos.infos.append(c.info if c.info is not None else {})
-                if c.done:
+                    ae.infos.infos.append(info if info is not None else {})
+                if done:
                     running.append((pid, ae))
-                    del self.live[ae.env_index][ae.agent_id]
-                    if cfg.complete_episodes:
+                    del lives[ae.env_index][ae.agent_id]
+                    if complete:
                         self.closing[ae.env_index].append(ae)
                     else:
                         ended_slots.append(ae.slot)
@@ -413,7 +419,8 @@ class MultiAgentSampler:
                 if a in obs:
                     ae.ready = True
                     ae.last_obs = obs[a]
-                    ep._last_obs[a] = obs[a]
+                    if isinstance(infos, dict) and a in infos:
+                        ae.last_info = infos[a]
             all_done = bool(te.get(ALL, False) or tr.get(ALL, False))
             new = {
                 a: o for a, o in obs.items()
@@ -470,73 +477,82 @@ class MultiAgentSampler:
         """
         cfg = self.config
         # The outputs of the agents that acted now, one row each.
-        acted: dict[_AgentEpisode, dict] = {}
+        # (its policy's output columns, its row, its action): a row dict only if its step must wait.
+        acted: dict[_AgentEpisode, Any] = {}
         for pid, (_slots, aes, data) in outputs.items():
             for j, ae in enumerate(aes):
-                row = {k: v[j] for k, v in data.items()}
-                row["__action__"] = actions_by_env[ae.env_index][ae.agent_id]
-                acted[ae] = row
-        comps_by_pid: dict[str, list[_Completion]] = {}
-        note = self.adapter.note_reward
+                acted[ae] = (data, j, actions_by_env[ae.env_index][ae.agent_id])
+        comps_by_pid: dict[str, list[tuple]] = {}
+        adapter = self.adapter
+        horizon = cfg.horizon
+        filters = self.filters
         for i, (obs, rew, te, tr, infos) in enumerate(results):
             ep = self.episodes[i]
             if ep is None:
                 continue
-            for r in rew.values():
-                note(r)
-            if self.filters:  # each live agent's new observation, filtered once, in the env's order
-                live = self.live[i]
+            if not adapter.saw_other_rewards:  # (once that is set, the rewards' dtype is float64 for good)
+                for r in rew.values():
+                    adapter.note_reward(r)
+            live = self.live[i]
+            if filters:  # each live agent's new observation, filtered once, in the env's order
                 fo = self._fobs[i] = {}
                 for a, o in obs.items():
                     ae = live.get(a)
                     if ae is not None:
-                        fo[a] = self._filter(ae.policy_id, o) if ae.policy_id in self.filters else o
+                        fo[a] = self._filter(ae.policy_id, o) if ae.policy_id in filters else o
                 obs = {**obs, **fo}
-            all_te = bool(te.get(ALL, False))
-            all_tr = bool(tr.get(ALL, False))
-            hard = cfg.horizon is not None and ep.length + 1 >= cfg.horizon and not cfg.soft_horizon
-            soft = cfg.horizon is not None and ep.length + 1 >= cfg.horizon and cfg.soft_horizon
-            for a, ae in self.live[i].items():
-                maybe_row = acted.get(ae, ae.pending)
-                if maybe_row is None:
-                    continue
-                row = maybe_row
+            all_te = ALL in te and bool(te[ALL])
+            all_tr = ALL in tr and bool(tr[ALL])
+            at_h = horizon is not None and ep.length + 1 >= horizon
+            hard = at_h and not cfg.soft_horizon
+            soft = at_h and cfg.soft_horizon
+            info_dict = infos if isinstance(infos, dict) else {}
+            for a, ae in live.items():
+                row = acted.get(ae)
+                if row is None:
+                    row = ae.pending
+                    if row is None:
+                        continue
                 a_te = bool(te.get(a, False)) or all_te
                 a_tr = bool(tr.get(a, False)) or all_tr
                 done = a_te or a_tr or hard
-                if a not in obs and not done and not soft:
-                    continue  # waits for its next observation
-                reward = ae.reward_acc + float(rew.get(a, 0.0))
+                o = obs.get(a)
+                if o is None:
+                    if not done and not soft:
+                        continue  # waits for its next observation
+                    o = ae.last_obs
                 if hard and not a_te:
                     a_tr = True
-                info = infos.get(a) if isinstance(infos, dict) else None
-                comps_by_pid.setdefault(ae.policy_id, []).append(
-                    _Completion(ae, row, obs.get(a, ae.last_obs), reward, a_te, a_tr, info, done)
-                )
+                comps = comps_by_pid.get(ae.policy_id)
+                if comps is None:
+                    comps = comps_by_pid[ae.policy_id] = []
+                comps.append((ae, row, o, ae.reward_acc + float(rew.get(a, 0.0)), a_te, a_tr, info_dict.get(a), done))
         per_policy = {}
         for pid, comps in comps_by_pid.items():
             n = len(comps)
             out = outputs.get(pid)
-            if out is not None and len(out[1]) == n and all(c.ae is ae for c, ae in zip(comps, out[1])):
+            same = out is not None and len(out[1]) == n and all(c[0] is ae for c, ae in zip(comps, out[1]))
+            if same and out is not None:
                 data = dict(out[2])  # every agent that acted got its next observation now: the policy's arrays
             else:
-                data = {k: np.stack([c.row[k] for c in comps]) for k in comps[0].row if k != "__action__"}
+                rows = [_row_of(c[1]) for c in comps]
+                data = {k: np.stack([r[k] for r in rows]) for k in rows[0] if k != "__action__"}
             try:
-                obs_cols = self._obs_nest[pid].stack(SampleBatch.OBS, [c.obs for c in comps], "an agent's observation")
+                obs_cols = self._obs_nest[pid].stack(SampleBatch.OBS, [c[2] for c in comps], "an agent's observation")
             except ValueError as e:
                 raise ValueError(f"column 'obs': policy {pid!r}'s agents returned observations that do not fit: {e}") from e
             data.update(obs_cols)
-            data[SampleBatch.REWARDS] = np.array([c.reward for c in comps], np.float64)
+            data[SampleBatch.REWARDS] = np.array([c[3] for c in comps], np.float64)
             if cfg.no_done_at_end:
                 data[SampleBatch.TERMINATEDS] = data[SampleBatch.TRUNCATEDS] = np.zeros(n, bool)
             else:
-                data[SampleBatch.TERMINATEDS] = np.array([c.term for c in comps], bool)
-                data[SampleBatch.TRUNCATEDS] = np.array([c.trunc for c in comps], bool)
-            slots = np.array([c.ae.slot for c in comps], dtype=np.int64)
+                data[SampleBatch.TERMINATEDS] = np.array([c[4] for c in comps], bool)
+                data[SampleBatch.TRUNCATEDS] = np.array([c[5] for c in comps], bool)
+            slots = out[0] if same and out is not None else np.array([c[0].slot for c in comps], dtype=np.int64)
             per_policy[pid] = (slots, data, comps)
         for comps in comps_by_pid.values():
             for c in comps:
-                acted.pop(c.ae, None)  # stored now: not pending
+                acted.pop(c[0], None)  # stored now: not pending
         return per_policy, comps_by_pid, acted
 
     # -- batches ----------------------------------------------------------------
