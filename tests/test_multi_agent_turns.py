@@ -258,3 +258,28 @@ def test_mapping_fn_signatures():
                              policy_mapping_fn=fn, rollout_fragment_length=3)
         b = w.sample()
         assert set(b.policy_batches) == {"even", "odd"}
+
+
+def test_multi_agent_observation_filter_and_float32_rewards():
+    class F32(ScriptedEnv):
+        def step(self, actions):
+            obs, rew, te, tr, info = super().step(actions)
+            return obs, {a: np.float32(r) for a, r in rew.items()}, te, tr, info
+
+    class Zero(tv.Policy):
+        def compute_actions_from_input_dict(self, d, explore=None, timestep=None, **kw):
+            return np.zeros(len(d["obs"]), np.int64), [], {}
+
+        def loss(self, b):
+            return b["obs"], b["rewards"]
+
+    sc = Script(5, [0, 0], [None, 3], [True, True], [0b11, 0b01])
+    w = tv.RolloutWorker(lambda c: F32([sc], 2), {"even": Zero, "odd": Zero},
+                         policy_mapping_fn=rllib_mapping, rollout_fragment_length=5,
+                         observation_filter="MeanStdFilter")
+    b = w.sample()
+    for pid, pb in b.policy_batches.items():
+        assert pb["rewards"].dtype == np.float32
+        assert np.abs(pb["obs"]).max() <= 10.0  # filtered (raw uids are up to 100_000)
+        f = w.filters[pid]
+        assert f.running_stats.n > len(pb)  # every observation received, not only stored rows' obs
