@@ -54,7 +54,6 @@ class _AgentEpisode:
         "last_reward",
         "last_info",
         "total_reward",
-        "steps",
     )
 
     def __init__(self, episode: Episode, agent_id: Any, agent_index: int, env_index: int, policy_id: str, slot: int):
@@ -67,14 +66,14 @@ class _AgentEpisode:
         self.infos = InfoLog()  # the agent's info after each step not emitted yet (if its policy trains on infos)
         self.unemitted = 0  # steps stored and not emitted yet
         self.ready = True  # it has an observation and acts in the next step
-        self.pending: dict | None = None  # its policy outputs of a step not stored yet (waiting for its next obs)
+        #: Its policy outputs of a step not stored yet (waiting for its next obs): (columns, row, action).
+        self.pending: Any = None
         self.reward_acc = 0.0  # rewards given to it since it acted
         self.last_obs: Any = None  # its newest observation (Episode.last_observation_for)
         self.last_action: Any = None
         self.last_reward: float | None = None  # its last step's reward (the sum since it acted before)
         self.last_info: Any = None
         self.total_reward = 0.0
-        self.steps = 0  # steps stored
 
 
 ALL = "__all__"
@@ -364,7 +363,7 @@ class MultiAgentSampler:
                 ep.length += 1
         # Agents that acted and got nothing back yet keep their outputs for later.
         for ae, row in acted.items():
-            ae.pending = _row_of(row)
+            ae.pending = row  # (the step's output columns, its row, its action): no copy
             ae.ready = False
         agent_steps = 0
         running: list[tuple[str, Any]] = []  # (policy, slot) of agents that run on; (policy, ae) of those done
@@ -376,7 +375,6 @@ class MultiAgentSampler:
             for ae, row, obs, reward, _te, _tr, info, done in comps:
                 ae.pending = None
                 ae.reward_acc = 0.0
-                ae.steps += 1
                 ae.unemitted += 1
                 ae.last_obs = obs
                 ae.last_reward = reward
@@ -507,14 +505,16 @@ class MultiAgentSampler:
             hard = at_h and not cfg.soft_horizon
             soft = at_h and cfg.soft_horizon
             info_dict = infos if isinstance(infos, dict) else {}
+            te_agents = len(te) > (ALL in te)  # flags of single agents to look up (else only "__all__")
+            tr_agents = len(tr) > (ALL in tr)
             for a, ae in live.items():
                 row = acted.get(ae)
                 if row is None:
                     row = ae.pending
                     if row is None:
                         continue
-                a_te = bool(te.get(a, False)) or all_te
-                a_tr = bool(tr.get(a, False)) or all_tr
+                a_te = all_te or (te_agents and bool(te.get(a, False)))
+                a_tr = all_tr or (tr_agents and bool(tr.get(a, False)))
                 done = a_te or a_tr or hard
                 o = obs.get(a)
                 if o is None:
@@ -535,8 +535,14 @@ class MultiAgentSampler:
             if same and out is not None:
                 data = dict(out[2])  # every agent that acted got its next observation now: the policy's arrays
             else:
-                rows = [_row_of(c[1]) for c in comps]
-                data = {k: np.stack([r[k] for r in rows]) for k in rows[0] if k != "__action__"}
+                src = comps[0][1][0] if type(comps[0][1]) is tuple else None
+                if src is not None and all(type(c[1]) is tuple and c[1][0] is src for c in comps):
+                    # Every step comes from one earlier compute-actions call (turns): one gather per column.
+                    idx = np.array([c[1][1] for c in comps], dtype=np.int64)
+                    data = {k: v[idx] for k, v in src.items()}
+                else:
+                    rows = [_row_of(c[1]) for c in comps]
+                    data = {k: np.stack([r[k] for r in rows]) for k in rows[0] if k != "__action__"}
             try:
                 obs_cols = self._obs_nest[pid].stack(SampleBatch.OBS, [c[2] for c in comps], "an agent's observation")
             except ValueError as e:
@@ -655,20 +661,27 @@ class MultiAgentSampler:
         if kind == "segments":
             per_policy, env_steps = value
             policy_batches = {}
+            # Each episode's segments in this batch, for other_agent_batches (built only for a policy that
+            # overrides postprocess_trajectory: the default one reads nothing).
+            by_episode: dict[int, list[tuple[_AgentEpisode, SampleBatch]]] = {}
+            for p2, segs2 in per_policy.items():
+                for s2 in segs2:
+                    o = self.by_eps[(p2, int(s2[SampleBatch.EPS_ID][0]))]
+                    by_episode.setdefault(id(o.episode), []).append((o, s2))
             for pid, segments in per_policy.items():
+                policy = self.policies[pid]
+                custom_post = getattr(policy.postprocess_trajectory, "__func__", None) is not Policy.postprocess_trajectory
                 out = []
                 for seg in segments:
                     ae = self.by_eps[(pid, int(seg[SampleBatch.EPS_ID][0]))]
-                    others = {
-                        o.agent_id: (o.policy_id, self.policies[o.policy_id], s)
-                        for p2, segs2 in per_policy.items()
-                        for s in segs2
-                        for o in [self.by_eps[(p2, int(s[SampleBatch.EPS_ID][0]))]]
-                        if o.episode is ae.episode and o.agent_id != ae.agent_id
-                    }
-                    out.append(
-                        postprocess_segment(self.policies[pid], seg, others, ae.episode, self.hooks, ae.agent_id, pid)
-                    )
+                    others = None
+                    if custom_post:
+                        others = {
+                            o.agent_id: (o.policy_id, self.policies[o.policy_id], s2)
+                            for o, s2 in by_episode[id(ae.episode)]
+                            if o.agent_id != ae.agent_id
+                        }
+                    out.append(postprocess_segment(policy, seg, others, ae.episode, self.hooks, ae.agent_id, pid))
                 if out:
                     policy_batches[pid] = concat_samples(out)
             # Forget agent episodes that are finished and fully emitted.
