@@ -32,10 +32,14 @@ class RolloutWorker:
     ``env_creator(env_config)`` returns a ``gymnasium.Env`` (the worker makes
     ``num_envs`` of them and steps them together), a
     ``gymnasium.vector.VectorEnv`` (any autoreset mode; its ``num_envs`` is
-    used), a PettingZoo ``ParallelEnv`` (multi-agent: ``policy`` is then a
-    dict ``policy_id -> Policy`` with ``policy_mapping_fn(agent_id, episode)``,
-    and ``sample()`` returns a `MultiAgentBatch`), or any
-    `trajview.envs.EnvAdapter`. Every step is stored once in a C++
+    used), a PettingZoo ``ParallelEnv`` or ``AECEnv`` or an env with RLlib's
+    ``MultiAgentEnv`` dict API (multi-agent: ``policy`` is then a dict
+    ``policy_id -> Policy`` with ``policy_mapping_fn(agent_id, episode)`` or
+    RLlib's ``(agent_id, episode, worker, **kwargs)``, and ``sample()``
+    returns a `MultiAgentBatch`), or any `trajview.envs.EnvAdapter`.
+    ``explore`` is passed to the policy (``sample(explore=...)`` for one
+    call); ``observation_filter="MeanStdFilter"`` filters observations as
+    RLlib does (``filters``, ``get_filters``, ``sync_filters``). Every step is stored once in a C++
     `Collector` (one per policy); ``sample()`` returns a `SampleBatch` with
     the policy's training views, postprocessed one episode segment at a time.
 

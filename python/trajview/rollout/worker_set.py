@@ -303,10 +303,11 @@ class WorkerSet:
         self._run("set_weights", (policy_id, weights))
 
     def sync_weights(self, policy: Policy, policy_id: str = "default_policy") -> None:
-        """``set_weights(policy.get_weights())``: the workers act with the learner's current weights; then the
-        observation filters are synced (`sync_filters`), as RLlib does each iteration."""
+        """``set_weights(policy.get_weights())``: the workers act with the learner's current weights; then, if
+        the workers filter observations, the filters are synced (`sync_filters`), as RLlib does each iteration."""
         self.set_weights(policy.get_weights(), policy_id)
-        self.sync_filters()
+        if self._worker_kwargs.get("observation_filter", "NoFilter") not in ("NoFilter", None):
+            self.sync_filters()
 
     def sync_filters(self) -> dict[str, Any]:
         """RLlib's ``FilterManager.synchronize``: every worker's filter buffer (what it saw since the last sync,
