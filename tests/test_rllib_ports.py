@@ -204,3 +204,33 @@ def test_single_agent_last_values_are_fresh_without_infos_in_training():
     w.sample()
     assert seen[-1][0] == 6 and seen[-1][1] == {"k": 6} and seen[-1][2] == 1.0 and seen[-1][3] == 0
     assert seen[-1][4] == (4,)
+
+
+@pytest.mark.parametrize("with_hooks", [False, True])
+def test_episode_seen_in_postprocessing_is_current_at_every_segment(with_hooks):
+    """Each segment's episode: length, last info, action and observation are those of the segment's last row."""
+    seen = []
+
+    class P(ReadsObsOnly):
+        def compute_actions_from_input_dict(self, d, explore=None, timestep=None, **kw):
+            return np.ones(len(d["obs"]), np.int64), [], {}
+
+        def postprocess_trajectory(self, b, other_agent_batches=None, episode=None):
+            if episode is not None:
+                seen.append((int(b["t"][-1]) + 1, episode.length, episode.last_info_for()["k"],
+                             episode.last_action_for(), np.allclose(episode.last_observation_for(), b["new_obs"][-1])))
+            return b
+
+        def loss(self, b):
+            return b["obs"], b["new_obs"], b["actions"]
+
+    class CB(tv.Callbacks):
+        def on_episode_step(self, **kw):
+            pass
+
+    w = tv.RolloutWorker(lambda c: LastInfoEnv(cartpole()), P, num_envs=3, rollout_fragment_length=7,
+                         callbacks=CB() if with_hooks else None)
+    for _ in range(4):
+        w.sample()
+    assert len(seen) > 12
+    assert all(s[0] == s[1] == s[2] and s[3] == 1 and s[4] for s in seen), seen

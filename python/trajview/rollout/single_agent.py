@@ -101,11 +101,16 @@ class SingleAgentSampler:
         self._agent_index_input = self._columns.agent_index_input
         # The episode's last_*_for() values when callbacks or postprocess_trajectory may read them.
         post = getattr(policy.postprocess_trajectory, "__func__", None)
-        self._track_last = self._has_hooks or post is not Policy.postprocess_trajectory
-        if self._track_last:
+        # Callbacks see the episode after every step: its last values are set each step. A policy that only
+        # postprocesses sees it once per segment: they are set when its episode ends and before postprocessing
+        # (`_lazy_last`), from the newest step's arrays, without a copy per step.
+        self._track_last = self._has_hooks
+        self._lazy_last = not self._has_hooks and post is not Policy.postprocess_trajectory
+        if self._track_last or self._lazy_last:
             self._track_len = True
+        self._last_step: tuple | None = None  # (slots, new_obs, step columns, rewards, infos) of the newest step
         # Infos when the policy trains on them, or for the episode's last_info_for().
-        self._want_infos = self._columns.need_infos or self._track_last
+        self._want_infos = self._columns.need_infos or self._track_last or self._lazy_last
         # Big observations (images) go from env.step straight into the store's next rows: no copy in add_step.
         # Only for adapters that write observations in place, and when the stored column is the env's observation.
         # A nested observation: each big leaf the same way.
@@ -368,17 +373,19 @@ class SingleAgentSampler:
                 self._infos[int(eps[slots[j]])].infos.append(infos[j])
         stepped: list[tuple[int, int]] = [(int(slots[j]), j) for j in ok.tolist()] if self._track_last else []
         for i, j in stepped:
-            ep = cast(Episode, self._episodes[i])  # every slot that stepped has a running episode
-            ep.length = int(self._ep_len[i])
-            ep.total_reward = float(self._ep_ret[i])
-            if self._act_cols:
-                ep._last_action = self._columns.action_nest.row(data, SampleBatch.ACTIONS, j)
-            else:
-                ep._last_action = np.array(actions[j], copy=True)
-            ep._last_reward = float(rew[j])
-            ep._last_obs = self._obs_row(new_obs, j)
-            if infos is not None:
-                ep._last_info = infos[j]
+            self._set_last(cast(Episode, self._episodes[i]), i, j, new_obs, data, rew, infos)
+        if self._lazy_last:
+            if ids is None and failed is None:
+                self._last_step = (None, new_obs, data, rew, infos)
+                if cut is not None or soft is not None:
+                    ending: np.ndarray = cast(np.ndarray, cut if soft is None else (soft if cut is None else cut | soft))
+                    for j in np.flatnonzero(ending).tolist():  # they end now: last values before the slot restarts
+                        self._set_last(cast(Episode, self._episodes[j]), j, j, new_obs, data, rew, infos)
+            else:  # a partial step (rare): every slot that stepped, now
+                self._last_step = None
+                for j in ok.tolist():
+                    i = int(slots[j])
+                    self._set_last(cast(Episode, self._episodes[i]), i, j, new_obs, data, rew, infos)
         if failed is not None:
             self._cut(slots[failed])
             self._recreate(slots[failed])
@@ -407,6 +414,29 @@ class SingleAgentSampler:
                 self.hooks.episode_start(ep, ep.env_id)
         if error is not None:
             raise error
+
+    def _set_last(self, ep: Episode, i: int, j: int, new_obs: Any, data: dict, rew: np.ndarray, infos: Any) -> None:
+        """Episode ``ep`` (slot ``i``) after its step in row ``j`` of this step: length, return, last values."""
+        ep.length = int(self._ep_len[i])
+        ep.total_reward = float(self._ep_ret[i])
+        if self._act_cols:
+            ep._last_action = self._columns.action_nest.row(data, SampleBatch.ACTIONS, j)
+        else:
+            ep._last_action = np.array(data[SampleBatch.ACTIONS][j], copy=True)
+        ep._last_reward = float(rew[j])
+        ep._last_obs = self._obs_row(new_obs, j)
+        if infos is not None:
+            ep._last_info = infos[j]
+
+    def _refresh_last(self) -> None:
+        """Before postprocessing (`_lazy_last`): running episodes take their last values from the newest step."""
+        last, self._last_step = self._last_step, None
+        if last is None:
+            return
+        _, new_obs, data, rew, infos = last
+        for i, ep in enumerate(self._episodes):
+            if ep is not None and self._ep_len[i] > 0:  # (0: it began after the newest step)
+                self._set_last(ep, i, i, new_obs, data, rew, infos)
 
     def _step_episode(self, i: int, ended: list[Episode]) -> Episode:
         """The episode slot ``i`` stepped in this step (it may have ended in it)."""
@@ -500,6 +530,8 @@ class SingleAgentSampler:
             self._unroll_id += 1
             self._pending = ("batch", batch)
             return self._finish_emit()
+        if self._lazy_last:
+            self._refresh_last()
         segments = self.collector.build_batch(complete_only=complete)
         self._frag, self._deficit = 0, {}
         for seg in segments:
