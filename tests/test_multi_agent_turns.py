@@ -283,3 +283,18 @@ def test_multi_agent_observation_filter_and_float32_rewards():
         assert np.abs(pb["obs"]).max() <= 10.0  # filtered (raw uids are up to 100_000)
         f = w.filters[pid]
         assert f.running_stats.n > len(pb)  # every observation received, not only stored rows' obs
+
+
+def test_multi_agent_soft_horizon_continues_without_reset_or_flags():
+    sc = Script(100, [0, 0], [None, None], [True, True], [0b11, 0b01])
+    w = make_worker([sc], 2, 1, rollout_fragment_length=6, horizon=3, soft_horizon=True)
+    b = w.sample()
+    for pid, pb in b.policy_batches.items():
+        eps = pb.split_by_episode()
+        assert len(eps) >= 2
+        for ep in eps:
+            assert not ep["terminateds"].any() and not ep["truncateds"].any()
+            assert ep["t"][0] == 0
+        for e1, e2 in zip(eps, eps[1:]):  # the env was not reset: the next piece goes on from the last obs
+            assert e2["obs"][0, 1] >= e1["obs"][-1, 1]
+        assert len({int(x) for x in pb["obs"][:, 0]}) == 1  # one env episode (uid) all along
