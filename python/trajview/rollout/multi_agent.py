@@ -408,22 +408,29 @@ class MultiAgentSampler:
             if self.filters:
                 obs = {**obs, **self._fobs[i]}
                 self._fobs[i] = {}
-            # Rewards of agents still waiting for their next observation add up on their next step.
-            for a, r in rew.items():
-                ae = live.get(a)
-                if ae is not None and ae.pending is not None and a not in obs:
-                    ae.reward_acc += float(r)
+            info_dict = infos if isinstance(infos, dict) else {}
+            seen = 0  # observed agents that are live (the others join)
             for a, ae in live.items():
-                if a in obs:
+                o = obs.get(a)
+                if o is None:
+                    # Rewards of agents still waiting for their next observation add up on their next step.
+                    if ae.pending is not None:
+                        r = rew.get(a)
+                        if r is not None:
+                            ae.reward_acc += float(r)
+                else:
+                    seen += 1
                     ae.ready = True
-                    ae.last_obs = obs[a]
-                    if isinstance(infos, dict) and a in infos:
-                        ae.last_info = infos[a]
+                    ae.last_obs = o
+                    info = info_dict.get(a)
+                    if info is not None:
+                        ae.last_info = info
             all_done = bool(te.get(ALL, False) or tr.get(ALL, False))
-            new = {
-                a: o for a, o in obs.items()
-                if a not in live and a != ALL and not te.get(a) and not tr.get(a) and not all_done
-            }
+            new = (
+                {}
+                if all_done or seen == len(obs)
+                else {a: o for a, o in obs.items() if a not in live and a != ALL and not te.get(a) and not tr.get(a)}
+            )
             horizon_hit = cfg.horizon is not None and ep.length >= cfg.horizon
             try:
                 if horizon_hit and cfg.soft_horizon and not all_done:
