@@ -298,3 +298,20 @@ def test_multi_agent_soft_horizon_continues_without_reset_or_flags():
         for e1, e2 in zip(eps, eps[1:]):  # the env was not reset: the next piece goes on from the last obs
             assert e2["obs"][0, 1] >= e1["obs"][-1, 1]
         assert len({int(x) for x in pb["obs"][:, 0]}) == 1  # one env episode (uid) all along
+
+
+def test_make_adapter_tells_the_multi_agent_kinds_apart():
+    from test_multi_agent import TwoAgentEnv
+
+    class WithSpacesDict(TwoAgentEnv):  # a ParallelEnv that also has an observation_spaces dict
+        def __init__(self):
+            super().__init__()
+            self.observation_spaces = {a: self.observation_space(a) for a in self.possible_agents}
+
+    kinds = {
+        "PettingZooParallelEnv": lambda c: WithSpacesDict(),
+        "PettingZooAECEnv": lambda c: CountingGame(),
+        "MultiAgentDictEnv": lambda c: ScriptedEnv([Script(3, [0], [None], [True], [1])], 1),
+    }
+    for name, mk in kinds.items():
+        assert type(tv.envs.make_adapter(mk, {}, 2)).__name__ == name

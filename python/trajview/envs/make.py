@@ -10,7 +10,7 @@ import gymnasium as gym
 from .base import EnvAdapter
 from .gym_list import GymEnvList
 from .gym_vector import GymVectorEnv
-from .multi_agent_dict import MultiAgentDictEnv, is_multi_agent_dict_env
+from .multi_agent_dict import MultiAgentDictEnv, is_multi_agent_dict_env, is_multi_agent_env_class
 from .pettingzoo_aec import PettingZooAECEnv, is_aec_env
 from .pettingzoo_parallel import PettingZooParallelEnv, is_parallel_env
 
@@ -34,7 +34,7 @@ def make_adapter(env_creator: Callable[[dict], Any], env_config: dict, num_envs:
         return first
     if is_aec_env(first):
         return PettingZooAECEnv([first] + [env_creator(env_config) for _ in range(num_envs - 1)], env_creator, env_config)
-    if is_multi_agent_dict_env(first):
+    if is_multi_agent_env_class(first) or (not is_parallel_env(first) and is_multi_agent_dict_env(first)):
         return MultiAgentDictEnv([first] + [env_creator(env_config) for _ in range(num_envs - 1)], env_creator, env_config)
     if is_parallel_env(first):
         return PettingZooParallelEnv([first] + [env_creator(env_config) for _ in range(num_envs - 1)], env_creator, env_config)

@@ -19,7 +19,7 @@ import gymnasium as gym
 from .base import MultiAgentEnvAdapter, MultiAgentStep
 from .pettingzoo_parallel import _checked
 
-__all__ = ["MultiAgentDictEnv", "MultiAgentEnv", "is_multi_agent_dict_env"]
+__all__ = ["MultiAgentDictEnv", "MultiAgentEnv", "is_multi_agent_dict_env", "is_multi_agent_env_class"]
 
 
 class MultiAgentEnv(gym.Env):
@@ -39,10 +39,16 @@ class MultiAgentEnv(gym.Env):
         return self.action_spaces[agent_id]
 
 
+def is_multi_agent_env_class(env: Any) -> bool:
+    """An instance of RLlib's ``MultiAgentEnv`` or trajview's (by class name: RLlib need not be imported)."""
+    return any(c.__name__ == "MultiAgentEnv" for c in type(env).__mro__)
+
+
 def is_multi_agent_dict_env(env: Any) -> bool:
-    """RLlib's ``MultiAgentEnv`` (by class name, so RLlib need not be imported) or trajview's, or any env with
-    per-agent space lookups (``get_observation_space`` or an ``observation_spaces`` dict) and a ``step``."""
-    if any(c.__name__ == "MultiAgentEnv" for c in type(env).__mro__):
+    """RLlib's ``MultiAgentEnv`` or trajview's, or any env with per-agent space lookups
+    (``get_observation_space`` or an ``observation_spaces`` dict) and a ``step`` (make_adapter asks after
+    ruling out PettingZoo envs, which may have ``observation_spaces`` too)."""
+    if is_multi_agent_env_class(env):
         return True
     return callable(getattr(env, "step", None)) and (
         callable(getattr(env, "get_observation_space", None)) or isinstance(getattr(env, "observation_spaces", None), dict)
