@@ -234,3 +234,10 @@ def test_episode_seen_in_postprocessing_is_current_at_every_segment(with_hooks):
         w.sample()
     assert len(seen) > 12
     assert all(s[0] == s[1] == s[2] and s[3] == 1 and s[4] for s in seen), seen
+
+
+def test_pruned_message_survives_worker_processes():
+    with tv.WorkerSet(cartpole, ReadsObsOnly, num_workers=2, rollout_fragment_length=5) as ws:
+        b = ws.sample()
+    with pytest.raises(KeyError, match="this view was pruned"):
+        b["new_obs"]

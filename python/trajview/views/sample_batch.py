@@ -43,9 +43,13 @@ class _Origin:
     handed: dict[str, Any]
 
 
-def _rebuild(cls: type[SampleBatch], data: dict[str, Any], seq_keys: frozenset[str]) -> SampleBatch:
+def _rebuild(
+    cls: type[SampleBatch], data: dict[str, Any], seq_keys: frozenset[str], pruned: frozenset[str] = frozenset()
+) -> SampleBatch:
     """Unpickling helper."""
-    return cls(data, seq_keys=seq_keys)
+    out = cls(data, seq_keys=seq_keys)
+    out._pruned = pruned
+    return out
 
 
 def pruned_message(key: str) -> str:
@@ -614,7 +618,7 @@ class SampleBatch(dict):
         return dict(dict.items(self))
 
     def __reduce__(self):
-        return _rebuild, (type(self), dict(dict.items(self)), self._extra_seq_keys)
+        return _rebuild, (type(self), dict(dict.items(self)), self._extra_seq_keys, self._pruned)
 
     def __repr__(self) -> str:
         seqs = ""
