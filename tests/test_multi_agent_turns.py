@@ -33,7 +33,7 @@ class RefPolicy(tv.Policy):
 
     def loss(self, b):
         return [b[k] for k in ("obs", "new_obs", "actions", "rewards", "prev_actions", "prev_rewards",
-                               "agent_index", "env_id", "dones")]
+                               "agent_index", "env_id", "dones", "unroll_id")]
 
 
 def rllib_mapping(agent_id, episode, worker, **kwargs):
@@ -117,7 +117,9 @@ def test_multi_agent_batches_match_the_reference(s):
     by_agent = s["count"] == "agent_steps"
     all_ref = ref_rows([r for step in log for r in step.rows])
     got_all = {}
-    for b in batches:
+    for k, b in enumerate(batches):
+        for pb in b.policy_batches.values():
+            assert (pb["unroll_id"] == k).all()  # the k-th sample() (held-back rows: the batch they are in)
         rows = batch_rows(b)
         assert b.agent_steps() == len(rows)
         for k, v in rows.items():

@@ -640,6 +640,9 @@ class MultiAgentSampler:
                 cast_rewards(seg, self.columns[pid].reward_keys, self.adapter.reward_dtype)
                 seg._pruned = self.columns[pid].pruned
         carried, self._carry = self._carry, []
+        for pid, seg in carried:  # held back from the last batch: they belong to this one (its unroll_id)
+            ae = self.by_eps[(pid, int(seg[SampleBatch.EPS_ID][0]))]
+            add_python_columns(seg, self.columns[pid].python_columns, unroll, ae.agent_index)
         for pid, segments in per_policy.items():
             kept = []
             for seg in [s for p2, s in carried if p2 == pid] + segments:
