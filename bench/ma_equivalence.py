@@ -11,7 +11,8 @@ values differ (actions, rewards, terminateds, truncateds, new_obs,
 prev_actions, prev_rewards); exits 1 if anything differs other than the
 ``new_obs`` of an agent the env ended without a final observation (RLlib puts
 a random sample of the observation space there, trajview the agent's last
-observation).
+observation). Then the agent steps of 8 ``truncate_episodes`` samples by
+agent steps on each side (trajview's must be exactly the fragment).
 """
 import sys
 from pathlib import Path
@@ -86,4 +87,17 @@ for d in diff[:12]:
 # The only allowed difference: new_obs where the agent got no final observation (RLlib: a random placeholder).
 allowed = [d for d in diff if d[1][:4] == d[2][:4] and d[1][5:] == d[2][5:] and d[2][2] and d[2][4] == d[0][1]]
 print("differing rows other than the placeholder new_obs:", len(diff) - len(allowed))
-sys.exit(0 if len(diff) == len(allowed) and set(r) == set(t) else 1)
+ok = len(diff) == len(allowed) and set(r) == set(t)
+
+# Batch sizes with count_steps_by="agent_steps", truncate_episodes: agent steps of 8 samples on each side.
+for frag in (1, 3, 5):
+    cfg = (AlgorithmConfig().api_stack(enable_rl_module_and_learner=False, enable_env_runner_and_connector_v2=False)
+           .env_runners(num_envs_per_env_runner=1, rollout_fragment_length=frag, batch_mode="truncate_episodes")
+           .multi_agent(policies={"p": PolicySpec(RP, *sp, {})}, policy_mapping_fn=mapping, count_steps_by="agent_steps"))
+    rw = RolloutWorker(env_creator=lambda c: REnv(c), config=cfg)
+    tw = tv.RolloutWorker(lambda c: REnv(c), {"p": TP}, policy_mapping_fn=mapping, rollout_fragment_length=frag,
+                          count_steps_by="agent_steps")
+    t_steps = [tw.sample().agent_steps() for _ in range(8)]
+    print(f"agent_steps, fragment {frag}: RLlib {[rw.sample().agent_steps() for _ in range(8)]}, trajview {t_steps}")
+    ok = ok and all(n == frag for n in t_steps)
+sys.exit(0 if ok else 1)
