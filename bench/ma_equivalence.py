@@ -12,7 +12,9 @@ prev_actions, prev_rewards); exits 1 if anything differs other than the
 ``new_obs`` of an agent the env ended without a final observation (RLlib puts
 a random sample of the observation space there, trajview the agent's last
 observation). Then the agent steps of 8 ``truncate_episodes`` samples by
-agent steps on each side (trajview's must be exactly the fragment).
+agent steps on each side (trajview's must be exactly the fragment), and the
+``env_steps()`` / ``agent_steps()`` of ``complete_episodes`` samples (they
+must be RLlib's).
 """
 import sys
 from pathlib import Path
@@ -100,4 +102,18 @@ for frag in (1, 3, 5):
     t_steps = [tw.sample().agent_steps() for _ in range(8)]
     print(f"agent_steps, fragment {frag}: RLlib {[rw.sample().agent_steps() for _ in range(8)]}, trajview {t_steps}")
     ok = ok and all(n == frag for n in t_steps)
+
+# complete_episodes sizes (SPEC section 6): 10-step episodes, a0 and a1 act every step, a2 once; fragment 15.
+SCRIPTS[:] = [Script(10, [0, 0, 0], [None, None, None], [True] * 3, [0b011])]
+for count in ("env_steps", "agent_steps"):
+    cfg = (AlgorithmConfig().api_stack(enable_rl_module_and_learner=False, enable_env_runner_and_connector_v2=False)
+           .env_runners(num_envs_per_env_runner=1, rollout_fragment_length=15, batch_mode="complete_episodes")
+           .multi_agent(policies={"p": PolicySpec(RP, *sp, {})}, policy_mapping_fn=mapping, count_steps_by=count))
+    rw = RolloutWorker(env_creator=lambda c: REnv(c), config=cfg)
+    tw = tv.RolloutWorker(lambda c: REnv(c), {"p": TP}, policy_mapping_fn=mapping, rollout_fragment_length=15,
+                          batch_mode="complete_episodes", count_steps_by=count)
+    r_sizes = [(b.env_steps(), b.agent_steps()) for b in (rw.sample() for _ in range(3))]
+    t_sizes = [(b.env_steps(), b.agent_steps()) for b in (tw.sample() for _ in range(3))]
+    print(f"complete_episodes by {count}, (env_steps, agent_steps) of 3 samples: RLlib {r_sizes}, trajview {t_sizes}")
+    ok = ok and r_sizes == t_sizes
 sys.exit(0 if ok else 1)
