@@ -21,6 +21,9 @@ import numpy as np
 
 __all__ = ["Filter", "MeanStdFilter", "NoFilter", "RunningStat", "make_filter"]
 
+#: Added to the std before dividing (RLlib's ``SMALL_NUMBER``).
+SMALL_NUMBER = 1e-6
+
 
 class RunningStat:
     """Welford's running mean and variance of arrays of one ``shape`` (RLlib's ``RunningStat``)."""
@@ -39,16 +42,16 @@ class RunningStat:
         return other
 
     def push(self, x: Any) -> None:
-        x = np.asarray(x, np.float64)
+        x = np.asarray(x)
         if x.shape != self.shape:
             raise ValueError(f"RunningStat.push: expected shape {self.shape}, got {x.shape}")
         self.num_pushes += 1
         if self.num_pushes == 1:
             self.mean_array[...] = x
-        else:
+        else:  # Welford: S_k = S_{k-1} + (x - M_{k-1}) (x - M_k)
             delta = x - self.mean_array
             self.mean_array += delta / self.num_pushes
-            self.std_array += delta * delta * (self.num_pushes - 1) / self.num_pushes
+            self.std_array += delta * (x - self.mean_array)
 
     def update(self, other: RunningStat) -> None:
         """Merges ``other``'s pushes into this one (Chan et al.'s parallel update)."""
@@ -76,11 +79,14 @@ class RunningStat:
 
     @property
     def var(self) -> np.ndarray:
-        return self.std_array / (self.num_pushes - 1) if self.num_pushes > 1 else np.square(self.mean_array)
+        """The unbiased variance (float32, as RLlib's); zeros before the second push."""
+        if self.num_pushes <= 1:
+            return np.zeros(self.shape, np.float32)
+        return (self.std_array / (self.num_pushes - 1)).astype(np.float32)
 
     @property
     def std(self) -> np.ndarray:
-        return np.sqrt(self.var)
+        return np.sqrt(np.maximum(0, self.var))
 
     def __repr__(self) -> str:
         return f"RunningStat(n={self.num_pushes}, mean={self.mean_array}, std={self.std})"
@@ -131,9 +137,10 @@ class NoFilter(Filter):
 
 
 class MeanStdFilter(Filter):
-    """``y = clip((x - mean) / (std + 1e-8), -clip, clip)`` with the running mean and std of every ``x`` seen
-    (RLlib's ``MeanStdFilter(shape, demean=True, destd=True, clip=10.0)``). ``__call__`` on ``[n, *shape]``
-    pushes each row (``update=True``) and filters every row with the updated statistics."""
+    """``y = clip((x - mean) / (std + 1e-6), -clip, clip)`` in ``x``'s dtype, with the running mean and the
+    unbiased std (0 before the second observation) of every ``x`` seen (RLlib's ``MeanStdFilter(shape,
+    demean=True, destd=True, clip=10.0)``). ``__call__`` on ``[n, *shape]`` pushes each row (``update=True``)
+    and filters every row with the updated statistics."""
 
     is_concurrent = False
 
@@ -176,7 +183,8 @@ class MeanStdFilter(Filter):
         self.buffer = other.buffer.copy()
 
     def __call__(self, x: Any, update: bool = True) -> np.ndarray:
-        x = np.asarray(x, np.float64)
+        x = np.asarray(x)
+        dtype = x.dtype
         if update:
             if x.shape == self.shape:
                 self.running_stats.push(x)
@@ -190,10 +198,10 @@ class MeanStdFilter(Filter):
         if self.demean:
             x = x - self.running_stats.mean
         if self.destd:
-            x = x / (self.running_stats.std + 1e-8)
+            x = x / (self.running_stats.std + SMALL_NUMBER)
         if self.clip:
             x = np.clip(x, -self.clip, self.clip)
-        return x
+        return x.astype(dtype)  # the input's dtype, as RLlib
 
     def __repr__(self) -> str:
         return f"MeanStdFilter({self.shape}, {self.demean}, {self.destd}, {self.clip}, {self.running_stats}, {self.buffer})"
