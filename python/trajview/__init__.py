@@ -29,7 +29,7 @@ from .policy import Policy
 from . import envs
 
 # Layer 3: rollouts.
-from .rollout import AsyncBatch, Callbacks, Episode, RolloutWorker, WorkerSet
+from .rollout import AsyncBatch, Callbacks, Episode, MeanStdFilter, RolloutWorker, WorkerSet
 
 # Layer 4: learning (numpy part; the torch part is lazy, below).
 from .algorithms import postprocessing
@@ -81,6 +81,7 @@ __all__ = [
     "envs",
     # rollouts
     "Callbacks",
+    "MeanStdFilter",
     "Episode",
     "RolloutWorker",
     "WorkerSet",

@@ -11,6 +11,8 @@ from .base import EnvAdapter, MultiAgentEnvAdapter, MultiAgentStep, VectorEnvAda
 from .gym_list import GymEnvList
 from .gym_vector import GymVectorEnv
 from .make import make_adapter
+from .multi_agent_dict import MultiAgentDictEnv, MultiAgentEnv, is_multi_agent_dict_env
+from .pettingzoo_aec import PettingZooAECEnv, is_aec_env
 from .pettingzoo_parallel import PettingZooParallelEnv, is_parallel_env
 from .stateless_cartpole import REPEAT_PREVIOUS_ID, STATELESS_CARTPOLE_ID, RepeatPreviousEnv, StatelessCartPole, make_env
 
@@ -19,11 +21,16 @@ __all__ = [
     "EnvAdapter",
     "GymEnvList",
     "GymVectorEnv",
+    "MultiAgentDictEnv",
+    "MultiAgentEnv",
     "MultiAgentEnvAdapter",
+    "PettingZooAECEnv",
     "MultiAgentStep",
     "PettingZooParallelEnv",
     "VectorEnvAdapter",
     "VectorStep",
+    "is_aec_env",
+    "is_multi_agent_dict_env",
     "is_parallel_env",
     "make_adapter",
     # example envs

@@ -124,6 +124,24 @@ class EnvAdapter(ABC):
     num_envs: int
     #: The env object(s) as the user made them (``base_env`` in callbacks).
     base_env: Any
+    #: Set once the env returned numpy float32 (or float16) rewards and no other kind: batches then carry
+    #: float32 rewards (the store keeps float64, which holds them exactly).
+    saw_f32_rewards: bool = False
+    saw_other_rewards: bool = False
+
+    @property
+    def reward_dtype(self) -> np.dtype:
+        """The dtype of the env's rewards: float32 when it returned numpy float32 rewards only, else float64."""
+        if self.saw_f32_rewards and not self.saw_other_rewards:
+            return np.dtype(np.float32)
+        return np.dtype(np.float64)
+
+    def note_reward(self, r: Any) -> None:
+        """Records the kind of a reward that took the slow path of the checks (not a Python float)."""
+        if type(r) is np.float32 or type(r) is np.float16:
+            self.saw_f32_rewards = True
+        else:
+            self.saw_other_rewards = True
 
     @abstractmethod
     def close(self) -> None:

@@ -151,7 +151,7 @@ class GymEnvList(VectorEnvAdapter):
                 else:
                     new_obs[j] = self._check_obs(i, o)
                 # Inline fast paths of check_reward / check_flag (a float that is not NaN, a Python bool).
-                rew[j] = r if type(r) is float and r == r else check_reward(r, i)
+                rew[j] = r if type(r) is float and r == r else self._slow_reward(r, i)
                 if te is not True and te is not False:
                     te = check_flag(te, "terminateds", i)
                 if tr is not True and tr is not False:
@@ -166,6 +166,11 @@ class GymEnvList(VectorEnvAdapter):
             self._ids, self._pos = ids, j  # for moved_on: envs ids[0..j] may have stepped
             raise
         return _NEW(VectorStep, (new_obs, rew, term, trunc, infos, any_done, None, ()))  # VectorStep(...), faster
+
+    def _slow_reward(self, r: Any, i: int) -> float:
+        """`check_reward` for a reward that is not a Python float, noting its kind (see `reward_dtype`)."""
+        self.note_reward(r)
+        return check_reward(r, i)
 
     def _step_nested(
         self, ids: Any, acts: Any, new_obs: dict, rew: np.ndarray, term: np.ndarray, trunc: np.ndarray, infos: list | None
@@ -189,7 +194,7 @@ class GymEnvList(VectorEnvAdapter):
                             out[j] = v
                         else:
                             out[j] = self._check_obs(i, v, c, dt, shp)
-                rew[j] = r if type(r) is float and r == r else check_reward(r, i)
+                rew[j] = r if type(r) is float and r == r else self._slow_reward(r, i)
                 if te is not True and te is not False:
                     te = check_flag(te, "terminateds", i)
                 if tr is not True and tr is not False:
@@ -227,7 +232,7 @@ class GymEnvList(VectorEnvAdapter):
                 try:
                     o, r, te, tr, info = self.envs[i].step(acts[j])
                     self._write_obs(new_obs, j, i, o)
-                    rew[j] = check_reward(r, i)
+                    rew[j] = self._slow_reward(r, i)
                     term[j] = check_flag(te, "terminateds", i)
                     trunc[j] = check_flag(tr, "truncateds", i)
                 except Exception as e:

@@ -117,6 +117,10 @@ class GymVectorEnv(VectorEnvAdapter):
         try:
             obs, rew, term, trunc, info = self.env.step(actions)
             obs = self._obs(obs)
+            if getattr(rew, "dtype", None) in (np.float32, np.float16):
+                self.saw_f32_rewards = True
+            else:
+                self.saw_other_rewards = True
             rew = check_vector_rewards(rew, n)
             term = check_vector_flags(term, "terminateds", n)
             trunc = check_vector_flags(trunc, "truncateds", n)

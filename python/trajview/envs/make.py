@@ -10,6 +10,8 @@ import gymnasium as gym
 from .base import EnvAdapter
 from .gym_list import GymEnvList
 from .gym_vector import GymVectorEnv
+from .multi_agent_dict import MultiAgentDictEnv, is_multi_agent_dict_env, is_multi_agent_env_class
+from .pettingzoo_aec import PettingZooAECEnv, is_aec_env
 from .pettingzoo_parallel import PettingZooParallelEnv, is_parallel_env
 
 __all__ = ["make_adapter"]
@@ -22,6 +24,8 @@ def make_adapter(env_creator: Callable[[dict], Any], env_config: dict, num_envs:
     * a ``gymnasium.vector.VectorEnv``: that one (`GymVectorEnv`); ``num_envs``
       must be 1 or its ``num_envs``. An envpool env made with
       ``env_type="gymnasium"`` is one (stepped in one call per vector step);
+    * a PettingZoo ``AECEnv`` (turn-based): ``num_envs`` of them (`PettingZooAECEnv`);
+    * an env with RLlib's ``MultiAgentEnv`` dict API: ``num_envs`` of them (`MultiAgentDictEnv`);
     * a PettingZoo ``ParallelEnv``: ``num_envs`` of them (`PettingZooParallelEnv`);
     * an `EnvAdapter`: used as it is (``num_envs`` must be 1 or its ``num_envs``).
     """
@@ -29,6 +33,10 @@ def make_adapter(env_creator: Callable[[dict], Any], env_config: dict, num_envs:
     if isinstance(first, EnvAdapter):
         _check_count(num_envs, first.num_envs, "an EnvAdapter")
         return first
+    if is_aec_env(first):
+        return PettingZooAECEnv([first] + [env_creator(env_config) for _ in range(num_envs - 1)], env_creator, env_config)
+    if is_multi_agent_env_class(first) or (not is_parallel_env(first) and is_multi_agent_dict_env(first)):
+        return MultiAgentDictEnv([first] + [env_creator(env_config) for _ in range(num_envs - 1)], env_creator, env_config)
     if is_parallel_env(first):
         return PettingZooParallelEnv([first] + [env_creator(env_config) for _ in range(num_envs - 1)], env_creator, env_config)
     if isinstance(first, gym.vector.VectorEnv):
@@ -37,7 +45,8 @@ def make_adapter(env_creator: Callable[[dict], Any], env_config: dict, num_envs:
     if isinstance(first, gym.Env):
         return GymEnvList([first] + [env_creator(env_config) for _ in range(num_envs - 1)], env_creator, env_config)
     raise TypeError(
-        "env_creator must return a gymnasium.Env, a gymnasium.vector.VectorEnv, a PettingZoo ParallelEnv or a "
+        "env_creator must return a gymnasium.Env, a gymnasium.vector.VectorEnv, a PettingZoo ParallelEnv or AECEnv, "
+        "an RLlib-style MultiAgentEnv or a "
         f"trajview.envs.EnvAdapter, got {type(first).__name__}"
     )
 

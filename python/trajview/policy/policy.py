@@ -57,10 +57,13 @@ class Policy:
             SampleBatch.PREV_REWARDS: VR(SampleBatch.REWARDS, shift=-1),
             SampleBatch.TERMINATEDS: VR(),
             SampleBatch.TRUNCATEDS: VR(),
+            SampleBatch.DONES: VR(used_for_compute_actions=False),
             SampleBatch.INFOS: VR(used_for_compute_actions=False),
             SampleBatch.EPS_ID: VR(),
             SampleBatch.ENV_ID: VR(),
             SampleBatch.T: VR(),
+            SampleBatch.UNROLL_ID: VR(used_for_compute_actions=False),
+            SampleBatch.AGENT_INDEX: VR(),
         }
 
     def get_initial_state(self) -> list[np.ndarray]:
@@ -74,6 +77,49 @@ class Policy:
     ) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
         """Returns (actions [B, ...], state_outs [per state: B, ...], extra_fetches {name: [B, ...]})."""
         raise NotImplementedError(f"{type(self).__name__} must implement compute_actions_from_input_dict")
+
+    def compute_single_action(
+        self,
+        obs: Any = None,
+        state: list | None = None,
+        *,
+        prev_action: Any = None,
+        prev_reward: Any = None,
+        info: Any = None,
+        input_dict: Mapping[str, Any] | None = None,
+        episode: Any = None,
+        explore: bool | None = None,
+        timestep: int | None = None,
+        **kwargs: Any,
+    ) -> tuple[Any, list, dict]:
+        """RLlib's ``compute_single_action``: one observation (or one unbatched ``input_dict``) in, one action out.
+
+        Builds a batch of one row (``obs``, ``state_in_i`` from ``state``,
+        ``prev_actions`` / ``prev_rewards`` when given; or every key of
+        ``input_dict``), calls `compute_actions_from_input_dict` and returns
+        ``(action, state_outs, extra_fetches)`` without the batch axis. A policy
+        whose views need an episode's history (a frame stack) needs
+        ``input_dict`` with those views, as in RLlib.
+        """
+        if input_dict is None:
+            input_dict = {SampleBatch.OBS: obs}
+            for i, s in enumerate(state or []):
+                input_dict[f"state_in_{i}"] = s
+            if prev_action is not None:
+                input_dict[SampleBatch.PREV_ACTIONS] = prev_action
+            if prev_reward is not None:
+                input_dict[SampleBatch.PREV_REWARDS] = prev_reward
+            if info is not None:
+                input_dict[SampleBatch.INFOS] = info
+        batched = {k: _add_batch_axis(v) for k, v in input_dict.items()}
+        actions, state_outs, extra = self.compute_actions_from_input_dict(
+            SampleBatch(batched), explore=explore, timestep=timestep, episodes=[episode] if episode else None, **kwargs
+        )
+        return (
+            _first_row(actions),
+            [_first_row(s) for s in state_outs],
+            {k: _first_row(v) for k, v in dict(extra).items()},
+        )
 
     def postprocess_trajectory(
         self, sample_batch: SampleBatch, other_agent_batches: dict | None = None, episode: Any = None
@@ -124,3 +170,28 @@ class Policy:
     def _initialize_view_requirements(self) -> None:
         """The view-pruning pass (`prune_views`, see docs/contract.md, Pruning); runs once, before the first sample."""
         prune_views(self)
+
+
+def _add_batch_axis(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _add_batch_axis(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_add_batch_axis(v) for v in value)
+    if isinstance(value, dict) or value is None:
+        return value
+    arr = np.asarray(value)
+    if arr.dtype == object:
+        out = np.empty(1, dtype=object)
+        out[0] = value
+        return out
+    return arr[None]
+
+
+def _first_row(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _first_row(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_first_row(v) for v in value)
+    if hasattr(value, "detach"):  # a torch tensor
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)[0]

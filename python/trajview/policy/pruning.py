@@ -16,6 +16,7 @@ import numpy as np
 
 from ..views.columns import (
     BOUNDARY_COLUMNS,
+    PYTHON_COLUMNS,
     STATE_IN_PREFIX,
     STATE_OUT_PREFIX,
     ColumnSpec,
@@ -65,6 +66,8 @@ def _dummy_column(col: str, specs: dict[str, ColumnSpec], vr: ViewRequirement | 
         return specs[col]
     if col in BOUNDARY_COLUMNS:
         return (np.dtype(np.bool_), ()) if col == SampleBatch.IS_INIT else (np.dtype(np.int64), ())
+    if col in PYTHON_COLUMNS:
+        return (PYTHON_COLUMNS[col], ())
     if vr is not None and vr.space is not None:
         return column_spec_from_space(vr.space, f"view {col!r}")
     raise ValueError(
@@ -118,6 +121,11 @@ def prune_views(policy: PrunablePolicy) -> None:
     for i, s in enumerate(init):
         specs[f"{STATE_OUT_PREFIX}{i}"] = (s.dtype, s.shape)
     vrs = policy.view_requirements
+    # The recurrent-state views come from get_initial_state() before anything runs (as RLlib does), so that
+    # the dummy compute-actions input already holds state_in_i.
+    for i in range(len(init)):
+        vrs.setdefault(f"{STATE_IN_PREFIX}{i}", VR(f"{STATE_OUT_PREFIX}{i}", shift=-1))
+        vrs.setdefault(f"{STATE_OUT_PREFIX}{i}", VR(used_for_compute_actions=False))
 
     # 1. Action computation.
     obs_cols = {SampleBatch.OBS}
@@ -127,8 +135,10 @@ def prune_views(policy: PrunablePolicy) -> None:
         if not vr.used_for_compute_actions or col == SampleBatch.INFOS:
             continue
         knowable = vr.shift_to <= (0 if col in obs_cols else -1)
-        if col in BOUNDARY_COLUMNS:
+        if col in BOUNDARY_COLUMNS or col == SampleBatch.AGENT_INDEX:
             knowable = True
+        elif col in PYTHON_COLUMNS:
+            knowable = False
         if knowable:
             inputs[key] = _dummy_view(key, vr, specs, _DUMMY_B)
     input_batch = SampleBatch(inputs)
@@ -198,7 +208,13 @@ def prune_views(policy: PrunablePolicy) -> None:
         if col == SampleBatch.INFOS:
             train[key] = np.array([{} for _ in range(_DUMMY_T)], dtype=object)
             continue
-        if col not in specs and col not in BOUNDARY_COLUMNS and vr.space is None and not leaf_names(col, specs):
+        if (
+            col not in specs
+            and col not in BOUNDARY_COLUMNS
+            and col not in PYTHON_COLUMNS
+            and vr.space is None
+            and not leaf_names(col, specs)
+        ):
             continue  # a column that postprocessing adds: see below
         rows = _DUMMY_T if vr.batch_repeat_value == 1 else -(-_DUMMY_T // vr.batch_repeat_value)
         train[key] = _dummy_view(key, vr, specs, rows)

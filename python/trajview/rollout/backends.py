@@ -114,6 +114,11 @@ class ServedWorker:
             return {pid: p.get_weights() for pid, p in w.policy_map.items()}
         if cmd == "metrics":
             return w.get_metrics()
+        if cmd == "get_filters":
+            return w.get_filters(flush_after=bool(arg))
+        if cmd == "sync_filters":
+            w.sync_filters(arg)
+            return None
         if cmd == "stop":
             w.stop()
             return None

@@ -6,15 +6,24 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Callbacks", "Episode"]
+__all__ = ["Callbacks", "DUMMY_AGENT_ID", "Episode"]
+
+
+#: The agent id RLlib gives the one agent of a single-agent env (``last_*_for()``'s default).
+DUMMY_AGENT_ID = "agent0"
 
 
 class Episode:
     """What callbacks and ``postprocess_trajectory`` see of one running episode.
 
     Attributes follow RLlib's ``Episode``: ``episode_id``, ``env_id``,
-    ``length`` (steps so far), ``total_reward``, ``user_data``,
-    ``custom_metrics``, ``hist_data``, ``media``.
+    ``length`` (env steps so far), ``total_reward``, ``agent_rewards``
+    (``{(agent_id, policy_id): return}``), ``user_data``, ``custom_metrics``
+    (``{name: float}``, aggregated by ``get_metrics()`` as
+    ``<name>_mean/_min/_max``), ``hist_data`` (``{name: [floats]}``) and
+    ``media``; ``last_observation_for(agent_id)``, ``last_action_for``,
+    ``last_reward_for``, ``last_info_for`` and ``policy_for`` as RLlib's. In a
+    single-agent episode the agent id is ignored.
     """
 
     __slots__ = (
@@ -30,9 +39,15 @@ class Episode:
         "_last_action",
         "_last_info",
         "_last_reward",
+        "_multi",
+        "_policies",
+        "_agent_steps",
+        "_agents",
     )
 
-    def __init__(self, episode_id: int, env_id: int, first_obs: np.ndarray | None, first_info: Any) -> None:
+    def __init__(
+        self, episode_id: int, env_id: int, first_obs: Any, first_info: Any, multi_agent: bool = False
+    ) -> None:
         self.episode_id = int(episode_id)
         self.env_id = int(env_id)
         self.length = 0
@@ -41,22 +56,46 @@ class Episode:
         self.custom_metrics: dict = {}
         self.hist_data: dict = {}
         self.media: dict = {}
-        self._last_obs = first_obs
+        self._multi = multi_agent
+        self._policies: dict = {}  # agent id -> policy id (multi-agent)
+        self._agent_steps = 0  # agent steps stored (multi-agent)
+        #: Multi-agent: agent id -> its trajectory in this episode (which keeps its last values).
+        self._agents: dict = {}
+        self._last_obs: Any = first_obs if not multi_agent else None
         self._last_action: Any = None
-        self._last_info = first_info
+        self._last_info: Any = first_info if not multi_agent else None
         self._last_reward: float | None = None
 
-    def last_observation_for(self, agent_id: Any = None) -> np.ndarray | None:
-        return self._last_obs
+    def _last(self, agent_id: Any, what: str) -> Any:
+        ae = self._agents.get(agent_id)
+        return None if ae is None else getattr(ae, what)
 
-    def last_action_for(self, agent_id: Any = None) -> Any:
-        return self._last_action
+    def last_observation_for(self, agent_id: Any = DUMMY_AGENT_ID) -> Any:
+        return self._last(agent_id, "last_obs") if self._multi else self._last_obs
 
-    def last_info_for(self, agent_id: Any = None) -> Any:
-        return self._last_info
+    def last_action_for(self, agent_id: Any = DUMMY_AGENT_ID) -> Any:
+        return self._last(agent_id, "last_action") if self._multi else self._last_action
 
-    def last_reward_for(self, agent_id: Any = None) -> float | None:
-        return self._last_reward
+    def last_info_for(self, agent_id: Any = DUMMY_AGENT_ID) -> Any:
+        return self._last(agent_id, "last_info") if self._multi else self._last_info
+
+    def last_reward_for(self, agent_id: Any = DUMMY_AGENT_ID) -> float | None:
+        return self._last(agent_id, "last_reward") if self._multi else self._last_reward
+
+    @property
+    def agent_rewards(self) -> dict:
+        """``{(agent_id, policy_id): the agent's return so far}`` (RLlib's; single-agent: the default policy's)."""
+        if not self._multi:
+            return {(DUMMY_AGENT_ID, pid): self.total_reward for pid in self._policies.values()}
+        return {(a, ae.policy_id): ae.total_reward for a, ae in self._agents.items()}
+
+    def policy_for(self, agent_id: Any = DUMMY_AGENT_ID) -> Any:
+        """The policy id ``agent_id`` is mapped to in this episode (None if it has not appeared yet)."""
+        return self._policies.get(agent_id) if self._multi else next(iter(self._policies.values()), None)
+
+    def get_agents(self) -> list:
+        """The agents that have appeared in this episode so far."""
+        return list(self._policies)
 
     def __repr__(self) -> str:
         return f"Episode(id={self.episode_id}, env_id={self.env_id}, length={self.length}, total_reward={self.total_reward})"

@@ -14,7 +14,18 @@ from ..views.sample_batch import SampleBatch
 from .callbacks import Episode
 from .hooks import Hooks
 
-__all__ = ["InfoLog", "postprocess_segment"]
+__all__ = ["InfoLog", "add_python_columns", "cast_rewards", "postprocess_segment"]
+
+F32 = np.dtype(np.float32)
+
+
+def cast_rewards(d: Any, keys: list[str], dtype: np.dtype) -> None:
+    """The rewards views ``keys`` of ``d`` (a batch or an input dict) in the env's reward dtype (float32)."""
+    if dtype != F32:
+        return
+    for k in keys:
+        if k in d:
+            d[k] = np.asarray(d[k], dtype=F32)
 
 
 class InfoLog:
@@ -35,6 +46,20 @@ class InfoLog:
         seg[SampleBatch.INFOS] = arr
         self.infos = self.infos[k + n :]
         self.start += k + n
+
+
+def add_python_columns(seg: SampleBatch, cols: list[tuple[str, str]], unroll_id: int, agent_index: int) -> None:
+    """Adds the computed columns (``dones``, ``unroll_id``, ``agent_index``) that the policy reads to ``seg``."""
+    n = len(seg)
+    if n == 0:
+        return
+    for key, col in cols:
+        if col == SampleBatch.DONES:
+            seg[key] = np.logical_or(seg[SampleBatch.TERMINATEDS], seg[SampleBatch.TRUNCATEDS])
+        elif col == SampleBatch.UNROLL_ID:
+            seg[key] = np.full(n, unroll_id, np.int64)
+        else:
+            seg[key] = np.full(n, agent_index, np.int64)
 
 
 def postprocess_segment(

@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
+from typing import Any
 
-__all__ = ["EpisodeMetrics"]
+__all__ = ["EpisodeMetrics", "summarize_custom_metrics"]
+
+
+def summarize_custom_metrics(per_episode: list[dict]) -> dict[str, float]:
+    """RLlib's aggregation of ``episode.custom_metrics``: ``<name>_mean``, ``_min`` and ``_max`` over the episodes
+    that set ``name`` (NaN values left out; all NaN or none: NaN)."""
+    values: dict[str, list[float]] = {}
+    for cm in per_episode:
+        for k, v in cm.items():
+            values.setdefault(k, []).append(float(v))
+    out: dict[str, float] = {}
+    for k, vs in values.items():
+        finite = [v for v in vs if not math.isnan(v)]
+        out[k + "_mean"] = sum(finite) / len(finite) if finite else math.nan
+        out[k + "_min"] = min(finite) if finite else math.nan
+        out[k + "_max"] = max(finite) if finite else math.nan
+    return out
 
 
 class EpisodeMetrics:
@@ -19,17 +37,25 @@ class EpisodeMetrics:
         self.window = window
         self.returns: deque[float] = deque(maxlen=window)
         self.lengths: deque[int] = deque(maxlen=window)
+        #: Per finished episode: its custom_metrics, hist_data and media (set by callbacks).
+        self.custom: deque[dict] = deque(maxlen=window)
+        self.hist: deque[dict] = deque(maxlen=window)
+        self.media: deque[dict] = deque(maxlen=window)
         self.episodes_dropped = 0
         #: Episodes cut by a fault (an env, the policy, a callback or bad data raised mid-episode).
         self.num_faulty_episodes = 0
         #: Envs recreated after they raised (restart_failed_sub_environments=True).
         self.num_env_restarts = 0
 
-    def record(self, total_reward: float, length: int) -> None:
+    def record(self, total_reward: float, length: int, episode: Any = None) -> None:
         if len(self.returns) == self.window:
             self.episodes_dropped += 1
         self.returns.append(float(total_reward))
         self.lengths.append(int(length))
+        # The episode's own dicts: on_episode_end (called after this) fills them.
+        self.custom.append(episode.custom_metrics if episode is not None else {})
+        self.hist.append(episode.hist_data if episode is not None else {})
+        self.media.append(episode.media if episode is not None else {})
 
     def pop(self) -> dict:
         out = {
@@ -39,7 +65,23 @@ class EpisodeMetrics:
             "num_faulty_episodes": self.num_faulty_episodes,
             "num_env_restarts": self.num_env_restarts,
         }
+        per_episode = [dict(c) for c in self.custom]
+        out["custom_metrics"] = summarize_custom_metrics(per_episode)
+        out["episode_custom_metrics"] = per_episode  # per episode, for a WorkerSet to aggregate across workers
+        hist: dict[str, list] = {"episode_reward": list(self.returns), "episode_lengths": list(self.lengths)}
+        for h in self.hist:
+            for k, v in h.items():
+                hist.setdefault(k, []).extend(v if isinstance(v, (list, tuple)) else [v])
+        out["hist_stats"] = hist
+        media: dict[str, list] = {}
+        for m in self.media:
+            for k, v in m.items():
+                media.setdefault(k, []).append(v)
+        out["episode_media"] = media
         self.returns.clear()
         self.lengths.clear()
+        self.custom.clear()
+        self.hist.clear()
+        self.media.clear()
         self.episodes_dropped = self.num_faulty_episodes = self.num_env_restarts = 0
         return out

@@ -20,7 +20,7 @@ from ..views import MultiAgentBatch, SampleBatch, concat_samples
 from ..views.nest import Nest
 from .callbacks import Episode
 from .config import RolloutConfig
-from .emit import InfoLog, postprocess_segment
+from .emit import InfoLog, add_python_columns, cast_rewards, postprocess_segment
 from .hooks import Hooks
 from .metrics import EpisodeMetrics
 from .plan import EPS_WORKER_BITS, PolicyColumns, eps_id_start, make_collector
@@ -29,9 +29,32 @@ __all__ = ["MultiAgentSampler"]
 
 
 class _AgentEpisode:
-    """One agent's part of one env episode: its own trajectory, with its own eps_id in the store."""
+    """One agent's part of one env episode: its own trajectory, with its own eps_id in the store.
 
-    __slots__ = ("episode", "agent_id", "agent_index", "env_index", "policy_id", "slot", "infos", "unemitted")
+    Turn-based envs: an agent acts only when it has an observation (it is
+    ``ready``). Its step (action and policy outputs, in ``pending``) is
+    stored when the env next gives it an observation or ends it; rewards
+    given to it in between add up on that step (``reward_acc``), as RLlib does.
+    """
+
+    __slots__ = (
+        "episode",
+        "agent_id",
+        "agent_index",
+        "env_index",
+        "policy_id",
+        "slot",
+        "infos",
+        "unemitted",
+        "ready",
+        "pending",
+        "reward_acc",
+        "last_obs",
+        "last_action",
+        "last_reward",
+        "last_info",
+        "total_reward",
+    )
 
     def __init__(self, episode: Episode, agent_id: Any, agent_index: int, env_index: int, policy_id: str, slot: int):
         self.episode = episode
@@ -42,6 +65,28 @@ class _AgentEpisode:
         self.slot = slot
         self.infos = InfoLog()  # the agent's info after each step not emitted yet (if its policy trains on infos)
         self.unemitted = 0  # steps stored and not emitted yet
+        self.ready = True  # it has an observation and acts in the next step
+        #: Its policy outputs of a step not stored yet (waiting for its next obs): (columns, row, action).
+        self.pending: Any = None
+        self.reward_acc = 0.0  # rewards given to it since it acted
+        self.last_obs: Any = None  # its newest observation (Episode.last_observation_for)
+        self.last_action: Any = None
+        self.last_reward: float | None = None  # its last step's reward (the sum since it acted before)
+        self.last_info: Any = None
+        self.total_reward = 0.0
+
+
+ALL = "__all__"
+
+
+def _row_of(src: Any) -> dict:
+    """An agent's policy outputs as a row dict (``src``: a row dict, or (columns, row, action))."""
+    if type(src) is dict:
+        return src
+    data, j, action = src
+    row = {k: v[j] for k, v in data.items()}
+    row["__action__"] = action
+    return row
 
 
 class MultiAgentSampler:
@@ -51,6 +96,11 @@ class MultiAgentSampler:
     collector holds that agent's running trajectory in that env. Each agent's
     part of an env episode is one trajectory with its own ``eps_id``; batches
     also carry ``agent_index`` and ``env_id`` (the env's index).
+
+    Agents act when they have an observation (the observation dict of their
+    env's last reset or step), so they may act in turns, skip steps, join
+    late or leave early. An env episode ends with ``"__all__"`` in the
+    terminateds / truncateds dict, when no agent is left, or at the horizon.
     """
 
     def __init__(
@@ -75,15 +125,21 @@ class MultiAgentSampler:
         self.collectors: dict[str, Collector] = {}
         self.columns: dict[str, PolicyColumns] = {}
         self.live: list[dict[Any, _AgentEpisode]] = [{} for _ in range(self.num_envs)]
+        #: complete_episodes: agents done while their env episode goes on; their store episodes end with it.
+        self.closing: list[list[_AgentEpisode]] = [[] for _ in range(self.num_envs)]
         # Every env's running episode (None while the env waits for its reset); build() fills it.
         self.episodes: list[Episode | None] = [None] * self.num_envs
         self.by_eps: dict[tuple[str, int], _AgentEpisode] = {}
         self.env_ep_counter = 0
         self.held = 0  # agent steps held back from the last sample
         self._timestep = 0
+        self.explore: Any = True
         # Steps stored since the last batch (kept across a sample() that raised).
         self._env_steps = 0
         self._agent_steps = 0
+        # complete_episodes: env and agent steps of the env episodes that ended since the last batch.
+        self._done_env_steps = 0
+        self._done_agent_steps = 0
         self._idle: set[int] = set(range(self.num_envs))  # envs to reset before the next step
         self._reset_seed: int | None = None
         self._cut_eps: set[tuple[str, int]] = set()
@@ -91,6 +147,14 @@ class MultiAgentSampler:
         self._starts: list[int] = []  # envs whose soft-horizon episode began in this step (on_episode_start due)
         # eps_ids: each policy its own range of this worker's; a rebuilt store continues where the last stopped.
         self._next_eps = {pid: config.eps_id_offset for pid in policies}
+        self._unroll_id = 0
+        #: Observation filters by policy (RLlib's MeanStdFilter); policies without one are not in it.
+        self.filters: dict[str, Any] = {}
+        #: Per env, this step's observations of live agents, filtered (see `_step_data`).
+        self._fobs: list[dict] = [{} for _ in range(self.num_envs)]
+        #: truncate_episodes by agent steps: last steps of finished trajectories held back for the next batch.
+        self._carry: list[tuple[str, SampleBatch]] = []
+        self._last_running: list[tuple[str, Any]] = []
 
     def build(self, rebuild: int) -> None:
         """New stores for the policies' current views; every env resets (seeded on the first build only)."""
@@ -105,10 +169,14 @@ class MultiAgentSampler:
         self._obs_nest = {pid: Nest.from_space(p.observation_space, "observation_space") for pid, p in self.policies.items()}
         self.by_eps = {}
         self.held = 0
+        self._carry = []
+        self._last_running = []
         self._env_steps = self._agent_steps = 0
+        self._done_env_steps = self._done_agent_steps = 0
         self._cut_eps = set()
         self._pending = None
         self.live = [{} for _ in range(self.num_envs)]
+        self.closing = [[] for _ in range(self.num_envs)]
         self.episodes = [None] * self.num_envs
         self._idle = set(range(self.num_envs))
         self._reset_seed = self.config.seed if rebuild == 0 else None
@@ -117,28 +185,38 @@ class MultiAgentSampler:
     # -- episodes -----------------------------------------------------------------
 
     def _policy_for(self, agent: Any, episode: Episode) -> str:
+        pid = episode._policies.get(agent)
+        if pid is not None:
+            return pid
         pid = self.mapping_fn(agent, episode)
         if pid not in self.policies:
             raise ValueError(f"policy_mapping_fn({agent!r}, episode) returned {pid!r}, not one of {sorted(self.policies)}")
+        episode._policies[agent] = pid
         return pid
 
     def _new_episode(self, i: int, infos: Any) -> Episode:
-        ep = Episode(self.config.worker_index << EPS_WORKER_BITS | self.env_ep_counter, i, None, infos)
-        ep.user_data["agent_rewards"] = {}
+        ep = Episode(self.config.worker_index << EPS_WORKER_BITS | self.env_ep_counter, i, None, infos, multi_agent=True)
         self.env_ep_counter += 1
         self.episodes[i] = ep
         return ep
 
-    def _begin_agents(self, i: int, obs: dict, infos: dict) -> None:
+    def _begin_agents(self, i: int, obs: dict, infos: dict, filtered: bool = False) -> None:
         ep = cast(Episode, self.episodes[i])
         by_pid: dict[str, list] = {}
         for agent, o in obs.items():
-            if agent in self.live[i]:
+            if agent in self.live[i] or agent == ALL:
                 continue
             if agent not in self.agent_index:
                 raise ValueError(f"env {i} returned agent {agent!r}, which is not in possible_agents {self.agents}")
             pid = self._policy_for(agent, ep)
+            if not filtered and pid in self.filters:
+                o = self._filter(pid, o)
             by_pid.setdefault(pid, []).append((agent, o))
+        for k, ae in enumerate(self.closing[i]):
+            if ae.agent_id in obs:  # a done agent is back in the same episode: its held trajectory ends now
+                self.collectors[ae.policy_id].end_episodes(np.array([ae.slot], dtype=np.int64))
+                del self.closing[i][k]
+                break
         for pid, items in by_pid.items():
             slots = np.array([i * self.n_agents + self.agent_index[a] for a, _ in items], dtype=np.int64)
             try:
@@ -148,10 +226,18 @@ class MultiAgentSampler:
                 raise type(e)(f"RolloutWorker: env {i}'s observation for policy {pid!r} does not fit: {e}") from e
             base = eps_id_start(self.config.worker_index, list(self.policies).index(pid))
             self._next_eps[pid] = max(self._next_eps[pid], int(eps.max()) + 1 - base)
-            for (agent, _), slot, eid in zip(items, slots, eps):
+            for (agent, o), slot, eid in zip(items, slots, eps):
                 ae = _AgentEpisode(ep, agent, self.agent_index[agent], i, pid, int(slot))
+                ae.last_obs = o
+                if isinstance(infos, dict):
+                    ae.last_info = infos.get(agent)
                 self.live[i][agent] = ae
                 self.by_eps[(pid, int(eid))] = ae
+                ep._agents[agent] = ae
+
+    def _filter(self, pid: str, o: Any) -> Any:
+        dtype = np.asarray(o).dtype
+        return np.asarray(self.filters[pid](o), dtype=dtype)
 
     def _reset_env(self, i: int, seed: int | None = None) -> None:
         """Resets env ``i`` and starts its episode (store first, then on_episode_start)."""
@@ -159,6 +245,7 @@ class MultiAgentSampler:
         obs, infos = self.adapter.reset(i, seed=seed)
         ep = self._new_episode(i, infos)
         self.live[i] = {}
+        self.closing[i] = []
         self._begin_agents(i, obs, infos)
         self._idle.discard(i)
         self.hooks.episode_start(ep, i)
@@ -177,9 +264,17 @@ class MultiAgentSampler:
             if cut and ae.unemitted > 0 and not self.config.no_done_at_end:
                 eid = int(self.collectors[ae.policy_id].eps_ids()[ae.slot])
                 self._cut_eps.add((ae.policy_id, eid))
+        for ae in self.closing[i]:
+            by_pid.setdefault(ae.policy_id, []).append(ae.slot)
         for pid, slots in by_pid.items():
             self.collectors[pid].end_episodes(np.array(slots, dtype=np.int64))
         self.live[i] = {}
+        self.closing[i] = []
+
+    def _count_done(self, ep: Episode) -> None:
+        if self.config.complete_episodes:
+            self._done_env_steps += ep.length
+            self._done_agent_steps += ep._agent_steps
 
     def _cut(self, envs: list[int]) -> None:
         """A fault: env episodes of ``envs`` end where their agents' trajectories are; those envs reset later."""
@@ -187,6 +282,7 @@ class MultiAgentSampler:
             if i in self._idle or self.episodes[i] is None:
                 continue
             self._end_agents(i, cut=True)
+            self._count_done(cast(Episode, self.episodes[i]))
             self.episodes[i] = None
             self._idle.add(i)
             self.metrics.num_faulty_episodes += 1
@@ -194,20 +290,22 @@ class MultiAgentSampler:
     def _end_env_episode(self, i: int) -> Episode:
         ep = cast(Episode, self.episodes[i])
         self._end_agents(i, cut=False)
-        self.metrics.record(ep.total_reward, ep.length)
+        self._count_done(ep)
+        self.metrics.record(ep.total_reward, ep.length, ep)
         return ep
 
     # -- stepping -----------------------------------------------------------------
 
-    def _step(self) -> tuple[int, list[tuple[str, int]]]:
-        """One step of every env. Returns (agent steps, [(policy, slot)] of agents that acted and run on)."""
+    def _step(self) -> tuple[int, list[tuple[str, Any]]]:
+        """One step of every env. Returns (agent steps stored, [(policy, slot)] of those whose agents run on and
+        [(policy, agent episode)] of those whose agents are done)."""
         if self._idle:
             self._start_idle()
-        cfg = self.config
         groups: dict[str, list[_AgentEpisode]] = {}
         for i in range(self.num_envs):
             for ae in self.live[i].values():
-                groups.setdefault(ae.policy_id, []).append(ae)
+                if ae.ready:
+                    groups.setdefault(ae.policy_id, []).append(ae)
         actions_by_env: list[dict] = [{} for _ in range(self.num_envs)]
         outputs = {}
         for pid, aes in groups.items():
@@ -215,8 +313,12 @@ class MultiAgentSampler:
             inputs = self.collectors[pid].input_dict(slots)
             if SampleBatch.ENV_ID in inputs:  # the env's index, as in the batch (the store knows only slots)
                 inputs[SampleBatch.ENV_ID] = slots // self.n_agents
+            if self.columns[pid].agent_index_input:
+                inputs[SampleBatch.AGENT_INDEX] = slots % self.n_agents
+            if self.adapter.saw_f32_rewards and self.columns[pid].reward_input_keys:
+                cast_rewards(inputs, self.columns[pid].reward_input_keys, self.adapter.reward_dtype)
             acts, states, extra = self.policies[pid].compute_actions_from_input_dict(
-                inputs, explore=True, timestep=self._timestep
+                inputs, explore=self.explore, timestep=self._timestep
             )
             try:  # checked before any env steps: a bad policy output changes nothing
                 data = self.columns[pid].check_outputs(acts, states, extra, len(aes))
@@ -237,11 +339,12 @@ class MultiAgentSampler:
             self._cut(self.adapter.moved_on())
             raise
         try:
-            per_policy = self._step_data(outputs, results)
+            plan = self._step_data(outputs, results, actions_by_env)
         except BaseException:
             self._cut(list(range(self.num_envs)))  # every env moved on; none of their steps is stored
             raise
-        for pid, (slots, data, _done) in per_policy.items():
+        per_policy, completions, acted = plan
+        for pid, (slots, data, _comps) in per_policy.items():
             try:
                 self.collectors[pid].add_step(data, env_ids=slots)
             except BaseException as e:
@@ -249,41 +352,97 @@ class MultiAgentSampler:
                 if isinstance(e, (ValueError, TypeError)):
                     raise type(e)(f"RolloutWorker: bad data from the env or policy {pid!r}: {e}") from e
                 raise
+        return self._commit(per_policy, completions, acted, results)
 
-        # Stored: commit the Python side, end what ended, then the hooks.
+    def _commit(self, per_policy: dict, completions: dict, acted: dict, results: list) -> tuple[int, list]:
+        """The step is stored: the Python side follows, episodes end or begin, then the hooks."""
+        cfg = self.config
         self._timestep += self.num_envs
+        for ep in self.episodes:
+            if ep is not None:
+                ep.length += 1
+        # Agents that acted and got nothing back yet keep their outputs for later.
+        for ae, row in acted.items():
+            ae.pending = row  # (the step's output columns, its row, its action): no copy
+            ae.ready = False
         agent_steps = 0
-        running: list[tuple[str, int]] = []
-        for pid, (slots, aes, _data) in outputs.items():
-            done = per_policy[pid][2]
-            agent_steps += len(aes)
-            for ae in aes:
+        running: list[tuple[str, Any]] = []  # (policy, slot) of agents that run on; (policy, ae) of those done
+        complete = cfg.complete_episodes
+        lives = self.live
+        for pid, (slots, _data, comps) in per_policy.items():
+            need_infos = self.columns[pid].need_infos
+            ended_slots = []
+            for ae, row, obs, reward, _te, _tr, info, done in comps:
+                ae.pending = None
+                ae.reward_acc = 0.0
                 ae.unemitted += 1
-            if done.any():
-                self.collectors[pid].end_episodes(slots[done])
-                for k in np.flatnonzero(done).tolist():
-                    del self.live[aes[k].env_index][aes[k].agent_id]
-            for k in np.flatnonzero(~done).tolist():
-                running.append((pid, int(slots[k])))
+                ae.last_obs = obs
+                ae.last_reward = reward
+                ae.total_reward += reward
+                ae.last_action = row[2] if type(row) is tuple else row["__action__"]
+                if info is not None:
+                    ae.last_info = info
+                ep = ae.episode
+                ep._agent_steps += 1
+                ep.total_reward += reward
+                if need_infos:
+                    ae.infos.infos.append(info if info is not None else {})
+                if done:
+                    running.append((pid, ae))
+                    del lives[ae.env_index][ae.agent_id]
+                    if complete:
+                        self.closing[ae.env_index].append(ae)
+                    else:
+                        ended_slots.append(ae.slot)
+                else:
+                    running.append((pid, ae.slot))
+            agent_steps += len(comps)
+            if ended_slots:
+                self.collectors[pid].end_episodes(np.array(ended_slots, dtype=np.int64))
         ended: list[Episode] = []
         error: BaseException | None = None
         stepped = list(self.episodes)
-        for i, (obs, _r, te, tr, infos) in enumerate(results):
+        for i, (obs, rew, te, tr, infos) in enumerate(results):
             ep = cast(Episode, self.episodes[i])
-            # Agents that appear without having acted start their own trajectories.
-            new = {a: o for a, o in obs.items() if a not in self.live[i] and not te.get(a) and not tr.get(a)}
+            live = self.live[i]
+            if self.filters:
+                obs = {**obs, **self._fobs[i]}
+                self._fobs[i] = {}
+            info_dict = infos if isinstance(infos, dict) else {}
+            seen = 0  # observed agents that are live (the others join)
+            for a, ae in live.items():
+                o = obs.get(a)
+                if o is None:
+                    # Rewards of agents still waiting for their next observation add up on their next step.
+                    if ae.pending is not None:
+                        r = rew.get(a)
+                        if r is not None:
+                            ae.reward_acc += float(r)
+                else:
+                    seen += 1
+                    ae.ready = True
+                    ae.last_obs = o
+                    info = info_dict.get(a)
+                    if info is not None:
+                        ae.last_info = info
+            all_done = bool(te.get(ALL, False) or tr.get(ALL, False))
+            new = (
+                {}
+                if all_done or seen == len(obs)
+                else {a: o for a, o in obs.items() if a not in live and a != ALL and not te.get(a) and not tr.get(a)}
+            )
             horizon_hit = cfg.horizon is not None and ep.length >= cfg.horizon
             try:
-                if horizon_hit and cfg.soft_horizon:
+                if horizon_hit and cfg.soft_horizon and not all_done:
+                    alive = {a: o for a, o in obs.items() if a != ALL and not te.get(a) and not tr.get(a)}
                     ended.append(self._end_env_episode(i))
-                    alive = {a: o for a, o in obs.items() if not te.get(a) and not tr.get(a)}
                     if alive:
                         self._new_episode(i, infos)
-                        self._begin_agents(i, alive, infos)
+                        self._begin_agents(i, alive, infos, filtered=bool(self.filters))
                         self._pending_start(i)
                     else:
                         self._reset_later(i)
-                elif horizon_hit or (not self.live[i] and not new):
+                elif horizon_hit or all_done or (not live and not new):
                     ended.append(self._end_env_episode(i))
                     self._reset_later(i)
                 elif new:
@@ -314,88 +473,157 @@ class MultiAgentSampler:
     def _pending_start(self, i: int) -> None:
         self._starts.append(i)
 
-    def _step_data(self, outputs: dict, results: list) -> dict:
-        """Per policy: (slots, the step's columns, done mask), every value checked; nothing stored yet."""
+    def _step_data(self, outputs: dict, results: list, actions_by_env: list[dict]) -> tuple[dict, dict, dict]:
+        """What this step stores, per policy: (slots, columns, completions); every value checked, nothing stored.
+
+        An agent's step is stored when the env gives it its next observation,
+        or ends it (done, ``"__all__"``, the horizon: then its last observation
+        stands in if the env gave none).
+        """
         cfg = self.config
-        for ep in self.episodes:
-            if ep is not None:
-                ep.length += 1
-        out = {}
-        for pid, (slots, aes, data) in outputs.items():
-            n = len(aes)
-            new_obs, rew = [], np.empty(n, np.float64)
-            term, trunc = np.empty(n, bool), np.empty(n, bool)
-            columns = self.columns[pid]
+        # The outputs of the agents that acted now, one row each.
+        # (its policy's output columns, its row, its action): a row dict only if its step must wait.
+        acted: dict[_AgentEpisode, Any] = {}
+        for pid, (_slots, aes, data) in outputs.items():
             for j, ae in enumerate(aes):
-                obs, r, te, tr, info = results[ae.env_index]
-                if ae.agent_id not in obs:
-                    raise ValueError(
-                        f"env {ae.env_index}: agent {ae.agent_id!r} acted but the env returned no observation for it"
-                    )
-                new_obs.append(obs[ae.agent_id])
-                rew[j] = r.get(ae.agent_id, 0.0)
-                term[j] = bool(te.get(ae.agent_id, False))
-                trunc[j] = bool(tr.get(ae.agent_id, False))
-                ep = cast(Episode, self.episodes[ae.env_index])
-                if cfg.horizon is not None and ep.length >= cfg.horizon and not cfg.soft_horizon and not term[j]:
-                    trunc[j] = True
+                acted[ae] = (data, j, actions_by_env[ae.env_index][ae.agent_id])
+        comps_by_pid: dict[str, list[tuple]] = {}
+        adapter = self.adapter
+        horizon = cfg.horizon
+        filters = self.filters
+        for i, (obs, rew, te, tr, infos) in enumerate(results):
+            ep = self.episodes[i]
+            if ep is None:
+                continue
+            if not adapter.saw_other_rewards:  # (once that is set, the rewards' dtype is float64 for good)
+                for r in rew.values():
+                    adapter.note_reward(r)
+            live = self.live[i]
+            if filters:  # each live agent's new observation, filtered once, in the env's order
+                fo = self._fobs[i] = {}
+                for a, o in obs.items():
+                    ae = live.get(a)
+                    if ae is not None:
+                        fo[a] = self._filter(ae.policy_id, o) if ae.policy_id in filters else o
+                obs = {**obs, **fo}
+            all_te = ALL in te and bool(te[ALL])
+            all_tr = ALL in tr and bool(tr[ALL])
+            at_h = horizon is not None and ep.length + 1 >= horizon
+            hard = at_h and not cfg.soft_horizon
+            soft = at_h and cfg.soft_horizon
+            info_dict = infos if isinstance(infos, dict) else {}
+            te_agents = len(te) > (ALL in te)  # flags of single agents to look up (else only "__all__")
+            tr_agents = len(tr) > (ALL in tr)
+            for a, ae in live.items():
+                row = acted.get(ae)
+                if row is None:
+                    row = ae.pending
+                    if row is None:
+                        continue
+                a_te = all_te or (te_agents and bool(te.get(a, False)))
+                a_tr = all_tr or (tr_agents and bool(tr.get(a, False)))
+                done = a_te or a_tr or hard
+                o = obs.get(a)
+                if o is None:
+                    if not done and not soft:
+                        continue  # waits for its next observation
+                    o = ae.last_obs
+                if hard and not a_te:
+                    a_tr = True
+                comps = comps_by_pid.get(ae.policy_id)
+                if comps is None:
+                    comps = comps_by_pid[ae.policy_id] = []
+                comps.append((ae, row, o, ae.reward_acc + float(rew.get(a, 0.0)), a_te, a_tr, info_dict.get(a), done))
+        per_policy = {}
+        for pid, comps in comps_by_pid.items():
+            n = len(comps)
+            out = outputs.get(pid)
+            same = out is not None and len(out[1]) == n and all(c[0] is ae for c, ae in zip(comps, out[1]))
+            if same and out is not None:
+                data = dict(out[2])  # every agent that acted got its next observation now: the policy's arrays
+            else:
+                src = comps[0][1][0] if type(comps[0][1]) is tuple else None
+                if src is not None and all(type(c[1]) is tuple and c[1][0] is src for c in comps):
+                    # Every step comes from one earlier compute-actions call (turns): one gather per column.
+                    idx = np.array([c[1][1] for c in comps], dtype=np.int64)
+                    data = {k: v[idx] for k, v in src.items()}
+                else:
+                    rows = [_row_of(c[1]) for c in comps]
+                    data = {k: np.stack([r[k] for r in rows]) for k in rows[0] if k != "__action__"}
             try:
-                obs_cols = self._obs_nest[pid].stack(SampleBatch.OBS, new_obs, "an agent's observation")
+                obs_cols = self._obs_nest[pid].stack(SampleBatch.OBS, [c[2] for c in comps], "an agent's observation")
             except ValueError as e:
                 raise ValueError(f"column 'obs': policy {pid!r}'s agents returned observations that do not fit: {e}") from e
-            zeros = np.zeros(n, bool)
-            data = dict(data)
             data.update(obs_cols)
-            data[SampleBatch.REWARDS] = rew
-            data[SampleBatch.TERMINATEDS] = zeros if cfg.no_done_at_end else term
-            data[SampleBatch.TRUNCATEDS] = zeros if cfg.no_done_at_end else trunc
-            out[pid] = (slots, data, term | trunc)
-            # Nothing below can fail: the episode's Python side follows the stored step.
-            for j, ae in enumerate(aes):
-                obs, r, te, tr, info = results[ae.env_index]
-                if columns.need_infos:
-                    ae.infos.infos.append(info.get(ae.agent_id, {}) if isinstance(info, dict) else {})
-                ep = ae.episode
-                ep.total_reward += float(rew[j])
-                key = (ae.agent_id, pid)
-                ep.user_data["agent_rewards"][key] = ep.user_data["agent_rewards"].get(key, 0.0) + float(rew[j])
-        return out
+            data[SampleBatch.REWARDS] = np.array([c[3] for c in comps], np.float64)
+            if cfg.no_done_at_end:
+                data[SampleBatch.TERMINATEDS] = data[SampleBatch.TRUNCATEDS] = np.zeros(n, bool)
+            else:
+                data[SampleBatch.TERMINATEDS] = np.array([c[4] for c in comps], bool)
+                data[SampleBatch.TRUNCATEDS] = np.array([c[5] for c in comps], bool)
+            slots = out[0] if same and out is not None else np.array([c[0].slot for c in comps], dtype=np.int64)
+            per_policy[pid] = (slots, data, comps)
+        for comps in comps_by_pid.values():
+            for c in comps:
+                acted.pop(c[0], None)  # stored now: not pending
+        return per_policy, comps_by_pid, acted
 
     # -- batches ----------------------------------------------------------------
 
     def sample(self) -> MultiAgentBatch:
+        """One batch (docs/contract.md, Rollouts; SPEC: multi-agent batch sizes).
+
+        ``truncate_episodes``: exactly ``rollout_fragment_length * num_envs``
+        env steps (every env steps once per step) or agent steps (surplus
+        steps held back for the next batch). ``complete_episodes``: whole env
+        episodes only (an agent done early waits for its env episode to end),
+        stopping as soon as the env or agent steps of the finished env
+        episodes reach the target; ``env_steps()`` / ``agent_steps()`` count
+        what the batch holds.
+        """
         if self._pending is not None:
             return self._finish_emit()
         cfg = self.config
         target = cfg.rollout_fragment_length * self.num_envs
         by_agent = cfg.count_steps_by == "agent_steps"
         complete = cfg.complete_episodes
-        running: list[tuple[str, int]] = []
+        running: list[tuple[str, Any]] = self._last_running  # the newest step's (held back ones, if no step now)
         if not complete and by_agent and self.held:
             self._agent_steps += self.held
             self.held = 0
         while True:
             if complete:
-                done_steps = sum(c.num_complete_steps() for c in self.collectors.values())
-                if done_steps and ((by_agent and done_steps >= target) or (not by_agent and self._env_steps >= target)):
+                if (self._done_agent_steps if by_agent else self._done_env_steps) >= target:
                     break
             elif (self._agent_steps if by_agent else self._env_steps) >= target:
                 break
             n_agent, running = self._step()
+            self._last_running = running
             self._env_steps += self.num_envs
             self._agent_steps += n_agent
         holds = {pid: np.zeros(c.num_envs, np.int64) for pid, c in self.collectors.items()}
+        carry: set[tuple[str, int]] = set()  # (policy, eps_id): the last step of a finished trajectory, held back
         if by_agent and not complete:
+            # Exactly `target` agent steps: the surplus (steps of the last env step) waits for the next batch,
+            # in the store for agents that run on, cut off the built segment for agents that are done.
             surplus = self._agent_steps - target
-            for pid, slot in running[:surplus]:
-                holds[pid][slot] = 1
-            self.held = min(surplus, len(running))
-        env_steps = self._env_steps
+            live_first = sorted(running, key=lambda r: not isinstance(r[1], int))
+            for pid, x in live_first[:surplus]:
+                if isinstance(x, int):
+                    holds[pid][x] = 1
+                else:
+                    carry.add((pid, self._eps_id_of(pid, x)))
+            self.held = surplus
+        env_steps = self._done_env_steps if complete else self._env_steps
         per_policy = {
             pid: coll.build_batch(complete_only=complete, hold=holds[pid]) for pid, coll in self.collectors.items()
         }
         self._env_steps = self._agent_steps = 0
+        self._done_env_steps = self._done_agent_steps = 0
+        unroll = self._unroll_id
+        self._unroll_id += 1
         for pid, segments in per_policy.items():
+            py_cols = self.columns[pid].python_columns
             for seg in segments:
                 key = (pid, int(seg[SampleBatch.EPS_ID][0]))
                 ae = self.by_eps[key]
@@ -403,13 +631,37 @@ class MultiAgentSampler:
                 ae.unemitted = int(holds[pid][ae.slot]) if self._is_live(ae) else 0
                 if self.columns[pid].need_infos:
                     ae.infos.attach(seg)  # the agent's infos of these steps (its entry of the env's info dict)
-                seg[SampleBatch.ENV_ID] = np.full(n, ae.env_index, np.int64)
-                seg[SampleBatch.AGENT_INDEX] = np.full(n, ae.agent_index, np.int64)
+                if SampleBatch.ENV_ID in seg:
+                    seg[SampleBatch.ENV_ID] = np.full(n, ae.env_index, np.int64)
                 if key in self._cut_eps and not self._is_live(ae):
                     self._cut_eps.discard(key)
                     seg[SampleBatch.TRUNCATEDS][-1] = True
+                add_python_columns(seg, py_cols, unroll, ae.agent_index)
+                cast_rewards(seg, self.columns[pid].reward_keys, self.adapter.reward_dtype)
+                seg._pruned = self.columns[pid].pruned
+        carried, self._carry = self._carry, []
+        for pid, seg in carried:  # held back from the last batch: they belong to this one (its unroll_id)
+            ae = self.by_eps[(pid, int(seg[SampleBatch.EPS_ID][0]))]
+            add_python_columns(seg, self.columns[pid].python_columns, unroll, ae.agent_index)
+        for pid, segments in per_policy.items():
+            kept = []
+            for seg in [s for p2, s in carried if p2 == pid] + segments:
+                if (pid, int(seg[SampleBatch.EPS_ID][0])) in carry:
+                    n = len(seg)
+                    if n > 1:
+                        kept.append(seg[: n - 1])
+                    self._carry.append((pid, seg[n - 1 :]))
+                else:
+                    kept.append(seg)
+            per_policy[pid] = kept
         self._pending = ("segments", (per_policy, env_steps))
         return self._finish_emit()
+
+    def _eps_id_of(self, pid: str, ae: _AgentEpisode) -> int:
+        for key, other in self.by_eps.items():
+            if other is ae and key[0] == pid:
+                return key[1]
+        raise KeyError(ae.agent_id)
 
     def _is_live(self, ae: _AgentEpisode) -> bool:
         return self.live[ae.env_index].get(ae.agent_id) is ae
@@ -419,24 +671,32 @@ class MultiAgentSampler:
         if kind == "segments":
             per_policy, env_steps = value
             policy_batches = {}
+            # Each episode's segments in this batch, for other_agent_batches (built only for a policy that
+            # overrides postprocess_trajectory: the default one reads nothing).
+            by_episode: dict[int, list[tuple[_AgentEpisode, SampleBatch]]] = {}
+            for p2, segs2 in per_policy.items():
+                for s2 in segs2:
+                    o = self.by_eps[(p2, int(s2[SampleBatch.EPS_ID][0]))]
+                    by_episode.setdefault(id(o.episode), []).append((o, s2))
             for pid, segments in per_policy.items():
+                policy = self.policies[pid]
+                custom_post = getattr(policy.postprocess_trajectory, "__func__", None) is not Policy.postprocess_trajectory
                 out = []
                 for seg in segments:
                     ae = self.by_eps[(pid, int(seg[SampleBatch.EPS_ID][0]))]
-                    others = {
-                        o.agent_id: (self.policies[o.policy_id], s)
-                        for p2, segs2 in per_policy.items()
-                        for s in segs2
-                        for o in [self.by_eps[(p2, int(s[SampleBatch.EPS_ID][0]))]]
-                        if o.episode is ae.episode and o.agent_id != ae.agent_id
-                    }
-                    out.append(
-                        postprocess_segment(self.policies[pid], seg, others, ae.episode, self.hooks, ae.agent_id, pid)
-                    )
+                    others = None
+                    if custom_post:
+                        others = {
+                            o.agent_id: (o.policy_id, self.policies[o.policy_id], s2)
+                            for o, s2 in by_episode[id(ae.episode)]
+                            if o.agent_id != ae.agent_id
+                        }
+                    out.append(postprocess_segment(policy, seg, others, ae.episode, self.hooks, ae.agent_id, pid))
                 if out:
                     policy_batches[pid] = concat_samples(out)
             # Forget agent episodes that are finished and fully emitted.
             live_eps = {(pid, int(e)) for pid, c in self.collectors.items() for e in c.eps_ids() if e >= 0}
+            live_eps |= {(pid, int(s[SampleBatch.EPS_ID][0])) for pid, s in self._carry}
             self.by_eps = {key: ae for key, ae in self.by_eps.items() if key in live_eps}
             self._pending = ("batch", MultiAgentBatch(policy_batches, env_steps))
         batch = cast(MultiAgentBatch, cast("tuple[str, Any]", self._pending)[1])

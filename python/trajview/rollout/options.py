@@ -62,6 +62,8 @@ class _SamplingOptions(TypedDict, total=False):
     restart_failed_sub_environments: bool
     nan_outputs: str
     metrics_window: int
+    explore: bool
+    observation_filter: Any
 
 
 class WorkerOptions(_SamplingOptions, total=False):

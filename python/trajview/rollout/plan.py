@@ -9,6 +9,7 @@ import numpy as np
 
 from ..collect.collector import BOUNDARY_COLUMNS, Collector
 from ..policy.policy import Policy
+from ..views.columns import PYTHON_COLUMNS
 from ..views.nest import Nest, leaf_names
 from ..views.sample_batch import SampleBatch
 from ..views.view_requirement import ViewRequirement
@@ -62,7 +63,12 @@ def make_collector(policy: Policy, num_slots: int, config: RolloutConfig, first_
     views = {}
     for key, vr in policy.view_requirements.items():
         col = vr.column(key)
-        if col == SampleBatch.INFOS:
+        if col == SampleBatch.INFOS or col in PYTHON_COLUMNS:
+            if col in PYTHON_COLUMNS and (key != col or vr.adds_axis or vr.shift_from != 0):
+                raise ValueError(
+                    f"view {key!r} reads {col!r} with shift {vr.shift!r}: {sorted(PYTHON_COLUMNS)} are computed "
+                    f"when a batch is built and are views under their own name at shift 0 only"
+                )
             continue
         if col in specs or col in BOUNDARY_COLUMNS or leaf_names(col, specs):
             views[key] = vr
@@ -112,6 +118,26 @@ class PolicyColumns:
         self.specs = {k: specs[k] for k in self.state_keys + self.extra_keys if k in specs}
         infos_vr = policy.view_requirements.get(SampleBatch.INFOS)
         self.need_infos = infos_vr is not None and infos_vr.used_for_training
+        #: The computed columns (dones, unroll_id, agent_index) the policy trains on: (key, column).
+        self.python_columns = [
+            (k, vr.column(k))
+            for k, vr in policy.view_requirements.items()
+            if vr.used_for_training and vr.column(k) in PYTHON_COLUMNS
+        ]
+        #: Views the pruning pass took out of training batches (their KeyError says so).
+        self.pruned = frozenset(k for k, vr in policy.view_requirements.items() if not vr.used_for_training)
+        #: Views of the rewards column (cast to float32 when the env's rewards are float32).
+        self.reward_keys = [
+            k for k, vr in policy.view_requirements.items() if vr.column(k) == SampleBatch.REWARDS and vr.used_for_training
+        ]
+        self.reward_input_keys = [
+            k
+            for k, vr in policy.view_requirements.items()
+            if vr.column(k) == SampleBatch.REWARDS and vr.used_for_compute_actions
+        ]
+        agent_vr = policy.view_requirements.get(SampleBatch.AGENT_INDEX)
+        #: Whether the compute-actions input carries ``agent_index``.
+        self.agent_index_input = agent_vr is not None and agent_vr.used_for_compute_actions
         self.check_nan = config.nan_outputs == "raise"
         self._bounds = _action_bounds(self.action_space)
         self._scalar_bounds = self._bounds is not None and self._bounds[0].ndim == 0

@@ -22,9 +22,9 @@ from ..collect.collector import Collector
 from ..envs.base import VectorEnvAdapter, empty_rows, set_rows, take_rows
 from ..policy.policy import Policy
 from ..views import SampleBatch, concat_samples
-from .callbacks import Episode
+from .callbacks import DUMMY_AGENT_ID, Episode
 from .config import RolloutConfig
-from .emit import InfoLog, postprocess_segment
+from .emit import InfoLog, add_python_columns, cast_rewards, postprocess_segment
 from .hooks import Hooks
 from .metrics import EpisodeMetrics
 from .plan import PolicyColumns, eps_id_start, make_collector
@@ -57,6 +57,11 @@ class SingleAgentSampler:
         n = self.num_envs = adapter.num_envs
         self._false = np.zeros(n, dtype=bool)
         self._has_hooks = bool(hooks.active)
+        #: The observation filter (RLlib's ``observation_filter``), None for "NoFilter".
+        self.filter: Any = None
+        #: The explore flag passed to the policy (`RolloutWorker(explore=...)`, `sample(explore=...)`).
+        self.explore: Any = True
+        self._unroll_id = 0
         self._all = np.arange(n, dtype=np.int64)
         # Per-slot episode lengths in Python only when the horizon or callbacks need them each step.
         self._track_len = config.horizon is not None or bool(hooks.active & {"on_episode_step", "on_episode_end"})
@@ -93,8 +98,19 @@ class SingleAgentSampler:
         policy = self.policy
         self.collector = make_collector(policy, self.num_envs, self.config, self._eps_base + self._next_eps_id)
         self._columns = PolicyColumns(policy, self.config)
-        # Infos when the policy trains on them, or for the episode's last_info_for() in callbacks.
-        self._want_infos = self._columns.need_infos or self._has_hooks
+        self._agent_index_input = self._columns.agent_index_input
+        # The episode's last_*_for() values when callbacks or postprocess_trajectory may read them.
+        post = getattr(policy.postprocess_trajectory, "__func__", None)
+        # Callbacks see the episode after every step: its last values are set each step. A policy that only
+        # postprocesses sees it once per segment: they are set when its episode ends and before postprocessing
+        # (`_lazy_last`), from the newest step's arrays, without a copy per step.
+        self._track_last = self._has_hooks
+        self._lazy_last = not self._has_hooks and post is not Policy.postprocess_trajectory
+        if self._track_last or self._lazy_last:
+            self._track_len = True
+        self._last_step: tuple | None = None  # (slots, new_obs, step columns, rewards, infos) of the newest step
+        # Infos when the policy trains on them, or for the episode's last_info_for().
+        self._want_infos = self._columns.need_infos or self._track_last or self._lazy_last
         # Big observations (images) go from env.step straight into the store's next rows: no copy in add_step.
         # Only for adapters that write observations in place, and when the stored column is the env's observation.
         # A nested observation: each big leaf the same way.
@@ -102,7 +118,7 @@ class SingleAgentSampler:
         self._obs_flat = obs_nest.flat
         self._act_cols = [] if self._columns.action_nest.flat else self._columns.action_nest.names(SampleBatch.ACTIONS)
         self._staged_cols = []
-        if self.adapter.writes_obs_in_place:
+        if self.adapter.writes_obs_in_place and self.filter is None:
             for c, spec in obs_nest.specs(SampleBatch.OBS).items():
                 if self.collector.columns.get(c) == spec:
                     if spec[0].itemsize * int(np.prod(spec[1], dtype=np.int64)) >= STAGE_OBS_BYTES:
@@ -119,6 +135,15 @@ class SingleAgentSampler:
         self._pending = None
         self._reset_seed = self.config.seed if rebuild == 0 else None
         self._start_idle()
+
+    def _filtered(self, obs: np.ndarray, skip: set[int] | None = None) -> np.ndarray:
+        """The observation filter applied to each row in env order (each row pushed first, as RLlib does);
+        rows in ``skip`` (failed envs) are filtered without being pushed."""
+        f = self.filter
+        out = np.empty(obs.shape, dtype=obs.dtype)
+        for j in range(len(obs)):
+            out[j] = f(obs[j], update=skip is None or j not in skip)
+        return out
 
     def _obs_data(self, obs: Any) -> dict[str, Any]:
         """The observation columns of rows ``obs`` (one array, or a nested space's leaf columns)."""
@@ -145,6 +170,7 @@ class SingleAgentSampler:
         started = []
         for j, (i, eid, info) in enumerate(zip(ids, eps_ids, infos)):
             ep = Episode(int(eid), int(i), obs[j] if self._obs_flat else self._obs_row(obs, j), info)
+            ep._policies[DUMMY_AGENT_ID] = DEFAULT_POLICY_ID
             self._episodes[i] = ep
             if self._columns.need_infos:
                 self._infos[int(eid)] = InfoLog()
@@ -166,6 +192,8 @@ class SingleAgentSampler:
             ids = np.flatnonzero(self._idle)
             obs, infos = self.adapter.reset_envs(ids)
         self._reset_seed = None
+        if self.filter is not None:
+            obs = self._filtered(obs)
         for ep in self._begin(ids, obs, infos):
             self.hooks.episode_start(ep, ep.env_id)
 
@@ -239,8 +267,13 @@ class SingleAgentSampler:
         cfg = self.config
         slots = self._all if ids is None else ids
         n = len(slots)
+        inputs = coll.input_dict() if ids is None else coll.input_dict(ids)
+        if self._agent_index_input:
+            inputs[SampleBatch.AGENT_INDEX] = np.zeros(n, np.int64)
+        if self.adapter.saw_f32_rewards and self._columns.reward_input_keys:
+            cast_rewards(inputs, self._columns.reward_input_keys, self.adapter.reward_dtype)
         actions, state_outs, extra = self.policy.compute_actions_from_input_dict(
-            coll.input_dict() if ids is None else coll.input_dict(ids), explore=True, timestep=self._timestep
+            inputs, explore=self.explore, timestep=self._timestep
         )
         # Checked before any env steps: a bad policy output changes nothing.
         data = self._columns.check_outputs(actions, state_outs, extra, n)
@@ -264,6 +297,8 @@ class SingleAgentSampler:
         new_obs, rew, term, trunc, infos, any_done, failed = res[:7]
         if failed is not None and not len(failed):
             failed = None
+        if self.filter is not None:
+            new_obs = self._filtered(new_obs, None if failed is None else set(failed.tolist()))
         if failed is None:
             ok = self._all if ids is None else np.arange(n)
         else:
@@ -336,19 +371,21 @@ class SingleAgentSampler:
             eps = coll.eps_ids()
             for j in ok.tolist():
                 self._infos[int(eps[slots[j]])].infos.append(infos[j])
-        stepped: list[tuple[int, int]] = [(int(slots[j]), j) for j in ok.tolist()] if self._has_hooks else []
+        stepped: list[tuple[int, int]] = [(int(slots[j]), j) for j in ok.tolist()] if self._track_last else []
         for i, j in stepped:
-            ep = cast(Episode, self._episodes[i])  # every slot that stepped has a running episode
-            ep.length = int(self._ep_len[i])
-            ep.total_reward = float(self._ep_ret[i])
-            if self._act_cols:
-                ep._last_action = self._columns.action_nest.row(data, SampleBatch.ACTIONS, j)
-            else:
-                ep._last_action = np.array(actions[j], copy=True)
-            ep._last_reward = float(rew[j])
-            ep._last_obs = self._obs_row(new_obs, j)
-            if infos is not None:
-                ep._last_info = infos[j]
+            self._set_last(cast(Episode, self._episodes[i]), i, j, new_obs, data, rew, infos)
+        if self._lazy_last:
+            if ids is None and failed is None:
+                self._last_step = (None, new_obs, data, rew, infos)
+                if cut is not None or soft is not None:
+                    ending: np.ndarray = cast(np.ndarray, cut if soft is None else (soft if cut is None else cut | soft))
+                    for j in np.flatnonzero(ending).tolist():  # they end now: last values before the slot restarts
+                        self._set_last(cast(Episode, self._episodes[j]), j, j, new_obs, data, rew, infos)
+            else:  # a partial step (rare): every slot that stepped, now
+                self._last_step = None
+                for j in ok.tolist():
+                    i = int(slots[j])
+                    self._set_last(cast(Episode, self._episodes[i]), i, j, new_obs, data, rew, infos)
         if failed is not None:
             self._cut(slots[failed])
             self._recreate(slots[failed])
@@ -378,6 +415,29 @@ class SingleAgentSampler:
         if error is not None:
             raise error
 
+    def _set_last(self, ep: Episode, i: int, j: int, new_obs: Any, data: dict, rew: np.ndarray, infos: Any) -> None:
+        """Episode ``ep`` (slot ``i``) after its step in row ``j`` of this step: length, return, last values."""
+        ep.length = int(self._ep_len[i])
+        ep.total_reward = float(self._ep_ret[i])
+        if self._act_cols:
+            ep._last_action = self._columns.action_nest.row(data, SampleBatch.ACTIONS, j)
+        else:
+            ep._last_action = np.array(data[SampleBatch.ACTIONS][j], copy=True)
+        ep._last_reward = float(rew[j])
+        ep._last_obs = self._obs_row(new_obs, j)
+        if infos is not None:
+            ep._last_info = infos[j]
+
+    def _refresh_last(self) -> None:
+        """Before postprocessing (`_lazy_last`): running episodes take their last values from the newest step."""
+        last, self._last_step = self._last_step, None
+        if last is None:
+            return
+        _, new_obs, data, rew, infos = last
+        for i, ep in enumerate(self._episodes):
+            if ep is not None and self._ep_len[i] > 0:  # (0: it began after the newest step)
+                self._set_last(ep, i, i, new_obs, data, rew, infos)
+
     def _step_episode(self, i: int, ended: list[Episode]) -> Episode:
         """The episode slot ``i`` stepped in this step (it may have ended in it)."""
         for ep in ended:
@@ -404,7 +464,7 @@ class SingleAgentSampler:
             ep = cast(Episode, self._episodes[i])
             ep.length = int(self._ep_len[i])
             ep.total_reward = float(self._ep_ret[i])
-            self.metrics.record(ep.total_reward, ep.length)
+            self.metrics.record(ep.total_reward, ep.length, ep)
             self._ended[ep.episode_id] = ep
             self._episodes[i] = None
             ended.append(ep)
@@ -430,6 +490,8 @@ class SingleAgentSampler:
             except Exception as e:
                 error = e
             else:
+                if self.filter is not None:
+                    r_obs = self._filtered(r_obs)
                 for j, i in enumerate(resets):
                     set_rows(obs, pos[int(i)], r_obs, j)
                     infos[pos[int(i)]] = r_infos[j]
@@ -461,8 +523,15 @@ class SingleAgentSampler:
                         batch[SampleBatch.TRUNCATEDS][int(s["row_offset"]) + int(s["length"]) - 1] = True
             if not len(batch):
                 batch = SampleBatch()
+            else:
+                add_python_columns(batch, self._columns.python_columns, self._unroll_id, 0)
+                cast_rewards(batch, self._columns.reward_keys, self.adapter.reward_dtype)
+                batch._pruned = self._columns.pruned
+            self._unroll_id += 1
             self._pending = ("batch", batch)
             return self._finish_emit()
+        if self._lazy_last:
+            self._refresh_last()
         segments = self.collector.build_batch(complete_only=complete)
         self._frag, self._deficit = 0, {}
         for seg in segments:
@@ -473,6 +542,10 @@ class SingleAgentSampler:
             if eid in self._cut_eps and eid in self._ended:
                 self._cut_eps.discard(eid)
                 seg[SampleBatch.TRUNCATEDS][-1] = True
+            add_python_columns(seg, self._columns.python_columns, self._unroll_id, 0)
+            cast_rewards(seg, self._columns.reward_keys, self.adapter.reward_dtype)
+            seg._pruned = self._columns.pruned
+        self._unroll_id += 1
         self._pending = ("segments", segments)
         return self._finish_emit()
 
@@ -486,7 +559,7 @@ class SingleAgentSampler:
                 ep = self._ended.get(eid)
                 if ep is None:
                     ep = next(e for e in self._episodes if e is not None and e.episode_id == eid)
-                out.append(postprocess_segment(self.policy, seg, None, ep, self.hooks, 0, DEFAULT_POLICY_ID))
+                out.append(postprocess_segment(self.policy, seg, None, ep, self.hooks, DUMMY_AGENT_ID, DEFAULT_POLICY_ID))
             batch = concat_samples(out) if out else SampleBatch()
             for seg in value:
                 eid = int(seg[SampleBatch.EPS_ID][0])

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, cast, overload
+
+import gymnasium as gym
 
 from .._validate import positive_int
 from ..collect.collector import Collector
@@ -13,6 +16,7 @@ from ..policy.policy import Policy
 from ..views import MultiAgentBatch, SampleBatch
 from .callbacks import Callbacks
 from .config import RolloutConfig
+from .filter import Filter, NoFilter, make_filter
 from .hooks import Hooks
 from .metrics import EpisodeMetrics
 from .multi_agent import MultiAgentSampler
@@ -34,10 +38,14 @@ class RolloutWorker(Generic[BatchT]):
     ``env_creator(env_config)`` returns a ``gymnasium.Env`` (the worker makes
     ``num_envs`` of them and steps them together), a
     ``gymnasium.vector.VectorEnv`` (any autoreset mode; its ``num_envs`` is
-    used), a PettingZoo ``ParallelEnv`` (multi-agent: ``policy`` is then a
-    dict ``policy_id -> Policy`` with ``policy_mapping_fn(agent_id, episode)``,
-    and ``sample()`` returns a `MultiAgentBatch`), or any
-    `trajview.envs.EnvAdapter`. Every step is stored once in a C++
+    used), a PettingZoo ``ParallelEnv`` or ``AECEnv`` or an env with RLlib's
+    ``MultiAgentEnv`` dict API (multi-agent: ``policy`` is then a dict
+    ``policy_id -> Policy`` with ``policy_mapping_fn(agent_id, episode)`` or
+    RLlib's ``(agent_id, episode, worker, **kwargs)``, and ``sample()``
+    returns a `MultiAgentBatch`), or any `trajview.envs.EnvAdapter`.
+    ``explore`` is passed to the policy (``sample(explore=...)`` for one
+    call); ``observation_filter="MeanStdFilter"`` filters observations as
+    RLlib does (``filters``, ``get_filters``, ``sync_filters``). Every step is stored once in a C++
     `Collector` (one per policy); ``sample()`` returns a `SampleBatch` with
     the policy's training views, postprocessed one episode segment at a time.
 
@@ -118,6 +126,8 @@ class RolloutWorker(Generic[BatchT]):
         nan_outputs: str = "raise",
         metrics_window: int = 1000,
         eps_id_offset: int = 0,
+        explore: bool = True,
+        observation_filter: Any = "NoFilter",
     ) -> None:
         self.config = RolloutConfig.validated(
             batch_mode=batch_mode,
@@ -148,7 +158,9 @@ class RolloutWorker(Generic[BatchT]):
         self.sampler: SingleAgentSampler | MultiAgentSampler
         self.policy_mapping_fn: Callable | None
         if isinstance(self.adapter, MultiAgentEnvAdapter):
-            self.policy_mapping_fn, self.policy_map = _multi_agent_policies(self.adapter, policy, policy_mapping_fn)
+            self.policy_mapping_fn, self.policy_map = _multi_agent_policies(
+                self.adapter, policy, policy_mapping_fn, self
+            )
             self.hooks = Hooks(self.callbacks, self, self.adapter.base_env, self.policy_map)
             self.sampler = MultiAgentSampler(
                 self.adapter, self.policy_map, self.policy_mapping_fn, self.config, self.hooks, self.metrics
@@ -161,6 +173,25 @@ class RolloutWorker(Generic[BatchT]):
             self.sampler = SingleAgentSampler(
                 self.adapter, self.policy_map[DEFAULT_POLICY_ID], self.config, self.hooks, self.metrics
             )
+        self.explore = bool(explore)
+        #: RLlib's observation filters, one per policy (``observation_filter="MeanStdFilter"``): every
+        #: observation is filtered before it is stored; `WorkerSet.sync_filters` syncs them across workers.
+        self.filters: dict[str, Filter] = {}
+        for pid, p in self.policy_map.items():
+            if observation_filter in ("NoFilter", None):
+                self.filters[pid] = NoFilter()
+                continue
+            space = p.observation_space
+            if not isinstance(space, gym.spaces.Box):
+                raise ValueError(
+                    f"observation_filter={observation_filter!r} needs a Box observation space, policy {pid!r} has {space}"
+                )
+            self.filters[pid] = make_filter(observation_filter, space.shape)
+        active = {pid: f for pid, f in self.filters.items() if not isinstance(f, NoFilter)}
+        if isinstance(self.sampler, SingleAgentSampler):
+            self.sampler.filter = active.get(DEFAULT_POLICY_ID)
+        else:
+            self.sampler.filters = active
         self.policy = next(iter(self.policy_map.values()))
         self.base_env = self.adapter.base_env
         self._snapshot: dict | None = None  # the policies' views the stores were built for
@@ -207,8 +238,13 @@ class RolloutWorker(Generic[BatchT]):
 
     # -- sampling ---------------------------------------------------------------
 
-    def sample(self) -> BatchT:
-        """Runs the envs and returns one batch (docs/contract.md, Rollouts, for its size)."""
+    def sample(self, explore: bool | None = None) -> BatchT:
+        """Runs the envs and returns one batch (docs/contract.md, Rollouts, for its size).
+
+        ``explore`` (default: the worker's ``explore``) is passed to the
+        policy's ``compute_actions_from_input_dict``; ``False`` for evaluation.
+        """
+        self.sampler.explore = self.explore if explore is None else bool(explore)
         snapshot = {pid: view_snapshot(p.view_requirements) for pid, p in self.policy_map.items()}
         if snapshot != self._snapshot:
             # First call, or views were added or changed: new stores, and
@@ -217,6 +253,20 @@ class RolloutWorker(Generic[BatchT]):
             self._builds += 1
             self._snapshot = {pid: view_snapshot(p.view_requirements) for pid, p in self.policy_map.items()}
         return cast(BatchT, self.sampler.sample())
+
+    def get_filters(self, flush_after: bool = False) -> dict[str, Filter]:
+        """Copies of the observation filters (RLlib's ``get_filters``); ``flush_after`` clears their buffers."""
+        out = {pid: f.copy() for pid, f in self.filters.items()}
+        if flush_after:
+            for f in self.filters.values():
+                f.reset_buffer()
+        return out
+
+    def sync_filters(self, new_filters: Mapping[str, Filter]) -> None:
+        """Each filter becomes a copy of ``new_filters[policy_id]`` (RLlib's ``sync_filters``)."""
+        for pid, f in new_filters.items():
+            if pid in self.filters:
+                self.filters[pid].sync(f)
 
     def get_metrics(self) -> dict:
         """Since the last call (then forgotten): ``episode_returns`` / ``episode_lengths`` of the finished
@@ -242,8 +292,31 @@ def _single_policy(adapter: VectorEnvAdapter, policy: Any) -> Policy:
     return policy
 
 
+def mapping_caller(fn: Callable, worker: Any) -> Callable[[Any, Any], Any]:
+    """``fn(agent_id, episode)`` for a ``policy_mapping_fn`` of either signature: trajview's
+    ``(agent_id, episode)`` or RLlib's ``(agent_id, episode, worker, **kwargs)`` (``worker`` passed)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: call it as trajview does
+        return fn
+    positional = [
+        p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    var_pos = any(p.kind == p.VAR_POSITIONAL for p in params.values())
+    var_kw = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    if "worker" in params and params["worker"].kind == params["worker"].KEYWORD_ONLY:
+        return lambda agent_id, episode: fn(agent_id, episode, worker=worker)
+    if len(positional) >= 3 or var_pos:
+        if len(positional) >= 3 and positional[2].default is not positional[2].empty and positional[2].name != "worker":
+            return fn  # a third optional argument that is not RLlib's worker
+        return lambda agent_id, episode: fn(agent_id, episode, worker)
+    if var_kw:
+        return lambda agent_id, episode: fn(agent_id, episode, worker=worker)
+    return fn
+
+
 def _multi_agent_policies(
-    adapter: MultiAgentEnvAdapter, policy: Any, policy_mapping_fn: Callable | None
+    adapter: MultiAgentEnvAdapter, policy: Any, policy_mapping_fn: Callable | None, worker: Any = None
 ) -> tuple[Callable, dict[str, Policy]]:
     policies = policy if isinstance(policy, dict) else {DEFAULT_POLICY_ID: policy}
     if policy_mapping_fn is None:
@@ -251,6 +324,8 @@ def _multi_agent_policies(
             raise ValueError(f"policy_mapping_fn is required with {len(policies)} policies ({sorted(policies)})")
         only = next(iter(policies))
         policy_mapping_fn = lambda agent_id, episode, **kw: only  # noqa: E731
+    else:
+        policy_mapping_fn = mapping_caller(policy_mapping_fn, worker)
     agents = adapter.possible_agents
     built = {}
     for pid, p in policies.items():

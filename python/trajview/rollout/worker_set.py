@@ -15,6 +15,7 @@ from ..errors import WorkerError
 from ..policy.policy import Policy
 from ..views import MultiAgentBatch, SampleBatch, concat_samples
 from .backends import Backend, ProcessBackend, RayBackend, WorkerFailed
+from .metrics import summarize_custom_metrics
 from .options import BatchT
 from .plan import EPS_COUNTER_MASK
 
@@ -189,6 +190,8 @@ class WorkerSet(Generic[BatchT]):
         self._workers: list[Any] = [None] * self.num_workers  # a backend handle; None: killed
         self._down: dict[int, WorkerError] = {}  # position -> the failure that left it down for good
         self._weights: dict[str, Any] = {}  # policy_id -> the weights last set: a replacement gets them
+        #: The driver's observation filters (RLlib's local worker's), made by the first `sync_filters`.
+        self.filters: dict[str, Any] = {}
         self._worker_kwargs = dict(worker_kwargs)
         self._eps_next = [0] * self.num_workers  # per worker: the episode counter after the ids seen in its batches
         self._stopped = False
@@ -483,8 +486,26 @@ class WorkerSet(Generic[BatchT]):
         self._given = [self.policy_version] * self.num_workers
 
     def sync_weights(self, policy: Policy, policy_id: str = "default_policy") -> None:
-        """``set_weights(policy.get_weights())``: the workers act with the learner's current weights."""
+        """``set_weights(policy.get_weights())``: the workers act with the learner's current weights; then, if
+        the workers filter observations, the filters are synced (`sync_filters`), as RLlib does each iteration."""
         self.set_weights(policy.get_weights(), policy_id)
+        if self._worker_kwargs.get("observation_filter", "NoFilter") not in ("NoFilter", None):
+            self.sync_filters()
+
+    def sync_filters(self) -> dict[str, Any]:
+        """RLlib's ``FilterManager.synchronize``: every worker's filter buffer (what it saw since the last sync,
+        then cleared) goes into the driver's filters (``self.filters``), and every worker's filters become
+        copies of those. Returns the driver's filters."""
+        answers = self._run("get_filters", True)
+        for fs in answers:
+            if fs is None:
+                continue
+            for pid, f in fs.items():
+                if pid not in self.filters:
+                    self.filters[pid] = f.empty_copy()
+                self.filters[pid].apply_changes(f, with_buffer=False)
+        self._run("sync_filters", {pid: f.as_serializable() for pid, f in self.filters.items()})
+        return self.filters
 
     def get_weights(self) -> list[dict[str, Any] | None]:
         """Per worker: ``{policy_id: weights}`` (``None``: that worker failed and was replaced)."""
@@ -499,7 +520,10 @@ class WorkerSet(Generic[BatchT]):
 
         ``episode_returns`` / ``episode_lengths``: the workers' lists, in
         worker order; ``episodes_dropped``, ``num_faulty_episodes``,
-        ``num_env_restarts``: summed over the workers; ``num_worker_restarts``:
+        ``num_env_restarts``: summed over the workers; ``custom_metrics``:
+        RLlib's ``<name>_mean/_min/_max`` over every worker's episodes'
+        ``episode.custom_metrics``; ``hist_stats`` / ``episode_media``: the
+        workers' ``hist_data`` / ``media`` lists joined; ``num_worker_restarts``:
         workers replaced so far (in all, not since the last call);
         ``num_healthy_workers``: workers in service now.
         """
@@ -510,14 +534,24 @@ class WorkerSet(Generic[BatchT]):
             "num_faulty_episodes": 0,
             "num_env_restarts": 0,
         }
+        hist: dict[str, list] = {}
+        media: dict[str, list] = {}
         for m in self._run("metrics"):
             if m is None:
                 continue
             for k, v in m.items():
-                if isinstance(v, list):
+                if k == "custom_metrics":
+                    continue  # aggregated below from every worker's episodes
+                if k == "hist_stats" or k == "episode_media":
+                    for name, vals in v.items():
+                        (hist if k == "hist_stats" else media).setdefault(name, []).extend(vals)
+                elif isinstance(v, list):
                     out.setdefault(k, []).extend(v)
                 else:
                     out[k] = out.get(k, 0) + v
+        out["custom_metrics"] = summarize_custom_metrics(out.get("episode_custom_metrics", []))
+        out["hist_stats"] = hist
+        out["episode_media"] = media
         out["num_worker_restarts"] = self.num_worker_restarts
         out["num_healthy_workers"] = self.num_healthy_workers
         out["policy_version"] = self.policy_version

@@ -15,6 +15,7 @@ import numpy as np
 __all__ = [
     "cast_exactly",
     "BOUNDARY_COLUMNS",
+    "PYTHON_COLUMNS",
     "ColumnSpec",
     "STATE_IN_PREFIX",
     "STATE_OUT_PREFIX",
@@ -51,6 +52,11 @@ VF_PREDS = "vf_preds"
 
 #: Columns every batch carries, computed by the store from the episode rather than stored.
 BOUNDARY_COLUMNS = (EPS_ID, ENV_ID, T, IS_INIT)
+
+#: Columns a sampler computes when it builds a batch (never stored; views of them at shift 0 only):
+#: ``dones`` (terminated or truncated), ``unroll_id`` (which ``sample()`` call built the row) and
+#: ``agent_index`` (the agent's position in ``possible_agents``; 0 in single-agent batches).
+PYTHON_COLUMNS = {DONES: np.dtype(np.bool_), UNROLL_ID: np.dtype(np.int64), AGENT_INDEX: np.dtype(np.int64)}
 
 #: Recurrent state: ``state_in_{i}`` (per-sequence in training batches) reads ``state_out_{i}`` at shift -1.
 STATE_IN_PREFIX = "state_in_"

@@ -101,6 +101,7 @@ def concat_samples(batches: Iterable[SampleBatch | MultiAgentBatch]) -> SampleBa
     first = batches[0]
     if len(batches) == 1:
         out = SampleBatch._from_columns(dict(dict.items(first)), first.count, first._seq_keys, first._extra_seq_keys)
+        out._pruned = first._pruned
         out._seg = first._seg
         return out
     keys = list(dict.keys(first))
@@ -139,6 +140,7 @@ def concat_samples(batches: Iterable[SampleBatch | MultiAgentBatch]) -> SampleBa
             cols[k] = _concat_column(k, arrays, bases)
     extra = frozenset().union(*(b._extra_seq_keys for b in batches))
     out = SampleBatch._from_columns(cols, sum(b.count for b in batches), seq_keys, extra)
+    out._pruned = batches[0]._pruned
     if handed and chain is not None:
         out._seg = _Origin(chain[0], chain[1], chain[2], handed)
     return out

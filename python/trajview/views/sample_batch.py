@@ -43,9 +43,24 @@ class _Origin:
     handed: dict[str, Any]
 
 
-def _rebuild(cls: type[SampleBatch], data: dict[str, Any], seq_keys: frozenset[str]) -> SampleBatch:
+def _rebuild(
+    cls: type[SampleBatch], data: dict[str, Any], seq_keys: frozenset[str], pruned: frozenset[str] = frozenset()
+) -> SampleBatch:
     """Unpickling helper."""
-    return cls(data, seq_keys=seq_keys)
+    out = cls(data, seq_keys=seq_keys)
+    out._pruned = pruned
+    return out
+
+
+def pruned_message(key: str) -> str:
+    """The KeyError text for a view the view-pruning pass removed."""
+    return (
+        f"{key!r}: this view was pruned. The view-pruning pass ran the policy's compute_actions_from_input_dict, "
+        f"postprocess_trajectory and loss on dummy batches before the first sample, and none of them read {key!r}, "
+        f"so it is neither built nor stored (docs/contract.md, Pruning). To keep it, read it in the loss (or in "
+        f"postprocess_trajectory), or set policy.view_requirements[{key!r}].used_for_training = True after the "
+        f"pass (e.g. after the first sample(); the worker then rebuilds its store and restarts its episodes)"
+    )
 
 
 class SampleBatch(dict):
@@ -88,6 +103,7 @@ class SampleBatch(dict):
 
     __slots__ = (
         "count",
+        "_pruned",
         "_seq_keys",
         "_extra_seq_keys",
         "_seg",
@@ -127,6 +143,8 @@ class SampleBatch(dict):
 
     def _init_attrs(self, count: int, seq: frozenset[str], extra: frozenset[str]) -> None:
         self.count = count
+        #: Views the view-pruning pass removed from this batch (named in the KeyError for them).
+        self._pruned: frozenset[str] = frozenset()
         self._seq_keys = seq
         self._extra_seq_keys = extra
         self._seg: _Origin | None = None
@@ -192,6 +210,8 @@ class SampleBatch(dict):
             keys = list(dict.keys(self))
             if type(key) is str and leaf_names(key, keys):
                 return assemble(key, keys, self.__getitem__)  # a nested column
+            if key in self._pruned:
+                raise KeyError(pruned_message(key)) from None
             raise KeyError(key) from None
         if type(value) is LazyView:
             return self._materialize(key, value)
@@ -405,6 +425,7 @@ class SampleBatch(dict):
             for k, v in dict.items(self)
         }
         out = self._from_columns(cols, b - a, self._seq_keys, self._extra_seq_keys)
+        out._pruned = self._pruned
         seg = self._seg
         if seg is not None:
             handed = {k: cols[k] for k, v in dict.items(self) if seg.handed.get(k) is v}
@@ -439,6 +460,95 @@ class SampleBatch(dict):
             cuts = np.flatnonzero(done[:-1]) + 1
         edges = [0, *cuts.tolist(), self.count]
         return [self[a:b] for a, b in zip(edges[:-1], edges[1:])]
+
+    # -- RLlib's batch utilities -------------------------------------------------
+
+    def env_steps(self) -> int:
+        """The rows (RLlib: a single-agent batch counts each row as one env step)."""
+        return self.count
+
+    def agent_steps(self) -> int:
+        """The rows (RLlib: a single-agent batch counts each row as one agent step)."""
+        return self.count
+
+    def shuffle(self, seed: int | np.random.Generator | None = None) -> SampleBatch:
+        """Shuffles the rows in place (every column by the same permutation) and returns the batch, as RLlib.
+
+        Not for batches with ``seq_lens`` (their rows belong to sequences):
+        a ValueError, as in RLlib. Lazy columns are materialized first.
+        """
+        if dict.__contains__(self, SampleBatch.SEQ_LENS) or self._seq_keys:
+            raise ValueError(
+                "SampleBatch.shuffle is not possible when the batch has `seq_lens` (recurrent sequences); "
+                "shuffle whole sequences instead (e.g. batch.timeslices() of the sequences, then shuffle the list)"
+            )
+        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        perm = rng.permutation(self.count)
+        for k in list(dict.keys(self)):
+            v = self[k]  # materializes a LazyView
+            dict.__setitem__(self, k, v[perm])
+        self._seg = None
+        return self
+
+    def timeslices(self, size: int | None = None, num_slices: int | None = None, k: int | None = None) -> list[SampleBatch]:
+        """RLlib's ``timeslices``: consecutive slices of ``size`` rows (the last may be shorter), or
+        ``num_slices`` slices of (nearly) equal length. ``k`` is RLlib's old name of ``size``.
+
+        Slices are views, taken by row position: like RLlib's, they may cross
+        episode boundaries (`split_by_episode` does not).
+        """
+        if size is None and num_slices is None:
+            if k is None:
+                raise ValueError("SampleBatch.timeslices needs size (or k) or num_slices")
+            size = k
+        if size is not None:
+            if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+                raise ValueError(f"SampleBatch.timeslices: size must be a positive int, got {size!r}")
+            return [self[i : i + int(size)] for i in range(0, self.count, int(size))]
+        assert num_slices is not None
+        if isinstance(num_slices, bool) or not isinstance(num_slices, (int, np.integer)) or num_slices < 1:
+            raise ValueError(f"SampleBatch.timeslices: num_slices must be a positive int, got {num_slices!r}")
+        out, start, left = [], 0, self.count
+        for i in range(int(num_slices)):
+            n = left // (int(num_slices) - i)
+            out.append(self[start : start + n])
+            start += n
+            left -= n
+        return out
+
+    def right_zero_pad(self, max_seq_len: int, exclude_states: bool = True) -> SampleBatch:
+        """RLlib's ``right_zero_pad``: each sequence of ``seq_lens`` padded with zero rows to ``max_seq_len``,
+        in place; returns the batch (``count`` becomes ``len(seq_lens) * max_seq_len``).
+
+        This is opt-in padding for code that wants a ``[B, T]`` grid (see the
+        flat layout in docs/contract.md). Per-sequence columns (``seq_lens``,
+        ``state_in_*``: one row per sequence) are left as they are, as RLlib
+        does with ``exclude_states=True``; ``infos`` pad with ``None``.
+        """
+        seq_lens = dict.get(self, SampleBatch.SEQ_LENS)
+        if seq_lens is None:
+            raise ValueError(f"cannot right-zero-pad a SampleBatch without {SampleBatch.SEQ_LENS!r}: {self!r}")
+        seq_lens = np.asarray(seq_lens)
+        if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, (int, np.integer)) or max_seq_len < 1:
+            raise ValueError(f"right_zero_pad: max_seq_len must be a positive int, got {max_seq_len!r}")
+        if len(seq_lens) and int(seq_lens.max()) > max_seq_len:
+            raise ValueError(f"right_zero_pad: a sequence has {int(seq_lens.max())} rows, more than max_seq_len={max_seq_len}")
+        if int(seq_lens.sum()) != self.count:
+            raise ValueError(f"right_zero_pad: seq_lens sum to {int(seq_lens.sum())}, the batch has {self.count} rows")
+        length = len(seq_lens) * int(max_seq_len)
+        starts = np.concatenate(([0], np.cumsum(seq_lens)[:-1])).astype(np.int64)
+        src = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, seq_lens)]) if len(seq_lens) else np.zeros(0, np.int64)
+        dst = np.concatenate([np.arange(q * max_seq_len, q * max_seq_len + n) for q, n in enumerate(seq_lens)]) if len(seq_lens) else np.zeros(0, np.int64)
+        for key in list(dict.keys(self)):
+            if key == SampleBatch.SEQ_LENS or key in self._seq_keys:
+                continue
+            v = self[key]
+            pad = np.empty(length, dtype=object) if v.dtype == object else np.zeros((length, *v.shape[1:]), dtype=v.dtype)
+            pad[dst] = v[src]
+            dict.__setitem__(self, key, pad)
+        self.count = length
+        self._seg = None
+        return self
 
     def to_padded(self) -> dict[str, np.ndarray]:
         """One row per episode, padded: ``{column: [N, T_max, *shape], "mask": bool [N, T_max]}``.
@@ -489,10 +599,12 @@ class SampleBatch(dict):
         """A new batch; its arrays are copies unless ``shallow`` (then the same arrays)."""
         if shallow:
             out = self._from_columns(dict(dict.items(self)), self.count, self._seq_keys, self._extra_seq_keys)
+            out._pruned = self._pruned
             out._seg = self._seg  # same array objects, so still a segment
         else:
             cols = {k: (v.copy() if hasattr(v, "copy") else np.array(v)) for k, v in dict.items(self)}
             out = self._from_columns(cols, self.count, self._seq_keys, self._extra_seq_keys)
+            out._pruned = self._pruned
         return self._inherit_tracking(out)
 
     def __copy__(self) -> SampleBatch:
@@ -506,7 +618,7 @@ class SampleBatch(dict):
         return dict(dict.items(self))
 
     def __reduce__(self):
-        return _rebuild, (type(self), dict(dict.items(self)), self._extra_seq_keys)
+        return _rebuild, (type(self), dict(dict.items(self)), self._extra_seq_keys, self._pruned)
 
     def __repr__(self) -> str:
         seqs = ""

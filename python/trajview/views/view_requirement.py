@@ -152,3 +152,80 @@ class ViewRequirement:
         )
 
     __hash__ = None  # type: ignore[assignment]
+
+    def to_dict(self) -> dict[str, Any]:
+        """RLlib's ``ViewRequirement.to_dict``: a JSON-able dict (the space as `space_to_dict`); `from_dict`
+        rebuilds an equal requirement. trajview adds ``padding``."""
+        shift = self.shift
+        if isinstance(shift, np.integer):
+            shift = int(shift)
+        elif not isinstance(shift, (int, str)):
+            shift = [int(x) for x in shift]
+        return {
+            "data_col": self.data_col,
+            "space": space_to_dict(self.space),
+            "shift": shift,
+            "batch_repeat_value": self.batch_repeat_value,
+            "padding": self.padding,
+            "used_for_compute_actions": self.used_for_compute_actions,
+            "used_for_training": self.used_for_training,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ViewRequirement:
+        """The requirement `to_dict` described (RLlib's ``index`` key, if present, is ignored)."""
+        d = dict(d)
+        d.pop("index", None)
+        space = space_from_dict(d.pop("space", None))
+        return cls(d.pop("data_col", None), space, d.pop("shift", 0), **d)
+
+
+def space_to_dict(space: Any) -> dict[str, Any] | None:
+    """A JSON-able description of a gymnasium space (Box, Discrete, MultiDiscrete, MultiBinary, Dict, Tuple)."""
+    if space is None:
+        return None
+    import gymnasium as gym
+
+    sp = gym.spaces
+    if isinstance(space, sp.Box):
+        return {"space": "box", "low": space.low.tolist(), "high": space.high.tolist(), "shape": list(space.shape),
+                "dtype": np.dtype(space.dtype).name}
+    if isinstance(space, sp.Discrete):
+        return {"space": "discrete", "n": int(space.n), "start": int(space.start), "dtype": np.dtype(space.dtype).name}
+    if isinstance(space, sp.MultiDiscrete):
+        return {"space": "multi-discrete", "nvec": space.nvec.tolist(), "start": space.start.tolist(),
+                "dtype": np.dtype(space.dtype).name}
+    if isinstance(space, sp.MultiBinary):
+        return {"space": "multi-binary", "n": list(space.shape)}
+    if isinstance(space, sp.Dict):
+        return {"space": "dict", "spaces": {k: space_to_dict(v) for k, v in space.spaces.items()}}
+    if isinstance(space, sp.Tuple):
+        return {"space": "tuple", "spaces": [space_to_dict(v) for v in space.spaces]}
+    raise ValueError(f"ViewRequirement.to_dict: cannot describe space {space!r} (Box, Discrete, MultiDiscrete, "
+                     f"MultiBinary, Dict and Tuple can be)")
+
+
+def space_from_dict(d: dict[str, Any] | None) -> Any:
+    """The space `space_to_dict` described."""
+    if d is None:
+        return None
+    import gymnasium as gym
+
+    sp = gym.spaces
+    kind = d["space"]
+    if kind == "box":
+        dt = np.dtype(d["dtype"])
+        return sp.Box(np.asarray(d["low"], dt), np.asarray(d["high"], dt), tuple(d["shape"]), dt)
+    if kind == "discrete":
+        return sp.Discrete(d["n"], start=d.get("start", 0), dtype=np.dtype(d.get("dtype", "int64")))
+    if kind == "multi-discrete":
+        return sp.MultiDiscrete(np.asarray(d["nvec"]), dtype=np.dtype(d.get("dtype", "int64")),
+                                start=np.asarray(d.get("start", np.zeros_like(d["nvec"]))))
+    if kind == "multi-binary":
+        n = d["n"]
+        return sp.MultiBinary(n if len(n) != 1 else n[0])
+    if kind == "dict":
+        return sp.Dict({k: space_from_dict(v) for k, v in d["spaces"].items()})
+    if kind == "tuple":
+        return sp.Tuple([space_from_dict(v) for v in d["spaces"]])
+    raise ValueError(f"ViewRequirement.from_dict: unknown space kind {kind!r}")
