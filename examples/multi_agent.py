@@ -101,7 +101,7 @@ class Listener(NoisyCopy):
         expected = np.full(len(sample_batch), np.nan)
         # None in the view-pruning pass (a dummy batch, as in RLlib); then the real segments.
         if other_agent_batches is not None:
-            _, speaker = other_agent_batches["speaker"]  # (policy, its segment of this env episode)
+            _, _, speaker = other_agent_batches["speaker"]  # (policy id, policy, its segment of this env episode)
             np.testing.assert_array_equal(speaker["t"], t)  # both act at every step: the same timesteps
             targets = speaker["obs"][:, 0].astype(np.int64)
             expected[1:] = guesses[1:] == targets[:-1]  # the first row's target sits in the previous batch

@@ -91,6 +91,8 @@ for v in $VERSIONS; do
     2>/dev/null || true)
   if [[ "$url" == *"%2Bcpu"* || "$url" == *"+cpu"* ]]; then
     if nice -n 10 "$venv/bin/python" -m pip install -q torch==2.13.0 >"$LOGS/$tag-torch.log" 2>&1; then
+      # the rest of the train extra (trajview[train]: tqdm, matplotlib), for the PPO tests
+      "$venv/bin/python" -m pip install -q tqdm matplotlib >>"$LOGS/$tag-torch.log" 2>&1
       torch_note="torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)')"
     fi
   elif [ -n "$url" ]; then
