@@ -38,7 +38,7 @@ def gather(rb, picks, slice_len, **kw):
 
 
 def test_views_at_sample_time():
-    rb = tv.ReplayBuffer(32)
+    rb = tv.ReplayBuffer(32, sampler=tv.SliceSampler(slice_len=1))  # slices: the slice end is marked
     rb.add(episode_batch(7, [1, 2, 3, 4]))
     assert len(rb) == 4 and rb.num_trajectories() == 1 and rb.rows_written() == 5
     views = {"new_obs": VR("obs", shift=1), "stack": VR("obs", shift="-2:0"), "prev_actions": VR("actions", shift=-1),

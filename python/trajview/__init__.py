@@ -24,7 +24,16 @@ from .views import LazyView, MultiAgentBatch, SampleBatch, ViewRequirement, conc
 
 # Layer 2: the stores, policies and envs.
 from .collect import Collector
-from .replay import ReplayBuffer, SliceSampler
+from .replay import (
+    NStep,
+    PrioritizedSampler,
+    PrioritizedSliceSampler,
+    RandomSampler,
+    ReplayBuffer,
+    SamplerWithoutReplacement,
+    SliceSampler,
+    SliceSamplerWithoutReplacement,
+)
 from .policy import Policy
 from . import envs
 
@@ -70,8 +79,14 @@ __all__ = [
     # the stores, policies and envs
     "Collector",
     "Policy",
+    "NStep",
+    "PrioritizedSampler",
+    "PrioritizedSliceSampler",
+    "RandomSampler",
     "ReplayBuffer",
+    "SamplerWithoutReplacement",
     "SliceSampler",
+    "SliceSamplerWithoutReplacement",
     "TorchPolicy",
     "envs",
     # rollouts

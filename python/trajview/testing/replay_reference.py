@@ -19,7 +19,7 @@ import numpy as np
 from ..views.columns import DONES, TERMINATEDS, TRUNCATEDS
 from ..views.view_requirement import ViewRequirement
 
-__all__ = ["ReferenceReplay"]
+__all__ = ["ReferencePriorities", "ReferenceReplay", "reference_nstep"]
 
 _END_FLAGS = (TERMINATEDS, TRUNCATEDS, DONES)
 
@@ -245,3 +245,97 @@ class ReferenceReplay:
                 shape = (len(views[k].shift_arr), *shape)
             arrays[k] = np.array(vals, dtype=dt).reshape((len(vals), *shape))
         return arrays, np.array(index, dtype=np.int64)
+
+    # -- samplers ------------------------------------------------------------
+
+    def start_steps(self, slice_len: int, strict: bool) -> list[tuple[int, int, int]]:
+        """Every ``(uid, start, absolute row)`` a per-step sampler (`RandomSampler`, the prioritized ones) may
+        start a slice at: every stored step, or with ``strict`` those with ``slice_len`` steps from them on."""
+        out = []
+        for tr in self.trajs:
+            steps = len(tr.rows)
+            for j in range(steps):
+                if not strict or j <= steps - slice_len:
+                    out.append((tr.uid, j, tr.rows[j]))
+        return out
+
+    def step_rows(self) -> list[int]:
+        """The absolute row of every sampleable step, oldest trajectory first."""
+        return [g for tr in self.trajs for g in tr.rows]
+
+
+class ReferencePriorities:
+    """TorchRL's prioritized sampling, in plain Python over a `ReferenceReplay`'s rows.
+
+    Call `after_add` after each ``ReferenceReplay.add``: the rows written get
+    ``(max_priority + eps) ** alpha``; `update` sets ``(p + eps) ** alpha`` and
+    grows the max priority. `probabilities` and `weights` give what the
+    sampler must produce.
+    """
+
+    def __init__(self, ref: ReferenceReplay, alpha: float, beta: float, eps: float = 1e-8) -> None:
+        self.ref = ref
+        self.alpha, self.beta, self.eps = alpha, beta, eps
+        self.max_priority = 1.0
+        self.leaf: dict[int, float] = {}
+        self.seen_head = 0
+
+    def after_add(self) -> None:
+        steps = {g for tr in self.ref.trajs for g in tr.rows}
+        for g in range(self.seen_head, self.ref.head):
+            self.leaf[g] = (self.max_priority + self.eps) ** self.alpha if g in steps else 0.0
+        self.seen_head = self.ref.head
+        self.leaf = {g: v for g, v in self.leaf.items() if g in steps}
+
+    def update(self, rows: list[int], priorities: list[float]) -> None:
+        steps = {g for tr in self.ref.trajs for g in tr.rows}
+        for g, p in zip(rows, priorities):
+            if g not in steps:
+                continue
+            self.max_priority = max(self.max_priority, p)
+            self.leaf[g] = (p + self.eps) ** self.alpha
+
+    def probabilities(self, slice_len: int = 1, strict: bool = False) -> dict[int, float]:
+        """Absolute row -> probability of starting a sample there."""
+        starts = [g for _, _, g in self.ref.start_steps(slice_len, strict) if self.leaf.get(g, 0.0) > 0]
+        total = sum(self.leaf[g] for g in starts)
+        return {g: self.leaf[g] / total for g in starts}
+
+    def weight(self, g: int) -> float:
+        """TorchRL's importance weight of a sample starting at row g: ``(leaf / min positive leaf) ** -beta``."""
+        p_min = min(v for v in self.leaf.values() if v > 0)
+        return float((self.leaf[g] / p_min) ** -self.beta)
+
+
+def reference_nstep(
+    ref: ReferenceReplay,
+    uid: int,
+    j: int,
+    n: int,
+    gamma: float,
+    *,
+    reward_key: str = "rewards",
+    obs_key: str = "obs",
+) -> dict[str, Any]:
+    """The n-step return at step j of trajectory uid, by a plain loop (RLlib's ``adjust_nstep`` cut at the
+    trajectory's end): rewards, new_obs, terminateds, truncateds, discount, steps."""
+    tr = ref.traj(uid)
+    steps = len(tr.rows)
+    ret = 0.0
+    k = 0
+    for i in range(n):
+        if j + i >= steps:
+            break
+        ret += gamma**i * float(np.asarray(ref.value(tr, j + i, reward_key)))
+        k += 1
+    last = j + k - 1
+    term = bool(np.any(ref.value(tr, last, "terminateds"))) if "terminateds" in ref.columns else False
+    trunc = bool(np.any(ref.value(tr, last, "truncateds"))) if "truncateds" in ref.columns else False
+    return {
+        "rewards": ret,
+        "new_obs": ref.value(tr, j + k, obs_key),
+        "terminateds": term,
+        "truncateds": trunc,
+        "discount": gamma**k,
+        "steps": k,
+    }

@@ -43,9 +43,13 @@ class _Origin:
     handed: dict[str, Any]
 
 
-def _rebuild(cls: type[SampleBatch], data: dict[str, Any], seq_keys: frozenset[str]) -> SampleBatch:
+def _rebuild(
+    cls: type[SampleBatch], data: dict[str, Any], seq_keys: frozenset[str], view_columns: frozenset[str] = frozenset()
+) -> SampleBatch:
     """Unpickling helper."""
-    return cls(data, seq_keys=seq_keys)
+    out = cls(data, seq_keys=seq_keys)
+    out.view_columns = view_columns
+    return out
 
 
 class SampleBatch(dict):
@@ -95,6 +99,7 @@ class SampleBatch(dict):
         "accessed_keys",
         "added_keys",
         "deleted_keys",
+        "view_columns",
     )
 
     def __init__(
@@ -131,6 +136,9 @@ class SampleBatch(dict):
         self._extra_seq_keys = extra
         self._seg: _Origin | None = None
         self._tracking = False
+        #: Columns the collector built as views of other columns (a frame stack, ``new_obs``, previous actions):
+        #: kept by slicing, copies, `concat_samples` and pickling; `ReplayBuffer` does not store them by default.
+        self.view_columns: frozenset[str] = frozenset()
         self.accessed_keys: set[str] = set()
         self.added_keys: set[str] = set()
         self.deleted_keys: set[str] = set()
@@ -405,6 +413,7 @@ class SampleBatch(dict):
             for k, v in dict.items(self)
         }
         out = self._from_columns(cols, b - a, self._seq_keys, self._extra_seq_keys)
+        out.view_columns = self.view_columns
         seg = self._seg
         if seg is not None:
             handed = {k: cols[k] for k, v in dict.items(self) if seg.handed.get(k) is v}
@@ -493,6 +502,7 @@ class SampleBatch(dict):
         else:
             cols = {k: (v.copy() if hasattr(v, "copy") else np.array(v)) for k, v in dict.items(self)}
             out = self._from_columns(cols, self.count, self._seq_keys, self._extra_seq_keys)
+        out.view_columns = self.view_columns
         return self._inherit_tracking(out)
 
     def __copy__(self) -> SampleBatch:
@@ -506,7 +516,7 @@ class SampleBatch(dict):
         return dict(dict.items(self))
 
     def __reduce__(self):
-        return _rebuild, (type(self), dict(dict.items(self)), self._extra_seq_keys)
+        return _rebuild, (type(self), dict(dict.items(self)), self._extra_seq_keys, self.view_columns)
 
     def __repr__(self) -> str:
         seqs = ""
