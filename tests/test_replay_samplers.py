@@ -308,3 +308,56 @@ def test_nstep_as_a_buffer_view_with_a_sampler_and_nested_obs():
         rb2 = tv.ReplayBuffer(8)
         rb2.add(tv.SampleBatch({"obs": np.zeros((2, 1)), "rewards": np.zeros(2), "eps_id": np.zeros(2, int)}))
         rb2.sample(2, views={"n": tv.NStep(2, 0.9)})
+
+
+# -- default columns leave out views ---------------------------------------------------------------------------------
+
+
+def test_worker_views_are_not_stored_by_default():
+    """A rollout batch carrying a frame-stack view: the buffer stores each observation once (the stack is a
+    view named in batch.view_columns, kept by slicing, concat and pickling) and builds the stack at sample
+    time; storing it needs an explicit columns=."""
+    import pickle
+
+    import gymnasium as gym
+
+    class Env(gym.Env):
+        observation_space = gym.spaces.Box(0, 255, (42, 42), np.uint8)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            self.t = 0
+            return np.zeros((42, 42), np.uint8), {}
+
+        def step(self, action):
+            self.t += 1
+            return np.full((42, 42), self.t, np.uint8), 1.0, self.t >= 7, False, {}
+
+    class P(tv.Policy):
+        def __init__(self, obs_space, act_space, config=None):
+            super().__init__(obs_space, act_space, config)
+            self.view_requirements["stack"] = tv.ViewRequirement("obs", shift="-3:0")
+
+        def compute_actions_from_input_dict(self, input_dict, explore=None, timestep=None, **kwargs):
+            return np.zeros(len(input_dict["stack"]), np.int64), [], {}
+
+        def loss(self, train_batch):  # a learner that reads obs, new_obs and the stack
+            return train_batch["obs"], train_batch["new_obs"], train_batch["stack"]
+
+    w = tv.RolloutWorker(lambda cfg: Env(), P, num_envs=2, rollout_fragment_length=10)
+    b = w.sample()
+    w.stop()
+    assert "stack" in b.view_columns and "obs" not in b.view_columns
+    b["stack"]  # materialized: still named a view
+    for kept in (b[2:9], tv.concat_samples([b[:5], b[5:]]), pickle.loads(pickle.dumps(b)), b.copy()):
+        assert "stack" in kept.view_columns
+    rb = tv.ReplayBuffer(1000, views={"stack": VR("obs", shift="-3:0")})
+    rb.add(b)
+    assert "stack" not in rb.columns and "obs" in rb.columns
+    row = sum(np.dtype(dt).itemsize * int(np.prod(shape)) for dt, shape in rb.columns.values())
+    assert row < 42 * 42 + 100  # one frame per step (plus small columns), not four
+    s = rb.sample(8)
+    assert s["stack"].shape == (8, 4, 42, 42)
+    rb2 = tv.ReplayBuffer(1000, columns=["obs", "stack", "eps_id", "t", "terminateds", "truncateds"])
+    rb2.add(b)
+    assert "stack" in rb2.columns

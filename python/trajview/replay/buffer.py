@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import _core
 from .._validate import positive_int
-from ..views import LazyView, MultiAgentBatch, SampleBatch, ViewRequirement
+from ..views import MultiAgentBatch, SampleBatch, ViewRequirement
 from ..views.columns import (
     cast_exactly,
     DONES,
@@ -75,11 +75,10 @@ def _as_numpy(x: Any) -> Any:
 
 
 def _view_columns(batch: Mapping[str, Any]) -> frozenset[str]:
-    """The batch's columns that are views of other columns: those its collector named
-    (`SampleBatch.view_columns`, leaves included) and any column held as a `LazyView`."""
-    named = batch.view_columns if isinstance(batch, SampleBatch) else frozenset()
-    lazy = frozenset(k for k, v in dict.items(batch) if type(v) is LazyView) if isinstance(batch, dict) else frozenset()
-    return named | lazy
+    """The batch's columns that are views of other columns, as its collector named them
+    (`SampleBatch.view_columns`). (Whether a column is held as a `LazyView` says nothing: a worker's ``obs``
+    column is one too.)"""
+    return batch.view_columns if isinstance(batch, SampleBatch) else frozenset()
 
 
 def _stored_by_default(
