@@ -19,11 +19,24 @@ namespace py = pybind11;
 namespace trajview::bindings {
 namespace {
 
+/// Python objects a C++ object keeps alive; dropped with the GIL held.
+struct HeldRefs {
+  py::object refs;
+  HeldRefs() = default;
+  HeldRefs(const HeldRefs&) = delete;
+  HeldRefs& operator=(const HeldRefs&) = delete;
+  ~HeldRefs() {
+    py::gil_scoped_acquire gil;
+    refs = py::object();
+  }
+};
+
 using I64Array = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>;
 
 class PyReplay {
  public:
-  PyReplay(std::int64_t capacity, const py::list& columns) : store_(capacity, parse_columns(columns)) {}
+  PyReplay(std::int64_t capacity, const py::list& columns, const py::object& rings)
+      : store_(make_store(capacity, columns, rings)) {}
 
   /// data: every column, [n, *shape], exact dtype. next_obs: {obs column: [n, *shape]} (may be empty).
   void add(const py::dict& data, const py::dict& next_obs, const py::array& keys, const py::object& t,
@@ -262,6 +275,32 @@ class PyReplay {
     return req;
   }
 
+  /// A store over its own memory, or over `rings` (one writable, C-contiguous uint8 array of capacity x row
+  /// bytes per column, e.g. numpy memmaps), which it keeps alive.
+  static ReplayStore make_store(std::int64_t capacity, const py::list& columns, const py::object& rings) {
+    auto specs = parse_columns(columns);
+    if (rings.is_none()) return ReplayStore(capacity, std::move(specs));
+    py::list rl = rings.cast<py::list>();
+    if (rl.size() != specs.size())
+      throw py::value_error("rings: expected one array per column (" + std::to_string(specs.size()) + "), got " +
+                            std::to_string(rl.size()));
+    if (capacity < 1) throw py::value_error("capacity must be >= 1, got " + std::to_string(capacity));
+    std::vector<std::byte*> ptrs;
+    for (std::size_t c = 0; c < specs.size(); ++c) {
+      py::array a = py::array::ensure(rl[c]);
+      const std::size_t want = static_cast<std::size_t>(capacity) * specs[c].row_bytes();
+      if (!a || !(a.flags() & py::array::c_style) || !a.writeable() || a.itemsize() != 1 ||
+          static_cast<std::size_t>(a.nbytes()) != want)
+        throw py::value_error("rings: column '" + specs[c].name + "' needs a writable C-contiguous uint8 array of " +
+                              std::to_string(want) + " bytes");
+      ptrs.push_back(static_cast<std::byte*>(a.mutable_data()));
+    }
+    // The arrays stay alive as long as the store: a Python reference, released with the GIL held.
+    auto owner = std::make_shared<HeldRefs>();
+    owner->refs = rl;
+    return ReplayStore(capacity, std::move(specs), std::move(ptrs), std::move(owner));
+  }
+
   template <class T>
   static py::array_t<T> vec_to_array(const std::vector<T>& v) {
     py::array_t<T> a(static_cast<py::ssize_t>(v.size()));
@@ -297,7 +336,8 @@ class PyReplay {
 
 void register_replay(py::module_& m) {
   py::class_<PyReplay>(m, "_Replay", "The C++ replay storage; use trajview.ReplayBuffer.")
-      .def(py::init<std::int64_t, const py::list&>(), py::arg("capacity"), py::arg("columns"))
+      .def(py::init<std::int64_t, const py::list&, const py::object&>(), py::arg("capacity"), py::arg("columns"),
+           py::arg("rings") = py::none())
       .def("add", &PyReplay::add, py::arg("data"), py::arg("next_obs"), py::arg("keys"), py::arg("t"),
            py::arg("done"))
       .def("sample", &PyReplay::sample, py::arg("num_slices"), py::arg("slice_len"), py::arg("strict_length"),

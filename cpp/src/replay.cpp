@@ -32,7 +32,11 @@ std::int64_t ReplayTrajectory::tail_g() const noexcept {
 }
 
 ReplayStore::ReplayStore(std::int64_t capacity, std::vector<ColumnSpec> columns)
-    : capacity_(capacity), columns_(std::move(columns)) {
+    : ReplayStore(capacity, std::move(columns), {}, nullptr) {}
+
+ReplayStore::ReplayStore(std::int64_t capacity, std::vector<ColumnSpec> columns, std::vector<std::byte*> rings,
+                         std::shared_ptr<const void> owner)
+    : capacity_(capacity), columns_(std::move(columns)), owner_(std::move(owner)) {
   if (capacity_ < 1) throw std::invalid_argument("capacity must be >= 1, got " + std::to_string(capacity_));
   if (capacity_ > kMaxCapacity)
     throw std::invalid_argument("capacity must be <= " + std::to_string(kMaxCapacity) + " (kMaxCapacity), got " +
@@ -47,7 +51,18 @@ ReplayStore::ReplayStore(std::int64_t capacity, std::vector<ColumnSpec> columns)
     bytes.push_back(check_bytes(checked_mul(static_cast<std::size_t>(capacity_), col.row_bytes(), what),
                                 kMaxAllocBytes, what));
   }
-  for (std::size_t b : bytes) data_.push_back(allocate_aligned(b));
+  if (rings.empty()) {
+    for (std::size_t b : bytes) owned_.push_back(allocate_aligned(b));
+    for (auto& o : owned_) base_.push_back(o.get());
+  } else {
+    if (rings.size() != columns_.size())
+      throw std::invalid_argument("expected one ring per column (" + std::to_string(columns_.size()) + "), got " +
+                                  std::to_string(rings.size()));
+    for (std::size_t c = 0; c < rings.size(); ++c)
+      if (rings[c] == nullptr && bytes[c] > 0)
+        throw std::invalid_argument("column '" + columns_[c].name + "': its ring is null");
+    base_ = std::move(rings);
+  }
   row_uid_.assign(static_cast<std::size_t>(capacity_), -1);
   row_step_.assign(static_cast<std::size_t>(capacity_), -1);
 }
@@ -149,7 +164,7 @@ void ReplayStore::add(std::int64_t n, std::span<const ArrayIn> inputs, std::span
       const std::size_t rb = columns_[c].row_bytes();
       if (rb == 0) continue;
       const auto* src = static_cast<const std::byte*>(inputs[c].data) + u0 * rb;
-      std::byte* base = data_[c].get();
+      std::byte* base = base_[c];
       // At most two contiguous runs (the ring wraps once per add piece at most).
       std::int64_t done_rows = 0;
       while (done_rows < len) {

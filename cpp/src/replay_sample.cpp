@@ -294,7 +294,7 @@ ReplayBatch ReplayStore::build(std::vector<SlicePick> picks, const SliceRequest&
     bc.shape.insert(bc.shape.end(), col.shape.begin(), col.shape.end());
     bc.buffer = std::make_shared<Buffer>(view_bytes[vi]);
     std::byte* dst = bc.buffer->data();
-    const std::byte* base = data_[c].get();
+    const std::byte* base = base_[c];
     for (std::size_t k = 0; k < ns && rb > 0; ++k) {
       const auto& pk = picks[k];
       const SliceRows& r = rows[k];

@@ -161,6 +161,11 @@ class ReplayStore {
  public:
   /// Columns of kind Observation may take next observations in `add`.
   ReplayStore(std::int64_t capacity, std::vector<ColumnSpec> columns);
+  /// The same, with the rows in memory the caller provides (e.g. memory-mapped
+  /// files): `rings[c]` points to capacity x row bytes of column c, valid and
+  /// not moved while `owner` (held until the store is destroyed) lives.
+  ReplayStore(std::int64_t capacity, std::vector<ColumnSpec> columns, std::vector<std::byte*> rings,
+              std::shared_ptr<const void> owner);
   ReplayStore(const ReplayStore&) = delete;
   ReplayStore& operator=(const ReplayStore&) = delete;
 
@@ -221,8 +226,8 @@ class ReplayStore {
   void restore(ReplayMeta m);
   /// Column c's ring: capacity x row bytes. The caller locks out writers
   /// (persistence runs with no concurrent add).
-  std::byte* column_data(std::size_t c) noexcept { return data_[c].get(); }
-  const std::byte* column_data(std::size_t c) const noexcept { return data_[c].get(); }
+  std::byte* column_data(std::size_t c) noexcept { return base_[c]; }
+  const std::byte* column_data(std::size_t c) const noexcept { return base_[c]; }
 
   /// Builds the views of explicitly given slices (no randomness).
   ReplayBatch gather(std::span<const SlicePick> picks, const SliceRequest& req, std::span<const ViewSpec> views) const;
@@ -254,7 +259,9 @@ class ReplayStore {
 
   std::int64_t capacity_;
   std::vector<ColumnSpec> columns_;
-  std::vector<AlignedBytes> data_;  // per column: capacity rows
+  std::vector<AlignedBytes> owned_;     // per column: capacity rows (empty with caller-provided rings)
+  std::vector<std::byte*> base_;        // per column: its ring (owned_ or the caller's)
+  std::shared_ptr<const void> owner_;   // keeps caller-provided rings alive
   std::int64_t head_ = 0;           // next absolute row to write
   std::deque<ReplayTrajectory> trajs_;
   std::int64_t next_uid_ = 0;
