@@ -3,6 +3,7 @@ steps or slices a sample reads (TorchRL's names); views and `NStep` returns are 
 
 from .buffer import ReplayBuffer
 from .nstep import NStep
+from .writers import ReplayServer, ReplayWriter, ray_replay_buffer
 from .samplers import (
     PrioritizedSampler,
     PrioritizedSliceSampler,
@@ -19,8 +20,11 @@ __all__ = [
     "PrioritizedSliceSampler",
     "RandomSampler",
     "ReplayBuffer",
+    "ReplayServer",
+    "ReplayWriter",
     "Sampler",
     "SamplerWithoutReplacement",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
+    "ray_replay_buffer",
 ]

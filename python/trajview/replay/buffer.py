@@ -219,8 +219,8 @@ class ReplayBuffer:
         self._traj_key: str | None = None
         self._end_keys: tuple[str, ...] = ()
         self._fallback_key = 0  # next synthetic trajectory id (no traj_key column)
-        #: Trajectories not ended yet: key -> last t (to refuse ids reused by two writers).
-        self._open: dict[int, int] = {}
+        #: Trajectories not ended yet: key -> (first t, last t) (to refuse ids reused by two writers).
+        self._open: dict[int, tuple[int, int]] = {}
         self._lock = threading.Lock()
         if self._specs is not None:
             self._create()
@@ -398,22 +398,24 @@ class ReplayBuffer:
             first += 1
         return n
 
-    def _check_writers(self, keys: np.ndarray, t: np.ndarray, done: np.ndarray) -> dict[int, int]:
+    def _check_writers(self, keys: np.ndarray, t: np.ndarray, done: np.ndarray) -> dict[int, tuple[int, int]]:
         """Refuses a trajectory id that two writers use at once (their steps would be glued into one trajectory).
 
         One writer's ``t`` only grows along a trajectory id: a piece whose key is the key of a trajectory that
-        has not ended, but whose ``t`` is not after that trajectory's last step, means two trajectories share an
-        id (e.g. two workers left at ``worker_index=0``). (A piece that skips ahead, ``t`` > last + 1, is a later
-        fragment of the same trajectory with steps missing: it starts a trajectory of its own.) Returns the open
-        trajectories (key -> last ``t``) after this batch, kept once the add succeeds.
+        has not ended, but whose ``t`` overlaps that trajectory's stored steps (from its first ``t`` to its
+        last), means two trajectories share an id (e.g. two workers left at ``worker_index=0``). A piece that
+        skips ahead (``t`` > last + 1: steps missing) or that ends before the open trajectory's first ``t`` (an
+        earlier fragment arriving late) is a fragment of the same episode that is not contiguous with what is
+        stored: it starts a trajectory of its own (and the open one is not continued any more). Returns the open
+        trajectories (key -> (first ``t``, last ``t``)) after this batch, kept once the add succeeds.
         """
         state = dict(self._open)
         starts = self._pieces(keys, done)
         ends = np.r_[starts[1:], len(keys)] - 1
         for s, e in zip(starts.tolist(), ends.tolist()):
             k = int(keys[s])
-            last = state.get(k)
-            if last is not None and int(t[s]) <= last:
+            first, last = state.get(k, (None, None))
+            if last is not None and first is not None and int(t[s]) <= last and int(t[e]) >= first:
                 raise ValueError(
                     f"add: trajectory id {k} (column {self.sampler.traj_key or 'eps_id'!r}) is reused: a piece "
                     f"starting at t={int(t[s])} arrived while the trajectory with that id is open at t={last}. Two "
@@ -422,8 +424,10 @@ class ReplayBuffer:
                 )
             if done[e]:
                 state.pop(k, None)
+            elif last is not None and first is not None and int(t[s]) == last + 1:
+                state[k] = (first, int(t[e]))  # joins the open trajectory
             else:
-                state[k] = int(t[e])
+                state[k] = (int(t[s]), int(t[e]))  # a trajectory of its own
         return state
 
     def _uses_traj_key(self, batch: Mapping[str, Any]) -> bool:
@@ -756,7 +760,7 @@ class ReplayBuffer:
             self._nsteps = dict(cfg["nsteps"])
             self._default_views = cfg["default_views"]
             self._has_next = cfg["has_next"]
-            self._open = dict(cfg["open"])
+            self._open = {int(k): (int(v[0]), int(v[1])) for k, v in cfg["open"].items()}
             self._fallback_key = cfg["fallback_key"]
             self.sampler.load_state_dict(state["sampler"])
             self._impl = None

@@ -32,6 +32,7 @@ class RefTrajectory:
     rows: list[int] = field(default_factory=list)  # absolute row of each step
     open: bool = True
     last_t: int = 0
+    first_t: int = 0
     starts_episode: bool = True
     final: int | None = None  # absolute row of the final observation
 
@@ -99,14 +100,18 @@ class ReferenceReplay:
                 pieces[-1] = (pieces[-1][0], i + 1)
         if t is not None and key_col is not None:
             # One writer's t only grows along an id: a piece not after its open trajectory's last step is refused.
-            last_t = {x.key: x.last_t for x in self.trajs if x.open}
+            # (A piece that ends before the open trajectory's first t is an earlier fragment: its own trajectory.)
+            span = {x.key: (x.first_t, x.last_t) for x in self.trajs if x.open}
             for a, b in pieces:
-                if keys[a] in last_t and t[a] <= last_t[keys[a]]:
+                k = keys[a]
+                if k in span and t[a] <= span[k][1] and t[b - 1] >= span[k][0]:
                     raise ValueError(f"add: trajectory id {keys[a]} is reused")
                 if done[b - 1]:
-                    last_t.pop(keys[a], None)
+                    span.pop(k, None)
+                elif k in span and t[a] == span[k][1] + 1:
+                    span[k] = (span[k][0], t[b - 1])
                 else:
-                    last_t[keys[a]] = t[b - 1]
+                    span[k] = (t[a], t[b - 1])
         # An add larger than the buffer keeps its newest rows that fit (each piece adds its final row).
         while n + (len(pieces) if with_next else 0) > self.capacity:
             a, b = pieces[0]
@@ -133,7 +138,8 @@ class ReferenceReplay:
                     if continues:
                         starts = False
             if tr is None:
-                tr = RefTrajectory(uid=self.next_uid, key=key, first_g=self.head, starts_episode=starts)
+                tr = RefTrajectory(uid=self.next_uid, key=key, first_g=self.head, starts_episode=starts,
+                                   first_t=t[a] if t is not None else 0)
                 self.next_uid += 1
                 self.trajs.append(tr)
             for i in range(a, b):
