@@ -35,7 +35,7 @@ def make_fragment(w: int, eps: int, t0: int, n: int, end: bool) -> dict:
             "terminateds": term, "truncateds": np.zeros(n, bool), "eps_id": np.full(n, eps, np.int64), "t": t}
 
 
-def writer_main(w: int, handle, seconds: float, counter) -> None:
+def writer_main(w: int, handle, seconds: float, counter, complete_only: bool = False) -> None:
     """A writer like a rollout worker with 2 envs: each batch holds a fragment of each env's episode."""
     rng = np.random.default_rng(w)
     envs = []
@@ -61,6 +61,9 @@ def writer_main(w: int, handle, seconds: float, counter) -> None:
         batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
         handle.add(tv.SampleBatch(batch))
         sent += len(batch["t"])
+    if complete_only:
+        handle.flush()
+        sent -= sum(len(p) for parts in handle._pending.values() for p in parts)  # incomplete: never sent
     counter.value += sent
 
 
@@ -82,12 +85,15 @@ def check_slice(b, lo: int, hi: int) -> list[str]:
     return bad
 
 
-def test_processes_write_while_threads_sample():
+@pytest.mark.parametrize("trajs_per_batch", [None, 3])
+def test_processes_write_while_threads_sample(trajs_per_batch):
     ctx = multiprocessing.get_context("fork")
     rb = tv.ReplayBuffer(4_000, sampler=tv.SliceSampler(slice_len=SLICE, seed=0))
     server = tv.ReplayServer(rb, context=ctx, maxsize=16)
     counter = ctx.Value("q", 0)
-    procs = [ctx.Process(target=writer_main, args=(w, server.writer(), SECONDS, counter)) for w in range(4)]
+    seconds = SECONDS if trajs_per_batch is None else min(SECONDS, 3.0)
+    procs = [ctx.Process(target=writer_main, args=(w, server.writer(trajs_per_batch), seconds, counter,
+                                                   trajs_per_batch is not None)) for w in range(4)]
     for p in procs:  # fork before any thread of this process starts
         p.start()
     server.start()
@@ -111,7 +117,7 @@ def test_processes_write_while_threads_sample():
     for th in threads:
         th.start()
     for p in procs:
-        p.join(SECONDS + 60)
+        p.join(seconds + 60)
         assert p.exitcode == 0
     server.close()
     stop.set()
@@ -120,8 +126,11 @@ def test_processes_write_while_threads_sample():
     assert not server.errors, server.errors[:3]
     assert problems == [], sorted(set(problems))
     assert server.steps_added == counter.value > 0
-    assert rb.rows_written() > 3 * rb.capacity  # the ring wrapped under the samplers
-    assert min(slices) > 100
+    assert rb.rows_written() > (3 if trajs_per_batch is None else 1) * rb.capacity  # the ring wrapped
+    assert min(slices) > (100 if trajs_per_batch is None else 10)
+    if trajs_per_batch is not None:
+        # TorchRL's trajs_per_batch: only complete episodes reach the buffer.
+        assert all(not d["open"] and d["starts_episode"] for d in rb.trajectories()[1:])
     # Every stored trajectory is one writer's one episode, its steps in order.
     for tr in rb.trajectories()[-200:]:
         b, _ = rb._gather([(tr["uid"], 0, tr["steps"])], tr["steps"])

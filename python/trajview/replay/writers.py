@@ -19,6 +19,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
+from ..views import SampleBatch, concat_samples
 from .buffer import ReplayBuffer
 
 __all__ = ["ReplayServer", "ReplayWriter", "ray_replay_buffer"]
@@ -28,13 +31,54 @@ _STOP = "__trajview_replay_server_stop__"
 
 class ReplayWriter:
     """A writer's handle (pass it to a `multiprocessing.Process`): `add` sends a batch, pickled whole, to the
-    learner's `ReplayServer`. ``add`` blocks while the server's queue is full (back-pressure)."""
+    learner's `ReplayServer`. ``add`` blocks while the server's queue is full (back-pressure).
 
-    def __init__(self, q: Any) -> None:
+    ``trajs_per_batch=N`` (TorchRL's collector option): only complete trajectories are sent, N per batch.
+    The writer keeps each trajectory's rows (by ``traj_key``, default ``eps_id``) until a row with an end
+    flag (``terminateds | truncateds``) arrives; `flush` sends the complete ones still held (fewer than N).
+    """
+
+    def __init__(self, q: Any, trajs_per_batch: int | None = None, traj_key: str = "eps_id") -> None:
         self._queue = q
+        if trajs_per_batch is not None and (not isinstance(trajs_per_batch, int) or trajs_per_batch < 1):
+            raise ValueError(f"trajs_per_batch must be None or an int >= 1, got {trajs_per_batch!r}")
+        self.trajs_per_batch = trajs_per_batch
+        self.traj_key = traj_key
+        self._pending: dict[int, list[SampleBatch]] = {}
+        self._complete: list[SampleBatch] = []
 
     def add(self, batch: Mapping[str, Any]) -> None:
-        self._queue.put(batch)
+        if self.trajs_per_batch is None:
+            self._queue.put(batch)
+            return
+        b = batch if isinstance(batch, SampleBatch) else SampleBatch(batch)
+        keys = np.asarray(b[self.traj_key])
+        n = len(keys)
+        ends = np.zeros(n, bool)
+        for k in ("terminateds", "truncateds", "dones"):
+            if k in b:
+                ends |= np.asarray(b[k]).reshape(n, -1).any(axis=1)
+        cut = np.ones(n, bool)
+        cut[1:] = (keys[1:] != keys[:-1]) | ends[:-1]
+        starts = np.flatnonzero(cut).tolist()
+        for a, e in zip(starts, starts[1:] + [n]):
+            key = int(keys[a])
+            self._pending.setdefault(key, []).append(b[a:e])
+            if ends[e - 1]:
+                parts = self._pending.pop(key)
+                self._complete.append(parts[0] if len(parts) == 1 else concat_samples(parts))
+        while len(self._complete) >= self.trajs_per_batch:
+            self._send(self._complete[: self.trajs_per_batch])
+            del self._complete[: self.trajs_per_batch]
+
+    def _send(self, trajs: list[SampleBatch]) -> None:
+        self._queue.put(trajs[0] if len(trajs) == 1 else concat_samples(trajs))
+
+    def flush(self) -> None:
+        """Sends the complete trajectories held back (``trajs_per_batch``); incomplete ones stay held."""
+        if self._complete:
+            self._send(self._complete)
+            self._complete = []
 
     extend = add  # TorchRL's name
 
@@ -59,8 +103,10 @@ class ReplayServer:
         self.batches_added = 0
         self.steps_added = 0
 
-    def writer(self) -> ReplayWriter:
-        return ReplayWriter(self._queue)
+    def writer(self, trajs_per_batch: int | None = None, traj_key: str = "eps_id") -> ReplayWriter:
+        """A handle for one writer process (``trajs_per_batch``: send complete trajectories only, see
+        `ReplayWriter`)."""
+        return ReplayWriter(self._queue, trajs_per_batch, traj_key)
 
     def start(self) -> ReplayServer:
         """Starts the thread that adds incoming batches (start writer processes that fork before this)."""
