@@ -123,6 +123,8 @@ def test_processes_write_while_threads_sample(trajs_per_batch):
     stop.set()
     for th in threads:
         th.join()
+    print(f"\n{len(procs)} writers, {seconds:g} s: {server.steps_added} steps in {server.batches_added} batches, "
+          f"{rb.rows_written() / rb.capacity:.1f} rings, {sum(slices)} slices checked, {len(problems)} problems")
     assert not server.errors, server.errors[:3]
     assert problems == [], sorted(set(problems))
     assert server.steps_added == counter.value > 0
