@@ -184,3 +184,28 @@ def test_ray_buffer_actor_takes_whole_batches():
         assert ray.get(buf.num_trajectories.remote()) == 58
     finally:
         ray.shutdown()
+
+
+def test_worker_set_workers_write_complete_trajectories():
+    """WorkerSet workers (processes) send their batches to the learner's buffer themselves, complete
+    trajectories only (trajs_per_batch): no partial episode, none stitched, each from one worker."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    from rollout_helpers import ObsActionPolicy, ScriptedEnv
+
+    rb = tv.ReplayBuffer(10_000, sampler=tv.SliceSampler(slice_len=4, seed=0))
+    server = tv.ReplayServer(rb, context=multiprocessing.get_context("fork"))
+    counter = iter(range(1000))
+    with tv.WorkerSet(lambda cfg: ScriptedEnv((7, 13, 4), env_index=next(counter)), ObsActionPolicy, num_workers=2,
+                      num_envs=2, rollout_fragment_length=10,
+                      callbacks=tv.WriteToReplay(server.writer(trajs_per_batch=2))) as ws:
+        server.start()
+        for _ in range(6):
+            ws.sample()
+    server.close()
+    assert not server.errors and rb.num_trajectories() > 6
+    for tr in rb.trajectories():
+        assert not tr["open"] and tr["starts_episode"] and tr["steps"] in (7, 13, 4)
+        b, _ = rb._gather([(tr["uid"], 0, tr["steps"])], tr["steps"])
+        uid, t = b["obs"][:, 0], b["obs"][:, 1]
+        assert (uid == uid[0]).all() and (t == np.arange(tr["steps"])).all() and (b["t"] == t).all()
+        assert len(set((b["eps_id"] >> 40).tolist())) == 1  # one worker's

@@ -39,7 +39,7 @@ from .policy import Policy
 from . import envs
 
 # Layer 3: rollouts.
-from .rollout import Callbacks, Episode, RolloutWorker, WorkerSet
+from .rollout import Callbacks, Episode, RolloutWorker, WorkerSet, WriteToReplay
 
 # Layer 4: learning (numpy part; the torch part is lazy, below).
 from .algorithms import postprocessing
@@ -97,6 +97,7 @@ __all__ = [
     "RolloutWorker",
     "WorkerSet",
     "WorkerError",
+    "WriteToReplay",
     # learning
     "PPOPolicy",
     "models",

@@ -2,6 +2,7 @@
 
 from .callbacks import Callbacks, Episode
 from .worker import RolloutWorker
+from .replay_writing import WriteToReplay
 from .worker_set import WorkerSet
 
-__all__ = ["Callbacks", "Episode", "RolloutWorker", "WorkerSet"]
+__all__ = ["Callbacks", "Episode", "RolloutWorker", "WorkerSet", "WriteToReplay"]
