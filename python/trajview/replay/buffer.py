@@ -354,6 +354,7 @@ class ReplayBuffer:
                     dt, shape = self._specs[o]
                     next_obs[o] = self._convert(nxt, batch[nxt], dt, shape, n)
             keys, done = self._keys(batch, n)
+            ends = int(done.sum())  # synthetic ids advance past every end of the batch, kept or not
             if n == 0:
                 return 0
             t = None
@@ -376,7 +377,7 @@ class ReplayBuffer:
             if open_after is not None:
                 self._open = open_after
             if not uses_key:
-                self._fallback_key += int(done.sum())
+                self._fallback_key += ends
             return n
 
     @staticmethod
