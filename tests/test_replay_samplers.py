@@ -439,3 +439,13 @@ def test_memmap_storage_same_api_and_samples(tmp_path):
     _same_future(mm, back)
     with pytest.raises(ValueError, match="path"):
         tv.ReplayBuffer(4, storage="memmap")
+
+
+def test_without_replacement_skips_what_was_overwritten_mid_epoch():
+    rb, ref, envs = filled(30, tv.SamplerWithoutReplacement(seed=1), adds=3)
+    rb.sample(4)  # an epoch begins
+    for _ in range(6):  # overwrite everything the epoch holds
+        rb.add(envs.fragment(5))
+    b, info = rb.sample(4, return_info=True)  # no error: the stale rest is dropped, a new epoch begins
+    live = set(rb._impl.step_rows().tolist())
+    assert b.count > 0 and set(info["index"].tolist()) <= live

@@ -403,12 +403,20 @@ class SamplerWithoutReplacement(Sampler):
         picks = np.asarray(impl.locate(units), dtype=np.int64).reshape(-1, 3)
         return picks[picks[:, 0] >= 0]
 
+    def _valid(self, impl: Any, units: np.ndarray) -> np.ndarray:
+        """Which units (absolute rows) still hold a sampleable step."""
+        return np.asarray(impl.locate(units), dtype=np.int64).reshape(-1, 3)[:, 0] >= 0
+
     def _picks(self, impl: Any, count: int, slice_len: int) -> np.ndarray:
         """``count`` units of the current epoch as ``(uid, start, length)`` picks (starting an epoch if due)."""
         with self._lock:
-            for _ in range(4):
+            fresh_epochs = 0
+            while True:
                 left = 0 if self._epoch is None else len(self._epoch) - self._pos
                 if left == 0 or (self.drop_last and left < count):
+                    if fresh_epochs == 2:  # (only if a writer overwrites everything while this runs)
+                        raise ValueError("sample: every item of the epoch was overwritten before it was sampled")
+                    fresh_epochs += 1
                     units = self._units(impl, slice_len)
                     if len(units) == 0:
                         raise ValueError("sample: the replay buffer holds nothing to sample")
@@ -422,12 +430,15 @@ class SamplerWithoutReplacement(Sampler):
                 assert self._epoch is not None
                 take = self._epoch[self._pos:self._pos + count]
                 self._pos += len(take)
+                picks = self._to_picks(impl, take, slice_len)
+                if len(picks) == 0:
+                    # All of them were overwritten since the epoch began: drop the rest that were too, go on.
+                    rest = self._epoch[self._pos:]
+                    self._epoch = np.concatenate([self._epoch[:self._pos], rest[self._valid(impl, rest)]])
+                    continue
                 left = len(self._epoch) - self._pos
                 self.ran_out = left == 0 or (self.drop_last and left < count)
-                picks = self._to_picks(impl, take, slice_len)
-                if len(picks):
-                    return picks
-            raise ValueError("sample: every item left in the epoch was overwritten")
+                return picks
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(drop_last={self.drop_last}, shuffle={self.shuffle})"
@@ -470,6 +481,11 @@ class SliceSamplerWithoutReplacement(_SliceSettings, SamplerWithoutReplacement):
         lengths = np.asarray(impl.trajectory_lengths(), dtype=np.int64).reshape(-1, 2)
         keep = lengths[:, 1] >= (slice_len if self.strict_length else 1)
         return lengths[keep, 0].copy()
+
+    def _valid(self, impl: Any, units: np.ndarray) -> np.ndarray:
+        """Which units (trajectory uids) are still stored."""
+        lengths = np.asarray(impl.trajectory_lengths(), dtype=np.int64).reshape(-1, 2)
+        return np.isin(units, lengths[:, 0])
 
     def _to_picks(self, impl: Any, units: np.ndarray, slice_len: int) -> np.ndarray:
         lengths = np.asarray(impl.trajectory_lengths(), dtype=np.int64).reshape(-1, 2)
