@@ -372,8 +372,14 @@ class ReplayBuffer:
                 if has_next:
                     next_obs = {k: v[first:] for k, v in next_obs.items()}
                 n -= first
-            self._impl.add(data, next_obs, keys, t, done)
-            self._has_next = has_next
+            # Set before the rows become visible: a sampler thread must never see rows with final observations
+            # and build samples without the default new_obs view.
+            was_next, self._has_next = self._has_next, has_next
+            try:
+                self._impl.add(data, next_obs, keys, t, done)
+            except BaseException:
+                self._has_next = was_next
+                raise
             if open_after is not None:
                 self._open = open_after
             if not uses_key:
