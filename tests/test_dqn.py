@@ -30,7 +30,8 @@ def test_dqn_train_writes_metrics_plot_checkpoint_and_resumes(tmp_path, capsys):
     # The buffer stores each observation once: no frame stack column, the stack is a view.
     assert "stack" not in buf["config"]["specs"] and "obs" in buf["config"]["specs"]
     assert set(buf["config"]["views"]) == {"stack", "next_stack"}
-    assert main([*args[:4], "3000", *args[5:], "--resume"]) == 0
+    # --resume finds the DQN run without --algo dqn.
+    assert main(["train", "--timesteps", "3000", "--out", str(out), "--no-progress", "--resume"]) == 0
     state2 = torch.load(out / "checkpoint.pt", weights_only=False)
     assert state2["env_steps"] > state["env_steps"] and state2["resumes"] == 1
     # The restored buffer kept the earlier steps and took the new ones.

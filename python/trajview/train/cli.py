@@ -82,9 +82,9 @@ def _train(args: argparse.Namespace) -> int:
         return 1
     import torch
 
-    if args.algo == "dqn":
-        from .dqn_trainer import train_dqn_from_args
+    from .dqn_trainer import is_dqn_run, train_dqn_from_args
 
+    if args.algo == "dqn" or (args.resume and args.out and is_dqn_run(args.out)):
         return train_dqn_from_args(args, TrainConfig)
     from .trainer import Trainer  # torch: imported once the extra is known to be there
 

@@ -27,7 +27,7 @@ from ..rollout.worker import RolloutWorker
 from ..views import SampleBatch
 from .metrics import append_metrics, plot_learning_curve, read_metrics, truncate_metrics
 
-__all__ = ["DQNConfig", "DQNTrainer", "train_dqn_from_args"]
+__all__ = ["DQNConfig", "DQNTrainer", "is_dqn_run", "train_dqn_from_args"]
 
 log = logging.getLogger("trajview.train")
 
@@ -249,6 +249,16 @@ class DQNTrainer:
             "checkpoint": str(c.checkpoint_path),
             "replay_bytes_per_step": self.buffer.nbytes() / max(1, self.buffer.capacity),
         }
+
+
+def is_dqn_run(out: str) -> bool:
+    """Whether the run directory ``out`` holds a DQN run (its ``config.json``), so ``--resume`` finds it
+    without ``--algo dqn``."""
+    try:
+        cfg = json.loads((Path(out) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(cfg, dict) and cfg.get("model") == DQNConfig.model and "buffer_size" in cfg
 
 
 def train_dqn_from_args(args: argparse.Namespace, ppo_defaults: object) -> int:
