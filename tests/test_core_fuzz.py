@@ -336,8 +336,9 @@ def check_batch(res, spec, training_keys):
 
 
 def check_sample(res, spec, views, pad, slice_len, num_slices):
-    cols, index, slices, count = res
+    cols, index, slices, count, steps_left, weights = res
     assert index.shape == (count,) and slices.shape == (num_slices, 3)
+    assert steps_left.shape == (count,) and (steps_left >= 1).all() and weights.shape == (0,)
     assert count == (num_slices * slice_len if pad else int(slices[:, 2].sum()))
     assert np.all(slices[:, 2] >= 1) and np.all(slices[:, 2] <= slice_len) and np.all(slices[:, 1] >= 0)
     assert cols["is_init"].shape == (count,)

@@ -38,7 +38,7 @@ def gather(rb, picks, slice_len, **kw):
 
 
 def test_views_at_sample_time():
-    rb = tv.ReplayBuffer(32)
+    rb = tv.ReplayBuffer(32, sampler=tv.SliceSampler(slice_len=1))  # slices: the slice end is marked
     rb.add(episode_batch(7, [1, 2, 3, 4]))
     assert len(rb) == 4 and rb.num_trajectories() == 1 and rb.rows_written() == 5
     views = {"new_obs": VR("obs", shift=1), "stack": VR("obs", shift="-2:0"), "prev_actions": VR("actions", shift=-1),
@@ -358,3 +358,15 @@ def test_padding_rows_are_not_marked_truncated():
     assert s["truncateds"].tolist() == [False, True, False, False]
     with pytest.raises(ValueError, match="strict_length=True and pad_output=True cannot go together"):
         tv.SliceSampler(slice_len=4, pad_output=True, strict_length=True)
+
+
+def test_synthetic_ids_advance_past_ends_cut_by_an_oversized_add():
+    """No id column: an add larger than the buffer keeps its newest rows, and the synthetic trajectory ids
+    still count every end flag of the batch (the reference's numbering: found by the property test)."""
+    rb = tv.ReplayBuffer(4)
+    one = lambda n: tv.SampleBatch({"obs": np.arange(n, dtype=np.float32)[:, None],  # noqa: E731
+                                    "new_obs": np.arange(n, dtype=np.float32)[:, None] + 1,
+                                    "terminateds": np.ones(n, bool)})
+    rb.add(one(3))  # 3 one-step episodes (+3 final rows) in 4 rows: the first is dropped
+    rb.add(one(1))
+    assert [d["key"] for d in rb.trajectories()] == [2, 3]  # (the second add was given id 2 again before)

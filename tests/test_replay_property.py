@@ -185,3 +185,59 @@ def test_replay_matches_reference(s, seed):
             want, index = ref.expected([pick], slice_len, views, pad_output=pad)
             same_arrays(got, want, f"gather after add {k}")
             np.testing.assert_array_equal(ginfo["index"], index)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(scripts(), st.integers(0, 2**32 - 1), st.sampled_from(["random", "prioritized", "pslice", "without"]))
+def test_step_samplers_match_reference(s, seed, kind):
+    """RandomSampler, PrioritizedSampler, PrioritizedSliceSampler and SamplerWithoutReplacement on the same random scripts: every
+    pick starts at a step the reference allows, and every array equals the reference's; priorities equal the
+    numpy reference after updates and overwrites."""
+    from trajview.testing.replay_reference import ReferencePriorities
+
+    envs = Envs(s)
+    slice_len = 1 + seed % 3 if kind == "pslice" else 1
+    if kind == "random":
+        sampler = tv.RandomSampler(seed=seed)
+    elif kind == "without":
+        sampler = tv.SamplerWithoutReplacement(seed=seed)
+    elif kind == "prioritized":
+        sampler = tv.PrioritizedSampler(None, 0.7, 0.5, seed=seed)
+    else:
+        sampler = tv.PrioritizedSliceSampler(None, 0.7, 0.5, slice_len=slice_len, strict_length=True, seed=seed)
+    rb = tv.ReplayBuffer(s["capacity"], sampler=sampler)
+    ref = pri = None
+    rng = np.random.default_rng(seed)
+    for k, (frag, num_slices, _, _, _, vi) in enumerate(s["adds"]):
+        batch = envs.batch(frag)
+        if ref is None:
+            if len(batch) == 0:
+                continue
+            ref = ReferenceReplay(s["capacity"], [c for c in batch if c != "new_obs"])
+            pri = ReferencePriorities(ref, 0.7, 0.5)
+        ref.add(batch)
+        rb.add(batch)
+        pri.after_add()
+        views = VIEW_SETS[vi]
+        if not s["with_next"]:
+            views = {n: v for n, v in views.items() if n != "new_obs"}
+        starts = {(u, j) for u, j, _ in ref.start_steps(slice_len, kind == "pslice")}
+        if not starts:
+            with pytest.raises(ValueError):
+                rb.sample(num_slices * slice_len, views=views)
+            continue
+        out, info = rb.sample(num_slices * slice_len, views=views, return_info=True)
+        picks = [tuple(int(x) for x in p) for p in info["slices"]]
+        assert all((u, j) in starts and n == slice_len for u, j, n in picks), (picks, starts)
+        tk = "truncateds" if kind == "pslice" else None
+        want, index = ref.expected(picks, slice_len, views, truncated_key=tk)
+        same_arrays(out, want, f"{kind} add {k}")
+        np.testing.assert_array_equal(info["index"], index)
+        if kind in ("prioritized", "pslice"):
+            np.testing.assert_allclose(info["_weight"], np.repeat([pri.weight(g) for g in index[::slice_len]],
+                                                                  slice_len), rtol=1e-12)
+            p = rng.uniform(0, 3, len(index))
+            rb.update_priority(index, p)
+            pri.update(index.tolist(), p.tolist())
+            rows = np.array(ref.step_rows(), dtype=np.int64)
+            np.testing.assert_allclose(rb.priorities(rows), [pri.leaf[g] for g in rows.tolist()], rtol=1e-12)

@@ -58,7 +58,7 @@ def test_replay_sample_sizes_are_checked(n, pattern):
 def test_replay_views_are_checked():
     rb = tv.ReplayBuffer(100, sampler=tv.SliceSampler(slice_len=2))
     rb.add(tv.SampleBatch({"obs": np.zeros((10, 2), np.float32), "eps_id": np.zeros(10, np.int64), "t": np.arange(10)}))
-    with pytest.raises(TypeError, match=r"views\['x'\] must be a tv.ViewRequirement, got int"):
+    with pytest.raises(TypeError, match=r"views\['x'\] must be a tv.ViewRequirement or a tv.NStep, got int"):
         rb.sample(4, views={"x": 3})
     with pytest.raises(ValueError, match=r"views\['x'\] reads column 'nope', which is not stored"):
         rb.sample(4, views={"x": tv.ViewRequirement("nope")})

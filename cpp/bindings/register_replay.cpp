@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -18,11 +19,24 @@ namespace py = pybind11;
 namespace trajview::bindings {
 namespace {
 
+/// Python objects a C++ object keeps alive; dropped with the GIL held.
+struct HeldRefs {
+  py::object refs;
+  HeldRefs() = default;
+  HeldRefs(const HeldRefs&) = delete;
+  HeldRefs& operator=(const HeldRefs&) = delete;
+  ~HeldRefs() {
+    py::gil_scoped_acquire gil;
+    refs = py::object();
+  }
+};
+
 using I64Array = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>;
 
 class PyReplay {
  public:
-  PyReplay(std::int64_t capacity, const py::list& columns) : store_(capacity, parse_columns(columns)) {}
+  PyReplay(std::int64_t capacity, const py::list& columns, const py::object& rings)
+      : store_(make_store(capacity, columns, rings)) {}
 
   /// data: every column, [n, *shape], exact dtype. next_obs: {obs column: [n, *shape]} (may be empty).
   void add(const py::dict& data, const py::dict& next_obs, const py::array& keys, const py::object& t,
@@ -76,18 +90,135 @@ class PyReplay {
 
   py::tuple sample(std::int64_t num_slices, std::int64_t slice_len, bool strict, bool pad, std::uint64_t seed,
                    const py::list& views, const std::optional<std::string>& truncated,
-                   const std::optional<std::string>& done) {
+                   const std::optional<std::string>& done, int mode, double beta) {
     SliceRequest req = request(slice_len, pad, truncated, done);
     req.num_slices = num_slices;
     req.strict_length = strict;
     req.seed = seed;
+    if (mode < 0 || mode > 2) throw py::value_error("sample: mode must be 0, 1 or 2, got " + std::to_string(mode));
     auto vs = parse_views(views);
     ReplayBatch b;
     {
       py::gil_scoped_release release;
-      b = store_.sample(req, vs);
+      b = store_.sample(req, static_cast<SampleMode>(mode), beta, vs);
     }
     return to_python(b);
+  }
+
+  void enable_priorities(double alpha, double eps) { store_.enable_priorities(alpha, eps); }
+
+  std::int64_t update_priority(const py::array& rows, const py::array& priorities) {
+    I64Array r = I64Array::ensure(rows);
+    auto p = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(priorities);
+    if (!r || !p || r.ndim() != 1 || p.ndim() != 1)
+      throw py::value_error("update_priority: index and priority must be 1-D arrays");
+    std::span<const std::int64_t> rs(r.data(), static_cast<std::size_t>(r.shape(0)));
+    std::span<const double> ps(p.data(), static_cast<std::size_t>(p.shape(0)));
+    py::gil_scoped_release release;
+    return store_.update_priority(rs, ps);
+  }
+
+  py::array_t<double> priority_leaves(const py::array& rows) const {
+    I64Array r = I64Array::ensure(rows);
+    if (!r || r.ndim() != 1) throw py::value_error("priorities: index must be a 1-D int array");
+    std::vector<double> v;
+    {
+      py::gil_scoped_release release;
+      v = store_.priority_leaves(std::span<const std::int64_t>(r.data(), static_cast<std::size_t>(r.shape(0))));
+    }
+    return vec_to_array(v);
+  }
+
+  double max_priority() const { return store_.max_priority(); }
+  bool prioritized() const { return store_.prioritized(); }
+
+  py::array_t<std::int64_t> step_rows() const { return vec_to_array(store_.step_rows()); }
+
+  py::array_t<std::int64_t> locate(const py::array& rows) const {
+    I64Array r = I64Array::ensure(rows);
+    if (!r || r.ndim() != 1) throw py::value_error("locate: rows must be a 1-D int array");
+    auto picks = store_.locate(std::span<const std::int64_t>(r.data(), static_cast<std::size_t>(r.shape(0))));
+    return picks_to_array(picks);
+  }
+
+  py::array_t<std::int64_t> trajectory_lengths() const {
+    auto v = store_.trajectory_lengths();
+    py::array_t<std::int64_t> out({static_cast<py::ssize_t>(v.size()), py::ssize_t{2}});
+    auto o = out.mutable_unchecked<2>();
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      o(static_cast<py::ssize_t>(i), 0) = v[i].first;
+      o(static_cast<py::ssize_t>(i), 1) = v[i].second;
+    }
+    return out;
+  }
+
+  /// Trajectories as one int64 array per field (compact for persistence).
+  py::dict meta() const {
+    const ReplayMeta m = store_.meta();
+    py::dict d;
+    d["head"] = m.head;
+    d["next_uid"] = m.next_uid;
+    const auto nt = m.trajectories.size();
+    std::vector<std::int64_t> tr_fields;  // uid, key, first_g, steps, last_t, open, starts_episode, npieces
+    std::vector<std::int64_t> pieces;     // g0, n, step0, tail
+    tr_fields.reserve(nt * 8);
+    for (const auto& t : m.trajectories) {
+      tr_fields.insert(tr_fields.end(), {t.uid, t.key, t.first_g, t.steps, t.last_t, t.open ? 1 : 0,
+                                         t.starts_episode ? 1 : 0, static_cast<std::int64_t>(t.pieces.size())});
+      for (const auto& p : t.pieces) pieces.insert(pieces.end(), {p.g0, p.n, p.step0, p.tail ? 1 : 0});
+    }
+    d["trajectories"] = vec_to_array(tr_fields).attr("reshape")(static_cast<py::ssize_t>(nt), 8);
+    d["pieces"] = vec_to_array(pieces).attr("reshape")(static_cast<py::ssize_t>(pieces.size() / 4), 4);
+    d["prioritized"] = m.prioritized;
+    d["alpha"] = m.alpha;
+    d["eps"] = m.eps;
+    d["max_priority"] = m.max_priority;
+    d["leaves"] = vec_to_array(m.leaves);
+    return d;
+  }
+
+  void restore(const py::dict& d) {
+    ReplayMeta m;
+    m.head = d["head"].cast<std::int64_t>();
+    m.next_uid = d["next_uid"].cast<std::int64_t>();
+    I64Array tr = I64Array::ensure(d["trajectories"]);
+    I64Array pc = I64Array::ensure(d["pieces"]);
+    if (!tr || !pc || tr.ndim() != 2 || tr.shape(1) != 8 || pc.ndim() != 2 || pc.shape(1) != 4)
+      throw py::value_error("restore: trajectories must be (n, 8) and pieces (m, 4) int arrays");
+    py::ssize_t p = 0;
+    for (py::ssize_t i = 0; i < tr.shape(0); ++i) {
+      ReplayTrajectory t;
+      t.uid = tr.at(i, 0);
+      t.key = tr.at(i, 1);
+      t.first_g = tr.at(i, 2);
+      t.steps = tr.at(i, 3);
+      t.last_t = tr.at(i, 4);
+      t.open = tr.at(i, 5) != 0;
+      t.starts_episode = tr.at(i, 6) != 0;
+      const std::int64_t np = tr.at(i, 7);
+      if (np < 0 || np > pc.shape(0) - p) throw py::value_error("restore: pieces do not match trajectories");
+      for (std::int64_t j = 0; j < np; ++j, ++p)
+        t.pieces.push_back(ReplayPiece{pc.at(p, 0), pc.at(p, 1), pc.at(p, 2), pc.at(p, 3) != 0});
+      m.trajectories.push_back(std::move(t));
+    }
+    if (p != pc.shape(0)) throw py::value_error("restore: pieces do not match trajectories");
+    m.prioritized = d["prioritized"].cast<bool>();
+    m.alpha = d["alpha"].cast<double>();
+    m.eps = d["eps"].cast<double>();
+    m.max_priority = d["max_priority"].cast<double>();
+    auto lv = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(d["leaves"]);
+    if (!lv || lv.ndim() != 1) throw py::value_error("restore: leaves must be a 1-D float array");
+    m.leaves.assign(lv.data(), lv.data() + lv.shape(0));
+    store_.restore(std::move(m));
+  }
+
+  /// Column c's ring as a writable uint8 array that keeps `self` alive (persistence).
+  static py::array column_view(const py::object& self, std::size_t c) {
+    auto& me = self.cast<PyReplay&>();
+    if (c >= me.store_.columns().size()) throw py::index_error("column_view: no column " + std::to_string(c));
+    const auto n = static_cast<py::ssize_t>(static_cast<std::size_t>(me.store_.capacity()) *
+                                           me.store_.columns()[c].row_bytes());
+    return py::array(py::dtype("uint8"), {n}, {py::ssize_t{1}}, me.store_.column_data(c), self);
   }
 
   py::tuple gather(const py::array& picks, std::int64_t slice_len, bool pad, const py::list& views,
@@ -144,20 +275,58 @@ class PyReplay {
     return req;
   }
 
+  /// A store over its own memory, or over `rings` (one writable, C-contiguous uint8 array of capacity x row
+  /// bytes per column, e.g. numpy memmaps), which it keeps alive.
+  static ReplayStore make_store(std::int64_t capacity, const py::list& columns, const py::object& rings) {
+    auto specs = parse_columns(columns);
+    if (rings.is_none()) return ReplayStore(capacity, std::move(specs));
+    py::list rl = rings.cast<py::list>();
+    if (rl.size() != specs.size())
+      throw py::value_error("rings: expected one array per column (" + std::to_string(specs.size()) + "), got " +
+                            std::to_string(rl.size()));
+    if (capacity < 1) throw py::value_error("capacity must be >= 1, got " + std::to_string(capacity));
+    std::vector<std::byte*> ptrs;
+    for (std::size_t c = 0; c < specs.size(); ++c) {
+      py::array a = py::array::ensure(rl[c]);
+      const std::size_t want = static_cast<std::size_t>(capacity) * specs[c].row_bytes();
+      if (!a || !(a.flags() & py::array::c_style) || !a.writeable() || a.itemsize() != 1 ||
+          static_cast<std::size_t>(a.nbytes()) != want)
+        throw py::value_error("rings: column '" + specs[c].name + "' needs a writable C-contiguous uint8 array of " +
+                              std::to_string(want) + " bytes");
+      ptrs.push_back(static_cast<std::byte*>(a.mutable_data()));
+    }
+    // The arrays stay alive as long as the store: a Python reference, released with the GIL held.
+    auto owner = std::make_shared<HeldRefs>();
+    owner->refs = rl;
+    return ReplayStore(capacity, std::move(specs), std::move(ptrs), std::move(owner));
+  }
+
+  template <class T>
+  static py::array_t<T> vec_to_array(const std::vector<T>& v) {
+    py::array_t<T> a(static_cast<py::ssize_t>(v.size()));
+    if (!v.empty()) std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(T));
+    return a;
+  }
+
+  static py::array_t<std::int64_t> picks_to_array(const std::vector<SlicePick>& picks) {
+    py::array_t<std::int64_t> slices({static_cast<py::ssize_t>(picks.size()), py::ssize_t{3}});
+    auto s = slices.mutable_unchecked<2>();
+    for (std::size_t i = 0; i < picks.size(); ++i) {
+      const auto ii = static_cast<py::ssize_t>(i);
+      s(ii, 0) = picks[i].uid;
+      s(ii, 1) = picks[i].start;
+      s(ii, 2) = picks[i].length;
+    }
+    return slices;
+  }
+
   static py::tuple to_python(const ReplayBatch& b) {
     py::dict cols;
     for (const auto& c : b.columns) cols[py::str(c.name)] = wrap(c);
     py::array_t<std::int64_t> index(static_cast<py::ssize_t>(b.index.size()));
     if (!b.index.empty()) std::memcpy(index.mutable_data(), b.index.data(), b.index.size() * sizeof(std::int64_t));
-    py::array_t<std::int64_t> slices({static_cast<py::ssize_t>(b.slices.size()), py::ssize_t{3}});
-    auto s = slices.mutable_unchecked<2>();
-    for (std::size_t i = 0; i < b.slices.size(); ++i) {
-      const auto ii = static_cast<py::ssize_t>(i);
-      s(ii, 0) = b.slices[i].uid;
-      s(ii, 1) = b.slices[i].start;
-      s(ii, 2) = b.slices[i].length;
-    }
-    return py::make_tuple(cols, index, slices, b.count);
+    return py::make_tuple(cols, index, picks_to_array(b.slices), b.count, vec_to_array(b.steps_left),
+                          vec_to_array(b.weights));
   }
 
   ReplayStore store_;
@@ -167,11 +336,24 @@ class PyReplay {
 
 void register_replay(py::module_& m) {
   py::class_<PyReplay>(m, "_Replay", "The C++ replay storage; use trajview.ReplayBuffer.")
-      .def(py::init<std::int64_t, const py::list&>(), py::arg("capacity"), py::arg("columns"))
+      .def(py::init<std::int64_t, const py::list&, const py::object&>(), py::arg("capacity"), py::arg("columns"),
+           py::arg("rings") = py::none())
       .def("add", &PyReplay::add, py::arg("data"), py::arg("next_obs"), py::arg("keys"), py::arg("t"),
            py::arg("done"))
       .def("sample", &PyReplay::sample, py::arg("num_slices"), py::arg("slice_len"), py::arg("strict_length"),
-           py::arg("pad_output"), py::arg("seed"), py::arg("views"), py::arg("truncated_key"), py::arg("done_key"))
+           py::arg("pad_output"), py::arg("seed"), py::arg("views"), py::arg("truncated_key"), py::arg("done_key"),
+           py::arg("mode") = 0, py::arg("beta") = 0.0)
+      .def("enable_priorities", &PyReplay::enable_priorities, py::arg("alpha"), py::arg("eps"))
+      .def("update_priority", &PyReplay::update_priority, py::arg("rows"), py::arg("priorities"))
+      .def("priority_leaves", &PyReplay::priority_leaves, py::arg("rows"))
+      .def("max_priority", &PyReplay::max_priority)
+      .def("prioritized", &PyReplay::prioritized)
+      .def("step_rows", &PyReplay::step_rows)
+      .def("locate", &PyReplay::locate, py::arg("rows"))
+      .def("trajectory_lengths", &PyReplay::trajectory_lengths)
+      .def("meta", &PyReplay::meta)
+      .def("restore", &PyReplay::restore, py::arg("meta"))
+      .def("column_view", &PyReplay::column_view, py::arg("column"))
       .def("gather", &PyReplay::gather, py::arg("picks"), py::arg("slice_len"), py::arg("pad_output"),
            py::arg("views"), py::arg("truncated_key"), py::arg("done_key"))
       .def("trajectories", &PyReplay::trajectories)

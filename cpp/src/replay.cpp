@@ -5,6 +5,7 @@
 #include "trajview/replay.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -31,7 +32,11 @@ std::int64_t ReplayTrajectory::tail_g() const noexcept {
 }
 
 ReplayStore::ReplayStore(std::int64_t capacity, std::vector<ColumnSpec> columns)
-    : capacity_(capacity), columns_(std::move(columns)) {
+    : ReplayStore(capacity, std::move(columns), {}, nullptr) {}
+
+ReplayStore::ReplayStore(std::int64_t capacity, std::vector<ColumnSpec> columns, std::vector<std::byte*> rings,
+                         std::shared_ptr<const void> owner)
+    : capacity_(capacity), columns_(std::move(columns)), owner_(std::move(owner)) {
   if (capacity_ < 1) throw std::invalid_argument("capacity must be >= 1, got " + std::to_string(capacity_));
   if (capacity_ > kMaxCapacity)
     throw std::invalid_argument("capacity must be <= " + std::to_string(kMaxCapacity) + " (kMaxCapacity), got " +
@@ -46,7 +51,20 @@ ReplayStore::ReplayStore(std::int64_t capacity, std::vector<ColumnSpec> columns)
     bytes.push_back(check_bytes(checked_mul(static_cast<std::size_t>(capacity_), col.row_bytes(), what),
                                 kMaxAllocBytes, what));
   }
-  for (std::size_t b : bytes) data_.push_back(allocate_aligned(b));
+  if (rings.empty()) {
+    for (std::size_t b : bytes) owned_.push_back(allocate_aligned(b));
+    for (auto& o : owned_) base_.push_back(o.get());
+  } else {
+    if (rings.size() != columns_.size())
+      throw std::invalid_argument("expected one ring per column (" + std::to_string(columns_.size()) + "), got " +
+                                  std::to_string(rings.size()));
+    for (std::size_t c = 0; c < rings.size(); ++c)
+      if (rings[c] == nullptr && bytes[c] > 0)
+        throw std::invalid_argument("column '" + columns_[c].name + "': its ring is null");
+    base_ = std::move(rings);
+  }
+  row_uid_.assign(static_cast<std::size_t>(capacity_), -1);
+  row_step_.assign(static_cast<std::size_t>(capacity_), -1);
 }
 
 std::int64_t ReplayStore::column_index(const std::string& name) const noexcept {
@@ -146,7 +164,7 @@ void ReplayStore::add(std::int64_t n, std::span<const ArrayIn> inputs, std::span
       const std::size_t rb = columns_[c].row_bytes();
       if (rb == 0) continue;
       const auto* src = static_cast<const std::byte*>(inputs[c].data) + u0 * rb;
-      std::byte* base = data_[c].get();
+      std::byte* base = base_[c];
       // At most two contiguous runs (the ring wraps once per add piece at most).
       std::int64_t done_rows = 0;
       while (done_rows < len) {
@@ -163,6 +181,18 @@ void ReplayStore::add(std::int64_t n, std::span<const ArrayIn> inputs, std::span
         else
           std::memset(dst, 0, rb);
       }
+    }
+    for (std::int64_t i = 0; i < len; ++i) {
+      const auto r = static_cast<std::size_t>((head_ + i) % capacity_);
+      row_uid_[r] = tr->uid;
+      row_step_[r] = tr->steps + i;
+      if (prio_) prio_->set(r, default_leaf());
+    }
+    if (with_next) {
+      const auto r = static_cast<std::size_t>((head_ + len) % capacity_);
+      row_uid_[r] = -1;
+      row_step_[r] = -1;
+      if (prio_) prio_->set(r, 0.0);
     }
     tr->pieces.push_back(ReplayPiece{head_, len, tr->steps, with_next});
     tr->steps += len;
@@ -187,6 +217,16 @@ void ReplayStore::drop_overwritten() {
   while (!trajs_.empty() && trajs_.front().first_g < head_ - capacity_) {
     const auto& f = trajs_.front();
     if (auto it = open_.find(f.key); it != open_.end() && it->second == f.uid) open_.erase(it);
+    // Its rows that are not overwritten yet hold no sampleable step any more.
+    for (const auto& pc : f.pieces) {
+      for (std::int64_t g = std::max(pc.g0, head_ - capacity_); g < pc.g0 + pc.n; ++g) {
+        const auto r = static_cast<std::size_t>(g % capacity_);
+        if (row_uid_[r] != f.uid) continue;
+        row_uid_[r] = -1;
+        row_step_[r] = -1;
+        if (prio_) prio_->set(r, 0.0);
+      }
+    }
     live_steps_ -= f.steps;
     trajs_.pop_front();
   }
@@ -216,6 +256,181 @@ std::size_t ReplayStore::nbytes() const noexcept {
 std::vector<ReplayTrajectory> ReplayStore::trajectories() const {
   std::shared_lock lock(mu_);
   return {trajs_.begin(), trajs_.end()};
+}
+
+std::int64_t ReplayStore::abs_row(std::int64_t r) const noexcept {
+  if (head_ <= capacity_) return r;
+  const std::int64_t lo = head_ - capacity_;
+  return lo + ((r - lo % capacity_) % capacity_ + capacity_) % capacity_;
+}
+
+const ReplayTrajectory* ReplayStore::step_at(std::int64_t g, std::int64_t* step) const noexcept {
+  if (g < 0 || g >= head_ || g < head_ - capacity_) return nullptr;
+  const auto r = static_cast<std::size_t>(g % capacity_);
+  if (row_step_[r] < 0) return nullptr;
+  const ReplayTrajectory* tr = find(row_uid_[r]);
+  if (tr == nullptr) return nullptr;
+  *step = row_step_[r];
+  return tr;
+}
+
+double ReplayStore::default_leaf() const noexcept { return std::pow(max_priority_ + eps_, alpha_); }
+
+void ReplayStore::enable_priorities(double alpha, double eps) {
+  if (!(alpha >= 0.0) || !std::isfinite(alpha))
+    throw std::invalid_argument("alpha must be finite and >= 0, got " + std::to_string(alpha));
+  if (!(eps >= 0.0) || !std::isfinite(eps))
+    throw std::invalid_argument("eps must be finite and >= 0, got " + std::to_string(eps));
+  auto tree = std::make_unique<SumTree>(static_cast<std::size_t>(capacity_));
+  std::unique_lock lock(mu_);
+  alpha_ = alpha;
+  eps_ = eps;
+  max_priority_ = 1.0;
+  const double leaf = std::pow(max_priority_ + eps_, alpha_);
+  for (std::size_t r = 0; r < row_step_.size(); ++r)
+    if (row_step_[r] >= 0 && find(row_uid_[r]) != nullptr) tree->set(r, leaf);
+  prio_ = std::move(tree);
+}
+
+std::int64_t ReplayStore::update_priority(std::span<const std::int64_t> rows, std::span<const double> priorities) {
+  if (rows.size() != priorities.size())
+    throw std::invalid_argument("update_priority: " + std::to_string(rows.size()) + " rows but " +
+                                std::to_string(priorities.size()) + " priorities");
+  for (double p : priorities)
+    if (!(p >= 0.0) || !std::isfinite(p))
+      throw std::invalid_argument("update_priority: priorities must be finite and >= 0, got " + std::to_string(p));
+  std::unique_lock lock(mu_);
+  if (!prio_) throw std::invalid_argument("update_priority: this replay buffer has no priorities (not prioritized)");
+  std::int64_t set = 0;
+  double mx = max_priority_;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    std::int64_t step = 0;
+    if (step_at(rows[i], &step) == nullptr) continue;
+    mx = std::max(mx, priorities[i]);
+    prio_->set(static_cast<std::size_t>(rows[i] % capacity_), std::pow(priorities[i] + eps_, alpha_));
+    ++set;
+  }
+  max_priority_ = mx;
+  return set;
+}
+
+std::vector<double> ReplayStore::priority_leaves(std::span<const std::int64_t> rows) const {
+  std::shared_lock lock(mu_);
+  if (!prio_) throw std::invalid_argument("priorities: this replay buffer has no priorities (not prioritized)");
+  std::vector<double> out;
+  out.reserve(rows.size());
+  for (std::int64_t g : rows) {
+    std::int64_t step = 0;
+    out.push_back(step_at(g, &step) == nullptr ? 0.0 : prio_->get(static_cast<std::size_t>(g % capacity_)));
+  }
+  return out;
+}
+
+double ReplayStore::max_priority() const {
+  std::shared_lock lock(mu_);
+  return max_priority_;
+}
+
+std::vector<std::int64_t> ReplayStore::step_rows() const {
+  std::shared_lock lock(mu_);
+  std::vector<std::int64_t> out;
+  out.reserve(static_cast<std::size_t>(live_steps_));
+  for (const auto& tr : trajs_)
+    for (const auto& pc : tr.pieces)
+      for (std::int64_t i = 0; i < pc.n; ++i) out.push_back(pc.g0 + i);
+  return out;
+}
+
+std::vector<SlicePick> ReplayStore::locate(std::span<const std::int64_t> rows) const {
+  std::shared_lock lock(mu_);
+  std::vector<SlicePick> out;
+  out.reserve(rows.size());
+  for (std::int64_t g : rows) {
+    std::int64_t step = 0;
+    const ReplayTrajectory* tr = step_at(g, &step);
+    out.push_back(tr == nullptr ? SlicePick{-1, 0, 0} : SlicePick{tr->uid, step, 1});
+  }
+  return out;
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> ReplayStore::trajectory_lengths() const {
+  std::shared_lock lock(mu_);
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  out.reserve(trajs_.size());
+  for (const auto& tr : trajs_) out.emplace_back(tr.uid, tr.steps);
+  return out;
+}
+
+ReplayMeta ReplayStore::meta() const {
+  std::shared_lock lock(mu_);
+  ReplayMeta m;
+  m.head = head_;
+  m.next_uid = next_uid_;
+  m.trajectories.assign(trajs_.begin(), trajs_.end());
+  m.prioritized = prio_ != nullptr;
+  m.alpha = alpha_;
+  m.eps = eps_;
+  m.max_priority = max_priority_;
+  if (prio_) m.leaves = prio_->leaves();
+  return m;
+}
+
+void ReplayStore::reindex_rows() {
+  std::fill(row_uid_.begin(), row_uid_.end(), -1);
+  std::fill(row_step_.begin(), row_step_.end(), -1);
+  for (const auto& tr : trajs_) {
+    for (const auto& pc : tr.pieces) {
+      for (std::int64_t i = 0; i < pc.n; ++i) {
+        const auto r = static_cast<std::size_t>((pc.g0 + i) % capacity_);
+        row_uid_[r] = tr.uid;
+        row_step_[r] = pc.step0 + i;
+      }
+    }
+  }
+}
+
+void ReplayStore::restore(ReplayMeta m) {
+  // Validate everything first: a restore that throws changes nothing.
+  if (m.head < 0 || m.next_uid < 0) throw std::invalid_argument("restore: head and next_uid must be >= 0");
+  std::int64_t prev_uid = -1, live = 0;
+  for (const auto& tr : m.trajectories) {
+    if (tr.uid <= prev_uid || tr.uid >= m.next_uid)
+      throw std::invalid_argument("restore: trajectory uids must increase and be below next_uid");
+    if (prev_uid >= 0 && tr.uid != prev_uid + 1)
+      throw std::invalid_argument("restore: trajectory uids must be consecutive");
+    prev_uid = tr.uid;
+    std::int64_t steps = 0;
+    for (const auto& pc : tr.pieces) {
+      if (pc.n < 0 || pc.step0 != steps || pc.g0 < m.head - capacity_ || pc.g0 + pc.n + (pc.tail ? 1 : 0) > m.head)
+        throw std::invalid_argument("restore: trajectory " + std::to_string(tr.uid) +
+                                    " has a piece outside the stored rows");
+      steps += pc.n;
+    }
+    if (steps != tr.steps || tr.pieces.empty() || tr.first_g != tr.pieces.front().g0)
+      throw std::invalid_argument("restore: trajectory " + std::to_string(tr.uid) + " is inconsistent");
+    live += steps;
+  }
+  std::unique_ptr<SumTree> tree;
+  if (m.prioritized) {
+    if (m.leaves.size() != static_cast<std::size_t>(capacity_))
+      throw std::invalid_argument("restore: expected " + std::to_string(capacity_) + " priority leaves, got " +
+                                  std::to_string(m.leaves.size()));
+    tree = std::make_unique<SumTree>(static_cast<std::size_t>(capacity_));
+    for (std::size_t r = 0; r < m.leaves.size(); ++r) tree->set(r, m.leaves[r]);
+  }
+  std::unique_lock lock(mu_);
+  head_ = m.head;
+  next_uid_ = m.next_uid;
+  trajs_.assign(m.trajectories.begin(), m.trajectories.end());
+  live_steps_ = live;
+  open_.clear();
+  for (const auto& tr : trajs_)
+    if (tr.open) open_[tr.key] = tr.uid;
+  prio_ = std::move(tree);
+  alpha_ = m.alpha;
+  eps_ = m.eps;
+  max_priority_ = m.max_priority;
+  reindex_rows();
 }
 
 }  // namespace trajview

@@ -5,6 +5,7 @@
 #include "trajview/replay.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -69,37 +70,121 @@ void ReplayStore::check_views(std::span<const ViewSpec> views) const {
 }
 
 ReplayBatch ReplayStore::sample(const SliceRequest& req, std::span<const ViewSpec> views) const {
+  return sample(req, SampleMode::PerTrajectory, 0.0, views);
+}
+
+ReplayBatch ReplayStore::sample(const SliceRequest& req, SampleMode mode, double beta,
+                                std::span<const ViewSpec> views) const {
   check_request(req, columns_.size());
   if (req.num_slices < 1) throw std::invalid_argument("num_slices must be >= 1, got " + std::to_string(req.num_slices));
   check_rows(req.num_slices, req, "sample", "num_slices");
   check_views(views);
+  if (mode == SampleMode::Prioritized && (!(beta >= 0.0) || !std::isfinite(beta)))
+    throw std::invalid_argument("beta must be finite and >= 0, got " + std::to_string(beta));
   std::shared_lock lock(mu_);
-  std::vector<std::size_t> eligible;
-  eligible.reserve(trajs_.size());
-  for (std::size_t i = 0; i < trajs_.size(); ++i) {
-    const auto s = trajs_[i].steps;
-    if (s > 0 && (!req.strict_length || s >= req.slice_len)) eligible.push_back(i);
-  }
-  if (eligible.empty()) {
-    if (req.strict_length && live_steps_ > 0)
-      throw std::invalid_argument("sample: no stored trajectory has slice_len=" + std::to_string(req.slice_len) +
-                                  " steps or more (strict_length=True)");
-    throw std::invalid_argument("sample: the replay buffer holds no steps");
-  }
+  if (live_steps_ == 0) throw std::invalid_argument("sample: the replay buffer holds no steps");
+  if (mode == SampleMode::Prioritized && !prio_)
+    throw std::invalid_argument("sample: prioritized sampling needs priorities (not enabled on this buffer)");
   std::mt19937_64 rng(req.seed);
   std::vector<SlicePick> picks;
   picks.reserve(static_cast<std::size_t>(req.num_slices));
-  for (std::int64_t k = 0; k < req.num_slices; ++k) {
+  std::vector<double> weights;
+  const std::int64_t L = req.slice_len;
+  // Whether step `step` of `tr` may start a slice.
+  const auto can_start = [&](const ReplayTrajectory& tr, std::int64_t step) {
+    return !req.strict_length || step <= tr.steps - L;
+  };
+  const auto pick_at = [&](const ReplayTrajectory& tr, std::int64_t step) {
+    return SlicePick{tr.uid, step, std::min(L, tr.steps - step)};
+  };
+
+  if (mode == SampleMode::PerTrajectory) {
+    std::vector<std::size_t> eligible;
+    eligible.reserve(trajs_.size());
+    for (std::size_t i = 0; i < trajs_.size(); ++i) {
+      const auto s = trajs_[i].steps;
+      if (s > 0 && (!req.strict_length || s >= L)) eligible.push_back(i);
+    }
+    if (eligible.empty())
+      throw std::invalid_argument("sample: no stored trajectory has slice_len=" + std::to_string(L) +
+                                  " steps or more (strict_length=True)");
     std::uniform_int_distribution<std::size_t> pick_traj(0, eligible.size() - 1);
-    const auto& tr = trajs_[eligible[pick_traj(rng)]];
-    if (tr.steps >= req.slice_len) {
-      std::uniform_int_distribution<std::int64_t> pick_start(0, tr.steps - req.slice_len);
-      picks.push_back(SlicePick{tr.uid, pick_start(rng), req.slice_len});
+    for (std::int64_t k = 0; k < req.num_slices; ++k) {
+      const auto& tr = trajs_[eligible[pick_traj(rng)]];
+      if (tr.steps >= L) {
+        std::uniform_int_distribution<std::int64_t> pick_start(0, tr.steps - L);
+        picks.push_back(SlicePick{tr.uid, pick_start(rng), L});
+      } else {
+        picks.push_back(SlicePick{tr.uid, 0, tr.steps});
+      }
+    }
+    return build(std::move(picks), req, views);
+  }
+
+  // PerStep / Prioritized: draw a ring row (uniformly over the written rows,
+  // or from the priority tree), keep it when it holds a step that may start a
+  // slice. Rejection keeps the distribution exact (uniform / proportional
+  // over the eligible steps); after too many rejections, the eligible steps
+  // are enumerated instead.
+  const std::int64_t lo = std::max<std::int64_t>(0, head_ - capacity_);
+  double p_min = 0.0;
+  if (mode == SampleMode::Prioritized) {
+    if (!(prio_->total() > 0.0)) throw std::invalid_argument("sample: every stored priority is 0");
+    p_min = prio_->min_positive();
+  }
+  const auto leaf_of = [&](std::int64_t g) {
+    return mode == SampleMode::Prioritized ? prio_->get(static_cast<std::size_t>(g % capacity_)) : 1.0;
+  };
+  std::int64_t budget = checked_add<std::int64_t>(checked_mul<std::int64_t>(req.num_slices, 64, "sample"), 1024,
+                                                  "sample");
+  std::uniform_int_distribution<std::int64_t> pick_row(lo, head_ - 1);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  while (static_cast<std::int64_t>(picks.size()) < req.num_slices && budget-- > 0) {
+    std::int64_t g = 0;
+    if (mode == SampleMode::Prioritized) {
+      g = abs_row(static_cast<std::int64_t>(prio_->find(unit(rng) * prio_->total())));
     } else {
-      picks.push_back(SlicePick{tr.uid, 0, tr.steps});
+      g = pick_row(rng);
+    }
+    std::int64_t step = 0;
+    const ReplayTrajectory* tr = step_at(g, &step);
+    if (tr == nullptr || !can_start(*tr, step)) continue;
+    if (mode == SampleMode::Prioritized && !(leaf_of(g) > 0.0)) continue;
+    picks.push_back(pick_at(*tr, step));
+    if (mode == SampleMode::Prioritized) weights.push_back(std::pow(leaf_of(g) / p_min, -beta));
+  }
+  if (static_cast<std::int64_t>(picks.size()) < req.num_slices) {
+    // Few eligible steps among the rows: enumerate them with their masses.
+    std::vector<std::pair<std::int64_t, std::int64_t>> starts;  // (uid index, step)
+    std::vector<double> cum;
+    double total = 0.0;
+    for (std::size_t ti = 0; ti < trajs_.size(); ++ti) {
+      const auto& tr = trajs_[ti];
+      for (std::int64_t j = 0; j < tr.steps && can_start(tr, j); ++j) {
+        const double m = leaf_of(step_g(tr, j));
+        if (!(m > 0.0)) continue;
+        total += m;
+        starts.emplace_back(static_cast<std::int64_t>(ti), j);
+        cum.push_back(total);
+      }
+    }
+    if (starts.empty())
+      throw std::invalid_argument("sample: no stored step can start a slice of slice_len=" + std::to_string(L) +
+                                  " steps (strict_length=True)" +
+                                  std::string(mode == SampleMode::Prioritized ? " with a priority above 0" : ""));
+    while (static_cast<std::int64_t>(picks.size()) < req.num_slices) {
+      const double m = unit(rng) * total;
+      auto it = std::upper_bound(cum.begin(), cum.end(), m);
+      if (it == cum.end()) --it;
+      const auto& [ti, j] = starts[static_cast<std::size_t>(it - cum.begin())];
+      const auto& tr = trajs_[static_cast<std::size_t>(ti)];
+      picks.push_back(pick_at(tr, j));
+      if (mode == SampleMode::Prioritized) weights.push_back(std::pow(leaf_of(step_g(tr, j)) / p_min, -beta));
     }
   }
-  return build(std::move(picks), req, views);
+  ReplayBatch out = build(std::move(picks), req, views);
+  out.weights = std::move(weights);
+  return out;
 }
 
 ReplayBatch ReplayStore::gather(std::span<const SlicePick> picks, const SliceRequest& req,
@@ -209,7 +294,7 @@ ReplayBatch ReplayStore::build(std::vector<SlicePick> picks, const SliceRequest&
     bc.shape.insert(bc.shape.end(), col.shape.begin(), col.shape.end());
     bc.buffer = std::make_shared<Buffer>(view_bytes[vi]);
     std::byte* dst = bc.buffer->data();
-    const std::byte* base = data_[c].get();
+    const std::byte* base = base_[c];
     for (std::size_t k = 0; k < ns && rb > 0; ++k) {
       const auto& pk = picks[k];
       const SliceRows& r = rows[k];
@@ -259,6 +344,7 @@ ReplayBatch ReplayStore::build(std::vector<SlicePick> picks, const SliceRequest&
     mb = reinterpret_cast<bool*>(mask.buffer->data());
   }
   out.index.resize(static_cast<std::size_t>(out.count));
+  out.steps_left.resize(static_cast<std::size_t>(out.count));
   for (std::size_t k = 0; k < ns; ++k) {
     const auto& pk = picks[k];
     for (std::int64_t r = row_off[k]; r < row_off[k + 1]; ++r) {
@@ -267,6 +353,7 @@ ReplayBatch ReplayStore::build(std::vector<SlicePick> picks, const SliceRequest&
       ib[r] = i == 0 || (j == 0 && rows[k].tr->starts_episode);
       if (mb != nullptr) mb[r] = r - row_off[k] < pk.length;
       out.index[static_cast<std::size_t>(r)] = row_of(rows[k], j);
+      out.steps_left[static_cast<std::size_t>(r)] = rows[k].tr->steps - j;
     }
   }
   out.columns.push_back(std::move(init));

@@ -489,3 +489,92 @@ TEST(Replay, OneWriterManySamplersSeeNoTornRows) {
 
 }  // namespace
 }  // namespace trajview
+
+namespace trajview {
+namespace {
+
+TEST(ReplayModes, PerStepIsUniformOverStepsAndNeverCrossesAnEnd) {
+  auto s = make_store(64);
+  add(s, {1, 2}, {1, 1}, {0, 1}, {0, 1});           // 2 steps
+  add(s, {10, 11, 12, 13, 14, 15}, {2, 2, 2, 2, 2, 2}, {0, 1, 2, 3, 4, 5}, {0, 0, 0, 0, 0, 1});  // 6 steps
+  SliceRequest req;
+  req.num_slices = 16000;
+  req.slice_len = 1;
+  req.seed = 3;
+  const auto views = basic_views();
+  auto b = s.sample(req, SampleMode::PerStep, 0.0, views);
+  std::vector<int> counts(16, 0);
+  for (auto o : column<float>(b, "obs")) ++counts[static_cast<std::size_t>(o)];
+  for (int o : {1, 2, 10, 11, 12, 13, 14, 15}) EXPECT_NEAR(counts[static_cast<std::size_t>(o)] / 16000.0, 1.0 / 8, 0.015);
+  // Slices of 3 (strict): only starts with 3 steps left.
+  req.slice_len = 3;
+  req.strict_length = true;
+  req.num_slices = 200;
+  b = s.sample(req, SampleMode::PerStep, 0.0, views);
+  for (const auto& p : b.slices) {
+    EXPECT_EQ(p.uid, 1);
+    EXPECT_LE(p.start, 3);
+    EXPECT_EQ(p.length, 3);
+  }
+  EXPECT_EQ(b.steps_left.size(), 600u);
+}
+
+TEST(ReplayModes, PrioritiesFollowTorchRLAndResetOnOverwrite) {
+  auto s = make_store(8);
+  s.enable_priorities(0.5, 0.0);
+  add(s, {1, 2, 3}, {1, 1, 1}, {0, 1, 2}, {0, 0, 1});  // rows 0..2, final obs at 3
+  EXPECT_EQ(s.priority_leaves(std::vector<std::int64_t>{0, 1, 2, 3}), (std::vector<double>{1, 1, 1, 0}));
+  EXPECT_EQ(s.update_priority(std::vector<std::int64_t>{0, 3, 99}, std::vector<double>{9.0, 1.0, 1.0}), 1);
+  EXPECT_DOUBLE_EQ(s.priority_leaves(std::vector<std::int64_t>{0})[0], 3.0);
+  EXPECT_DOUBLE_EQ(s.max_priority(), 9.0);
+  SliceRequest req;
+  req.num_slices = 20000;
+  req.slice_len = 1;
+  req.seed = 5;
+  auto b = s.sample(req, SampleMode::Prioritized, 1.0, basic_views());
+  int first = 0;
+  for (std::size_t i = 0; i < b.index.size(); ++i) {
+    if (b.index[i] == 0) {
+      ++first;
+      EXPECT_DOUBLE_EQ(b.weights[i], 1.0 / 3.0);  // (3 / 1) ^ -1
+    } else {
+      EXPECT_DOUBLE_EQ(b.weights[i], 1.0);
+    }
+  }
+  EXPECT_NEAR(first / 20000.0, 3.0 / 5.0, 0.015);
+  // New steps get (max priority + eps) ^ alpha = 3; overwriting rows 0..2 resets them.
+  add(s, {7, 8, 9, 10, 11}, {2, 2, 2, 2, 2}, {0, 1, 2, 3, 4}, {0, 0, 0, 0, 1});  // rows 4..8, final at 9
+  EXPECT_EQ(s.num_trajectories(), 1);
+  EXPECT_EQ(s.priority_leaves(std::vector<std::int64_t>{0, 4, 8, 9}), (std::vector<double>{0, 3, 3, 0}));
+  EXPECT_EQ(s.update_priority(std::vector<std::int64_t>{0, 1}, std::vector<double>{4.0, 4.0}), 0);  // gone
+}
+
+TEST(ReplayModes, MetaRestoreRoundTrips) {
+  auto s = make_store(16);
+  s.enable_priorities(1.0, 0.0);
+  add(s, {1, 2, 3}, {1, 1, 1}, {0, 1, 2}, {0, 0, 0});
+  add(s, {5, 6}, {2, 2}, {0, 1}, {0, 1});
+  (void)s.update_priority(std::vector<std::int64_t>{1}, std::vector<double>{5.0});
+  auto t = make_store(16);
+  t.restore(s.meta());
+  for (std::size_t c = 0; c < 3; ++c)
+    std::memcpy(t.column_data(c), s.column_data(c), 16 * s.columns()[c].row_bytes());
+  EXPECT_EQ(t.step_rows(), s.step_rows());
+  EXPECT_EQ(t.priority_leaves(s.step_rows()), s.priority_leaves(s.step_rows()));
+  SliceRequest req;
+  req.num_slices = 50;
+  req.seed = 9;
+  auto a = s.sample(req, SampleMode::Prioritized, 0.4, basic_views());
+  auto b = t.sample(req, SampleMode::Prioritized, 0.4, basic_views());
+  EXPECT_EQ(column<float>(a, "stack"), column<float>(b, "stack"));
+  EXPECT_EQ(a.weights, b.weights);
+  ReplayMeta bad = s.meta();
+  bad.trajectories[0].steps = 99;
+  EXPECT_THROW(t.restore(bad), std::invalid_argument);
+  // The continuation still joins the open trajectory after a restore.
+  add(t, {4}, {1}, {3}, {1});
+  EXPECT_EQ(t.trajectories()[0].steps, 4);
+}
+
+}  // namespace
+}  // namespace trajview

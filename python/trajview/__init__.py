@@ -24,12 +24,22 @@ from .views import LazyView, MultiAgentBatch, SampleBatch, ViewRequirement, conc
 
 # Layer 2: the stores, policies and envs.
 from .collect import Collector
-from .replay import ReplayBuffer, SliceSampler
+from .replay import (
+    NStep,
+    PrioritizedSampler,
+    PrioritizedSliceSampler,
+    RandomSampler,
+    ReplayBuffer,
+    ReplayServer,
+    SamplerWithoutReplacement,
+    SliceSampler,
+    SliceSamplerWithoutReplacement,
+)
 from .policy import Policy
 from . import envs
 
 # Layer 3: rollouts.
-from .rollout import AsyncBatch, Callbacks, Episode, MeanStdFilter, RolloutWorker, WorkerSet
+from .rollout import AsyncBatch, Callbacks, Episode, MeanStdFilter, RolloutWorker, WorkerSet, WriteToReplay
 
 # Layer 4: learning (numpy part; the torch part is lazy, below).
 from .algorithms import postprocessing
@@ -75,8 +85,15 @@ __all__ = [
     # the stores, policies and envs
     "Collector",
     "Policy",
+    "NStep",
+    "PrioritizedSampler",
+    "PrioritizedSliceSampler",
+    "RandomSampler",
     "ReplayBuffer",
+    "ReplayServer",
+    "SamplerWithoutReplacement",
     "SliceSampler",
+    "SliceSamplerWithoutReplacement",
     "TorchPolicy",
     "envs",
     # rollouts
@@ -87,6 +104,7 @@ __all__ = [
     "WorkerSet",
     "WorkerError",
     "AsyncBatch",
+    "WriteToReplay",
     # learning
     "PPOPolicy",
     "models",

@@ -8,16 +8,19 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <shared_mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "trajview/batch.h"
 #include "trajview/buffer.h"
 #include "trajview/dtype.h"
 #include "trajview/spec.h"
+#include "trajview/sum_tree.h"
 
 namespace trajview {
 
@@ -79,14 +82,47 @@ struct SlicePick {
   std::int64_t length = 0;
 };
 
+/// How `sample` picks its slices.
+enum class SampleMode {
+  /// A trajectory uniformly among the eligible ones, then a start uniformly
+  /// (TorchRL's SliceSampler).
+  PerTrajectory,
+  /// A start step uniformly among all stored steps that may start a slice
+  /// (TorchRL's RandomSampler for slice_len 1).
+  PerStep,
+  /// A start step with probability proportional to its priority leaf among
+  /// the steps that may start a slice (TorchRL's PrioritizedSampler and
+  /// PrioritizedSliceSampler); each slice gets the importance weight
+  /// (leaf / min positive leaf) ^ -beta.
+  Prioritized,
+};
+
 /// A sampled batch: one column per requested view, plus `is_init` (and
 /// `mask` when padded); `index` is each output row's absolute stored row
-/// (padding rows repeat their slice's last).
+/// (padding rows repeat their slice's last); `steps_left` is, per output row,
+/// the steps of its trajectory from that row's step on (1 at the last
+/// stored step); `weights` holds one importance weight per slice
+/// (Prioritized only, else empty).
 struct ReplayBatch {
   std::int64_t count = 0;
   std::vector<BatchColumn> columns;
   std::vector<SlicePick> slices;
   std::vector<std::int64_t> index;
+  std::vector<std::int64_t> steps_left;
+  std::vector<double> weights;
+};
+
+/// The bookkeeping of a ReplayStore besides its column rows (persistence).
+struct ReplayMeta {
+  std::int64_t head = 0;
+  std::int64_t next_uid = 0;
+  std::vector<ReplayTrajectory> trajectories;  ///< oldest first
+  /// Priorities: enabled, alpha, eps, max priority and one leaf per ring row.
+  bool prioritized = false;
+  double alpha = 1.0;
+  double eps = 1e-8;
+  double max_priority = 1.0;
+  std::vector<double> leaves;
 };
 
 /// A circular buffer of `capacity` rows per column, each env step stored once.
@@ -113,13 +149,23 @@ struct ReplayBatch {
 /// setting, bound and value); every buffer a sample builds must fit
 /// kMaxAllocBytes (std::length_error naming the view).
 ///
-/// Thread safety: `add` takes the lock exclusively, `sample` and the
-/// accessors share it, so one writer and any number of samplers can run at
-/// once without torn rows.
+/// Priorities (optional, `enable_priorities`): one sum-tree leaf per ring row,
+/// (p + eps)^alpha for a stored step, 0 for final-observation rows and rows of
+/// dropped trajectories. A newly written step gets TorchRL's default
+/// (max priority + eps)^alpha, so an overwritten row's priority is reset.
+///
+/// Thread safety: `add` and `update_priority` take the lock exclusively,
+/// `sample` and the accessors share it, so writers and any number of
+/// samplers can run at once without torn rows.
 class ReplayStore {
  public:
   /// Columns of kind Observation may take next observations in `add`.
   ReplayStore(std::int64_t capacity, std::vector<ColumnSpec> columns);
+  /// The same, with the rows in memory the caller provides (e.g. memory-mapped
+  /// files): `rings[c]` points to capacity x row bytes of column c, valid and
+  /// not moved while `owner` (held until the store is destroyed) lives.
+  ReplayStore(std::int64_t capacity, std::vector<ColumnSpec> columns, std::vector<std::byte*> rings,
+              std::shared_ptr<const void> owner);
   ReplayStore(const ReplayStore&) = delete;
   ReplayStore& operator=(const ReplayStore&) = delete;
 
@@ -142,6 +188,47 @@ class ReplayStore {
   /// in `views` (ViewSpec.column names a stored column) into fresh buffers.
   ReplayBatch sample(const SliceRequest& req, std::span<const ViewSpec> views) const;
 
+  /// Samples req.num_slices slices as `mode` says (PerTrajectory is `sample`
+  /// above). PerStep and Prioritized pick a start step; with strict_length
+  /// only steps with slice_len steps from them on may start, otherwise the
+  /// slice is cut at its trajectory's end. `beta` is the importance-weight
+  /// exponent (Prioritized). Throws std::invalid_argument when nothing can
+  /// be sampled or priorities are not enabled for Prioritized.
+  ReplayBatch sample(const SliceRequest& req, SampleMode mode, double beta, std::span<const ViewSpec> views) const;
+
+  /// Turns priorities on (before or after adds: stored steps get the default
+  /// priority). alpha >= 0, eps >= 0 (std::invalid_argument otherwise).
+  void enable_priorities(double alpha, double eps);
+  bool prioritized() const noexcept { return prio_ != nullptr; }
+  /// Sets the priority of each stored step at absolute row rows[i] to
+  /// priorities[i] (leaf (p + eps)^alpha; the max priority grows to p), as
+  /// TorchRL's update_priority. Rows that no longer hold a sampleable step
+  /// (overwritten, dropped, final observations) are skipped; returns how many
+  /// were set. Priorities must be finite and >= 0.
+  std::int64_t update_priority(std::span<const std::int64_t> rows, std::span<const double> priorities);
+  /// The leaf of each absolute row (0 where it holds no sampleable step).
+  std::vector<double> priority_leaves(std::span<const std::int64_t> rows) const;
+  double max_priority() const;
+
+  /// The absolute row of every sampleable step, oldest trajectory first.
+  std::vector<std::int64_t> step_rows() const;
+  /// (uid, step, 1) of the step at each absolute row, or uid -1 where the row
+  /// holds no sampleable step any more.
+  std::vector<SlicePick> locate(std::span<const std::int64_t> rows) const;
+  /// (uid, steps) of every sampleable trajectory, oldest first.
+  std::vector<std::pair<std::int64_t, std::int64_t>> trajectory_lengths() const;
+
+  /// Everything but the rows (under the shared lock).
+  ReplayMeta meta() const;
+  /// Replaces the bookkeeping by `m` (from meta() of a store with the same
+  /// capacity and columns); the rows must be restored through column_data.
+  /// Validates m (std::invalid_argument) before changing anything.
+  void restore(ReplayMeta m);
+  /// Column c's ring: capacity x row bytes. The caller locks out writers
+  /// (persistence runs with no concurrent add).
+  std::byte* column_data(std::size_t c) noexcept { return base_[c]; }
+  const std::byte* column_data(std::size_t c) const noexcept { return base_[c]; }
+
   /// Builds the views of explicitly given slices (no randomness).
   ReplayBatch gather(std::span<const SlicePick> picks, const SliceRequest& req, std::span<const ViewSpec> views) const;
 
@@ -159,18 +246,33 @@ class ReplayStore {
   void check_views(std::span<const ViewSpec> views) const;
   ReplayBatch build(std::vector<SlicePick> picks, const SliceRequest& req, std::span<const ViewSpec> views) const;
   const ReplayTrajectory* find(std::int64_t uid) const noexcept;
+  /// The sampleable step at absolute row g: its trajectory and step, or nullptr.
+  const ReplayTrajectory* step_at(std::int64_t g, std::int64_t* step) const noexcept;
+  /// The absolute row that ring position r holds now.
+  std::int64_t abs_row(std::int64_t r) const noexcept;
+  double default_leaf() const noexcept;
+  /// Rebuilds row_uid_/row_step_ (and zeroes leaves of rows without a step) from trajs_.
+  void reindex_rows();
   /// Absolute row of step j of t (0 <= j < t.steps).
   static std::int64_t step_g(const ReplayTrajectory& t, std::int64_t j) noexcept;
   void drop_overwritten();
 
   std::int64_t capacity_;
   std::vector<ColumnSpec> columns_;
-  std::vector<AlignedBytes> data_;  // per column: capacity rows
+  std::vector<AlignedBytes> owned_;     // per column: capacity rows (empty with caller-provided rings)
+  std::vector<std::byte*> base_;        // per column: its ring (owned_ or the caller's)
+  std::shared_ptr<const void> owner_;   // keeps caller-provided rings alive
   std::int64_t head_ = 0;           // next absolute row to write
   std::deque<ReplayTrajectory> trajs_;
   std::int64_t next_uid_ = 0;
   std::int64_t live_steps_ = 0;
   std::unordered_map<std::int64_t, std::int64_t> open_;  // key -> uid of its open trajectory
+  std::vector<std::int64_t> row_uid_;   // per ring row: uid of the trajectory whose step it holds, or -1
+  std::vector<std::int64_t> row_step_;  // per ring row: that step, or -1 (final observation, unused)
+  std::unique_ptr<SumTree> prio_;       // priority leaves per ring row (null: not prioritized)
+  double alpha_ = 1.0;
+  double eps_ = 1e-8;
+  double max_priority_ = 1.0;
   mutable std::shared_mutex mu_;
 };
 

@@ -113,6 +113,13 @@ class Collector:
             )
 
         self.view_requirements: dict[str, ViewRequirement] = user_views
+        #: Batch columns built as views of another column or at another shift (frame stacks, new_obs, previous
+        #: actions, recurrent state read back): batches name them in ``SampleBatch.view_columns``.
+        self._view_columns = frozenset(
+            name
+            for name, vr in view_requirements.items()
+            if vr.column(name) not in BOUNDARY_COLUMNS and (vr.column(name) != name or vr.adds_axis or vr.shift_from != 0)
+        )
         initial_rows = dict(initial_rows or {})
         col_list = []
         for name, (dt, shape) in specs.items():
@@ -226,6 +233,7 @@ class Collector:
             rows = (s["row_offset"], s["row_offset"] + s["length"])
             seqs = (s["seq_offset"], s["seq_offset"] + s["num_seqs"]) if num_seqs else None
             out.append(SampleBatch._segment(cols, rows, seqs, keys))
+            out[-1].view_columns = self._view_columns.intersection(cols)
         return out
 
     def build_flat_batch(self, complete_only: bool = False, hold: Any = None) -> SampleBatch:
@@ -236,7 +244,9 @@ class Collector:
         """
         cols, segs, keys, num_seqs = self._build(complete_only, hold)
         count = sum(int(s["length"]) for s in segs)
-        return SampleBatch._segment(cols, (0, count), (0, num_seqs) if num_seqs else None, keys)
+        out = SampleBatch._segment(cols, (0, count), (0, num_seqs) if num_seqs else None, keys)
+        out.view_columns = self._view_columns.intersection(cols)
+        return out
 
     def _build(self, complete_only: Any, hold: Any) -> tuple[dict, list, frozenset, int]:
         raw, segs, seq_keys, _count, num_seqs = self._impl.build_batch(bool(complete_only), hold)

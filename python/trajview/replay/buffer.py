@@ -27,8 +27,11 @@ row per piece when the batches carry ``new_obs``.
 
 from __future__ import annotations
 
+import os
+import pickle
 import threading
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,9 +52,15 @@ from ..views.columns import (
     column_specs,
 )
 from ..views.nest import SEP, expand_views, is_nested_value, leaf_names, space_specs
-from .samplers import SliceSampler
+from .nstep import NStep
+from .samplers import RandomSampler, Sampler
 
 __all__ = ["ReplayBuffer"]
+
+#: A view of `ReplayBuffer.sample`: a `ViewRequirement`, or an `NStep` return.
+AnyView = ViewRequirement | NStep
+#: Prefix of the window views an `NStep` reads (dropped from the sample).
+_NSTEP_TMP = "__nstep__"
 
 #: Columns computed at sample time, never stored.
 _COMPUTED = (IS_INIT, "mask")
@@ -61,11 +70,54 @@ _END_FLAGS = (TERMINATEDS, TRUNCATEDS, DONES)
 _TRAJ_KEYS = (EPS_ID, "traj_ids")
 
 
-def _stored_by_default(key: str, next_columns: set[str], seq_keys: frozenset[str]) -> bool:
+def _write_all(path: Path, data: np.ndarray) -> None:
+    """Writes a contiguous uint8 array to a new file, from its memory (no copy), however large."""
+    view = memoryview(data).cast("B")  # type: ignore[arg-type]
+    with open(path, "wb", buffering=0) as f:
+        done = 0
+        while done < len(view):
+            done += f.write(view[done:]) or 0
+
+
+def _read_into(path: Path, out: np.ndarray) -> int:
+    """Reads a file into a contiguous uint8 array (no copy); returns the bytes read (the file's size at most)."""
+    view = memoryview(out).cast("B")  # type: ignore[arg-type]
+    with open(path, "rb", buffering=0) as f:
+        done = 0
+        while done < len(view):
+            got = f.readinto(view[done:])
+            if not got:
+                break
+            done += got
+        if done == len(view) and f.read(1):
+            return done + 1  # longer than expected
+    return done
+
+
+def _as_numpy(x: Any) -> Any:
+    """A torch tensor (detached, on the CPU) or anything array-like, for np.asarray."""
+    if hasattr(x, "detach") and hasattr(x, "cpu"):
+        return x.detach().cpu().numpy()
+    return x
+
+
+def _view_columns(batch: Mapping[str, Any]) -> frozenset[str]:
+    """The batch's columns that are views of other columns, as its collector named them
+    (`SampleBatch.view_columns`). (Whether a column is held as a `LazyView` says nothing: a worker's ``obs``
+    column is one too.)"""
+    return batch.view_columns if isinstance(batch, SampleBatch) else frozenset()
+
+
+def _stored_by_default(
+    key: str, next_columns: set[str], seq_keys: frozenset[str], views: frozenset[str] = frozenset()
+) -> bool:
     """Whether a batch column is stored when the buffer is not told which: not a next-observation column
-    (nor a leaf of one), nothing computed at sample time, no ``infos``, nothing per-sequence."""
+    (nor a leaf of one), not a view of another column (a frame stack, previous actions: `_view_columns`),
+    nothing computed at sample time, no ``infos``, nothing per-sequence."""
     return (
-        key not in next_columns
+        key not in views
+        and key.split(SEP, 1)[0] not in views
+        and key not in next_columns
         and key.split(SEP, 1)[0] not in next_columns
         and key not in _COMPUTED
         and key != SampleBatch.INFOS
@@ -107,17 +159,35 @@ class ReplayBuffer:
         self,
         capacity: int,
         *,
-        sampler: SliceSampler | None = None,
+        sampler: Sampler | None = None,
         batch_size: int | None = None,
         columns: Iterable[str] | Mapping[str, Any] | None = None,
-        views: Mapping[str, ViewRequirement] | None = None,
+        views: Mapping[str, AnyView] | None = None,
         next_obs: Mapping[str, str] | None = None,
+        storage: str = "memory",
+        path: str | os.PathLike[str] | None = None,
     ) -> None:
         self._capacity = positive_int("capacity", capacity)
+        if storage not in ("memory", "memmap"):
+            raise ValueError(f"storage must be 'memory' or 'memmap', got {storage!r}")
+        if storage == "memmap" and path is None:
+            raise ValueError("storage='memmap' needs path= (a directory for the column files)")
+        if storage == "memory" and path is not None:
+            raise ValueError("path= is for storage='memmap' only")
+        self._storage = storage
+        self._path = None if path is None else Path(path)
+        self._rings: list[np.ndarray] | None = None
         if sampler is None:
-            sampler = SliceSampler(slice_len=1)
-        if not isinstance(sampler, SliceSampler):
-            raise TypeError(f"sampler must be a tv.SliceSampler, got {type(sampler).__name__}")
+            sampler = RandomSampler()
+        if not isinstance(sampler, Sampler):
+            raise TypeError(
+                f"sampler must be a trajview sampler (tv.RandomSampler, tv.SliceSampler, tv.PrioritizedSampler, ...), "
+                f"got {type(sampler).__name__}"
+            )
+        cap = getattr(sampler, "max_capacity", None)
+        if cap is not None and cap != self._capacity:
+            raise ValueError(f"{type(sampler).__name__}: max_capacity={cap} differs from the buffer's capacity "
+                             f"{self._capacity}; pass max_capacity=None or the same value")
         self.sampler = sampler
         self.batch_size = None if batch_size is None else positive_int("batch_size", batch_size)
         self._next_obs = dict(_DEFAULT_NEXT_OBS if next_obs is None else next_obs)
@@ -139,15 +209,18 @@ class ReplayBuffer:
             for c in self._explicit_columns:
                 if c in _COMPUTED or c in self._next_obs.values():
                     raise ValueError(f"column {c!r} is computed at sample time; it cannot be stored")
-        self._views = None if views is None else self._check_views(views)
+        self._nsteps: dict[str, NStep] = {}
+        self._views: dict[str, ViewRequirement] | None = None
+        if views is not None:
+            self._views, self._nsteps = self._check_views(views)
         self._default_views = views is None
         self._impl: _core._Replay | None = None
         self._has_next = False
         self._traj_key: str | None = None
         self._end_keys: tuple[str, ...] = ()
         self._fallback_key = 0  # next synthetic trajectory id (no traj_key column)
-        #: Trajectories not ended yet: key -> last t (to refuse ids reused by two writers).
-        self._open: dict[int, int] = {}
+        #: Trajectories not ended yet: key -> (first t, last t) (to refuse ids reused by two writers).
+        self._open: dict[int, tuple[int, int]] = {}
         self._lock = threading.Lock()
         if self._specs is not None:
             self._create()
@@ -155,11 +228,17 @@ class ReplayBuffer:
     # -- schema --------------------------------------------------------------
 
     @staticmethod
-    def _check_views(views: Mapping[str, ViewRequirement]) -> dict[str, ViewRequirement]:
-        out = {}
+    def _check_views(views: Mapping[str, AnyView]) -> tuple[dict[str, ViewRequirement], dict[str, NStep]]:
+        out: dict[str, ViewRequirement] = {}
+        nsteps: dict[str, NStep] = {}
         for name, vr in views.items():
+            if isinstance(vr, NStep):
+                if str(name).startswith(_NSTEP_TMP):
+                    raise ValueError(f"views[{name!r}]: names starting with {_NSTEP_TMP!r} are reserved")
+                nsteps[str(name)] = vr
+                continue
             if not isinstance(vr, ViewRequirement):
-                raise TypeError(f"views[{name!r}] must be a tv.ViewRequirement, got {type(vr).__name__}")
+                raise TypeError(f"views[{name!r}] must be a tv.ViewRequirement or a tv.NStep, got {type(vr).__name__}")
             if vr.batch_repeat_value != 1:
                 raise ValueError(
                     f"views[{name!r}]: batch_repeat_value must be 1 for replay samples, got {vr.batch_repeat_value}"
@@ -167,7 +246,7 @@ class ReplayBuffer:
             if name in _COMPUTED:
                 raise ValueError(f"views[{name!r}]: {name!r} is computed by the sampler; use another name")
             out[str(name)] = vr
-        return out
+        return out, nsteps
 
     def _create(self) -> None:
         assert self._specs is not None
@@ -187,7 +266,9 @@ class ReplayBuffer:
                     self._next_obs[leaf] = nxt + leaf[len(o):]
         obs = set(self._next_obs)
         spec = [(n, np.dtype(dt).name, list(shape), n in obs) for n, (dt, shape) in self._specs.items()]
-        self._impl = _core._Replay(self._capacity, spec)
+        self._impl = _core._Replay(self._capacity, spec, self._make_rings())
+        if self.sampler.prioritized:
+            self._impl.enable_priorities(self.sampler.alpha, self.sampler.eps)  # type: ignore[attr-defined]
         if self._views is None:
             self._views = {
                 nxt: ViewRequirement(o, shift=1) for o, nxt in self._next_obs.items() if o in self._specs
@@ -205,7 +286,8 @@ class ReplayBuffer:
         nexts = set(self._next_obs.values())
         names = self._explicit_columns
         if names is None:
-            names = tuple(k for k in batch if _stored_by_default(k, nexts, seq))
+            vcols = _view_columns(batch)
+            names = tuple(k for k in batch if _stored_by_default(k, nexts, seq, vcols))
             if not names:
                 raise ValueError(f"add: the batch has no column to store, got columns {list(batch)}")
         specs = {}
@@ -249,8 +331,9 @@ class ReplayBuffer:
             if self._explicit_columns is None:
                 nexts = set(self._next_obs.values())
                 seq = batch.seq_keys if isinstance(batch, SampleBatch) else frozenset()
+                vcols = _view_columns(batch)
                 for k in batch:
-                    if k not in self._specs and _stored_by_default(k, nexts, seq):
+                    if k not in self._specs and _stored_by_default(k, nexts, seq, vcols):
                         raise ValueError(
                             f"add: column {k!r} is not stored (stored: {list(self._specs)}); "
                             f"pass columns=[...] to choose what the buffer keeps"
@@ -271,6 +354,7 @@ class ReplayBuffer:
                     dt, shape = self._specs[o]
                     next_obs[o] = self._convert(nxt, batch[nxt], dt, shape, n)
             keys, done = self._keys(batch, n)
+            ends = int(done.sum())  # synthetic ids advance past every end of the batch, kept or not
             if n == 0:
                 return 0
             t = None
@@ -288,12 +372,18 @@ class ReplayBuffer:
                 if has_next:
                     next_obs = {k: v[first:] for k, v in next_obs.items()}
                 n -= first
-            self._impl.add(data, next_obs, keys, t, done)
-            self._has_next = has_next
+            # Set before the rows become visible: a sampler thread must never see rows with final observations
+            # and build samples without the default new_obs view.
+            was_next, self._has_next = self._has_next, has_next
+            try:
+                self._impl.add(data, next_obs, keys, t, done)
+            except BaseException:
+                self._has_next = was_next
+                raise
             if open_after is not None:
                 self._open = open_after
             if not uses_key:
-                self._fallback_key += int(done.sum())
+                self._fallback_key += ends
             return n
 
     @staticmethod
@@ -315,22 +405,24 @@ class ReplayBuffer:
             first += 1
         return n
 
-    def _check_writers(self, keys: np.ndarray, t: np.ndarray, done: np.ndarray) -> dict[int, int]:
+    def _check_writers(self, keys: np.ndarray, t: np.ndarray, done: np.ndarray) -> dict[int, tuple[int, int]]:
         """Refuses a trajectory id that two writers use at once (their steps would be glued into one trajectory).
 
         One writer's ``t`` only grows along a trajectory id: a piece whose key is the key of a trajectory that
-        has not ended, but whose ``t`` is not after that trajectory's last step, means two trajectories share an
-        id (e.g. two workers left at ``worker_index=0``). (A piece that skips ahead, ``t`` > last + 1, is a later
-        fragment of the same trajectory with steps missing: it starts a trajectory of its own.) Returns the open
-        trajectories (key -> last ``t``) after this batch, kept once the add succeeds.
+        has not ended, but whose ``t`` overlaps that trajectory's stored steps (from its first ``t`` to its
+        last), means two trajectories share an id (e.g. two workers left at ``worker_index=0``). A piece that
+        skips ahead (``t`` > last + 1: steps missing) or that ends before the open trajectory's first ``t`` (an
+        earlier fragment arriving late) is a fragment of the same episode that is not contiguous with what is
+        stored: it starts a trajectory of its own (and the open one is not continued any more). Returns the open
+        trajectories (key -> (first ``t``, last ``t``)) after this batch, kept once the add succeeds.
         """
         state = dict(self._open)
         starts = self._pieces(keys, done)
         ends = np.r_[starts[1:], len(keys)] - 1
         for s, e in zip(starts.tolist(), ends.tolist()):
             k = int(keys[s])
-            last = state.get(k)
-            if last is not None and int(t[s]) <= last:
+            first, last = state.get(k, (None, None))
+            if last is not None and first is not None and int(t[s]) <= last and int(t[e]) >= first:
                 raise ValueError(
                     f"add: trajectory id {k} (column {self.sampler.traj_key or 'eps_id'!r}) is reused: a piece "
                     f"starting at t={int(t[s])} arrived while the trajectory with that id is open at t={last}. Two "
@@ -339,8 +431,10 @@ class ReplayBuffer:
                 )
             if done[e]:
                 state.pop(k, None)
+            elif last is not None and first is not None and int(t[s]) == last + 1:
+                state[k] = (first, int(t[e]))  # joins the open trajectory
             else:
-                state[k] = int(t[e])
+                state[k] = (int(t[s]), int(t[e]))  # a trajectory of its own
         return state
 
     def _uses_traj_key(self, batch: Mapping[str, Any]) -> bool:
@@ -397,14 +491,25 @@ class ReplayBuffer:
 
     # -- sampling ------------------------------------------------------------
 
-    def _view_specs(self, views: Mapping[str, ViewRequirement] | None) -> list[tuple[str, str, list[int], bool, str]]:
+    def _view_specs(
+        self, views: Mapping[str, AnyView] | None
+    ) -> tuple[list[tuple[str, str, list[int], bool, str]], dict[str, NStep]]:
+        """The C++ view specs of a sample (stored columns, views, the window views of each `NStep`) and its
+        `NStep` views."""
         assert self._specs is not None
-        extra = self._views if views is None else expand_views(self._check_views(views), self._specs)
+        if views is None:
+            extra, nsteps = self._views, self._nsteps
+        else:
+            vrs, nsteps = self._check_views(views)
+            extra = expand_views(vrs, self._specs)
         assert extra is not None
         if views is None and self._default_views and not self._has_next:
             # The default new_obs views only when the added batches carried new_obs: never invented.
             nexts = set(self._next_obs.values())
             extra = {k: v for k, v in extra.items() if k not in nexts}
+        extra = dict(extra)
+        for name, ns in nsteps.items():
+            extra.update(self._nstep_views(name, ns))
         out = [(k, k, [0], False, "zero") for k in self._specs]
         for name, vr in extra.items():
             col = vr.column(name)
@@ -413,6 +518,32 @@ class ReplayBuffer:
             if name in self._specs:
                 raise ValueError(f"views[{name!r}]: {name!r} is a stored column; give the view another name")
             out.append((name, col, [int(s) for s in vr.shift_arr], vr.adds_axis, vr.padding))
+        return out, nsteps
+
+    def _nstep_views(self, name: str, ns: NStep) -> dict[str, ViewRequirement]:
+        """The window views one `NStep` reads: rewards and flags at ``0 .. n-1``, observations at ``1 .. n``."""
+        assert self._specs is not None
+        if not self._has_next:
+            raise ValueError(
+                f"views[{name!r}]: NStep bootstraps from the observation after each window, so the added batches "
+                f"must carry next observations (new_obs); these did not"
+            )
+        if ns.reward_key not in self._specs:
+            raise ValueError(f"views[{name!r}]: NStep reads column {ns.reward_key!r}, which is not stored")
+        obs = [ns.obs_key] if ns.obs_key in self._specs else leaf_names(ns.obs_key, self._specs)
+        if not obs or not all(o in self._next_obs for o in obs):
+            raise ValueError(
+                f"views[{name!r}]: NStep reads observation column {ns.obs_key!r}, which is not a stored observation "
+                f"column with next observations; stored: {list(self._specs)}"
+            )
+        n = ns.n
+        tmp = f"{_NSTEP_TMP}{name}"
+        out = {f"{tmp}|r": ViewRequirement(ns.reward_key, shift=list(range(n)))}
+        for o in obs:
+            out[f"{tmp}|o{o[len(ns.obs_key):]}"] = ViewRequirement(o, shift=list(range(1, n + 1)))
+        for flag, key in (("term", ns.terminated_key), ("trunc", ns.truncated_key)):
+            if key in self._specs:
+                out[f"{tmp}|{flag}"] = ViewRequirement(key, shift=list(range(n)))
         return out
 
     def _marks(self) -> tuple[str | None, str | None]:
@@ -427,50 +558,72 @@ class ReplayBuffer:
         return tk, dk
 
     def _wrap(
-        self, result: tuple, return_info: bool, slice_len: int, pad_output: bool
+        self, result: tuple, return_info: bool, slice_len: int, pad_output: bool, nsteps: Mapping[str, NStep]
     ) -> SampleBatch | tuple[SampleBatch, dict[str, np.ndarray]]:
-        cols, index, slices, count = result
+        cols, index, slices, count, steps_left, weights = result
+        lengths = np.asarray(slices, dtype=np.int64).reshape(-1, 3)[:, 2]
         tk = self.sampler.truncated_key
         if tk is not None and tk not in cols:
             # No stored column to mark slice ends with: a computed one, so that nothing downstream (TorchRL's
             # value estimators on ("next", "done")) runs across a slice boundary. Each slice's last real step.
-            lengths = np.asarray(slices, dtype=np.int64).reshape(-1, 3)[:, 2]
             starts = np.arange(len(lengths), dtype=np.int64) * slice_len if pad_output else np.cumsum(lengths) - lengths
             marks = np.zeros(int(count), dtype=bool)
             marks[(starts + lengths - 1)[lengths > 0]] = True
             cols[tk] = marks
+        for name, ns in nsteps.items():
+            tmp = f"{_NSTEP_TMP}{name}|"
+            obs = {k[len(tmp) + 1:]: cols.pop(k) for k in [k for k in cols if k.startswith(tmp + "o")]}
+            res = ns.compute(cols.pop(tmp + "r"), obs, cols.pop(tmp + "term", None), cols.pop(tmp + "trunc", None),
+                             steps_left)
+            for k, v in res.items():
+                cols[f"{name}{SEP}{k}"] = v
         batch = SampleBatch._from_columns(cols, int(count), frozenset(), frozenset())
         if return_info:
-            return batch, {"index": index, "slices": slices}
+            info: dict[str, np.ndarray] = {"index": index, "slices": slices}
+            if self.sampler.prioritized:
+                per_slice = np.full(len(lengths), slice_len, np.int64) if pad_output else lengths
+                info["_weight"] = np.repeat(np.asarray(weights, dtype=np.float64), per_slice)
+            return batch, info
         return batch
 
     def sample(
         self,
         batch_size: int | None = None,
         *,
-        views: Mapping[str, ViewRequirement] | None = None,
+        views: Mapping[str, AnyView] | None = None,
         return_info: bool = False,
     ) -> SampleBatch | tuple[SampleBatch, dict[str, np.ndarray]]:
-        """Sample slices (see `SliceSampler`) as one flat `SampleBatch`.
+        """Sample steps or slices (as the buffer's sampler says) as one flat `SampleBatch`.
 
         The batch holds every stored column, each view (``views``, else the
-        buffer's), ``is_init`` and, with ``pad_output``, ``mask``; slices sit
-        end to end (``num_slices`` x up to ``slice_len`` rows). Arrays are
-        fresh, C++-owned (zero copy to torch with ``torch.from_numpy``).
-        ``return_info=True`` also returns ``{"index": stored row of each output
-        row, "slices": [num_slices, 3] (trajectory uid, start step, length)}``.
+        buffer's: `ViewRequirement` s and `NStep` returns), ``is_init`` and,
+        with ``pad_output``, ``mask``; slices sit end to end (``num_slices``
+        x up to ``slice_len`` rows; transitions are slices of one step).
+        Arrays are fresh, C++-owned (zero copy to torch with
+        ``torch.from_numpy``). ``return_info=True`` also returns
+        ``{"index": stored row of each output row (for `update_priority`),
+        "slices": [num_slices, 3] (trajectory uid, start step, length)}``
+        and, with a prioritized sampler, ``"_weight"``: each row's importance
+        weight.
         """
         size = self.batch_size if batch_size is None else batch_size
         if size is None:
             raise ValueError("sample: batch_size is required (give it here or to ReplayBuffer(batch_size=...))")
-        num_slices, slice_len = self.sampler.slices(size)
+        s = self.sampler
+        num_slices, slice_len = s.slices(size)
         if self._impl is None:
             raise ValueError("sample: the replay buffer holds no steps")
-        vs = self._view_specs(views)
+        vs, nsteps = self._view_specs(views)
         tk, dk = self._marks()
-        s = self.sampler
-        res = self._impl.sample(num_slices, slice_len, s.strict_length, s.pad_output, s._next_seed(), vs, tk, dk)
-        return self._wrap(res, return_info, slice_len, s.pad_output)
+        if s.picks_in_python:
+            picks = s._picks(self._impl, num_slices, slice_len)  # type: ignore[attr-defined]
+            res = self._impl.gather(picks, slice_len, s.pad_output, vs, tk, dk)
+        else:
+            beta = float(getattr(s, "beta", 0.0))
+            res = self._impl.sample(
+                num_slices, slice_len, s.strict_length, s.pad_output, s._next_seed(), vs, tk, dk, s.mode, beta
+            )
+        return self._wrap(res, return_info, slice_len, s.pad_output, nsteps)
 
     def _gather(
         self,
@@ -478,16 +631,208 @@ class ReplayBuffer:
         slice_len: int,
         *,
         pad_output: bool = False,
-        views: Mapping[str, ViewRequirement] | None = None,
+        views: Mapping[str, AnyView] | None = None,
     ) -> tuple[SampleBatch, dict[str, np.ndarray]]:
         """The batch of explicitly given slices ``[(uid, start, length), ...]`` (for tests)."""
         if self._impl is None:
             raise ValueError("gather: the replay buffer holds no steps")
-        vs = self._view_specs(views)
+        vs, nsteps = self._view_specs(views)
         tk, dk = self._marks()
         picks = np.asarray(picks, dtype=np.int64).reshape(-1, 3)
         res = self._impl.gather(picks, slice_len, pad_output, vs, tk, dk)
-        return self._wrap(res, True, slice_len, pad_output)  # type: ignore[return-value]
+        return self._wrap(res, True, slice_len, pad_output, nsteps)  # type: ignore[return-value]
+
+    # -- priorities ----------------------------------------------------------
+
+    def update_priority(self, index: Any, priority: Any) -> None:
+        """Sets the priority of the steps at ``index`` (``info["index"]`` of a sample) to ``priority`` (a number
+        or one per index), as TorchRL: leaf ``(priority + eps) ** alpha``, and the max priority (the default of
+        new steps) grows to ``priority.max()``. Steps overwritten since the sample are skipped. Runs in C++
+        without the GIL."""
+        if not self.sampler.prioritized:
+            raise ValueError(f"update_priority: the buffer's sampler ({type(self.sampler).__name__}) is not "
+                             f"prioritized; use tv.PrioritizedSampler or tv.PrioritizedSliceSampler")
+        idx = np.asarray(_as_numpy(index))
+        if idx.dtype.kind not in "iu":
+            raise TypeError(f"update_priority: index must hold ints (info['index'] of a sample), got {idx.dtype}")
+        idx = np.ascontiguousarray(idx.reshape(-1), dtype=np.int64)
+        pr = np.asarray(_as_numpy(priority), dtype=np.float64)
+        if pr.size == 1:
+            pr = np.full(len(idx), float(pr.reshape(-1)[0]))
+        elif pr.size != len(idx):
+            raise ValueError(f"update_priority: priority must be a number or one per index ({len(idx)}), "
+                             f"got shape {pr.shape}")
+        pr = np.ascontiguousarray(pr.reshape(-1))
+        if len(idx) == 0 or self._impl is None:
+            return
+        if not np.all(np.isfinite(pr)) or np.any(pr < 0):
+            raise ValueError("update_priority: priorities must be finite and >= 0")
+        self._impl.update_priority(idx, pr)
+
+    def priorities(self, index: Any) -> np.ndarray:
+        """The sum-tree leaf ``(priority + eps) ** alpha`` of each stored row in ``index`` (0 where none)."""
+        if self._impl is None or not self.sampler.prioritized:
+            raise ValueError("priorities: the buffer holds no steps or is not prioritized")
+        return self._impl.priority_leaves(np.ascontiguousarray(np.asarray(index).reshape(-1), dtype=np.int64))
+
+    @property
+    def max_priority(self) -> float:
+        return 1.0 if self._impl is None or not self.sampler.prioritized else float(self._impl.max_priority())
+
+    # -- storage and persistence -----------------------------------------------
+
+    def _make_rings(self) -> list[np.ndarray] | None:
+        """``storage="memmap"``: one memory-mapped file per column under ``path`` (``ring_<i>.bin``, sparse
+        until written), handed to the C++ store as its rows; ``None``: the store allocates them in RAM."""
+        if self._storage != "memmap":
+            return None
+        assert self._specs is not None and self._path is not None
+        self._path.mkdir(parents=True, exist_ok=True)
+        rings = []
+        for i in range(len(self._specs)):
+            nbytes = self._capacity * self._row_bytes(i)
+            if nbytes == 0:
+                rings.append(np.zeros(0, np.uint8))
+                continue
+            rings.append(np.memmap(self._path / f"ring_{i}.bin", dtype=np.uint8, mode="w+", shape=(nbytes,)))
+        self._rings = rings
+        return rings
+
+    def _config(self) -> dict[str, Any]:
+        """What the constructor and the first add decided (not the rows)."""
+        return {
+            "capacity": self._capacity,
+            "batch_size": self.batch_size,
+            "next_obs": dict(self._next_obs),
+            "explicit_columns": self._explicit_columns,
+            "specs": None if self._specs is None else {k: (np.dtype(dt).str, tuple(sh)) for k, (dt, sh) in
+                                                       self._specs.items()},
+            "views": None if self._views is None else dict(self._views),
+            "nsteps": dict(self._nsteps),
+            "default_views": self._default_views,
+            "has_next": self._has_next,
+            "open": dict(self._open),
+            "fallback_key": self._fallback_key,
+        }
+
+    def _used_rows(self) -> int:
+        assert self._impl is not None
+        return min(int(self._impl.rows_written()), self._capacity)
+
+    def _state(self, with_rows: bool) -> dict[str, Any]:
+        state: dict[str, Any] = {"version": 1, "config": self._config(), "sampler": self.sampler.state_dict(),
+                                 "sampler_type": type(self.sampler).__name__}
+        if self._impl is not None:
+            state["meta"] = self._impl.meta()
+            if with_rows:
+                used = self._used_rows()
+                state["rows"] = [np.array(self._ring(i)[: used * self._row_bytes(i)]) for i in range(len(self._specs or ()))]
+        return state
+
+    def _row_bytes(self, i: int) -> int:
+        assert self._specs is not None
+        dt, shape = list(self._specs.values())[i]
+        return int(np.dtype(dt).itemsize) * int(np.prod(shape, dtype=np.int64))
+
+    def _ring(self, i: int) -> np.ndarray:
+        assert self._impl is not None
+        return self._impl.column_view(i)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the buffer holds: settings, the stored rows in use, trajectories, write position, priorities
+        and the sampler's state (its generator included). `load_state_dict` restores it exactly: the same
+        samples follow. Adds wait while it runs."""
+        with self._lock:
+            return self._state(with_rows=True)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores a `state_dict` (of a buffer with the same capacity and sampler type) into this buffer."""
+        self._load(state, rows=state.get("rows"))
+
+    def _load(self, state: Mapping[str, Any], rows: list[np.ndarray] | None = None, row_files: Path | None = None
+              ) -> None:
+        if state.get("version") != 1:
+            raise ValueError(f"load_state_dict: unknown state version {state.get('version')!r}")
+        cfg = state["config"]
+        if cfg["capacity"] != self._capacity:
+            raise ValueError(f"load_state_dict: the state has capacity {cfg['capacity']}, this buffer {self._capacity}")
+        if state["sampler_type"] != type(self.sampler).__name__:
+            raise ValueError(f"load_state_dict: the state's sampler is a {state['sampler_type']}, this buffer's a "
+                             f"{type(self.sampler).__name__}")
+        with self._lock:
+            self.batch_size = cfg["batch_size"]
+            self._next_obs = dict(cfg["next_obs"])
+            self._explicit_columns = cfg["explicit_columns"]
+            self._views = None if cfg["views"] is None else dict(cfg["views"])
+            self._nsteps = dict(cfg["nsteps"])
+            self._default_views = cfg["default_views"]
+            self._has_next = cfg["has_next"]
+            self._open = {int(k): (int(v[0]), int(v[1])) for k, v in cfg["open"].items()}
+            self._fallback_key = cfg["fallback_key"]
+            self.sampler.load_state_dict(state["sampler"])
+            self._impl = None
+            if cfg["specs"] is None:
+                self._specs = None
+                return
+            self._specs = {k: (np.dtype(dt), tuple(sh)) for k, (dt, sh) in cfg["specs"].items()}
+            views = self._views
+            self._create()
+            self._views = views if views is not None else self._views
+            assert self._impl is not None
+            self._impl.restore(state["meta"])
+            used = min(int(state["meta"]["head"]), self._capacity)
+            for i in range(len(self._specs)):
+                n = used * self._row_bytes(i)
+                if n == 0:
+                    continue
+                dst = self._ring(i)[:n]
+                if rows is not None:
+                    src = np.asarray(rows[i], dtype=np.uint8).reshape(-1)
+                    if len(src) != n:
+                        raise ValueError(f"load_state_dict: column {i} holds {len(src)} bytes, expected {n}")
+                    dst[:] = src
+                else:
+                    assert row_files is not None
+                    got = _read_into(row_files / f"{i}.bin", dst)  # straight into the store's rows
+                    if got != n:
+                        raise ValueError(f"loads: {row_files / f'{i}.bin'} holds {got} bytes, expected {n}")
+
+    def dumps(self, path: str | os.PathLike[str]) -> None:
+        """Writes the buffer to the directory ``path`` (TorchRL's name): ``state.pkl`` (settings, trajectories,
+        priorities, sampler state) and ``rows/<i>.bin``, each column's rows in use, written straight from the
+        store's memory. `loads` reads it back exactly. Adds wait while it runs."""
+        p = Path(path)
+        (p / "rows").mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            state = self._state(with_rows=False)
+            if self._impl is not None:
+                used = self._used_rows()
+                for i in range(len(self._specs or ())):
+                    _write_all(p / "rows" / f"{i}.bin", self._ring(i)[: used * self._row_bytes(i)])
+            with open(p / "state.pkl", "wb") as f:
+                pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def loads(self, path: str | os.PathLike[str]) -> None:
+        """Reads a `dumps` directory into this buffer (same capacity and sampler type)."""
+        p = Path(path)
+        with open(p / "state.pkl", "rb") as f:
+            state = pickle.load(f)
+        self._load(state, row_files=p / "rows")
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickling: the constructor's settings, the sampler and `state_dict` (a memory-mapped buffer unpickles
+        as an in-memory one, so that it never writes over its files)."""
+        with self._lock:
+            return {"capacity": self._capacity, "sampler": self.sampler, "state": self._state(with_rows=True)}
+
+    def __setstate__(self, d: dict[str, Any]) -> None:
+        self.__init__(d["capacity"], sampler=d["sampler"])  # type: ignore[misc]
+        self.load_state_dict(d["state"])
+
+    @property
+    def storage(self) -> str:
+        """``"memory"`` or ``"memmap"``."""
+        return self._storage
 
     # -- state ---------------------------------------------------------------
 

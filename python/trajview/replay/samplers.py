@@ -1,27 +1,204 @@
-"""Samplers of `ReplayBuffer`: which slices of which stored trajectories a sample reads (see docs/contract.md, Replay).
+"""Samplers of `ReplayBuffer`: which steps or slices of the stored trajectories a sample reads
+(see docs/contract.md, Replay), with TorchRL's names and semantics.
 
-`SliceSampler` is TorchRL's: slices of trajectories, uniform over the
-eligible trajectories, then uniform over start steps. The buffer hands the
-sampler's settings and a fresh seed to the C++ store, which picks the slices
-and builds every view without the GIL.
+- `RandomSampler`: transitions uniformly over every stored step (the default).
+- `SliceSampler`: slices of trajectories, a trajectory uniformly, then a start.
+- `PrioritizedSampler` / `PrioritizedSliceSampler`: transitions / slice starts
+  in proportion to ``(priority + eps) ** alpha`` (a C++ sum-tree), with
+  importance weights ``(p_i / p_min) ** -beta`` in ``info["_weight"]``.
+- `SamplerWithoutReplacement` / `SliceSamplerWithoutReplacement`: epochs that
+  visit every stored step (every trajectory) once.
+
+The buffer hands the sampler's settings and a fresh seed to the C++ store,
+which picks (except for the without-replacement samplers, whose epoch order
+lives here) and builds every view without the GIL. A slice never crosses a
+trajectory boundary, the write head or the ring's wrap-around: slices are
+cut from one stored trajectory's steps.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
 
 from .._validate import positive_int
 
-__all__ = ["SliceSampler"]
+__all__ = [
+    "PrioritizedSampler",
+    "PrioritizedSliceSampler",
+    "RandomSampler",
+    "Sampler",
+    "SamplerWithoutReplacement",
+    "SliceSampler",
+    "SliceSamplerWithoutReplacement",
+]
 
 #: Steps one `sample` may ask for (2**31: far beyond any training batch; a larger request is a mistake, refused
 #: before anything is allocated).
 MAX_BATCH_SIZE = 2**31
 
+#: How the C++ store picks (`_core._Replay.sample(mode=...)`).
+MODE_PER_TRAJECTORY = 0
+MODE_PER_STEP = 1
+MODE_PRIORITIZED = 2
 
-class SliceSampler:
+
+def _check_batch_size(batch_size: int) -> int:
+    batch_size = positive_int("batch_size", batch_size)
+    if batch_size > MAX_BATCH_SIZE:
+        raise ValueError(f"batch_size must be at most {MAX_BATCH_SIZE} steps per sample, got {batch_size}")
+    return batch_size
+
+
+def _check_keys(owner: str, **keys: str | None) -> None:
+    for name, key in keys.items():
+        if key is not None and not isinstance(key, str):
+            raise TypeError(f"{owner} {name} must be a column name (str) or None, got {key!r}")
+
+
+def _real(owner: str, name: str, value: Any, *, low: float = 0.0) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{owner} {name} must be a real number, got {value!r}") from None
+    if not np.isfinite(v) or v < low:
+        raise ValueError(f"{owner} {name} must be finite and >= {low}, got {value!r}")
+    return v
+
+
+class Sampler:
+    """Base of the samplers: settings the buffer reads, a seeded generator, state for persistence.
+
+    Attributes read by the buffer: ``traj_key`` / ``end_key`` (how added rows
+    form trajectories), ``truncated_key`` (the column marked at each slice's
+    last step, or ``None``), ``strict_length``, ``pad_output`` and ``mode``.
+    """
+
+    mode = MODE_PER_TRAJECTORY
+    prioritized = False
+    #: Picks its slices in Python (`_picks`), not in the C++ store.
+    picks_in_python = False
+
+    def __init__(self, *, seed: int | None = None) -> None:
+        self.traj_key: str | None = None
+        self.end_key: str | None = None
+        self.truncated_key: str | None = None
+        self.strict_length = False
+        self.pad_output = False
+        self._rng = np.random.default_rng(seed)
+        self._lock = threading.Lock()
+
+    def slices(self, batch_size: int) -> tuple[int, int]:
+        """``(num_slices, slice_len)`` for a batch of ``batch_size`` steps (transitions: ``(batch_size, 1)``)."""
+        return _check_batch_size(batch_size), 1
+
+    def _next_seed(self) -> int:
+        with self._lock:
+            return int(self._rng.integers(0, 2**63))
+
+    # -- persistence -----------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The sampler's settings and state (its generator's state included): `load_state_dict` restores it."""
+        with self._lock:
+            state = {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_rng")}
+            state["_rng_state"] = self._rng.bit_generator.state
+        return _copy_state(state)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = _copy_state(dict(state))
+        rng_state = state.pop("_rng_state")
+        with self._lock:
+            self.__dict__.update(state)
+            self._rng = np.random.default_rng()
+            self._rng.bit_generator.state = rng_state
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.state_dict()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._lock = threading.Lock()
+        self.load_state_dict(state)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+def _copy_state(state: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in state.items()}
+
+
+class RandomSampler(Sampler):
+    """Transitions uniformly over every stored step (TorchRL's `RandomSampler`), with replacement.
+
+    Each sampled row is one step; views (frame stacks, ``new_obs``, previous
+    actions) are read around it within its trajectory. No column is marked
+    at the sampled steps (a transition is not a slice).
+    """
+
+    mode = MODE_PER_STEP
+
+    def __init__(self, *, seed: int | None = None) -> None:
+        super().__init__(seed=seed)
+
+
+class _SliceSettings:
+    """`num_slices` / `slice_len` and the trajectory settings shared by the slice samplers."""
+
+    num_slices: int | None
+    slice_len: int | None
+
+    def _init_slices(
+        self,
+        owner: str,
+        num_slices: int | None,
+        slice_len: int | None,
+        traj_key: str | None,
+        end_key: str | None,
+        truncated_key: str | None,
+        strict_length: bool,
+        pad_output: bool,
+    ) -> None:
+        if (num_slices is None) == (slice_len is None):
+            raise ValueError(
+                f"{owner} needs exactly one of num_slices and slice_len, got num_slices={num_slices!r}, "
+                f"slice_len={slice_len!r}"
+            )
+        self.num_slices = None if num_slices is None else positive_int("num_slices", num_slices)
+        self.slice_len = None if slice_len is None else positive_int("slice_len", slice_len)
+        _check_keys(owner, traj_key=traj_key, end_key=end_key, truncated_key=truncated_key)
+        if strict_length and pad_output:
+            raise ValueError(
+                f"{owner}: strict_length=True and pad_output=True cannot go together (strict_length samples only "
+                "trajectories of at least slice_len steps, so there is nothing to pad), as in TorchRL"
+            )
+        self.traj_key = traj_key  # type: ignore[misc]
+        self.end_key = end_key  # type: ignore[misc]
+        self.truncated_key = truncated_key  # type: ignore[misc]
+        self.strict_length = bool(strict_length)  # type: ignore[misc]
+        self.pad_output = bool(pad_output)  # type: ignore[misc]
+
+    def slices(self, batch_size: int) -> tuple[int, int]:
+        """``(num_slices, slice_len)`` for a batch of ``batch_size`` steps."""
+        batch_size = _check_batch_size(batch_size)
+        if self.num_slices is not None:
+            if batch_size % self.num_slices:
+                raise ValueError(
+                    f"batch_size must be divisible by num_slices={self.num_slices}, got batch_size={batch_size}"
+                )
+            return self.num_slices, batch_size // self.num_slices
+        assert self.slice_len is not None
+        if batch_size % self.slice_len:
+            raise ValueError(f"batch_size must be divisible by slice_len={self.slice_len}, got batch_size={batch_size}")
+        return batch_size // self.slice_len, self.slice_len
+
+    def _size_repr(self) -> str:
+        return f"num_slices={self.num_slices}" if self.num_slices is not None else f"slice_len={self.slice_len}"
+
+
+class SliceSampler(_SliceSettings, Sampler):
     """Samples slices of trajectories, with TorchRL's names and semantics.
 
     Args:
@@ -66,52 +243,266 @@ class SliceSampler:
         pad_output: bool = False,
         seed: int | None = None,
     ) -> None:
-        if (num_slices is None) == (slice_len is None):
-            raise ValueError(
-                f"SliceSampler needs exactly one of num_slices and slice_len, got num_slices={num_slices!r}, "
-                f"slice_len={slice_len!r}"
-            )
-        self.num_slices = None if num_slices is None else positive_int("num_slices", num_slices)
-        self.slice_len = None if slice_len is None else positive_int("slice_len", slice_len)
-        for name, key in (("traj_key", traj_key), ("end_key", end_key), ("truncated_key", truncated_key)):
-            if key is not None and not isinstance(key, str):
-                raise TypeError(f"SliceSampler {name} must be a column name (str) or None, got {key!r}")
-        self.traj_key = traj_key
-        self.end_key = end_key
-        self.truncated_key = truncated_key
-        if strict_length and pad_output:
-            raise ValueError(
-                "SliceSampler: strict_length=True and pad_output=True cannot go together (strict_length samples only "
-                "trajectories of at least slice_len steps, so there is nothing to pad), as in TorchRL"
-            )
-        self.strict_length = bool(strict_length)
-        self.pad_output = bool(pad_output)
-        self._rng = np.random.default_rng(seed)
-        self._lock = threading.Lock()
-
-    def slices(self, batch_size: int) -> tuple[int, int]:
-        """``(num_slices, slice_len)`` for a batch of ``batch_size`` steps."""
-        batch_size = positive_int("batch_size", batch_size)
-        if batch_size > MAX_BATCH_SIZE:
-            raise ValueError(f"batch_size must be at most {MAX_BATCH_SIZE} steps per sample, got {batch_size}")
-        if self.num_slices is not None:
-            if batch_size % self.num_slices:
-                raise ValueError(
-                    f"batch_size must be divisible by num_slices={self.num_slices}, got batch_size={batch_size}"
-                )
-            return self.num_slices, batch_size // self.num_slices
-        assert self.slice_len is not None
-        if batch_size % self.slice_len:
-            raise ValueError(f"batch_size must be divisible by slice_len={self.slice_len}, got batch_size={batch_size}")
-        return batch_size // self.slice_len, self.slice_len
-
-    def _next_seed(self) -> int:
-        with self._lock:
-            return int(self._rng.integers(0, 2**63))
+        Sampler.__init__(self, seed=seed)
+        self._init_slices(
+            "SliceSampler", num_slices, slice_len, traj_key, end_key, truncated_key, strict_length, pad_output
+        )
 
     def __repr__(self) -> str:
-        size = f"num_slices={self.num_slices}" if self.num_slices is not None else f"slice_len={self.slice_len}"
         return (
-            f"SliceSampler({size}, traj_key={self.traj_key!r}, end_key={self.end_key!r}, "
+            f"SliceSampler({self._size_repr()}, traj_key={self.traj_key!r}, end_key={self.end_key!r}, "
+            f"strict_length={self.strict_length}, pad_output={self.pad_output})"
+        )
+
+
+class _PrioritySettings:
+    """alpha, beta, eps and max_capacity of the prioritized samplers (TorchRL's names and formulas)."""
+
+    _alpha: float
+    _beta: float
+    _eps: float
+    max_capacity: int | None
+
+    def _init_priorities(self, owner: str, max_capacity: int | None, alpha: float, beta: float, eps: float) -> None:
+        self.max_capacity = None if max_capacity is None else positive_int("max_capacity", max_capacity)
+        self._alpha = _real(owner, "alpha", alpha)
+        self._beta = _real(owner, "beta", beta)
+        self._eps = _real(owner, "eps", eps)
+
+    @property
+    def alpha(self) -> float:
+        """Priority exponent: a stored step's leaf is ``(priority + eps) ** alpha`` (fixed once the buffer exists)."""
+        return self._alpha
+
+    @property
+    def beta(self) -> float:
+        """Importance-weight exponent: ``_weight = (leaf / min leaf) ** -beta``; may be annealed between samples."""
+        return self._beta
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        self._beta = _real(type(self).__name__, "beta", value)
+
+    @property
+    def eps(self) -> float:
+        return self._eps
+
+    def _priority_repr(self) -> str:
+        return f"alpha={self._alpha}, beta={self._beta}, eps={self._eps}"
+
+
+class PrioritizedSampler(_PrioritySettings, Sampler):
+    """Transitions in proportion to their priority (TorchRL's `PrioritizedSampler`), with replacement.
+
+    Args:
+        max_capacity: ``None`` or the buffer's capacity (TorchRL asks for it;
+            the buffer's ``capacity`` is what counts).
+        alpha: priority exponent; a step's probability is
+            ``(p_i + eps) ** alpha / sum_j (p_j + eps) ** alpha``.
+        beta: importance-weight exponent: ``info["_weight"]`` of a sampled
+            step is ``(leaf_i / min leaf) ** -beta`` (TorchRL's formula: the
+            weights are normalized by the largest possible one).
+        eps: added to every priority before the power.
+        seed: seed of the sampler's random generator.
+
+    Steps enter with TorchRL's default priority ``(max priority + eps) ** alpha``
+    (max priority starts at 1 and grows with `ReplayBuffer.update_priority`),
+    so a row that is overwritten gets that default again. The priorities live
+    in a C++ sum-tree and min-tree over the ring's rows; sampling and updates
+    run without the GIL.
+    """
+
+    mode = MODE_PRIORITIZED
+    prioritized = True
+
+    def __init__(
+        self, max_capacity: int | None, alpha: float, beta: float, eps: float = 1e-8, *, seed: int | None = None
+    ) -> None:
+        Sampler.__init__(self, seed=seed)
+        self._init_priorities("PrioritizedSampler", max_capacity, alpha, beta, eps)
+
+    def __repr__(self) -> str:
+        return f"PrioritizedSampler({self._priority_repr()})"
+
+
+class PrioritizedSliceSampler(_SliceSettings, _PrioritySettings, Sampler):
+    """Slices whose start step is drawn in proportion to its priority (TorchRL's `PrioritizedSliceSampler`).
+
+    Arguments as `PrioritizedSampler` (``max_capacity, alpha, beta, eps``)
+    and `SliceSampler` (``num_slices`` / ``slice_len``, ``traj_key``,
+    ``end_key``, ``truncated_key``, ``pad_output``). ``strict_length``
+    defaults to ``True`` as in TorchRL: only steps with ``slice_len`` steps of
+    their trajectory from them on may start a slice (the start is drawn in
+    proportion to priority among those). With ``strict_length=False`` any
+    step may start, and the slice is cut at its trajectory's end. Every row of
+    a slice gets its start's importance weight in ``info["_weight"]``.
+    """
+
+    mode = MODE_PRIORITIZED
+    prioritized = True
+
+    def __init__(
+        self,
+        max_capacity: int | None,
+        alpha: float,
+        beta: float,
+        eps: float = 1e-8,
+        *,
+        num_slices: int | None = None,
+        slice_len: int | None = None,
+        traj_key: str | None = None,
+        end_key: str | None = None,
+        truncated_key: str | None = "truncateds",
+        strict_length: bool = True,
+        pad_output: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        Sampler.__init__(self, seed=seed)
+        self._init_priorities("PrioritizedSliceSampler", max_capacity, alpha, beta, eps)
+        self._init_slices(
+            "PrioritizedSliceSampler", num_slices, slice_len, traj_key, end_key, truncated_key, strict_length,
+            pad_output,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"PrioritizedSliceSampler({self._size_repr()}, {self._priority_repr()}, traj_key={self.traj_key!r}, "
+            f"end_key={self.end_key!r}, strict_length={self.strict_length}, pad_output={self.pad_output})"
+        )
+
+
+class SamplerWithoutReplacement(Sampler):
+    """Epochs over the stored steps (TorchRL's `SamplerWithoutReplacement`).
+
+    An epoch is the list of every step stored when it starts, shuffled
+    (``shuffle=True``) or oldest first; each `sample` takes the next
+    ``batch_size`` of them, so an epoch visits every step once. The last batch
+    of an epoch is smaller, unless ``drop_last=True``: then a new epoch starts
+    when fewer than ``batch_size`` steps are left (and a buffer with fewer
+    steps than ``batch_size`` is a ValueError). ``ran_out`` is ``True`` after
+    the sample that ended an epoch. Steps added during an epoch wait for the
+    next one; steps overwritten during it are skipped (that batch is smaller).
+    """
+
+    mode = MODE_PER_STEP
+    picks_in_python = True
+
+    def __init__(self, drop_last: bool = False, shuffle: bool = True, *, seed: int | None = None) -> None:
+        super().__init__(seed=seed)
+        self.drop_last = bool(drop_last)
+        self.shuffle = bool(shuffle)
+        self._epoch: np.ndarray | None = None  # absolute stored rows (steps) or trajectory uids
+        self._pos = 0
+        self.ran_out = False
+
+    def _units(self, impl: Any, slice_len: int) -> np.ndarray:
+        """What one epoch visits: every stored step's absolute row."""
+        return np.asarray(impl.step_rows(), dtype=np.int64)
+
+    def _to_picks(self, impl: Any, units: np.ndarray, slice_len: int) -> np.ndarray:
+        picks = np.asarray(impl.locate(units), dtype=np.int64).reshape(-1, 3)
+        return picks[picks[:, 0] >= 0]
+
+    def _valid(self, impl: Any, units: np.ndarray) -> np.ndarray:
+        """Which units (absolute rows) still hold a sampleable step."""
+        return np.asarray(impl.locate(units), dtype=np.int64).reshape(-1, 3)[:, 0] >= 0
+
+    def _picks(self, impl: Any, count: int, slice_len: int) -> np.ndarray:
+        """``count`` units of the current epoch as ``(uid, start, length)`` picks (starting an epoch if due)."""
+        with self._lock:
+            fresh_epochs = 0
+            while True:
+                left = 0 if self._epoch is None else len(self._epoch) - self._pos
+                if left == 0 or (self.drop_last and left < count):
+                    if fresh_epochs == 2:  # (only if a writer overwrites everything while this runs)
+                        raise ValueError("sample: every item of the epoch was overwritten before it was sampled")
+                    fresh_epochs += 1
+                    units = self._units(impl, slice_len)
+                    if len(units) == 0:
+                        raise ValueError("sample: the replay buffer holds nothing to sample")
+                    if self.drop_last and len(units) < count:
+                        raise ValueError(
+                            f"sample: drop_last=True needs at least {count} items per epoch, the buffer holds "
+                            f"{len(units)}"
+                        )
+                    self._epoch = self._rng.permutation(units) if self.shuffle else units
+                    self._pos = 0
+                assert self._epoch is not None
+                take = self._epoch[self._pos:self._pos + count]
+                self._pos += len(take)
+                picks = self._to_picks(impl, take, slice_len)
+                if len(picks) == 0:
+                    # All of them were overwritten since the epoch began: drop the rest that were too, go on.
+                    rest = self._epoch[self._pos:]
+                    self._epoch = np.concatenate([self._epoch[:self._pos], rest[self._valid(impl, rest)]])
+                    continue
+                left = len(self._epoch) - self._pos
+                self.ran_out = left == 0 or (self.drop_last and left < count)
+                return picks
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(drop_last={self.drop_last}, shuffle={self.shuffle})"
+
+
+class SliceSamplerWithoutReplacement(_SliceSettings, SamplerWithoutReplacement):
+    """Slices, each stored trajectory once per epoch (TorchRL's `SliceSamplerWithoutReplacement`).
+
+    Arguments as `SliceSampler` plus ``drop_last`` and ``shuffle`` (as
+    `SamplerWithoutReplacement`, counted in trajectories: ``num_slices`` per
+    sample). Each slice takes the epoch's next trajectory and a start drawn
+    uniformly among those leaving ``slice_len`` steps (shorter trajectories
+    give their whole length; with ``strict_length=True`` they are left out).
+    """
+
+    mode = MODE_PER_TRAJECTORY
+    picks_in_python = True
+
+    def __init__(
+        self,
+        *,
+        num_slices: int | None = None,
+        slice_len: int | None = None,
+        drop_last: bool = False,
+        shuffle: bool = True,
+        traj_key: str | None = None,
+        end_key: str | None = None,
+        truncated_key: str | None = "truncateds",
+        strict_length: bool = False,
+        pad_output: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        SamplerWithoutReplacement.__init__(self, drop_last=drop_last, shuffle=shuffle, seed=seed)
+        self._init_slices(
+            "SliceSamplerWithoutReplacement", num_slices, slice_len, traj_key, end_key, truncated_key,
+            strict_length, pad_output,
+        )
+
+    def _units(self, impl: Any, slice_len: int) -> np.ndarray:
+        lengths = np.asarray(impl.trajectory_lengths(), dtype=np.int64).reshape(-1, 2)
+        keep = lengths[:, 1] >= (slice_len if self.strict_length else 1)
+        return lengths[keep, 0].copy()
+
+    def _valid(self, impl: Any, units: np.ndarray) -> np.ndarray:
+        """Which units (trajectory uids) are still stored."""
+        lengths = np.asarray(impl.trajectory_lengths(), dtype=np.int64).reshape(-1, 2)
+        return np.isin(units, lengths[:, 0])
+
+    def _to_picks(self, impl: Any, units: np.ndarray, slice_len: int) -> np.ndarray:
+        lengths = np.asarray(impl.trajectory_lengths(), dtype=np.int64).reshape(-1, 2)
+        if len(lengths) == 0:
+            return np.zeros((0, 3), np.int64)
+        steps = np.zeros(0, np.int64)
+        pos = units - lengths[0, 0]
+        ok = (pos >= 0) & (pos < len(lengths))
+        units, pos = units[ok], pos[ok]
+        steps = lengths[pos, 1]
+        length = np.minimum(steps, slice_len)
+        # A start uniformly among those leaving slice_len steps (0 for a shorter trajectory).
+        start = np.floor(self._rng.random(len(units)) * (steps - length + 1)).astype(np.int64)
+        return np.stack([units, start, length], axis=1)
+
+    def __repr__(self) -> str:
+        return (
+            f"SliceSamplerWithoutReplacement({self._size_repr()}, drop_last={self.drop_last}, shuffle={self.shuffle}, "
             f"strict_length={self.strict_length}, pad_output={self.pad_output})"
         )

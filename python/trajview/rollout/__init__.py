@@ -3,6 +3,7 @@
 from .callbacks import Callbacks, Episode
 from .filter import Filter, MeanStdFilter, NoFilter, RunningStat
 from .worker import RolloutWorker
+from .replay_writing import WriteToReplay
 from .worker_set import AsyncBatch, WorkerSet
 
 __all__ = [
@@ -15,4 +16,5 @@ __all__ = [
     "RolloutWorker",
     "RunningStat",
     "WorkerSet",
+    "WriteToReplay",
 ]

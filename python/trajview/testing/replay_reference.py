@@ -19,7 +19,7 @@ import numpy as np
 from ..views.columns import DONES, TERMINATEDS, TRUNCATEDS
 from ..views.view_requirement import ViewRequirement
 
-__all__ = ["ReferenceReplay"]
+__all__ = ["ReferencePriorities", "ReferenceReplay", "reference_nstep"]
 
 _END_FLAGS = (TERMINATEDS, TRUNCATEDS, DONES)
 
@@ -32,6 +32,7 @@ class RefTrajectory:
     rows: list[int] = field(default_factory=list)  # absolute row of each step
     open: bool = True
     last_t: int = 0
+    first_t: int = 0
     starts_episode: bool = True
     final: int | None = None  # absolute row of the final observation
 
@@ -99,14 +100,18 @@ class ReferenceReplay:
                 pieces[-1] = (pieces[-1][0], i + 1)
         if t is not None and key_col is not None:
             # One writer's t only grows along an id: a piece not after its open trajectory's last step is refused.
-            last_t = {x.key: x.last_t for x in self.trajs if x.open}
+            # (A piece that ends before the open trajectory's first t is an earlier fragment: its own trajectory.)
+            span = {x.key: (x.first_t, x.last_t) for x in self.trajs if x.open}
             for a, b in pieces:
-                if keys[a] in last_t and t[a] <= last_t[keys[a]]:
+                k = keys[a]
+                if k in span and t[a] <= span[k][1] and t[b - 1] >= span[k][0]:
                     raise ValueError(f"add: trajectory id {keys[a]} is reused")
                 if done[b - 1]:
-                    last_t.pop(keys[a], None)
+                    span.pop(k, None)
+                elif k in span and t[a] == span[k][1] + 1:
+                    span[k] = (span[k][0], t[b - 1])
                 else:
-                    last_t[keys[a]] = t[b - 1]
+                    span[k] = (t[a], t[b - 1])
         # An add larger than the buffer keeps its newest rows that fit (each piece adds its final row).
         while n + (len(pieces) if with_next else 0) > self.capacity:
             a, b = pieces[0]
@@ -133,7 +138,8 @@ class ReferenceReplay:
                     if continues:
                         starts = False
             if tr is None:
-                tr = RefTrajectory(uid=self.next_uid, key=key, first_g=self.head, starts_episode=starts)
+                tr = RefTrajectory(uid=self.next_uid, key=key, first_g=self.head, starts_episode=starts,
+                                   first_t=t[a] if t is not None else 0)
                 self.next_uid += 1
                 self.trajs.append(tr)
             for i in range(a, b):
@@ -245,3 +251,97 @@ class ReferenceReplay:
                 shape = (len(views[k].shift_arr), *shape)
             arrays[k] = np.array(vals, dtype=dt).reshape((len(vals), *shape))
         return arrays, np.array(index, dtype=np.int64)
+
+    # -- samplers ------------------------------------------------------------
+
+    def start_steps(self, slice_len: int, strict: bool) -> list[tuple[int, int, int]]:
+        """Every ``(uid, start, absolute row)`` a per-step sampler (`RandomSampler`, the prioritized ones) may
+        start a slice at: every stored step, or with ``strict`` those with ``slice_len`` steps from them on."""
+        out = []
+        for tr in self.trajs:
+            steps = len(tr.rows)
+            for j in range(steps):
+                if not strict or j <= steps - slice_len:
+                    out.append((tr.uid, j, tr.rows[j]))
+        return out
+
+    def step_rows(self) -> list[int]:
+        """The absolute row of every sampleable step, oldest trajectory first."""
+        return [g for tr in self.trajs for g in tr.rows]
+
+
+class ReferencePriorities:
+    """TorchRL's prioritized sampling, in plain Python over a `ReferenceReplay`'s rows.
+
+    Call `after_add` after each ``ReferenceReplay.add``: the rows written get
+    ``(max_priority + eps) ** alpha``; `update` sets ``(p + eps) ** alpha`` and
+    grows the max priority. `probabilities` and `weights` give what the
+    sampler must produce.
+    """
+
+    def __init__(self, ref: ReferenceReplay, alpha: float, beta: float, eps: float = 1e-8) -> None:
+        self.ref = ref
+        self.alpha, self.beta, self.eps = alpha, beta, eps
+        self.max_priority = 1.0
+        self.leaf: dict[int, float] = {}
+        self.seen_head = 0
+
+    def after_add(self) -> None:
+        steps = {g for tr in self.ref.trajs for g in tr.rows}
+        for g in range(self.seen_head, self.ref.head):
+            self.leaf[g] = (self.max_priority + self.eps) ** self.alpha if g in steps else 0.0
+        self.seen_head = self.ref.head
+        self.leaf = {g: v for g, v in self.leaf.items() if g in steps}
+
+    def update(self, rows: list[int], priorities: list[float]) -> None:
+        steps = {g for tr in self.ref.trajs for g in tr.rows}
+        for g, p in zip(rows, priorities):
+            if g not in steps:
+                continue
+            self.max_priority = max(self.max_priority, p)
+            self.leaf[g] = (p + self.eps) ** self.alpha
+
+    def probabilities(self, slice_len: int = 1, strict: bool = False) -> dict[int, float]:
+        """Absolute row -> probability of starting a sample there."""
+        starts = [g for _, _, g in self.ref.start_steps(slice_len, strict) if self.leaf.get(g, 0.0) > 0]
+        total = sum(self.leaf[g] for g in starts)
+        return {g: self.leaf[g] / total for g in starts}
+
+    def weight(self, g: int) -> float:
+        """TorchRL's importance weight of a sample starting at row g: ``(leaf / min positive leaf) ** -beta``."""
+        p_min = min(v for v in self.leaf.values() if v > 0)
+        return float((self.leaf[g] / p_min) ** -self.beta)
+
+
+def reference_nstep(
+    ref: ReferenceReplay,
+    uid: int,
+    j: int,
+    n: int,
+    gamma: float,
+    *,
+    reward_key: str = "rewards",
+    obs_key: str = "obs",
+) -> dict[str, Any]:
+    """The n-step return at step j of trajectory uid, by a plain loop (RLlib's ``adjust_nstep`` cut at the
+    trajectory's end): rewards, new_obs, terminateds, truncateds, discount, steps."""
+    tr = ref.traj(uid)
+    steps = len(tr.rows)
+    ret = 0.0
+    k = 0
+    for i in range(n):
+        if j + i >= steps:
+            break
+        ret += gamma**i * float(np.asarray(ref.value(tr, j + i, reward_key)))
+        k += 1
+    last = j + k - 1
+    term = bool(np.any(ref.value(tr, last, "terminateds"))) if "terminateds" in ref.columns else False
+    trunc = bool(np.any(ref.value(tr, last, "truncateds"))) if "truncateds" in ref.columns else False
+    return {
+        "rewards": ret,
+        "new_obs": ref.value(tr, j + k, obs_key),
+        "terminateds": term,
+        "truncateds": trunc,
+        "discount": gamma**k,
+        "steps": k,
+    }

@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Train PPO with a view-fed model. Writes metrics, a learning-curve PNG and a checkpoint to --out.",
     )
+    t.add_argument("--algo", choices=("ppo", "dqn"), default="ppo",
+                   help="ppo (the options below) or dqn (double DQN from replay with a frame-stack view; "
+                        "see trajview.train.dqn_trainer.DQNConfig)")
     t.add_argument("--env", default=d.env, help="gymnasium env id (trajview's ids are registered)")
     t.add_argument("--model", default=d.model, choices=sorted(MODEL_PRESETS))
     t.add_argument("--seed", type=int, default=d.seed)
@@ -99,6 +102,10 @@ def _train(args: argparse.Namespace) -> int:
         return 1
     import torch
 
+    from .dqn_trainer import is_dqn_run, train_dqn_from_args
+
+    if args.algo == "dqn" or (args.resume and args.out and is_dqn_run(args.out)):
+        return train_dqn_from_args(args, TrainConfig)
     from .trainer import Trainer  # torch: imported once the extra is known to be there
 
     out = args.out or f"runs/{args.model}-seed{args.seed}"

@@ -103,6 +103,7 @@ def concat_samples(batches: Iterable[SampleBatch | MultiAgentBatch]) -> SampleBa
         out = SampleBatch._from_columns(dict(dict.items(first)), first.count, first._seq_keys, first._extra_seq_keys)
         out._pruned = first._pruned
         out._seg = first._seg
+        out.view_columns = first.view_columns
         return out
     keys = list(dict.keys(first))
     for i, b in enumerate(batches[1:], 1):
@@ -141,6 +142,7 @@ def concat_samples(batches: Iterable[SampleBatch | MultiAgentBatch]) -> SampleBa
     extra = frozenset().union(*(b._extra_seq_keys for b in batches))
     out = SampleBatch._from_columns(cols, sum(b.count for b in batches), seq_keys, extra)
     out._pruned = batches[0]._pruned
+    out.view_columns = frozenset().union(*(b.view_columns for b in batches))
     if handed and chain is not None:
         out._seg = _Origin(chain[0], chain[1], chain[2], handed)
     return out

@@ -44,11 +44,16 @@ class _Origin:
 
 
 def _rebuild(
-    cls: type[SampleBatch], data: dict[str, Any], seq_keys: frozenset[str], pruned: frozenset[str] = frozenset()
+    cls: type[SampleBatch],
+    data: dict[str, Any],
+    seq_keys: frozenset[str],
+    pruned: frozenset[str] = frozenset(),
+    view_columns: frozenset[str] = frozenset(),
 ) -> SampleBatch:
     """Unpickling helper."""
     out = cls(data, seq_keys=seq_keys)
     out._pruned = pruned
+    out.view_columns = view_columns
     return out
 
 
@@ -111,6 +116,7 @@ class SampleBatch(dict):
         "accessed_keys",
         "added_keys",
         "deleted_keys",
+        "view_columns",
     )
 
     def __init__(
@@ -149,6 +155,9 @@ class SampleBatch(dict):
         self._extra_seq_keys = extra
         self._seg: _Origin | None = None
         self._tracking = False
+        #: Columns the collector built as views of other columns (a frame stack, ``new_obs``, previous actions):
+        #: kept by slicing, copies, `concat_samples` and pickling; `ReplayBuffer` does not store them by default.
+        self.view_columns: frozenset[str] = frozenset()
         self.accessed_keys: set[str] = set()
         self.added_keys: set[str] = set()
         self.deleted_keys: set[str] = set()
@@ -426,6 +435,7 @@ class SampleBatch(dict):
         }
         out = self._from_columns(cols, b - a, self._seq_keys, self._extra_seq_keys)
         out._pruned = self._pruned
+        out.view_columns = self.view_columns
         seg = self._seg
         if seg is not None:
             handed = {k: cols[k] for k, v in dict.items(self) if seg.handed.get(k) is v}
@@ -605,6 +615,7 @@ class SampleBatch(dict):
             cols = {k: (v.copy() if hasattr(v, "copy") else np.array(v)) for k, v in dict.items(self)}
             out = self._from_columns(cols, self.count, self._seq_keys, self._extra_seq_keys)
             out._pruned = self._pruned
+        out.view_columns = self.view_columns
         return self._inherit_tracking(out)
 
     def __copy__(self) -> SampleBatch:
@@ -618,7 +629,7 @@ class SampleBatch(dict):
         return dict(dict.items(self))
 
     def __reduce__(self):
-        return _rebuild, (type(self), dict(dict.items(self)), self._extra_seq_keys, self._pruned)
+        return _rebuild, (type(self), dict(dict.items(self)), self._extra_seq_keys, self._pruned, self.view_columns)
 
     def __repr__(self) -> str:
         seqs = ""

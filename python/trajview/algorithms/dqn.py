@@ -1,0 +1,149 @@
+"""`DQNPolicy`: double DQN (dueling head optional) whose Q-network reads a frame stack that is a view.
+
+Acting, the policy reads ``stack = obs@[-(k-1)..0]`` (the collector builds it,
+zeros before the episode start). Learning, it reads replay samples whose
+``stack`` and ``next_stack = obs@[-(k-2)..+1]`` are views built by the replay
+buffer at sample time from observations stored once (``next_stack`` ends with
+the episode's final observation at its last step). Target:
+``r + gamma * (1 - terminated) * Q_target(s', argmax_a Q(s', a))`` (double
+DQN); Huber loss, optionally weighted by prioritized replay's importance
+weights, whose new priorities are the absolute TD errors.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..policy import Policy
+from ..views import SampleBatch, ViewRequirement
+
+__all__ = ["DQNPolicy", "QNetwork", "DEFAULT_DQN_CONFIG"]
+
+DEFAULT_DQN_CONFIG: dict[str, Any] = {
+    "num_frames": 4,
+    "hidden": 256,
+    "dueling": True,
+    "lr": 1e-3,
+    "gamma": 0.99,
+    "grad_clip": 10.0,
+    "target_update_interval": 500,  # gradient steps between hard target updates
+    "seed": 0,
+}
+
+
+class QNetwork(nn.Module):
+    """An MLP over a flattened ``[B, k, *obs_shape]`` stack; a dueling head (value + centred advantages)."""
+
+    def __init__(self, in_features: int, num_actions: int, hidden: int, dueling: bool) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU())
+        self.dueling = dueling
+        self.adv = nn.Linear(hidden, num_actions)
+        self.value = nn.Linear(hidden, 1) if dueling else None
+
+    def forward(self, stack: torch.Tensor) -> torch.Tensor:
+        h = self.body(stack.flatten(1))
+        a = self.adv(h)
+        if self.value is None:
+            return a
+        return self.value(h) + a - a.mean(dim=1, keepdim=True)
+
+
+class DQNPolicy(Policy):
+    """Double DQN on a frame-stack view (see the module docs). ``config``: `DEFAULT_DQN_CONFIG` keys."""
+
+    def __init__(self, observation_space: Any, action_space: Any, config: dict | None = None) -> None:
+        cfg = {**DEFAULT_DQN_CONFIG, **(config or {})}
+        super().__init__(observation_space, action_space, cfg)
+        k = int(cfg["num_frames"])
+        if k < 2:
+            raise ValueError(f"num_frames must be >= 2, got {k}")
+        if not hasattr(action_space, "n"):
+            raise ValueError(f"DQN needs a Discrete action space, got {action_space}")
+        self.num_frames = k
+        self.num_actions = int(action_space.n)
+        self.view_requirements["stack"] = ViewRequirement("obs", shift=f"-{k - 1}:0")
+        in_features = k * int(np.prod(observation_space.shape))
+        torch.manual_seed(int(cfg["seed"]))
+        self.q = QNetwork(in_features, self.num_actions, int(cfg["hidden"]), bool(cfg["dueling"]))
+        self.target = copy.deepcopy(self.q).requires_grad_(False)
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=float(cfg["lr"]))
+        self.epsilon = 1.0
+        self.grad_steps = 0
+        self._rng = np.random.default_rng(int(cfg["seed"]) + 1)
+
+    def replay_views(self) -> dict[str, ViewRequirement]:
+        """The views a replay sample needs: the stack and the next step's stack (``obs`` read up to ``+1``)."""
+        k = self.num_frames
+        return {"stack": ViewRequirement("obs", shift=f"-{k - 1}:0"),
+                "next_stack": ViewRequirement("obs", shift=f"-{k - 2}:1")}
+
+    def compute_actions_from_input_dict(
+        self, input_dict: Mapping[str, Any], explore: bool | None = None, timestep: int | None = None, **kwargs: Any
+    ) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
+        stack = torch.as_tensor(np.asarray(input_dict["stack"], dtype=np.float32))
+        with torch.no_grad():
+            actions = self.q(stack).argmax(dim=1).numpy().astype(np.int64)
+        if explore is not False and self.epsilon > 0:
+            rand = self._rng.random(len(actions)) < self.epsilon
+            actions[rand] = self._rng.integers(0, self.num_actions, int(rand.sum()))
+        return actions, [], {}
+
+    def loss(self, train_batch: SampleBatch) -> Any:
+        """Names what learning needs from the collector (the pruning pass calls it on a dummy batch): the
+        replay buffer stores these columns; the stacks are built from ``obs`` at sample time."""
+        return [train_batch[k] for k in ("obs", "new_obs", "actions", "rewards", "terminateds", "truncateds")]
+
+    def learn_on_replay(self, batch: Mapping[str, Any], weights: np.ndarray | None = None) -> dict[str, Any]:
+        """One gradient step on a replay sample (``stack``, ``next_stack``, ``actions``, ``rewards``,
+        ``terminateds``); returns the loss, mean Q and ``td_errors`` (for priorities)."""
+        s = torch.from_numpy(np.asarray(batch["stack"], dtype=np.float32))
+        s2 = torch.from_numpy(np.asarray(batch["next_stack"], dtype=np.float32))
+        a = torch.from_numpy(np.asarray(batch["actions"], dtype=np.int64))
+        r = torch.from_numpy(np.asarray(batch["rewards"], dtype=np.float32))
+        term = torch.from_numpy(np.asarray(batch["terminateds"], dtype=np.float32))
+        gamma = float(self.config["gamma"])
+        q = self.q(s).gather(1, a[:, None]).squeeze(1)
+        with torch.no_grad():
+            a2 = self.q(s2).argmax(dim=1, keepdim=True)
+            q2 = self.target(s2).gather(1, a2).squeeze(1)
+            y = r + gamma * (1.0 - term) * q2
+        td = q - y
+        per = nn.functional.smooth_l1_loss(q, y, reduction="none")
+        if weights is not None:
+            per = per * torch.from_numpy(np.asarray(weights, dtype=np.float32))
+        loss = per.mean()
+        self.optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.q.parameters(), float(self.config["grad_clip"]))
+        self.optimizer.step()
+        self.grad_steps += 1
+        if self.grad_steps % int(self.config["target_update_interval"]) == 0:
+            self.target.load_state_dict(self.q.state_dict())
+        return {"td_loss": float(loss.detach()), "q_mean": float(q.detach().mean()),
+                "td_errors": td.detach().abs().numpy()}
+
+    def get_weights(self) -> dict[str, Any]:
+        return {k: v.detach().numpy().copy() for k, v in self.q.state_dict().items()}
+
+    def set_weights(self, weights: Mapping[str, Any]) -> None:
+        self.q.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})
+
+    def get_state(self) -> dict:
+        """Networks, optimizer, epsilon, step counter and the exploration RNG (for checkpoints)."""
+        return {"q": self.q.state_dict(), "target": self.target.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "epsilon": self.epsilon, "grad_steps": self.grad_steps, "rng": self._rng.bit_generator.state}
+
+    def set_state(self, state: dict) -> None:
+        self.q.load_state_dict(state["q"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.epsilon = float(state["epsilon"])
+        self.grad_steps = int(state["grad_steps"])
+        self._rng.bit_generator.state = state["rng"]
