@@ -18,6 +18,19 @@ def _to_numpy(x: Any) -> np.ndarray:
     return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
+def _flat_items(key: str, value: Any) -> Any:
+    """``(key, value)``, or for a nested value (dicts and tuples of arrays) one ``("key.leaf", leaf)`` per
+    leaf: Dict keys joined with ``"."``, Tuple leaves by index (the layout of nested columns)."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _flat_items(f"{key}.{k}", v)
+    elif isinstance(value, tuple):
+        for i, v in enumerate(value):
+            yield from _flat_items(f"{key}.{i}", v)
+    else:
+        yield key, value
+
+
 class TorchPolicy(Policy):
     """Base of torch policies.
 
@@ -50,13 +63,19 @@ class TorchPolicy(Policy):
     # -- numpy <-> torch -------------------------------------------------------------
 
     def _to_torch(self, batch: Mapping[str, Any]) -> SampleBatch:
-        """A batch of tensors viewing the arrays (``infos`` and other object columns are left out)."""
+        """A batch of tensors viewing the arrays (``infos`` and other object columns are left out).
+
+        A nested value (a dict or tuple of arrays, e.g. a Dict observation)
+        becomes one tensor column per leaf, ``"obs.image"``, ``"obs.0"``
+        (models read them back nested with
+        ``trajview.algorithms.models.get_nested``).
+        """
         cols: dict[str, torch.Tensor] = {}
         bases: dict = {}  # lazy views of one column share one transfer of their base
         # dict.items: converting is not reading (a tracked batch would count every column as read,
         # and the pruning pass would keep every view); the reads are tracked on the tensor batch.
         items = dict.items(batch) if isinstance(batch, dict) else batch.items()
-        for k, v in items:
+        for k, v in (kv for key, value in items for kv in _flat_items(key, value)):
             if isinstance(v, torch.Tensor):
                 cols[k] = v.to(self.device)
             elif type(v) is LazyView:
@@ -74,6 +93,10 @@ class TorchPolicy(Policy):
     def _merge_tracking(src: Any, dst: SampleBatch) -> None:
         if getattr(src, "_tracking", False):
             src.accessed_keys.update(dst.accessed_keys)
+            # A read of a nested column's leaf ("obs.image") reads the column ("obs") too.
+            for k in dst.accessed_keys:
+                parts = k.split(".")
+                src.accessed_keys.update(".".join(parts[:i]) for i in range(1, len(parts)))
 
     # -- Policy API --------------------------------------------------------------
 
