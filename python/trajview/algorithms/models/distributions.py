@@ -148,6 +148,8 @@ class MultiCategorical(ActionDistribution):
 
 
 class _MultiCategoricalHead(ActionHead):
+    start: Tensor
+
     def __init__(self, space: gym.spaces.MultiDiscrete) -> None:
         super().__init__()
         self.nvec = [int(n) for n in np.asarray(space.nvec).reshape(-1)]

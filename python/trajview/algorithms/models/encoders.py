@@ -18,7 +18,7 @@ the channels of one CNN (DQN's frame stack: ``K * C`` input channels).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -30,6 +30,7 @@ from .spaces import check_supported, leaf_value, leaves
 __all__ = ["SpaceEncoder", "ImageCNN", "image_layout", "has_image_leaves"]
 
 Tensor = torch.Tensor
+_Layer = TypeVar("_Layer", nn.Conv2d, nn.Linear)
 
 
 def image_layout(space: Any) -> tuple[int, int, int, bool] | None:
@@ -56,9 +57,10 @@ def has_image_leaves(space: Any) -> bool:
     return any(image_layout(leaf) is not None for _, leaf in leaves(space))
 
 
-def _orthogonal(m: nn.Module, gain: float) -> nn.Module:
-    nn.init.orthogonal_(m.weight, gain)  # type: ignore[arg-type]
-    nn.init.zeros_(m.bias)  # type: ignore[arg-type]
+def _orthogonal(m: _Layer, gain: float) -> _Layer:
+    nn.init.orthogonal_(m.weight, gain)
+    if m.bias is not None:
+        nn.init.zeros_(m.bias)
     return m
 
 
@@ -200,7 +202,7 @@ class SpaceEncoder(nn.Module):
             else:
                 encs.append(_Flat(leaf, frames))
         self.leaf_encoders = nn.ModuleList(encs)
-        self.dim = sum(int(e.dim) for e in encs)  # type: ignore[arg-type]
+        self.dim: int = sum(int(getattr(e, "dim")) for e in encs)
 
     def forward(self, value: Any) -> Tensor:
         parts = [enc(leaf_value(value, p)) for p, enc in zip(self.paths, self.leaf_encoders)]
