@@ -9,9 +9,9 @@ import numpy as np
 
 from .. import _core
 from .._validate import lazy_row_bytes, positive_int
-from ..views.columns import BOUNDARY_COLUMNS, column_spec_from_space
-from ..views.columns import column_spec as _column_spec
+from ..views.columns import BOUNDARY_COLUMNS, column_spec_from_space, column_specs
 from ..views.lazy_view import LazyView
+from ..views.nest import SEP, expand_views, flatten_value, is_nested_value, leaf_names, space_specs
 from ..views.sample_batch import SampleBatch
 from ..views.view_requirement import ViewRequirement
 
@@ -24,9 +24,14 @@ class Collector:
         num_envs: number of env slots (``B``).
         columns: ``{name: (dtype, shape)}`` (or ``{name: gymnasium space}``)
             for every stored column. A column that only a view's ``space``
-            describes is added from that space.
+            describes is added from that space. A nested space (``Dict`` /
+            ``Tuple``) is stored one column per leaf (``obs.image``, see
+            `trajview.views.nest`), and every view of it reads leaf by leaf;
+            data for it may be given nested (``{"obs": {"image": ...}}``) or
+            by leaf name, and input dicts present it nested again.
         view_requirements: ``{view name: ViewRequirement}``.
-        obs_columns: the columns with ``T + 1`` rows per episode.
+        obs_columns: the columns with ``T + 1`` rows per episode (a nested
+            one: each of its leaves).
         initial_rows: ``{column: row}`` read before an episode's start instead
             of zeros (e.g. ``state_out_0`` -> the policy's initial state).
         chunk_rows: steps per env that one storage block holds (besides the
@@ -56,21 +61,33 @@ class Collector:
         positive_int("num_envs", num_envs)
         positive_int("chunk_rows", chunk_rows)
         lazy_min_row_bytes = lazy_row_bytes(lazy_views)
-        specs = {str(k): _column_spec(str(k), v) for k, v in columns.items()}
-        obs_columns = tuple(obs_columns)
+        specs = column_specs(columns)
+        # A column that only a view's space describes (nested: one per leaf).
+        for name, vr in view_requirements.items():
+            if isinstance(vr, ViewRequirement) and vr.space is not None:
+                col = vr.column(name)
+                if col not in specs and col not in BOUNDARY_COLUMNS and not leaf_names(col, specs):
+                    specs.update(space_specs(col, vr.space) or {col: column_spec_from_space(vr.space)})
+        obs_leaves: list[str] = []
         for c in obs_columns:
-            if c not in specs:
+            leaves = [c] if c in specs else leaf_names(c, specs)
+            if not leaves:
                 raise ValueError(f"obs_columns names {c!r}, which is not in columns {sorted(specs)}")
+            obs_leaves += leaves
+        obs_columns = tuple(obs_leaves)
+        for name, vr in view_requirements.items():
+            if not isinstance(vr, ViewRequirement):
+                raise TypeError(f"view_requirements[{name!r}] must be a ViewRequirement, got {type(vr).__name__}")
+        #: Whether any column is a leaf of a nested one (then nested data is flattened and input dicts nested).
+        self.nested = any(SEP in c for c in specs)
+        user_views = dict(view_requirements)
+        view_requirements = expand_views(view_requirements, specs) if self.nested else user_views
 
         views: list[tuple] = []
         inference_boundary: list[str] = []
         emit_env_id = True
-        self.view_requirements: dict[str, ViewRequirement] = {}
         for name, vr in view_requirements.items():
-            if not isinstance(vr, ViewRequirement):
-                raise TypeError(f"view_requirements[{name!r}] must be a ViewRequirement, got {type(vr).__name__}")
             col = vr.column(name)
-            self.view_requirements[name] = vr
             if col in BOUNDARY_COLUMNS:
                 if name != col or vr.adds_axis or vr.shift_from != 0:
                     raise ValueError(
@@ -82,8 +99,6 @@ class Collector:
                 if col == "env_id" and not vr.used_for_training:
                     emit_env_id = False
                 continue
-            if col not in specs and vr.space is not None:
-                specs[col] = column_spec_from_space(vr.space)
             views.append(
                 (
                     name,
@@ -97,6 +112,7 @@ class Collector:
                 )
             )
 
+        self.view_requirements: dict[str, ViewRequirement] = user_views
         initial_rows = dict(initial_rows or {})
         col_list = []
         for name, (dt, shape) in specs.items():
@@ -130,20 +146,38 @@ class Collector:
         self.last_segments: list[dict[str, Any]] = []
         # The per-step calls go straight to C++ (no Python frame on the hot path);
         # the methods below document them.
-        self.add_step = self._impl.add_step  # type: ignore[method-assign]
-        self.step = self._impl.step  # type: ignore[method-assign]
-        self.input_dict = self._impl.input_dict  # type: ignore[method-assign]
+        # Nested columns take the Python methods below (flatten nested data, present input dicts nested).
+        if not self.nested:
+            self.add_step = self._impl.add_step  # type: ignore[method-assign]
+            self.step = self._impl.step  # type: ignore[method-assign]
+            self.input_dict = self._impl.input_dict  # type: ignore[method-assign]
         self.staged_rows = self._impl._next_rows  # type: ignore[method-assign]
 
     # -- episodes and steps -------------------------------------------------
 
+    def _flat(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """``data`` with nested values (``{"obs": {"image": ...}}``) given by leaf (``obs.image``)."""
+        if not self.nested:
+            return dict(data)
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            if is_nested_value(v) and k not in self.columns:
+                out.update(flatten_value(k, v))
+            else:
+                out[k] = v
+        return out
+
+    def _nested(self, d: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+        """An input dict whose nested views read as their structure (``d["obs"]["image"]``); keys stay flat."""
+        return SampleBatch._from_columns(d, n, frozenset(), frozenset())
+
     def begin_episodes(self, env_ids: Any, obs: Mapping[str, Any]) -> np.ndarray:
         """Starts an episode in each slot of ``env_ids`` with its first observation rows."""
-        return np.asarray(self._impl.begin_episodes(env_ids, dict(obs)), dtype=np.int64)
+        return np.asarray(self._impl.begin_episodes(env_ids, self._flat(obs)), dtype=np.int64)
 
     def add_step(self, data: Mapping[str, Any], env_ids: Any = None) -> None:
         """Appends one step (every column, ``[n, *shape]``) to each slot's episode."""
-        self._impl.add_step(data, env_ids)
+        self._impl.add_step(self._flat(data), env_ids)
 
     def end_episodes(self, env_ids: Any) -> None:
         """Marks the episodes in those slots finished; the slots become idle."""
@@ -155,11 +189,13 @@ class Collector:
         ``t``, ``eps_id`` and ``env_id`` are in it when ``view_requirements``
         has a view of that name used for compute actions.
         """
-        return self._impl.input_dict(env_ids)
+        d = self._impl.input_dict(env_ids)
+        return self._nested(d, self.num_envs if env_ids is None else len(env_ids))
 
     def step(self, data: Mapping[str, Any], env_ids: Any = None) -> dict[str, np.ndarray]:
         """``add_step`` then ``input_dict`` for the same slots, in one C++ call."""
-        return self._impl.step(data, env_ids)
+        d = self._impl.step(self._flat(data), env_ids)
+        return self._nested(d, self.num_envs if env_ids is None else len(env_ids))
 
     def staged_rows(self, column: str) -> np.ndarray | None:
         """The rows the next ``add_step`` will store ``column`` in, ``[num_envs, *shape]``; None if it cannot.

@@ -14,6 +14,12 @@ and the worker's sampler talks to one of two interfaces:
   PettingZoo's ``ParallelEnv`` satisfies it as it is, see
   `PettingZooParallelEnv`).
 
+Nested observation and action spaces (``Dict`` / ``Tuple``, see
+`trajview.views.nest`): a `VectorEnvAdapter` returns such observations as
+``{leaf column: [num_envs, *leaf_shape]}`` (``{"obs.image": ..., "obs.vec":
+...}``) instead of one array, and takes such actions the same way
+(``{"actions.a": ...}``); `ObsRows` and the functions below handle both forms.
+
 Either way, a step of an env that ends an episode returns that episode's
 *final* observation; the worker then asks for the next episode's first
 observation with ``reset_envs`` (single agent) or ``reset`` (multi agent), so
@@ -29,7 +35,47 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["obs_spec", "EnvAdapter", "MultiAgentEnvAdapter", "MultiAgentStep", "VectorEnvAdapter", "VectorStep"]
+from ..views.nest import Nest
+
+__all__ = [
+    "ObsRows",
+    "obs_spec",
+    "EnvAdapter",
+    "MultiAgentEnvAdapter",
+    "MultiAgentStep",
+    "VectorEnvAdapter",
+    "VectorStep",
+    "empty_rows",
+    "set_rows",
+    "take_rows",
+]
+
+#: Rows of observations: one array ``[n, *shape]``, or for a nested space ``{leaf column: [n, *leaf_shape]}``.
+ObsRows = Any
+
+
+def take_rows(rows: ObsRows, idx: Any) -> ObsRows:
+    """``rows[idx]`` of every leaf."""
+    if isinstance(rows, dict):
+        return {k: v[idx] for k, v in rows.items()}
+    return rows[idx]
+
+
+def empty_rows(like: ObsRows, n: int, zeros: bool = False) -> ObsRows:
+    """``n`` new rows of the dtypes and shapes of ``like``'s (zeros if asked)."""
+    make = np.zeros if zeros else np.empty
+    if isinstance(like, dict):
+        return {k: make((n,) + v.shape[1:], dtype=v.dtype) for k, v in like.items()}
+    return make((n,) + like.shape[1:], dtype=like.dtype)
+
+
+def set_rows(dst: ObsRows, dst_idx: Any, src: ObsRows, src_idx: Any) -> None:
+    """``dst[dst_idx] = src[src_idx]`` for every leaf."""
+    if isinstance(dst, dict):
+        for k, v in dst.items():
+            v[dst_idx] = src[k][src_idx]
+    else:
+        dst[dst_idx] = src[src_idx]
 
 
 def obs_spec(space: Any) -> tuple[np.dtype, tuple[int, ...]]:
@@ -43,8 +89,9 @@ def obs_spec(space: Any) -> tuple[np.dtype, tuple[int, ...]]:
 class VectorStep(NamedTuple):
     """One step of every env of a `VectorEnvAdapter`."""
 
-    #: [num_envs, *obs_shape]; for an env whose episode ended, its final observation.
-    obs: np.ndarray
+    #: [num_envs, *obs_shape] (nested spaces: ``{leaf column: [num_envs, *leaf_shape]}``); for an env whose
+    #: episode ended, its final observation.
+    obs: Any
     rewards: np.ndarray  # [num_envs] float64
     terminateds: np.ndarray  # [num_envs] bool
     truncateds: np.ndarray  # [num_envs] bool
@@ -97,6 +144,22 @@ class VectorEnvAdapter(EnvAdapter):
     writes_obs_in_place: bool = False
     #: Whether `step` can step some envs only (``env_ids``): envs stepped one by one can, a VectorEnv cannot.
     can_step_some: bool = False
+
+    @property
+    def obs_nest(self) -> Nest:
+        """The leaves of the observation space (`Nest.flat` for one array per step)."""
+        nest = self.__dict__.get("_obs_nest")
+        if nest is None or nest.space is not self.observation_space:
+            nest = self.__dict__["_obs_nest"] = Nest.from_space(self.observation_space, "observation_space")
+        return nest
+
+    @property
+    def action_nest(self) -> Nest:
+        """The leaves of the action space."""
+        nest = self.__dict__.get("_action_nest")
+        if nest is None or nest.space is not self.action_space:
+            nest = self.__dict__["_action_nest"] = Nest.from_space(self.action_space, "action_space")
+        return nest
 
     @abstractmethod
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, list[dict]]:

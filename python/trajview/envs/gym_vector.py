@@ -8,7 +8,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from .base import VectorEnvAdapter, VectorStep
+from ..views.columns import ACTIONS, OBS
+from .base import VectorEnvAdapter, VectorStep, take_rows
 from .checks import check_vector_flags, check_vector_rewards
 
 __all__ = ["GymVectorEnv", "vector_info"]
@@ -45,6 +46,10 @@ class GymVectorEnv(VectorEnvAdapter):
       episode's first observation, the final one in ``info["final_obs"]``
       (and the step's info in ``info["final_info"]``); `step` returns the
       final ones and `reset_envs` the first ones it kept.
+
+    Nested spaces: the VectorEnv's batched ``Dict`` / ``Tuple`` observations
+    come back as ``{leaf column: [num_envs, ...]}``, and actions given that
+    way are handed to it in the space's structure (batched leaves).
     """
 
     def __init__(
@@ -64,12 +69,33 @@ class GymVectorEnv(VectorEnvAdapter):
             gym.vector.AutoresetMode.SAME_STEP
         )
         # SAME_STEP: the first observations (and infos) of the episodes the last step began
-        self._reset_obs: np.ndarray | None = None
+        self._reset_obs: Any = None
         self._reset_infos: list[dict] = []
 
-    def reset(self, seed: int | None = None) -> tuple[np.ndarray, list[dict]]:
+    def _obs(self, obs: Any) -> Any:
+        """The VectorEnv's observations as one array, or ``{leaf column: rows}`` for a nested space."""
+        if self.obs_nest.flat:
+            return obs
+        try:
+            return self.obs_nest.columns(OBS, obs, "the VectorEnv's observation")
+        except ValueError as e:
+            raise ValueError(f"column 'obs': {e}") from None
+
+    def _final_obs(self, obs: Any, k: int, final: Any) -> None:
+        """Row ``k`` of ``obs`` := env ``k``'s final observation ``final`` (one env's, nested or not)."""
+        if self.obs_nest.flat:
+            obs[k] = final
+            return
+        try:
+            values = self.obs_nest.leaf_values(final, f"env {k}'s final observation")
+        except ValueError as e:
+            raise ValueError(f"column 'obs': {e}") from None
+        for c, v in zip(self.obs_nest.names(OBS), values):
+            obs[c][k] = v
+
+    def reset(self, seed: int | None = None) -> tuple[Any, list[dict]]:
         obs, info = self.env.reset(seed=seed)
-        return obs, [vector_info(info, i) for i in range(self.num_envs)]
+        return self._obs(obs), [vector_info(info, i) for i in range(self.num_envs)]
 
     def step(
         self,
@@ -83,8 +109,11 @@ class GymVectorEnv(VectorEnvAdapter):
             raise ValueError("a VectorEnv steps all its envs at once (can_step_some is False), got env_ids")
         n = self.num_envs
         self._reset_obs = None
+        if not self.action_nest.flat:
+            actions = self.action_nest.unflatten(actions[c] for c in self.action_nest.names(ACTIONS))
         try:
             obs, rew, term, trunc, info = self.env.step(actions)
+            obs = self._obs(obs)
             rew = check_vector_rewards(rew, n)
             term = check_vector_flags(term, "terminateds", n)
             trunc = check_vector_flags(trunc, "truncateds", n)
@@ -93,8 +122,9 @@ class GymVectorEnv(VectorEnvAdapter):
                 raise
             # One call steps every env: which one failed, and what the others did, is unknown.
             nothing = np.zeros(n, dtype=bool)
+            zeros = {c: np.zeros((n,) + shp, dt) for c, (dt, shp) in self.obs_nest.specs(OBS).items()}
             return VectorStep(
-                np.zeros((n,) + tuple(self.observation_space.shape), self.observation_space.dtype),
+                zeros[OBS] if self.obs_nest.flat else zeros,
                 np.zeros(n), nothing, nothing, [{} for _ in range(n)] if need_infos else None, False,
                 np.arange(n, dtype=np.int64), (e,) * n,
             )
@@ -105,9 +135,9 @@ class GymVectorEnv(VectorEnvAdapter):
             return VectorStep(new_obs, rew, term, trunc, infos, any_done)
         # SAME_STEP: the envs that ended already reset; their step's observation and info are the final_* ones.
         done = term | trunc
-        new_obs = obs.copy()
+        new_obs = {c: v.copy() for c, v in obs.items()} if isinstance(obs, dict) else obs.copy()
         for k in np.flatnonzero(done):
-            new_obs[k] = info["final_obs"][k]
+            self._final_obs(new_obs, int(k), info["final_obs"][k])
         self._reset_obs = obs
         self._reset_infos = [
             {k: v for k, v in vector_info(info, i).items() if k not in _FINAL_KEYS} for i in range(self.num_envs)
@@ -137,17 +167,17 @@ class GymVectorEnv(VectorEnvAdapter):
         self.base_env = env
         return np.arange(self.num_envs, dtype=np.int64)
 
-    def reset_envs(self, env_ids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, list[dict]]:
+    def reset_envs(self, env_ids: Sequence[int] | np.ndarray) -> tuple[Any, list[dict]]:
         ids = np.asarray(env_ids, dtype=np.int64)
         if self._reset_obs is not None:  # SAME_STEP: the env already reset them
-            return self._reset_obs[ids], [self._reset_infos[int(i)] for i in ids]
+            return take_rows(self._reset_obs, ids), [self._reset_infos[int(i)] for i in ids]
         if len(ids) == self.num_envs:  # all of them (e.g. after a failed step): a plain reset
             obs, info = self.env.reset()
-            return obs[ids], [vector_info(info, int(i)) for i in ids]
+            return take_rows(self._obs(obs), ids), [vector_info(info, int(i)) for i in ids]
         mask = np.zeros(self.num_envs, dtype=bool)
         mask[ids] = True
         obs, info = self.env.reset(options={"reset_mask": mask})
-        return obs[ids], [vector_info(info, int(i)) for i in ids]
+        return take_rows(self._obs(obs), ids), [vector_info(info, int(i)) for i in ids]
 
     def close(self) -> None:
         self.env.close()

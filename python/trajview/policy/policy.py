@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..views.columns import ColumnSpec, column_spec_from_space
+from ..views.nest import Nest
 from ..views.sample_batch import SampleBatch
 from ..views.view_requirement import ViewRequirement
 from .pruning import NEVER_PRUNED, prune_views
@@ -104,10 +105,14 @@ class Policy:
         self.loss(batch)
 
     def column_specs(self) -> dict[str, ColumnSpec]:
-        """Every column a collector stores for this policy (after the pruning pass)."""
+        """Every column a collector stores for this policy (after the pruning pass).
+
+        A nested observation or action space (``Dict`` / ``Tuple``) gives one
+        column per leaf (``obs.image``, ``actions.0``; see `trajview.views.nest`).
+        """
         specs: dict[str, ColumnSpec] = {
-            SampleBatch.OBS: column_spec_from_space(self.observation_space, "observation_space"),
-            SampleBatch.ACTIONS: column_spec_from_space(self.action_space, "action_space"),
+            **Nest.from_space(self.observation_space, "observation_space").specs(SampleBatch.OBS),
+            **Nest.from_space(self.action_space, "action_space").specs(SampleBatch.ACTIONS),
             SampleBatch.REWARDS: (np.dtype(np.float64), ()),
             SampleBatch.TERMINATEDS: (np.dtype(np.bool_), ()),
             SampleBatch.TRUNCATEDS: (np.dtype(np.bool_), ()),

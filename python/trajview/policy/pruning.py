@@ -21,6 +21,7 @@ from ..views.columns import (
     ColumnSpec,
     column_spec_from_space,
 )
+from ..views.nest import SEP, leaf_names
 from ..views.sample_batch import SampleBatch
 from ..views.view_requirement import ViewRequirement
 
@@ -73,10 +74,28 @@ def _dummy_column(col: str, specs: dict[str, ColumnSpec], vr: ViewRequirement | 
     )
 
 
-def _dummy_view(key: str, vr: ViewRequirement, specs: dict[str, ColumnSpec], n: int) -> np.ndarray:
-    dtype, shape = _dummy_column(vr.column(key), specs, vr)
+def _dummy_view(key: str, vr: ViewRequirement, specs: dict[str, ColumnSpec], n: int) -> Any:
+    """Zeros of the view's shape; a view of a nested column gives ``{leaf: zeros}`` (a SampleBatch stores the leaves)."""
     lead = (n, len(vr.shift_arr)) if vr.adds_axis else (n,)
+    col = vr.column(key)
+    if col not in specs:
+        leaves = leaf_names(col, specs)
+        if leaves:
+            return _nested_zeros(col, {c: specs[c] for c in leaves}, lead)
+    dtype, shape = _dummy_column(col, specs, vr)
     return np.zeros(lead + shape, dtype=dtype)
+
+
+def _nested_zeros(col: str, leaves: dict[str, ColumnSpec], lead: tuple[int, ...]) -> Any:
+    from ..views.nest import assemble
+
+    zeros = {c: np.zeros(lead + shape, dtype=dtype) for c, (dtype, shape) in leaves.items()}
+    return assemble(col, list(zeros), zeros.__getitem__)
+
+
+def _read(key: str, keys: set[str]) -> bool:
+    """Whether ``key`` (or, for a nested view, one of its leaves ``key.x``) is among ``keys``."""
+    return key in keys or any(k.startswith(key + SEP) for k in keys)
 
 
 def prune_views(policy: PrunablePolicy) -> None:
@@ -179,7 +198,7 @@ def prune_views(policy: PrunablePolicy) -> None:
         if col == SampleBatch.INFOS:
             train[key] = np.array([{} for _ in range(_DUMMY_T)], dtype=object)
             continue
-        if col not in specs and col not in BOUNDARY_COLUMNS and vr.space is None:
+        if col not in specs and col not in BOUNDARY_COLUMNS and vr.space is None and not leaf_names(col, specs):
             continue  # a column that postprocessing adds: see below
         rows = _DUMMY_T if vr.batch_repeat_value == 1 else -(-_DUMMY_T // vr.batch_repeat_value)
         train[key] = _dummy_view(key, vr, specs, rows)
@@ -194,6 +213,7 @@ def prune_views(policy: PrunablePolicy) -> None:
         n_seq = -(-_DUMMY_T // rep)
         train[SampleBatch.SEQ_LENS] = np.array([min(rep, _DUMMY_T - q * rep) for q in range(n_seq)], np.int32)
     pre = SampleBatch(train, seq_keys=seq_keys)
+    pre_keys = list(dict.keys(pre))  # nested views by leaf
     pre.enable_access_tracking()
     post = policy.postprocess_trajectory(pre)
     if not isinstance(post, SampleBatch):
@@ -201,7 +221,7 @@ def prune_views(policy: PrunablePolicy) -> None:
             f"{type(policy).__name__}.postprocess_trajectory must return a SampleBatch, got {type(post).__name__}"
         )
     read_in_post = set(pre.accessed_keys)
-    policy.postprocessed_columns = set(post.keys()) - set(train.keys())
+    policy.postprocessed_columns = set(post.keys()) - set(pre_keys)
 
     # 3. The loss, on the postprocessed batch.
     loss_batch = SampleBatch(dict(post), seq_keys=seq_keys)
@@ -215,10 +235,10 @@ def prune_views(policy: PrunablePolicy) -> None:
 
     # 4. Prune.
     for key, vr in vrs.items():
-        if vr.used_for_compute_actions and key not in read_for_actions:
+        if vr.used_for_compute_actions and not _read(key, read_for_actions):
             vr.used_for_compute_actions = False
         if has_loss and vr.used_for_training and key not in NEVER_PRUNED:
-            if key not in read_in_post and key not in read_in_loss:
+            if not _read(key, read_in_post) and not _read(key, read_in_loss):
                 vr.used_for_training = False
     for key in policy.postprocessed_columns:
         if key in read_in_loss and key not in vrs:

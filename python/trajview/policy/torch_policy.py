@@ -14,7 +14,12 @@ from ..views import LazyView, SampleBatch
 __all__ = ["TorchPolicy"]
 
 
-def _to_numpy(x: Any) -> np.ndarray:
+def _to_numpy(x: Any) -> Any:
+    """A tensor (or a nested dict / tuple of them: a Dict / Tuple action) as numpy arrays."""
+    if isinstance(x, dict):
+        return {k: _to_numpy(v) for k, v in x.items()}
+    if isinstance(x, tuple):
+        return tuple(_to_numpy(v) for v in x)
     return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
@@ -42,6 +47,9 @@ class TorchPolicy(Policy):
     Subclasses implement ``action_sampler(input_dict, explore) -> (actions,
     state_outs, extra_fetches)`` and ``loss(train_batch) -> scalar tensor``,
     both on dicts of torch tensors (zero-copy views of the collector's arrays).
+    Nested observations read nested there too (``input_dict["obs"]["image"]``,
+    a tensor per leaf); a ``Dict`` / ``Tuple`` action space takes actions as
+    a dict / tuple of tensors.
     """
 
     def __init__(

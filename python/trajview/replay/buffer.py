@@ -48,6 +48,7 @@ from ..views.columns import (
     TRUNCATEDS,
     column_specs,
 )
+from ..views.nest import SEP, expand_views, is_nested_value, leaf_names, space_specs
 from .samplers import SliceSampler
 
 __all__ = ["ReplayBuffer"]
@@ -61,10 +62,11 @@ _TRAJ_KEYS = (EPS_ID, "traj_ids")
 
 
 def _stored_by_default(key: str, next_columns: set[str], seq_keys: frozenset[str]) -> bool:
-    """Whether a batch column is stored when the buffer is not told which: not a next-observation column,
-    nothing computed at sample time, no ``infos``, nothing per-sequence."""
+    """Whether a batch column is stored when the buffer is not told which: not a next-observation column
+    (nor a leaf of one), nothing computed at sample time, no ``infos``, nothing per-sequence."""
     return (
         key not in next_columns
+        and key.split(SEP, 1)[0] not in next_columns
         and key not in _COMPUTED
         and key != SampleBatch.INFOS
         and key not in seq_keys
@@ -93,6 +95,12 @@ class ReplayBuffer:
         next_obs: ``{obs column: its next column}`` (default
             ``{"obs": "new_obs"}``): the next column is not stored, only each
             piece's final observation.
+
+    Nested columns (a ``Dict`` / ``Tuple`` observation: leaves ``obs.image``,
+    see `trajview.views.nest`) are stored leaf by leaf; a name in
+    ``columns``, ``next_obs`` or a view's column that names a nested column
+    means all its leaves, each view is built per leaf, and samples present
+    the leaves nested again (``sample["obs"]["image"]``).
     """
 
     def __init__(
@@ -116,7 +124,10 @@ class ReplayBuffer:
         self._explicit_columns: tuple[str, ...] | None = None
         self._specs: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None
         if isinstance(columns, Mapping):
-            self._specs = column_specs(columns, spaces=False)
+            self._specs = {}
+            for k, v in columns.items():
+                leaves = space_specs(str(k), v)  # a nested space: its leaves
+                self._specs.update(leaves if leaves is not None else column_specs({k: v}, spaces=False))
             self._explicit_columns = tuple(self._specs)
         elif columns is not None:
             if isinstance(columns, str):
@@ -165,6 +176,12 @@ class ReplayBuffer:
                 )
             if any(d < 0 for d in shape):
                 raise ValueError(f"column {name!r}: shape must have dims >= 0, got {shape}")
+        # next_obs of a nested column: leaf by leaf (obs.image -> new_obs.image)
+        for o, nxt in list(self._next_obs.items()):
+            if o not in self._specs and leaf_names(o, self._specs):
+                del self._next_obs[o]
+                for leaf in leaf_names(o, self._specs):
+                    self._next_obs[leaf] = nxt + leaf[len(o):]
         obs = set(self._next_obs)
         spec = [(n, np.dtype(dt).name, list(shape), n in obs) for n, (dt, shape) in self._specs.items()]
         self._impl = _core._Replay(self._capacity, spec)
@@ -172,6 +189,7 @@ class ReplayBuffer:
             self._views = {
                 nxt: ViewRequirement(o, shift=1) for o, nxt in self._next_obs.items() if o in self._specs
             }
+        self._views = expand_views(self._views, self._specs)
         for name, vr in self._views.items():
             col = vr.column(name)
             if col not in self._specs:
@@ -188,6 +206,8 @@ class ReplayBuffer:
             if not names:
                 raise ValueError(f"add: the batch has no column to store, got columns {list(batch)}")
         specs = {}
+        keys = list(batch)
+        names = tuple(c for k in names for c in ([k] if k in keys else leaf_names(k, keys) or [k]))
         for k in names:
             if k not in batch:
                 raise ValueError(f"add: missing column {k!r}; expected every column of {list(names)}")
@@ -210,6 +230,8 @@ class ReplayBuffer:
             raise TypeError("ReplayBuffer.add takes a SampleBatch; add each policy batch of a MultiAgentBatch separately")
         if not isinstance(batch, Mapping):
             raise TypeError(f"ReplayBuffer.add takes a SampleBatch, got {type(batch).__name__}")
+        if not isinstance(batch, SampleBatch) and any(is_nested_value(v) for k, v in batch.items() if k != "infos"):
+            batch = SampleBatch(batch)  # nested values: stored by leaf
         with self._lock:
             if self._impl is None:
                 self._infer(batch)
@@ -315,7 +337,7 @@ class ReplayBuffer:
 
     def _view_specs(self, views: Mapping[str, ViewRequirement] | None) -> list[tuple[str, str, list[int], bool, str]]:
         assert self._specs is not None
-        extra = self._views if views is None else self._check_views(views)
+        extra = self._views if views is None else expand_views(self._check_views(views), self._specs)
         assert extra is not None
         out = [(k, k, [0], False, "zero") for k in self._specs]
         for name, vr in extra.items():

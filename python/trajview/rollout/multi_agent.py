@@ -17,6 +17,7 @@ from ..collect.collector import Collector
 from ..envs.base import MultiAgentEnvAdapter
 from ..policy.policy import Policy
 from ..views import MultiAgentBatch, SampleBatch, concat_samples
+from ..views.nest import Nest
 from .callbacks import Episode
 from .config import RolloutConfig
 from .emit import InfoLog, postprocess_segment
@@ -100,6 +101,8 @@ class MultiAgentSampler:
             for k, (pid, p) in enumerate(self.policies.items())
         }
         self.columns = {pid: PolicyColumns(p, self.config) for pid, p in self.policies.items()}
+        #: Per policy, the leaves of its observation space (nested spaces: one column per leaf).
+        self._obs_nest = {pid: Nest.from_space(p.observation_space, "observation_space") for pid, p in self.policies.items()}
         self.by_eps = {}
         self.held = 0
         self._env_steps = self._agent_steps = 0
@@ -139,8 +142,8 @@ class MultiAgentSampler:
         for pid, items in by_pid.items():
             slots = np.array([i * self.n_agents + self.agent_index[a] for a, _ in items], dtype=np.int64)
             try:
-                obs_arr = np.stack([np.asarray(o) for _, o in items])
-                eps = self.collectors[pid].begin_episodes(slots, {SampleBatch.OBS: obs_arr})
+                obs_cols = self._obs_nest[pid].stack(SampleBatch.OBS, [o for _, o in items], f"env {i}'s observation")
+                eps = self.collectors[pid].begin_episodes(slots, obs_cols)
             except (ValueError, TypeError) as e:
                 raise type(e)(f"RolloutWorker: env {i}'s observation for policy {pid!r} does not fit: {e}") from e
             base = eps_id_start(self.config.worker_index, list(self.policies).index(pid))
@@ -220,8 +223,12 @@ class MultiAgentSampler:
             except ValueError as e:
                 raise ValueError(f"policy {pid!r}: {e}") from e
             outputs[pid] = (slots, aes, data)
-            acts = data[SampleBatch.ACTIONS]
-            as_py = acts.tolist() if acts.ndim == 1 else list(acts)
+            act_nest = self.columns[pid].action_nest
+            if act_nest.flat:
+                acts = data[SampleBatch.ACTIONS]
+                as_py = acts.tolist() if acts.ndim == 1 else list(acts)
+            else:  # each agent's action in the space's structure
+                as_py = act_nest.split_rows(data, SampleBatch.ACTIONS, len(aes))
             for ae, a in zip(aes, as_py):
                 actions_by_env[ae.env_index][ae.agent_id] = a
         try:
@@ -325,7 +332,7 @@ class MultiAgentSampler:
                     raise ValueError(
                         f"env {ae.env_index}: agent {ae.agent_id!r} acted but the env returned no observation for it"
                     )
-                new_obs.append(np.asarray(obs[ae.agent_id]))
+                new_obs.append(obs[ae.agent_id])
                 rew[j] = r.get(ae.agent_id, 0.0)
                 term[j] = bool(te.get(ae.agent_id, False))
                 trunc[j] = bool(tr.get(ae.agent_id, False))
@@ -333,12 +340,12 @@ class MultiAgentSampler:
                 if cfg.horizon is not None and ep.length >= cfg.horizon and not cfg.soft_horizon and not term[j]:
                     trunc[j] = True
             try:
-                obs_arr = np.stack(new_obs)
+                obs_cols = self._obs_nest[pid].stack(SampleBatch.OBS, new_obs, "an agent's observation")
             except ValueError as e:
-                raise ValueError(f"column 'obs': policy {pid!r}'s agents returned observations of different shapes: {e}") from e
+                raise ValueError(f"column 'obs': policy {pid!r}'s agents returned observations that do not fit: {e}") from e
             zeros = np.zeros(n, bool)
             data = dict(data)
-            data[SampleBatch.OBS] = obs_arr
+            data.update(obs_cols)
             data[SampleBatch.REWARDS] = rew
             data[SampleBatch.TERMINATEDS] = zeros if cfg.no_done_at_end else term
             data[SampleBatch.TRUNCATEDS] = zeros if cfg.no_done_at_end else trunc

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..collect.collector import BOUNDARY_COLUMNS, Collector
 from ..policy.policy import Policy
+from ..views.nest import Nest, leaf_names
 from ..views.sample_batch import SampleBatch
 from ..views.view_requirement import ViewRequirement
 from .config import MAX_WORKERS, RolloutConfig
@@ -63,7 +64,7 @@ def make_collector(policy: Policy, num_slots: int, config: RolloutConfig, first_
         col = vr.column(key)
         if col == SampleBatch.INFOS:
             continue
-        if col in specs or col in BOUNDARY_COLUMNS:
+        if col in specs or col in BOUNDARY_COLUMNS or leaf_names(col, specs):
             views[key] = vr
         elif col not in policy.postprocessed_columns:
             raise ValueError(
@@ -87,7 +88,9 @@ class PolicyColumns:
     """What a policy's compute-actions call must return, checked before any env steps.
 
     Actions must fit the action space's dtype (a safe cast) and shape, and
-    Discrete / MultiDiscrete / MultiBinary actions its range; ``state_outs``
+    Discrete / MultiDiscrete / MultiBinary actions its range (a ``Dict`` /
+    ``Tuple`` action space: a nested structure of such arrays, each leaf
+    checked against its leaf space and stored as ``actions.<leaf>``); ``state_outs``
     and extra fetches must be what the view-pruning pass saw (names, dtypes,
     per-row shapes). NaN in a float output is an error unless
     ``nan_outputs="allow"``. Errors name the column, expected and got.
@@ -96,8 +99,14 @@ class PolicyColumns:
     def __init__(self, policy: Policy, config: RolloutConfig) -> None:
         self.policy_name = type(policy).__name__
         specs = policy.column_specs()
-        self.action_spec = specs[SampleBatch.ACTIONS]
         self.action_space = policy.action_space
+        self.action_nest = Nest.from_space(self.action_space, "action_space")
+        #: A nested action space: per leaf, (column, spec, bounds, leaf space).
+        self._action_leaves = [
+            (c, specs[c], _action_bounds(leaf.space), leaf.space)
+            for c, leaf in zip(self.action_nest.names(SampleBatch.ACTIONS), self.action_nest.leaves)
+        ]
+        self.action_spec = specs[SampleBatch.ACTIONS] if self.action_nest.flat else (np.dtype(np.bool_), ())
         self.state_keys = [f"state_out_{i}" for i in range(len(policy.get_initial_state()))]
         self.extra_keys = list(policy.extra_fetch_columns)
         self.specs = {k: specs[k] for k in self.state_keys + self.extra_keys if k in specs}
@@ -137,8 +146,35 @@ class PolicyColumns:
             )
         return arr
 
+    def _check_nested_actions(self, actions: Any, n: int) -> dict[str, Any]:
+        """The leaf columns of a nested action (``actions.<leaf>``), each checked like a flat one."""
+        try:
+            values = self.action_nest.leaf_values(actions, "actions")
+        except ValueError as e:
+            raise ValueError(f"column 'actions': compute_actions_from_input_dict returned actions that do not match "
+                             f"the action space {self.action_space}: {e}") from None
+        data: dict[str, Any] = {}
+        for (col, spec, bounds, space), v in zip(self._action_leaves, values):
+            arr = self._array(col, v, n, spec)
+            if bounds is not None and n:
+                low, high = bounds
+                bad_rows = ((arr < low) | (arr > high)).reshape(n, -1).any(axis=1)
+                if bad_rows.any():
+                    bad = np.flatnonzero(bad_rows).tolist()
+                    raise ValueError(
+                        f"column {col!r}: compute_actions_from_input_dict returned actions outside the action space "
+                        f"{space} (rows {bad}: {arr[bad].tolist()})"
+                    )
+            data[col] = arr
+        return data
+
     def check_outputs(self, actions: Any, state_outs: Any, extra: Any, n: int) -> dict[str, Any]:
-        """The step's policy columns (``actions``, ``state_out_i``, extra fetches), checked."""
+        """The step's policy columns (``actions``, ``state_out_i``, extra fetches), checked.
+
+        A nested action space's actions come back as leaf columns (``actions.a``, ...), no ``actions`` key.
+        """
+        if not self.action_nest.flat:
+            return self._check_rest(self._check_nested_actions(actions, n), state_outs, extra, n)
         acts = actions if type(actions) is np.ndarray else np.asarray(actions)
         if not (self._scalar_bounds and acts.dtype is self.action_spec[0] and acts.shape == (n,)):
             acts = self._array("actions", acts, n, self.action_spec)  # else: a Discrete action per row, as expected
@@ -161,6 +197,10 @@ class PolicyColumns:
                     f"column 'actions': compute_actions_from_input_dict returned actions outside the action space "
                     f"{self.action_space} (rows {bad}: {acts[bad].tolist()})"
                 )
+        return self._check_rest(data, state_outs, extra, n)
+
+    def _check_rest(self, data: dict[str, Any], state_outs: Any, extra: Any, n: int) -> dict[str, Any]:
+        """Adds the checked ``state_out_i`` and extra-fetch columns to ``data``."""
         if not state_outs and not extra and not self.state_keys and not self.extra_keys:
             if type(state_outs) is list and type(extra) is dict:  # the common case: nothing else to check
                 return data

@@ -19,7 +19,7 @@ from typing import Any, cast
 import numpy as np
 
 from ..collect.collector import Collector
-from ..envs.base import VectorEnvAdapter, obs_spec
+from ..envs.base import VectorEnvAdapter, empty_rows, set_rows, take_rows
 from ..policy.policy import Policy
 from ..views import SampleBatch, concat_samples
 from .callbacks import Episode
@@ -97,11 +97,17 @@ class SingleAgentSampler:
         self._want_infos = self._columns.need_infos or self._has_hooks
         # Big observations (images) go from env.step straight into the store's next rows: no copy in add_step.
         # Only for adapters that write observations in place, and when the stored column is the env's observation.
-        spec = self.collector.columns.get(SampleBatch.OBS)
-        big = False
-        if spec is not None and self.adapter.writes_obs_in_place and spec == obs_spec(self.adapter.observation_space):
-            big = spec[0].itemsize * int(np.prod(spec[1], dtype=np.int64)) >= STAGE_OBS_BYTES
-        self._next_obs_rows = self.collector.staged_rows if big else None
+        # A nested observation: each big leaf the same way.
+        obs_nest = self.adapter.obs_nest
+        self._obs_flat = obs_nest.flat
+        self._act_cols = [] if self._columns.action_nest.flat else self._columns.action_nest.names(SampleBatch.ACTIONS)
+        self._staged_cols = []
+        if self.adapter.writes_obs_in_place:
+            for c, spec in obs_nest.specs(SampleBatch.OBS).items():
+                if self.collector.columns.get(c) == spec:
+                    if spec[0].itemsize * int(np.prod(spec[1], dtype=np.int64)) >= STAGE_OBS_BYTES:
+                        self._staged_cols.append(c)
+        self._next_obs_rows = self.collector.staged_rows if self._staged_cols else None
         self._episodes = [None] * self.num_envs
         self._ended = {}
         self._infos = {}
@@ -114,10 +120,20 @@ class SingleAgentSampler:
         self._reset_seed = self.config.seed if rebuild == 0 else None
         self._start_idle()
 
-    def _begin(self, ids: np.ndarray, obs: np.ndarray, infos: list) -> list[Episode]:
+    def _obs_data(self, obs: Any) -> dict[str, Any]:
+        """The observation columns of rows ``obs`` (one array, or a nested space's leaf columns)."""
+        return {SampleBatch.OBS: obs} if self._obs_flat else obs
+
+    def _obs_row(self, obs: Any, j: int) -> Any:
+        """Row ``j`` of ``obs`` (a copy), nested as the observation space."""
+        if self._obs_flat:
+            return np.array(obs[j], copy=True)
+        return self.adapter.obs_nest.row(obs, SampleBatch.OBS, j)
+
+    def _begin(self, ids: np.ndarray, obs: Any, infos: list) -> list[Episode]:
         """Starts an episode in each slot of ``ids`` (store first); returns them for on_episode_start."""
         try:
-            eps_ids = self.collector.begin_episodes(ids, {SampleBatch.OBS: obs})
+            eps_ids = self.collector.begin_episodes(ids, self._obs_data(obs))
         except (ValueError, TypeError) as e:
             raise type(e)(f"RolloutWorker: the env's reset observation does not fit the observation space: {e}") from e
         if len(eps_ids):
@@ -128,7 +144,7 @@ class SingleAgentSampler:
         self._ep_ret[ids] = 0.0
         started = []
         for j, (i, eid, info) in enumerate(zip(ids, eps_ids, infos)):
-            ep = Episode(int(eid), int(i), obs[j], info)
+            ep = Episode(int(eid), int(i), obs[j] if self._obs_flat else self._obs_row(obs, j), info)
             self._episodes[i] = ep
             if self._columns.need_infos:
                 self._infos[int(eid)] = InfoLog()
@@ -228,8 +244,14 @@ class SingleAgentSampler:
         )
         # Checked before any env steps: a bad policy output changes nothing.
         data = self._columns.check_outputs(actions, state_outs, extra, n)
-        actions = data[SampleBatch.ACTIONS]
-        staged = self._next_obs_rows(SampleBatch.OBS) if self._next_obs_rows is not None and ids is None else None
+        actions = data[SampleBatch.ACTIONS] if not self._act_cols else {c: data[c] for c in self._act_cols}  # type: ignore[assignment]
+        staged: Any = None
+        if self._next_obs_rows is not None and ids is None:
+            if self._obs_flat:
+                staged = self._next_obs_rows(SampleBatch.OBS)
+            else:
+                rows = {c: self._next_obs_rows(c) for c in self._staged_cols}
+                staged = rows if all(r is not None for r in rows.values()) else None
         isolate = cfg.restart_failed_sub_environments
         try:
             if ids is None:
@@ -271,7 +293,10 @@ class SingleAgentSampler:
             term_s = trunc_s = false
         else:
             term_s, trunc_s = term, trunc
-        data[SampleBatch.OBS] = new_obs
+        if self._obs_flat:
+            data[SampleBatch.OBS] = new_obs
+        else:
+            data.update(new_obs)
         data[SampleBatch.REWARDS] = rew
         data[SampleBatch.TERMINATEDS] = term_s
         data[SampleBatch.TRUNCATEDS] = trunc_s
@@ -316,9 +341,12 @@ class SingleAgentSampler:
             ep = cast(Episode, self._episodes[i])  # every slot that stepped has a running episode
             ep.length = int(self._ep_len[i])
             ep.total_reward = float(self._ep_ret[i])
-            ep._last_action = np.array(actions[j], copy=True)
+            if self._act_cols:
+                ep._last_action = self._columns.action_nest.row(data, SampleBatch.ACTIONS, j)
+            else:
+                ep._last_action = np.array(actions[j], copy=True)
             ep._last_reward = float(rew[j])
-            ep._last_obs = np.array(new_obs[j], copy=True)
+            ep._last_obs = self._obs_row(new_obs, j)
             if infos is not None:
                 ep._last_info = infos[j]
         if failed is not None:
@@ -334,8 +362,8 @@ class SingleAgentSampler:
                 cut_g = np.zeros(self.num_envs, dtype=bool)
                 cut_g[slots] = False if cut is None else cut
                 soft_g = None
-                obs_g = np.zeros((self.num_envs,) + new_obs.shape[1:], dtype=new_obs.dtype)
-                obs_g[slots] = new_obs
+                obs_g = empty_rows(new_obs, self.num_envs, zeros=True)
+                set_rows(obs_g, slots, new_obs, slice(None))
                 if soft is not None:
                     soft_g = np.zeros(self.num_envs, dtype=bool)
                     soft_g[slots] = soft
@@ -358,7 +386,7 @@ class SingleAgentSampler:
         return cast(Episode, self._episodes[i])
 
     def _end_and_restart(
-        self, cut: np.ndarray, soft: np.ndarray | None, new_obs: np.ndarray
+        self, cut: np.ndarray, soft: np.ndarray | None, new_obs: Any
     ) -> tuple[list[Episode], list[Episode], BaseException | None]:
         """Ends the episodes in `cut` (env reset) and `soft` (soft horizon: no reset), and begins new ones.
 
@@ -383,12 +411,12 @@ class SingleAgentSampler:
         self._idle[ends] = True
         self._any_idle = True
         resets = np.flatnonzero(cut)
-        obs = np.empty((len(ends),) + new_obs.shape[1:], dtype=new_obs.dtype)
+        obs = empty_rows(new_obs, len(ends))
         infos: list = [{} for _ in ends]
         pos = {int(i): j for j, i in enumerate(ends)}
         if soft is not None:
             for i in np.flatnonzero(soft):
-                obs[pos[int(i)]] = new_obs[i]
+                set_rows(obs, pos[int(i)], new_obs, i)
         error: BaseException | None = None
         if len(resets):
             try:
@@ -403,7 +431,7 @@ class SingleAgentSampler:
                 error = e
             else:
                 for j, i in enumerate(resets):
-                    obs[pos[int(i)]] = r_obs[j]
+                    set_rows(obs, pos[int(i)], r_obs, j)
                     infos[pos[int(i)]] = r_infos[j]
                     self._idle[i] = False  # ready to begin
         if error is None:  # every env reset (or a soft restart): all begin
@@ -411,7 +439,7 @@ class SingleAgentSampler:
         ready = np.array([j for j, i in enumerate(ends) if soft is not None and soft[i] or not self._idle[i]], np.int64)
         self._idle[ends] = True
         self._any_idle = True
-        started = self._begin(ends[ready], obs[ready], [infos[k] for k in ready]) if len(ready) else []
+        started = self._begin(ends[ready], take_rows(obs, ready), [infos[k] for k in ready]) if len(ready) else []
         return ended, started, error
 
     # -- batches ----------------------------------------------------------------

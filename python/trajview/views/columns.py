@@ -68,6 +68,11 @@ def column_spec_from_space(space: Any, what: str | None = None) -> ColumnSpec:
     dtype = getattr(space, "dtype", None)
     shape = getattr(space, "shape", None)
     if dtype is None or shape is None:
+        if shape is None and what is not None:
+            from .nest import Nest
+
+            Nest.from_space(space, what)  # a Text / Graph / Sequence leaf: its own error, naming its path
+            raise ValueError(f"{what}: the nested space {space!r} is stored one column per leaf, not as one column")
         if what is None:
             raise ValueError(f"cannot store samples of space {space!r}: it has no fixed dtype and shape")
         raise ValueError(f"{what}: space {space!r} has no fixed dtype and shape; trajview stores fixed-shape arrays")
@@ -96,8 +101,21 @@ def column_spec(name: str, spec: Any, *, spaces: bool = True) -> ColumnSpec:
 
 
 def column_specs(columns: Mapping[Any, Any], *, spaces: bool = True) -> dict[str, ColumnSpec]:
-    """`column_spec` of every entry of ``{name: (dtype, shape) or space}``, names as str."""
-    return {str(k): column_spec(str(k), v, spaces=spaces) for k, v in columns.items()}
+    """`column_spec` of every entry of ``{name: (dtype, shape) or space}``, names as str.
+
+    With ``spaces``, a nested space (``Dict`` / ``Tuple``) gives one column per leaf (``name.key``, see
+    `trajview.views.nest`).
+    """
+    from .nest import space_specs
+
+    out: dict[str, ColumnSpec] = {}
+    for k, v in columns.items():
+        leaves = space_specs(str(k), v) if spaces else None
+        if leaves is not None:
+            out.update(leaves)
+        else:
+            out[str(k)] = column_spec(str(k), v, spaces=spaces)
+    return out
 
 
 def cast_exactly(name: str, arr: np.ndarray, dtype: np.dtype) -> np.ndarray:

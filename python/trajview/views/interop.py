@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from .columns import ACTIONS, DONES, EPS_ID, INFOS, IS_INIT, NEXT_OBS, REWARDS, TERMINATEDS, TRUNCATEDS, T
+from .columns import ACTIONS, DONES, EPS_ID, INFOS, IS_INIT, NEXT_OBS, OBS, REWARDS, TERMINATEDS, TRUNCATEDS, T
+from .nest import SEP
 
 __all__ = ["to_padded", "to_tensordict"]
 
@@ -53,7 +54,9 @@ def to_tensordict(columns: Mapping[str, Any], count: int, seq_keys: Collection[s
     step: always ``False`` inside a trajectory); ``is_init`` ``[B, 1]``
     (the batch's, else ``t == 0``, else where ``eps_id`` changes);
     ``eps_id`` -> ``("collector", "traj_ids")``; ``actions`` -> ``action``;
-    every other column under its own name. ``infos`` is left out.
+    every other column under its own name. ``infos`` is left out. The leaves
+    of a nested column become nested keys: ``obs.image`` -> ``("obs", "image")``,
+    ``new_obs.image`` -> ``("next", "obs", "image")``, ``actions.a`` -> ``("action", "a")``.
     ``seq_keys`` (per-sequence columns) must be empty.
     Needs ``torch`` and ``tensordict`` (``pip install tensordict``).
     """
@@ -82,6 +85,14 @@ def to_tensordict(columns: Mapping[str, Any], count: int, seq_keys: Collection[s
         return t.unsqueeze(-1)
 
     cols = dict(columns)
+    # Nested leaves (``new_obs.image``, ``actions.a``): nested keys under the column's TorchRL name.
+    nested: list[tuple[tuple[str, ...], Any]] = []
+    renamed = {NEXT_OBS: ("next", OBS), ACTIONS: ("action",)}
+    for k in [k for k in cols if SEP in k]:
+        top, *rest = k.split(SEP)
+        if top == INFOS:
+            continue
+        nested.append((renamed.get(top, (top,)) + tuple(rest), cols.pop(k)))
     root: dict[str, Any] = {}
     nxt: dict[str, Any] = {}
     collector: dict[str, Any] = {}
@@ -125,4 +136,7 @@ def to_tensordict(columns: Mapping[str, Any], count: int, seq_keys: Collection[s
         root["next"] = TensorDict(nxt, batch_size=[n])
     if collector:
         root["collector"] = TensorDict(collector, batch_size=[n])
-    return TensorDict(root, batch_size=[n])
+    td = TensorDict(root, batch_size=[n])
+    for key, v in nested:
+        td.set(key, tensor(v))
+    return td

@@ -24,6 +24,7 @@ from . import columns as _c
 from . import interop
 from .layout import _check_key, _layout, _to_array
 from .lazy_view import LazyView
+from .nest import SEP, assemble, flatten_value, is_nested_value, leaf_names
 
 __all__ = ["SampleBatch"]
 
@@ -55,6 +56,13 @@ class SampleBatch(dict):
     and ``len(batch)`` give the timestep rows. ``batch[a:b]`` is a batch of
     views of rows ``a:b``. ``seq_keys`` registers extra per-sequence column
     names besides ``seq_lens`` and ``state_in_*``.
+
+    Nested columns (a ``Dict`` / ``Tuple`` observation, views of it) are
+    stored one column per leaf, named ``"obs.image"``, ``"obs.0"`` (see
+    `trajview.views.nest`): ``keys()`` lists those flat names, and
+    ``batch["obs"]`` gives the leaves in their structure again (a dict, or a
+    tuple where the children are ``0 .. n-1``); ``"obs" in batch`` is True.
+    Setting ``batch["obs"] = {"image": ..., "vec": ...}`` stores the leaves.
     """
 
     OBS = _c.OBS
@@ -108,6 +116,10 @@ class SampleBatch(dict):
         cols: dict[str, Any] = {}
         for k, v in merged.items():
             _check_key(k)
+            if k != _c.INFOS and is_nested_value(v):
+                for leaf, lv in flatten_value(k, v).items():
+                    cols[leaf] = _to_array(leaf, lv)
+                continue
             cols[k] = _to_array(k, v)
         count, seq = _layout(cols, extra)
         dict.update(self, cols)
@@ -174,7 +186,13 @@ class SampleBatch(dict):
             return self._slice_rows(key)
         if self._tracking:
             self.accessed_keys.add(key)
-        value = dict.__getitem__(self, key)
+        try:
+            value = dict.__getitem__(self, key)
+        except KeyError:
+            keys = list(dict.keys(self))
+            if type(key) is str and leaf_names(key, keys):
+                return assemble(key, keys, self.__getitem__)  # a nested column
+            raise KeyError(key) from None
         if type(value) is LazyView:
             return self._materialize(key, value)
         return value
@@ -182,10 +200,29 @@ class SampleBatch(dict):
     def get(self, key: str, default: Any = None) -> Any:
         if self._tracking:
             self.accessed_keys.add(key)
-        value = dict.get(self, key, default)
+        value = dict.get(self, key, SampleBatch._MISSING)
+        if value is SampleBatch._MISSING:
+            if type(key) is str and leaf_names(key, dict.keys(self)):
+                return self[key]
+            return default
         if type(value) is LazyView:
             return self._materialize(key, value)
         return value
+
+    def __contains__(self, key: object) -> bool:
+        if dict.__contains__(self, key):
+            return True
+        return type(key) is str and bool(leaf_names(key, dict.keys(self)))
+
+    def leaf_keys(self, key: str) -> list[str]:
+        """The flat columns of ``key``: ``[key]`` for a plain column, its leaves (``key.a``, ...) for a nested one."""
+        if dict.__contains__(self, key):
+            return [key]
+        return leaf_names(key, dict.keys(self))
+
+    def nested_keys(self) -> list[str]:
+        """The top-level names: plain columns, and nested ones once each (``obs`` for ``obs.image``, ``obs.vec``)."""
+        return list(dict.fromkeys(k.split(SEP, 1)[0] for k in dict.keys(self)))
 
     def _materialize(self, key: str, view: LazyView) -> np.ndarray:
         """Replaces a lazy column by its array (kept: later reads are free).
@@ -239,30 +276,51 @@ class SampleBatch(dict):
 
     def __setitem__(self, key: str, value: Any) -> None:
         _check_key(key)
+        if key != _c.INFOS and is_nested_value(value):
+            self._set_nested(key, value)
+            return
         arr = _to_array(key, value)
-        cols = {k: v for k, v in dict.items(self) if k != key}
+        old = leaf_names(key, dict.keys(self))  # a nested column replaced by a plain one
+        cols = {k: v for k, v in dict.items(self) if k != key and k not in old}
         cols[key] = arr
         self._relayout(cols)  # raises before anything is written
         if self._tracking and not dict.__contains__(self, key):
             self.added_keys.add(key)
+        for k in old:
+            dict.__delitem__(self, k)
         dict.__setitem__(self, key, arr)
 
+    def _set_nested(self, key: str, value: Any) -> None:
+        """Stores a nested value's leaves (``key.a``, ``key.b.0``, ...) in place of whatever ``key`` held."""
+        leaves = {k: _to_array(k, v) for k, v in flatten_value(key, value).items()}
+        old = set(self.leaf_keys(key))
+        cols = {k: v for k, v in dict.items(self) if k not in old and k not in leaves}
+        cols.update(leaves)
+        self._relayout(cols)  # raises before anything is written
+        if self._tracking and not old:
+            self.added_keys.add(key)
+        for k in old - set(leaves):
+            dict.__delitem__(self, k)
+        dict.update(self, leaves)
+
     def __delitem__(self, key: str) -> None:
-        if not dict.__contains__(self, key):
+        keys = self.leaf_keys(key) if type(key) is str else []
+        if not keys:
             raise KeyError(key)
-        self._relayout({k: v for k, v in dict.items(self) if k != key})
+        self._relayout({k: v for k, v in dict.items(self) if k not in keys})
         if self._tracking:
             self.deleted_keys.add(key)
-        dict.__delitem__(self, key)
+        for k in keys:
+            dict.__delitem__(self, k)
 
     _MISSING = object()
 
     def pop(self, key: str, default: Any = _MISSING) -> Any:
-        if not dict.__contains__(self, key):
+        if key not in self:
             if default is SampleBatch._MISSING:
                 raise KeyError(key)
             return default
-        value = dict.__getitem__(self, key)
+        value = dict.__getitem__(self, key) if dict.__contains__(self, key) else self[key]
         del self[key]
         return value
 
@@ -288,7 +346,7 @@ class SampleBatch(dict):
         return self
 
     def setdefault(self, key: str, default: Any = None) -> Any:
-        if not dict.__contains__(self, key):
+        if key not in self:
             self[key] = default
         return self[key]
 
@@ -388,7 +446,8 @@ class SampleBatch(dict):
         Episodes as in `split_by_episode`; ``T_max`` is the longest; rows past
         an episode's end are zeros (``None`` for ``infos``) and ``mask`` is
         ``False`` there. Per-sequence columns (``seq_lens``, ``state_in_*``)
-        have no per-step rows and raise ``ValueError``.
+        have no per-step rows and raise ``ValueError``. Nested columns keep
+        their structure (``out["obs"]["image"]``).
         """
         if self._seq_keys:
             raise ValueError(
@@ -397,7 +456,12 @@ class SampleBatch(dict):
         if "mask" in self:
             raise ValueError("to_padded adds a 'mask' column, but the batch already has one")
         lengths = [e.count for e in self.split_by_episode()]
-        return interop.to_padded(dict(dict.items(self)), lengths)
+        flat = interop.to_padded(dict(dict.items(self)), lengths)
+        if all(SEP not in k for k in flat):
+            return flat
+        keys = list(flat)  # nested columns in their structure again: out["obs"]["image"] is [N, T_max, ...]
+        return {k: flat[k] if k in flat else assemble(k, keys, flat.__getitem__) for k in dict.fromkeys(
+            k.split(SEP, 1)[0] for k in keys)}
 
     def to_tensordict(self) -> Any:
         """A `tensordict.TensorDict` in TorchRL's layout, zero copy where possible.
