@@ -73,10 +73,10 @@ class TorchPolicy(Policy):
     def _to_torch(self, batch: Mapping[str, Any]) -> SampleBatch:
         """A batch of tensors viewing the arrays (``infos`` and other object columns are left out).
 
-        A nested value (a dict or tuple of arrays, e.g. a Dict observation)
-        becomes one tensor column per leaf, ``"obs.image"``, ``"obs.0"``
-        (models read them back nested with
-        ``trajview.algorithms.models.get_nested``).
+        A nested value (a dict or tuple of arrays, e.g. a Dict observation in
+        a hand-built input dict) becomes one tensor column per leaf,
+        ``"obs.image"``, ``"obs.0"``, as in the collector's batches; the
+        tensor batch gives them back nested (``batch["obs"]["image"]``).
         """
         cols: dict[str, torch.Tensor] = {}
         bases: dict = {}  # lazy views of one column share one transfer of their base
@@ -101,10 +101,6 @@ class TorchPolicy(Policy):
     def _merge_tracking(src: Any, dst: SampleBatch) -> None:
         if getattr(src, "_tracking", False):
             src.accessed_keys.update(dst.accessed_keys)
-            # A read of a nested column's leaf ("obs.image") reads the column ("obs") too.
-            for k in dst.accessed_keys:
-                parts = k.split(".")
-                src.accessed_keys.update(".".join(parts[:i]) for i in range(1, len(parts)))
 
     # -- Policy API --------------------------------------------------------------
 

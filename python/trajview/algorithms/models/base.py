@@ -40,6 +40,7 @@ from torch import nn
 from ...views.view_requirement import ViewRequirement
 from .distributions import ActionHead, make_action_head
 from .encoders import SpaceEncoder
+from ..postprocessing import last_rows
 from .spaces import check_supported, get_nested, map_leaves
 
 __all__ = ["ViewModel", "flat_sequence_index"]
@@ -80,13 +81,10 @@ def _f32(x: Any) -> Tensor:
 
 
 def _np_last(batch: Mapping[str, Any], key: str, space: Any = None) -> Any:
-    """The last row of column ``key`` as numpy (``[1, ...]``; for a nested ``space``: the nested value of last rows)."""
-
-    def last(v: Any) -> np.ndarray:
-        v = v.detach().cpu().numpy() if isinstance(v, Tensor) else np.asarray(v)
-        return v[-1:]
-
-    return map_leaves(last, space, get_nested(batch, key, space))
+    """The last row of column ``key`` as numpy (``[1, ...]``; for a nested ``space``: the nested value of last
+    rows, as `get_nested` reads it)."""
+    value = last_rows(batch, key)
+    return map_leaves(lambda v: v, space, value) if space is not None else value
 
 
 def flat_sequence_index(seq_lens: Tensor) -> tuple[Tensor, Tensor]:

@@ -70,16 +70,13 @@ class FrameStackModel(ViewModel):
         return self._forward(batch)
 
     def bootstrap_input(self, segment):
-        def shifted(stack: Any, last: Any) -> np.ndarray:
-            s, c = stack[-1:], last  # [1, n, ...] and [1, ...]
-            return np.concatenate([s[:, 1:], c[:, None].astype(s.dtype)], axis=1)
+        def shifted(stack: np.ndarray, last: np.ndarray) -> np.ndarray:  # [1, n, ...] and [1, ...]
+            return np.concatenate([stack[:, 1:], last[:, None].astype(stack.dtype)], axis=1)
 
-        def np_all(v: Any) -> np.ndarray:
-            return v.detach().cpu().numpy() if isinstance(v, Tensor) else np.asarray(v)
-
-        stacks = map_leaves(np_all, self.obs_space, get_nested(segment, "prev_n_obs", self.obs_space))
+        space = self.obs_space
         return {
-            "prev_n_obs": map_leaves(shifted, self.obs_space, stacks, _np_last(segment, "new_obs", self.obs_space)),
-            "prev_n_actions": shifted(np_all(segment["prev_n_actions"]), _np_last(segment, "actions")),
-            "prev_n_rewards": shifted(np_all(segment["prev_n_rewards"]), _np_last(segment, "rewards")),
+            "prev_n_obs": map_leaves(shifted, space, _np_last(segment, "prev_n_obs", space),
+                                     _np_last(segment, "new_obs", space)),
+            "prev_n_actions": shifted(_np_last(segment, "prev_n_actions"), _np_last(segment, "actions")),
+            "prev_n_rewards": shifted(_np_last(segment, "prev_n_rewards"), _np_last(segment, "rewards")),
         }
