@@ -31,6 +31,18 @@ def _missing(modules: tuple[str, ...]) -> list[str]:
     return missing
 
 
+def _stop_reward(text: str) -> float | None:
+    if text.strip().lower() in ("none", "never", "off"):
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'none', got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number or 'none', got {text!r}")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
     d = TrainConfig()
     p = argparse.ArgumentParser(prog="trajview", description="trajview: RL experience collection with trajectory views")
@@ -63,8 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--clip-param", type=float, default=d.clip_param, help="PPO's ratio clip")
     t.add_argument("--vf-loss-coeff", type=float, default=d.vf_loss_coeff)
     t.add_argument("--grad-clip", type=float, default=d.grad_clip, help="global gradient norm clip (<= 0: none)")
-    t.add_argument("--stop-reward", type=float, default=d.stop_reward,
-                   help="stop once the mean return of the last 100 episodes reaches it (negative: never)")
+    t.add_argument("--stop-reward", type=_stop_reward, default=d.stop_reward,
+                   help="stop once the mean return of the last 100 episodes reaches it (any number, e.g. -300 on "
+                        "Pendulum; 'none': never)")
     t.add_argument("--model-config", type=json.loads, default=None,
                    help="JSON keyword arguments of the model (default: the model's preset)")
     t.add_argument("--out", default=None, help="run directory (default: runs/<model>-seed<seed>)")
@@ -139,7 +152,7 @@ def _train(args: argparse.Namespace) -> int:
                 vf_loss_coeff=args.vf_loss_coeff,
                 grad_clip=None if args.grad_clip is None or args.grad_clip <= 0 else args.grad_clip,
                 entropy_coeff=args.entropy_coeff,
-                stop_reward=None if args.stop_reward is not None and args.stop_reward < 0 else args.stop_reward,
+                stop_reward=args.stop_reward,
                 model_config=args.model_config or {},
                 out_dir=out,
                 metrics_format=args.metrics_format,
