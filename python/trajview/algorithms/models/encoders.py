@@ -69,8 +69,7 @@ class ImageCNN(nn.Module):
 
     Images of 36 pixels or more (the smaller side) get Nature-DQN's three
     layers at half its widths (16, 32, 32 filters: 8x8 stride 4, 4x4 stride 2,
-    3x3 stride 1), after a 2x2 average pool when the smaller side is 128 or
-    more (Atari's 210x160 frames become 105x80), then a 256-unit layer.
+    3x3 stride 1), then a 256-unit layer.
     Smaller images (MiniGrid's 7x7) get 3x3 convolutions that keep the size
     (16, then 32 filters; stride 2 ones while a side is over 8), then a
     128-unit layer.
@@ -81,8 +80,6 @@ class ImageCNN(nn.Module):
         gain = float(np.sqrt(2))
         layers: list[nn.Module] = []
         if min(height, width) >= 36:
-            if min(height, width) >= 128:
-                layers.append(nn.AvgPool2d(2))
             layers += [
                 _orthogonal(nn.Conv2d(channels, 16, 8, stride=4), gain), nn.ReLU(),
                 _orthogonal(nn.Conv2d(16, 32, 4, stride=2), gain), nn.ReLU(),
@@ -153,8 +150,17 @@ class _OneHot(nn.Module):
         return out.flatten(1)
 
 
+#: Images whose smaller side is this or more are subsampled 2x (every other row and column) before the CNN.
+SUBSAMPLE_AT = 128
+
+
 class _Image(nn.Module):
-    """An image leaf through `ImageCNN` (``frames``: the K frames stacked along the channels)."""
+    """An image leaf through `ImageCNN` (``frames``: the K frames stacked along the channels).
+
+    Big images (the smaller side ``SUBSAMPLE_AT`` = 128 pixels or more:
+    Atari's 210x160) keep every other row and column first (105x80), in the
+    stored dtype, before anything is copied or converted to float.
+    """
 
     def __init__(self, space: Any, frames: int | None) -> None:
         super().__init__()
@@ -162,7 +168,8 @@ class _Image(nn.Module):
         assert layout is not None
         c, h, w, self.channels_last = layout
         self.grey = len(space.shape) == 2
-        self.frames = frames
+        self.step = 2 if min(h, w) >= SUBSAMPLE_AT else 1
+        h, w = -(-h // self.step), -(-w // self.step)
         self.scale = 1.0 / 255.0 if space.dtype == np.uint8 else None
         self.cnn = ImageCNN(c * (frames or 1), h, w)
         self.dim = self.cnn.out_dim
@@ -170,14 +177,17 @@ class _Image(nn.Module):
 
     def forward(self, x: Any) -> Tensor:
         x = torch.as_tensor(x)
+        k = self.step
         if self.grey:
-            x = x.unsqueeze(-3)  # [..., 1, H, W]
+            x = x[..., ::k, ::k].unsqueeze(-3)  # [..., 1, H, W]
         elif self.channels_last:
-            x = x.movedim(-1, -3)  # [..., C, H, W]
+            x = x[..., ::k, ::k, :].movedim(-1, -3)  # [..., C, H, W]
+        else:
+            x = x[..., ::k, ::k]
         x = x.reshape(x.shape[0], -1, *self.hw)  # frames: [B, K, C, H, W] -> [B, K * C, H, W]
-        x = x.float()
+        x = x.float()  # a copy (from uint8), scaled in place
         if self.scale is not None:
-            x = x * self.scale
+            x.mul_(self.scale)
         return self.cnn(x)
 
 
