@@ -221,7 +221,8 @@ class SquashedGaussian(ActionDistribution):
         return a.reshape(a.shape[0], *h.shape).to(h.dtype)
 
     def sample(self) -> Tensor:
-        return self._squash(self.mean + torch.exp(self.log_std) * torch.randn_like(self.mean))
+        with torch.no_grad():  # like torch.distributions' sample(): not differentiable
+            return self._squash(self.mean + torch.exp(self.log_std) * torch.randn_like(self.mean))
 
     def deterministic(self) -> Tensor:
         return self._squash(self.mean)
@@ -256,8 +257,10 @@ class _GaussianHead(ActionHead):
         low = np.asarray(space.low, dtype=np.float64).reshape(-1)
         high = np.asarray(space.high, dtype=np.float64).reshape(-1)
         bounded = np.isfinite(low) & np.isfinite(high)
-        center = np.where(bounded, (low + high) / 2, 0.0)
-        half = np.where(bounded, (high - low) / 2, 1.0)
+        center = np.zeros_like(low)
+        half = np.ones_like(low)
+        center[bounded] = (low[bounded] + high[bounded]) / 2
+        half[bounded] = (high[bounded] - low[bounded]) / 2
         if np.any(half[bounded] <= 0):
             raise UnsupportedSpaceError(f"action_space {space!r}: every bounded dimension needs high > low")
         for name, v in (("bounded", bounded), ("center", center), ("scale", half), ("low", low), ("high", high)):
