@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
 from tqdm import tqdm
 
-from trajview import Collector, ViewRequirement, concat_samples
+from trajview import Collector, SampleBatch, ViewRequirement, concat_samples
 
 FRAMES = 4  # prev_n_obs: obs at shifts -3..0
 
@@ -37,10 +37,10 @@ class _Episode:
     truncateds: list[bool] = field(default_factory=list)
 
 
-def _check_batch(batch, log: dict[int, _Episode]) -> int:
+def _check_batch(batch: SampleBatch, log: dict[int, _Episode]) -> int:
     """Checks every view of every row against the raw log; returns the rows checked."""
 
-    def expect(got, want, what: str) -> None:
+    def expect(got: Any, want: Any, what: str) -> None:
         if not np.array_equal(got, want):
             raise AssertionError(f"episode {eps_id} t={t}: {what} is {got!r}, the env gave {want!r}")
 

@@ -121,6 +121,37 @@ def test_console_script(tmp_path):
         assert flag in r.stdout
 
 
+def test_tensorboard_logger_writes_the_metrics_as_scalars(tmp_path, capsys):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from trajview.train.trainer import TENSORBOARD_SCALARS
+
+    out = tmp_path / "run"
+    assert main(["train", "--model", "mlp", "--timesteps", "400", "--out", str(out), "--logger", "tensorboard",
+                 *SMALL]) == 0
+    rows = _rows(out / "metrics.csv")  # the CSV is still written (the default format)
+    assert len(rows) == 2
+    assert json.loads((out / "config.json").read_text())["tensorboard"] is True
+    acc = EventAccumulator(str(out / "tensorboard"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {f"trajview/{k}" for k in ("episode_return_mean", "policy_loss", "vf_loss", "steps_per_s")} <= tags
+    assert tags <= {f"trajview/{k}" for k in TENSORBOARD_SCALARS}
+    for key in ("policy_loss", "vf_loss", "entropy", "time_s"):
+        events = acc.Scalars(f"trajview/{key}")
+        assert [e.step for e in events] == [200, 400]
+        assert [e.value for e in events] == pytest.approx([float(r[key]) for r in rows], rel=1e-5)
+
+
+def test_logger_jsonl_and_the_old_metrics_format_name(tmp_path):
+    out = tmp_path / "run"
+    assert main(["train", "--model", "mlp", "--timesteps", "200", "--out", str(out), "--logger", "jsonl", *SMALL]) == 0
+    assert (out / "metrics.jsonl").exists() and not (out / "tensorboard").exists()
+    with pytest.raises(SystemExit):
+        main(["train", "--out", str(tmp_path / "x"), "--logger", "csv", "--metrics-format", "jsonl", *SMALL])
+
+
 # -- any gymnasium env: errors are one line with exit code 2 and no run folder ----------------------------------
 
 import gymnasium as gym  # noqa: E402
@@ -168,6 +199,27 @@ def test_setup_errors_are_one_line_exit_2_and_leave_no_run_folder(tmp_path, caps
     for s in says:
         assert s in err, (s, err)
     assert not out.exists()
+
+
+def test_a_run_that_fails_in_its_first_iteration_leaves_no_folder_even_with_tensorboard(tmp_path, capsys,
+                                                                                         monkeypatch):
+    pytest.importorskip("tensorboard")
+    from trajview.train.trainer import Trainer
+
+    out = tmp_path / "run"
+    assert main(["train", "--env", "Pendulum-v1", "--model", "mlp", "--logger", "tensorboard", "--out", str(out),
+                 *TINY, "--timesteps", "100"]) == 0
+    assert (out / "tensorboard").is_dir() and (out / "config.json").exists()
+
+    def first_sample_fails(self):
+        raise ValueError("the first sample failed")
+
+    monkeypatch.setattr(Trainer, "train_iteration", first_sample_fails)
+    out2 = tmp_path / "run2"
+    assert main(["train", "--env", "Pendulum-v1", "--model", "mlp", "--logger", "tensorboard", "--out", str(out2),
+                 *TINY]) == 2
+    assert capsys.readouterr().err.strip().endswith("trajview train: error: the first sample failed")
+    assert not out2.exists()  # neither the run folder nor the TensorBoard writer's
 
 
 def test_traceback_flag_raises_the_setup_error(tmp_path):

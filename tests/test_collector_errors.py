@@ -1,4 +1,4 @@
-"""Bad input to `tv.Collector` (SPEC section 7, docs/collector.md).
+"""Bad input to `tv.Collector` (docs/contract.md, Bad input; docs/collector.md).
 
 Each bad call must raise at once, naming the column or setting (and for a
 dtype, the expected and the given dtype), and write nothing: afterwards the

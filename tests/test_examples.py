@@ -37,3 +37,35 @@ def test_collector_demo_rejects_bad_arguments():
     pytest.importorskip("tqdm")
     r = _run("collector_demo.py", "--num-envs", "0")
     assert r.returncode == 2 and "--num-envs: must be >= 1, got 0" in r.stderr
+
+
+# Each example checks its own result (asserts) and ends with a line starting "ok:"; --smoke runs it in seconds.
+SMOKE = {
+    "framestack_cartpole.py": (),
+    "rllib_port.py": ("torch",),
+    "lstm_flat.py": ("torch",),
+    "multi_agent.py": (),
+    "dqn_replay.py": ("torch",),
+    "torchrl_interop.py": ("torch", "tensordict"),
+    "workerset_ray.py": ("ray",),
+}
+
+
+def test_every_example_has_a_smoke_test():
+    scripts = {p.name for p in EXAMPLES.glob("*.py")} - {"collector_demo.py"}
+    assert scripts == set(SMOKE)
+
+
+@pytest.mark.parametrize("script", sorted(SMOKE))
+def test_example_smoke(script):
+    for module in SMOKE[script]:
+        pytest.importorskip(module)
+    r = _run(script, "--smoke", timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip().splitlines()[-1].startswith("ok:"), r.stdout
+
+
+def test_workerset_example_with_processes():
+    r = _run("workerset_ray.py", "--smoke", "--backend", "process")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip().splitlines()[-1].startswith("ok:"), r.stdout

@@ -561,3 +561,47 @@ def _uid_of_obs(s, row, env, on):
         if all(np.array_equal(s[c][row], leaf_value(leaf, uid, t)) for c, leaf in zip(on.names("obs"), on.leaves)):
             return uid
     raise AssertionError(f"row {row} matches no episode")
+
+
+# -- TorchPolicy: nested tensors in, nested actions out ----------------------------------------------------------
+
+
+def test_torch_policy_gets_nested_tensors_and_returns_nested_actions():
+    torch = pytest.importorskip("torch")
+    obs_space = spaces.Dict({"image": spaces.Box(0, 255, (3, 4, 4), np.uint8), "vec": spaces.Box(-1, 1, (2,), np.float32)})
+    act_space = spaces.Dict({"move": spaces.Discrete(3), "force": spaces.Box(-1, 1, (2,), np.float32)})
+    seen = []
+
+    class Model(torch.nn.Module):
+        view_requirements = {"stack": VR("obs", shift="-1:0")}
+
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(2, 2)
+
+    class P(tv.TorchPolicy):
+        def action_sampler(self, input_dict, explore):
+            obs, stack = input_dict["obs"], input_dict["stack"]
+            assert isinstance(obs["image"], torch.Tensor) and obs["image"].dtype == torch.uint8
+            assert stack["vec"].shape[1:] == (2, 2)
+            seen.append(obs["image"][:, 0, 0, 0].clone())
+            n = obs["vec"].shape[0]
+            force = torch.tanh(self.model.lin(obs["vec"]))
+            return {"move": obs["image"][:, 0, 0, 0].long() % 3, "force": force}, [], {}
+
+        def loss(self, batch):
+            batch["actions"]["move"]
+            return self.model.lin(batch["obs"]["vec"]).sum() + batch["stack"]["image"].float().sum() * 0
+
+    envs = [NestedEnv(obs_space, act_space, [5], i) for i in range(2)]
+    w = tv.RolloutWorker(_creator(envs), P(obs_space, act_space, {}, model=Model()), num_envs=2,
+                         rollout_fragment_length=6)
+    b = w.sample()
+    np.testing.assert_array_equal(b["actions"]["move"], b["obs"]["image"][:, 0, 0, 0].astype(np.int64) % 3)
+    assert b["actions"]["force"].dtype == np.float32 and b["actions"]["force"].shape == (12, 2)
+    for env in envs:
+        for acts in env.actions.values():
+            for a in acts:
+                assert a[0].shape == (2,) and a[1].shape == ()  # force, move: handed over in the space's structure
+    w.policy.learn_on_batch(b)  # the loss reads nested tensors of the training batch
+    w.stop()

@@ -1,4 +1,4 @@
-"""Hand-computed examples: `ReferenceCollector` follows SPEC sections 1 and 3.
+"""Hand-computed examples: `ReferenceCollector` follows docs/contract.md, Time axis and Views.
 
 The reference is the oracle of the property tests (test_collector_property.py),
 so every rule it implements is pinned here by an example worked out by hand.

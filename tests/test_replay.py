@@ -204,8 +204,6 @@ def test_bad_input():
     bad["extra"] = np.zeros(2)
     with pytest.raises(ValueError, match="column 'extra' is not stored"):
         rb.add(bad)
-    with pytest.raises(ValueError, match="exceed capacity 8"):
-        rb.add(episode_batch(1, np.arange(8)))
     assert len(rb) == 2  # nothing written by the failed adds
     with pytest.raises(ValueError, match="reads column 'nope', which is not stored"):
         rb.sample(3, views={"x": VR("nope")})
@@ -297,3 +295,66 @@ def test_one_writer_many_samplers_no_torn_rows():
         th.join()
     assert not errors, errors[:3]
     assert rb.rows_written() == 300 * 41
+
+
+def test_an_add_larger_than_capacity_keeps_the_newest_rows():
+    """As TorchRL's extend: the newest rows that fit (one piece: its steps plus its final-observation row)."""
+    rb = tv.ReplayBuffer(8, sampler=tv.SliceSampler(slice_len=1))
+    assert rb.add(episode_batch(1, np.arange(20))) == 7
+    assert len(rb) == 7
+    trajs = rb.trajectories()
+    assert len(trajs) == 1 and trajs[0]["steps"] == 7
+    s = rb.sample(64)
+    assert sorted(set(s["obs"][:, 0].tolist())) == list(range(13, 20))
+    np.testing.assert_array_equal(s["new_obs"], s["obs"] + 1)
+    # views read zeros before the first kept step: the kept piece starts a trajectory of its own at t = 13
+    s = rb.sample(64, views={"prev": VR("obs", shift=-1), "new_obs": VR("obs", shift=1)})
+    first = s["t"] == 13
+    assert first.any() and (s["prev"][first] == 0).all()
+
+
+def test_two_writers_reusing_trajectory_ids_are_refused():
+    """Two workers left at worker_index=0 hand out the same eps_ids: never glued into one trajectory."""
+    rb = tv.ReplayBuffer(100, sampler=tv.SliceSampler(slice_len=2))
+    rb.add(episode_batch(5, [0, 1, 2], end=False))  # writer A: eps 5, t 0..2, goes on
+    with pytest.raises(ValueError, match=r"trajectory id 5 .* is reused: a piece starting at t=0 arrived while the "
+                                         r"trajectory with that id is open at t=2"):
+        rb.add(episode_batch(5, [10, 11, 12], end=False))  # writer B: eps 5 again, from t=0
+    assert len(rb) == 3  # B's batch was not written
+    rb.add(episode_batch(5, [3, 4], t0=3))  # A goes on and ends
+    rb.add(episode_batch(5, [10, 11]))  # after the end, the id may start again
+    # a later fragment that skips steps is a trajectory of its own, not an error
+    rb.add(episode_batch(7, [0, 1], end=False))
+    rb.add(episode_batch(7, [5, 6], t0=5))
+    assert [tr["steps"] for tr in rb.trajectories()] == [5, 2, 2, 2]
+
+
+def test_new_obs_is_not_invented_when_batches_carry_none():
+    rb = tv.ReplayBuffer(100, sampler=tv.SliceSampler(slice_len=3))
+    b = episode_batch(1, [1, 2, 3])
+    del b["new_obs"]
+    rb.add(b)
+    s = rb.sample(3)
+    assert "new_obs" not in s
+    assert s["obs"][:, 0].tolist() == [1, 2, 3]
+
+
+def test_slice_ends_are_marked_whatever_the_storage_holds():
+    rb = tv.ReplayBuffer(100, sampler=tv.SliceSampler(slice_len=4), columns=["obs", "actions", "eps_id", "t"])
+    rb.add(episode_batch(1, np.arange(10), end=False))
+    s = rb.sample(12)
+    assert "truncateds" in s
+    np.testing.assert_array_equal(s["truncateds"], np.tile([False, False, False, True], 3))
+    pytest.importorskip("tensordict")
+    td = s.to_tensordict()
+    assert td["next", "done"].squeeze(-1).tolist() == np.tile([False, False, False, True], 3).tolist()
+
+
+def test_padding_rows_are_not_marked_truncated():
+    rb = tv.ReplayBuffer(100, sampler=tv.SliceSampler(slice_len=4, pad_output=True))
+    rb.add(episode_batch(1, [0, 1], end=False))
+    s = rb.sample(4)
+    assert s["mask"].tolist() == [True, True, False, False]
+    assert s["truncateds"].tolist() == [False, True, False, False]
+    with pytest.raises(ValueError, match="strict_length=True and pad_output=True cannot go together"):
+        tv.SliceSampler(slice_len=4, pad_output=True, strict_length=True)

@@ -63,3 +63,35 @@ def test_replay_sample_to_tensordict():
     assert td["is_init"].squeeze(-1).tolist() == out["is_init"].tolist()
     assert td["next", "truncated"].view(2, 2)[:, -1].all()  # each slice's end is marked
     assert torch.equal(td["next", "obs"], torch.from_numpy(out["new_obs"]))
+
+
+def test_is_init_marks_every_segment_start_in_a_rollout_batch():
+    """A rollout batch where env 1's mid-episode segment follows env 0's: is_init is True at the seam, so a
+    TorchRL recurrent module never carries state from one env's segment into another's."""
+    pytest.importorskip("tensordict")
+    import gymnasium as gym
+
+    class Env(gym.Env):
+        observation_space = gym.spaces.Box(-1e9, 1e9, (1,), np.float32)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            self.t = 0
+            return np.zeros(1, np.float32), {}
+
+        def step(self, action):
+            self.t += 1
+            return np.full(1, self.t, np.float32), 1.0, self.t >= 100, False, {}
+
+    class P(tv.Policy):
+        def compute_actions_from_input_dict(self, input_dict, explore=None, timestep=None, **kwargs):
+            return np.zeros(len(input_dict["obs"]), np.int64), [], {}
+
+    w = tv.RolloutWorker(lambda cfg: Env(), P, num_envs=2, rollout_fragment_length=5)
+    w.sample()
+    b = w.sample()  # both envs mid-episode: t = 5..9 for env 0, then t = 5..9 for env 1
+    assert b["t"].tolist() == list(range(5, 10)) * 2
+    assert not b["is_init"].any()  # the batch's own is_init: no episode starts here (docs/contract.md)
+    init = b.to_tensordict()["is_init"].squeeze(-1).tolist()
+    assert init == [True] + [False] * 4 + [True] + [False] * 4
+    w.stop()

@@ -1,4 +1,4 @@
-"""RolloutWorker: SPEC section 6 semantics, as executable examples."""
+"""RolloutWorker: the semantics of docs/contract.md, Rollouts, as executable examples."""
 
 from __future__ import annotations
 

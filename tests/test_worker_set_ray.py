@@ -61,6 +61,22 @@ def test_ray_workers_sample_sync_and_report_errors(ray_session):
                      rollout_fragment_length=0)
 
 
+def test_ray_workers_sample_asynchronously(ray_session):
+    counter = iter(range(1000))
+    with tv.WorkerSet(lambda cfg: ScriptedEnv((4, 6), env_index=next(counter)), rollout_helpers.CounterPolicy,
+                      num_workers=2, backend="ray", num_envs=1, rollout_fragment_length=4) as ws:
+        seen = set()
+        for k in range(8):
+            got = ws.sample_async(timeout=120)
+            assert (got.batch["actions"] == got.policy_version % 5).all()  # sampled with that version's weights
+            rows = {(got.worker_index, *r) for r in got.batch["obs"].astype(int).tolist()}
+            assert not rows & seen
+            seen |= rows
+            if k % 2:
+                ws.set_weights({"count": np.array([ws.policy_version + 1], np.int64)})
+        assert ws.sample_each()[0]["actions"][0] == ws.policy_version % 5  # drained, then caught up
+
+
 def wait_gone(pid: int) -> None:
     deadline = time.monotonic() + 5
     while not rollout_helpers.pid_gone(pid) and time.monotonic() < deadline:

@@ -230,7 +230,7 @@ ReplayBatch ReplayStore::build(std::vector<SlicePick> picks, const SliceRequest&
     out.columns.push_back(std::move(bc));
   }
 
-  // TorchRL's truncated_key: each slice's last real step (and its padding) is marked.
+  // TorchRL's truncated_key: each slice's last real step is marked (padding rows are not).
   for (std::int64_t mark : {req.truncated_column, req.done_column}) {
     if (mark < 0) continue;
     const auto& name = columns_[static_cast<std::size_t>(mark)].name;
@@ -244,7 +244,7 @@ ReplayBatch ReplayStore::build(std::vector<SlicePick> picks, const SliceRequest&
       const std::size_t re = columns_[static_cast<std::size_t>(mark)].row_elems();
       auto* b = reinterpret_cast<bool*>(bc.buffer->data());
       for (std::size_t k = 0; k < ns; ++k) {
-        for (std::int64_t i = row_off[k] + picks[k].length - 1; i < row_off[k + 1]; ++i)
+        for (std::int64_t i = row_off[k] + picks[k].length - 1; i < row_off[k] + picks[k].length; ++i)
           std::fill_n(b + static_cast<std::size_t>(i) * re, re, true);
       }
     }

@@ -14,7 +14,7 @@ Every public name is re-exported here; torch-based ones (`TorchPolicy`,
 `PPOPolicy`, `models`) are imported on first use, so torch stays optional.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _compat
 from .errors import WorkerError
@@ -29,12 +29,17 @@ from .policy import Policy
 from . import envs
 
 # Layer 3: rollouts.
-from .rollout import Callbacks, Episode, RolloutWorker, WorkerSet
+from .rollout import AsyncBatch, Callbacks, Episode, RolloutWorker, WorkerSet
 
 # Layer 4: learning (numpy part; the torch part is lazy, below).
 from .algorithms import postprocessing
 
-__version__ = "0.1.0"
+from ._version import __version__
+
+if TYPE_CHECKING:  # what the lazy __getattr__ below hands out, visible to type checkers
+    from .algorithms import models
+    from .algorithms.ppo import PPOPolicy
+    from .policy.torch_policy import TorchPolicy
 
 _compat.install()
 
@@ -80,6 +85,7 @@ __all__ = [
     "RolloutWorker",
     "WorkerSet",
     "WorkerError",
+    "AsyncBatch",
     # learning
     "PPOPolicy",
     "models",

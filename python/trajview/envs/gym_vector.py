@@ -47,6 +47,9 @@ class GymVectorEnv(VectorEnvAdapter):
       (and the step's info in ``info["final_info"]``); `step` returns the
       final ones and `reset_envs` the first ones it kept.
 
+    envpool's gymnasium envs are VectorEnvs of this kind (NEXT_STEP), whose
+    partial reset returns only the reset envs' rows: both forms are taken.
+
     Nested spaces: the VectorEnv's batched ``Dict`` / ``Tuple`` observations
     come back as ``{leaf column: [num_envs, ...]}``, and actions given that
     way are handed to it in the space's structure (batched leaves).
@@ -177,7 +180,18 @@ class GymVectorEnv(VectorEnvAdapter):
         mask = np.zeros(self.num_envs, dtype=bool)
         mask[ids] = True
         obs, info = self.env.reset(options={"reset_mask": mask})
-        return take_rows(self._obs(obs), ids), [vector_info(info, int(i)) for i in ids]
+        obs = self._obs(obs)
+        first = next(iter(obs.values())) if isinstance(obs, dict) else obs
+        if len(first) == self.num_envs:  # gymnasium: every env's row (the others unchanged)
+            return take_rows(obs, ids), [vector_info(info, int(i)) for i in ids]
+        if len(first) != len(ids):
+            raise ValueError(
+                f"column 'obs': the VectorEnv's reset of {len(ids)} of its {self.num_envs} envs returned "
+                f"{len(first)} observation rows, expected {self.num_envs} (every env) or {len(ids)} (those reset)"
+            )
+        # envpool: only the reset envs' rows, in env order
+        rows = np.searchsorted(np.sort(ids), ids)
+        return take_rows(obs, rows), [vector_info(info, int(r)) for r in rows]
 
     def close(self) -> None:
         self.env.close()

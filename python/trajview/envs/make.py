@@ -20,7 +20,8 @@ def make_adapter(env_creator: Callable[[dict], Any], env_config: dict, num_envs:
 
     * a ``gymnasium.Env``: ``num_envs`` of them (`GymEnvList`);
     * a ``gymnasium.vector.VectorEnv``: that one (`GymVectorEnv`); ``num_envs``
-      must be 1 or its ``num_envs``;
+      must be 1 or its ``num_envs``. An envpool env made with
+      ``env_type="gymnasium"`` is one (stepped in one call per vector step);
     * a PettingZoo ``ParallelEnv``: ``num_envs`` of them (`PettingZooParallelEnv`);
     * an `EnvAdapter`: used as it is (``num_envs`` must be 1 or its ``num_envs``).
     """

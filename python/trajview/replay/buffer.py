@@ -140,11 +140,14 @@ class ReplayBuffer:
                 if c in _COMPUTED or c in self._next_obs.values():
                     raise ValueError(f"column {c!r} is computed at sample time; it cannot be stored")
         self._views = None if views is None else self._check_views(views)
+        self._default_views = views is None
         self._impl: _core._Replay | None = None
         self._has_next = False
         self._traj_key: str | None = None
         self._end_keys: tuple[str, ...] = ()
         self._fallback_key = 0  # next synthetic trajectory id (no traj_key column)
+        #: Trajectories not ended yet: key -> last t (to refuse ids reused by two writers).
+        self._open: dict[int, int] = {}
         self._lock = threading.Lock()
         if self._specs is not None:
             self._create()
@@ -275,11 +278,70 @@ class ReplayBuffer:
                 t = np.asarray(batch["t"])
                 if t.shape != (n,) or not np.issubdtype(t.dtype, np.integer):
                     raise ValueError(f"column 't' must be a 1-D int array of {n} rows, got shape {t.shape} dtype {t.dtype}")
+            uses_key = self._uses_traj_key(batch)
+            open_after = self._check_writers(keys, t, done) if uses_key and t is not None else None
+            first = self._first_kept_row(keys, done, n, has_next)
+            if first:  # one add larger than the buffer: the newest rows that fit, as TorchRL's extend
+                data = {k: v[first:] for k, v in data.items()}
+                keys, done = keys[first:], done[first:]
+                t = None if t is None else t[first:]
+                if has_next:
+                    next_obs = {k: v[first:] for k, v in next_obs.items()}
+                n -= first
             self._impl.add(data, next_obs, keys, t, done)
             self._has_next = has_next
-            if not self._uses_traj_key(batch):
+            if open_after is not None:
+                self._open = open_after
+            if not uses_key:
                 self._fallback_key += int(done.sum())
             return n
+
+    @staticmethod
+    def _pieces(keys: np.ndarray, done: np.ndarray) -> np.ndarray:
+        """The first row of each trajectory piece of a batch (a new key, or the row after an end flag)."""
+        starts = np.ones(len(keys), dtype=bool)
+        starts[1:] = (keys[1:] != keys[:-1]) | done[:-1].astype(bool)
+        return np.flatnonzero(starts)
+
+    def _first_kept_row(self, keys: np.ndarray, done: np.ndarray, n: int, has_next: bool) -> int:
+        """0, or where to start a batch that does not fit in ``capacity`` rows (each piece adds a final row)."""
+        if n + (len(self._pieces(keys, done)) if has_next else 0) <= self._capacity:
+            return 0
+        first = max(0, n - self._capacity)
+        while first < n:
+            pieces = len(self._pieces(keys[first:], done[first:])) if has_next else 0
+            if n - first + pieces <= self._capacity:
+                return first
+            first += 1
+        return n
+
+    def _check_writers(self, keys: np.ndarray, t: np.ndarray, done: np.ndarray) -> dict[int, int]:
+        """Refuses a trajectory id that two writers use at once (their steps would be glued into one trajectory).
+
+        One writer's ``t`` only grows along a trajectory id: a piece whose key is the key of a trajectory that
+        has not ended, but whose ``t`` is not after that trajectory's last step, means two trajectories share an
+        id (e.g. two workers left at ``worker_index=0``). (A piece that skips ahead, ``t`` > last + 1, is a later
+        fragment of the same trajectory with steps missing: it starts a trajectory of its own.) Returns the open
+        trajectories (key -> last ``t``) after this batch, kept once the add succeeds.
+        """
+        state = dict(self._open)
+        starts = self._pieces(keys, done)
+        ends = np.r_[starts[1:], len(keys)] - 1
+        for s, e in zip(starts.tolist(), ends.tolist()):
+            k = int(keys[s])
+            last = state.get(k)
+            if last is not None and int(t[s]) <= last:
+                raise ValueError(
+                    f"add: trajectory id {k} (column {self.sampler.traj_key or 'eps_id'!r}) is reused: a piece "
+                    f"starting at t={int(t[s])} arrived while the trajectory with that id is open at t={last}. Two "
+                    f"writers share trajectory ids (e.g. two RolloutWorkers with the same worker_index); give each "
+                    f"its own worker_index, or end the first trajectory (terminateds/truncateds) before reusing its id"
+                )
+            if done[e]:
+                state.pop(k, None)
+            else:
+                state[k] = int(t[e])
+        return state
 
     def _uses_traj_key(self, batch: Mapping[str, Any]) -> bool:
         return self.sampler.traj_key is not None or any(k in batch for k in _TRAJ_KEYS)
@@ -339,6 +401,10 @@ class ReplayBuffer:
         assert self._specs is not None
         extra = self._views if views is None else expand_views(self._check_views(views), self._specs)
         assert extra is not None
+        if views is None and self._default_views and not self._has_next:
+            # The default new_obs views only when the added batches carried new_obs: never invented.
+            nexts = set(self._next_obs.values())
+            extra = {k: v for k, v in extra.items() if k not in nexts}
         out = [(k, k, [0], False, "zero") for k in self._specs]
         for name, vr in extra.items():
             col = vr.column(name)
@@ -360,8 +426,19 @@ class ReplayBuffer:
         dk = "dones" if tk is not None and "dones" in self._specs and self._specs["dones"][0] == np.bool_ else None
         return tk, dk
 
-    def _wrap(self, result: tuple, return_info: bool) -> SampleBatch | tuple[SampleBatch, dict[str, np.ndarray]]:
+    def _wrap(
+        self, result: tuple, return_info: bool, slice_len: int, pad_output: bool
+    ) -> SampleBatch | tuple[SampleBatch, dict[str, np.ndarray]]:
         cols, index, slices, count = result
+        tk = self.sampler.truncated_key
+        if tk is not None and tk not in cols:
+            # No stored column to mark slice ends with: a computed one, so that nothing downstream (TorchRL's
+            # value estimators on ("next", "done")) runs across a slice boundary. Each slice's last real step.
+            lengths = np.asarray(slices, dtype=np.int64).reshape(-1, 3)[:, 2]
+            starts = np.arange(len(lengths), dtype=np.int64) * slice_len if pad_output else np.cumsum(lengths) - lengths
+            marks = np.zeros(int(count), dtype=bool)
+            marks[(starts + lengths - 1)[lengths > 0]] = True
+            cols[tk] = marks
         batch = SampleBatch._from_columns(cols, int(count), frozenset(), frozenset())
         if return_info:
             return batch, {"index": index, "slices": slices}
@@ -393,7 +470,7 @@ class ReplayBuffer:
         tk, dk = self._marks()
         s = self.sampler
         res = self._impl.sample(num_slices, slice_len, s.strict_length, s.pad_output, s._next_seed(), vs, tk, dk)
-        return self._wrap(res, return_info)
+        return self._wrap(res, return_info, slice_len, s.pad_output)
 
     def _gather(
         self,
@@ -410,7 +487,7 @@ class ReplayBuffer:
         tk, dk = self._marks()
         picks = np.asarray(picks, dtype=np.int64).reshape(-1, 3)
         res = self._impl.gather(picks, slice_len, pad_output, vs, tk, dk)
-        return self._wrap(res, True)  # type: ignore[return-value]
+        return self._wrap(res, True, slice_len, pad_output)  # type: ignore[return-value]
 
     # -- state ---------------------------------------------------------------
 

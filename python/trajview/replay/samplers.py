@@ -33,15 +33,18 @@ class SliceSampler:
             ``traj_ids``, else trajectories are cut at the ``end_key`` flags).
         end_key: a bool column marking a trajectory's last step (default:
             ``terminateds | truncateds``, or ``dones``).
-        truncated_key: a stored bool column set ``True`` at each slice's last
+        truncated_key: a bool column set ``True`` at each slice's last real
             step in the output (so that value estimators see where a slice
-            stops), as TorchRL does; ``None`` leaves it as stored. A stored
-            ``dones`` column is OR-ed with the same mark.
+            stops), as TorchRL does; when the buffer does not store it, the
+            sample gets it as a computed column. ``None`` marks nothing. A
+            stored ``dones`` column is OR-ed with the same mark. Padding rows
+            (``pad_output``) are not marked.
         strict_length: ``True``: only trajectories of at least ``slice_len``
             steps are sampled. ``False`` (default): shorter trajectories give
             shorter slices (the output then has fewer rows than the batch size).
         pad_output: pad every slice to ``slice_len`` rows by repeating its last
             real step and add a bool ``mask`` column (``False`` on padding).
+            Not with ``strict_length=True`` (a ValueError, as in TorchRL).
         seed: seed of the sampler's random generator.
 
     A slice picks a trajectory uniformly among the eligible ones, then a start
@@ -76,6 +79,11 @@ class SliceSampler:
         self.traj_key = traj_key
         self.end_key = end_key
         self.truncated_key = truncated_key
+        if strict_length and pad_output:
+            raise ValueError(
+                "SliceSampler: strict_length=True and pad_output=True cannot go together (strict_length samples only "
+                "trajectories of at least slice_len steps, so there is nothing to pad), as in TorchRL"
+            )
         self.strict_length = bool(strict_length)
         self.pad_output = bool(pad_output)
         self._rng = np.random.default_rng(seed)

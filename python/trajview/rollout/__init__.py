@@ -2,6 +2,6 @@
 
 from .callbacks import Callbacks, Episode
 from .worker import RolloutWorker
-from .worker_set import WorkerSet
+from .worker_set import AsyncBatch, WorkerSet
 
-__all__ = ["Callbacks", "Episode", "RolloutWorker", "WorkerSet"]
+__all__ = ["AsyncBatch", "Callbacks", "Episode", "RolloutWorker", "WorkerSet"]

@@ -103,6 +103,10 @@ class ServedWorker:
             raise _StartError(f"building the RolloutWorker failed:\n{self.start_error}")
         if cmd == "sample":
             return w.sample()
+        if cmd == "sample_with":  # asynchronous sampling: the weights the learner set since the last sample, then one
+            for policy_id, weights in arg:
+                w.policy_map[policy_id].set_weights(weights)
+            return w.sample()
         if cmd == "set_weights":
             w.policy_map[arg[0]].set_weights(arg[1])
             return None
@@ -153,6 +157,13 @@ class Backend(ABC):
     @abstractmethod
     def kill(self, worker: Any) -> None:
         """Ends the worker now, whatever its state (a process is killed and reaped)."""
+
+    @abstractmethod
+    def wait_any(self, workers: list[Any], timeout: float | None) -> list[int]:
+        """Positions in ``workers`` (each with exactly one command in flight) whose answer is in, or that died.
+
+        Waits at most ``timeout`` s (``None``: until one is) and returns ``[]`` when none is.
+        """
 
 
 # -- processes ------------------------------------------------------------------------
@@ -323,6 +334,15 @@ class ProcessBackend(Backend):
                 return value
         raise RuntimeError("receive() without a command sent")  # pragma: no cover - WorkerSet always sends first
 
+    def wait_any(self, workers: list[_ProcessWorker], timeout: float | None) -> list[int]:
+        from multiprocessing.connection import wait
+
+        gone = [k for k, w in enumerate(workers) if w.broken]
+        if gone:
+            return gone
+        ready = set(map(id, wait([w.conn for w in workers], timeout)))
+        return [k for k, w in enumerate(workers) if id(w.conn) in ready]
+
     @staticmethod
     def _died(worker: _ProcessWorker) -> WorkerFailed:
         worker.broken = True
@@ -391,6 +411,13 @@ class RayBackend(Backend):
             raise WorkerFailed("raised", str(e)) from None
         except ray.exceptions.RayError as e:  # the actor died (killed, its process or node lost)
             raise WorkerFailed("died", str(e)) from None
+
+    def wait_any(self, workers: list[_RayWorker], timeout: float | None) -> list[int]:
+        import ray
+
+        ready, _ = ray.wait([w.ref for w in workers], num_returns=1, timeout=timeout)
+        done = set(ready)
+        return [k for k, w in enumerate(workers) if w.ref in done]
 
     def kill(self, worker: _RayWorker) -> None:
         import ray

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, Generic, cast, overload
 
 from .._validate import positive_int
 from ..collect.collector import Collector
@@ -16,13 +16,19 @@ from .config import RolloutConfig
 from .hooks import Hooks
 from .metrics import EpisodeMetrics
 from .multi_agent import MultiAgentSampler
+from .options import BatchT
 from .plan import view_snapshot
 from .single_agent import DEFAULT_POLICY_ID, SingleAgentSampler
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .options import MultiAgentEnvCreator, SingleAgentEnvCreator, WorkerOptions
 
 __all__ = ["DEFAULT_POLICY_ID", "RolloutWorker"]
 
 
-class RolloutWorker:
+class RolloutWorker(Generic[BatchT]):
     """Collects experience from gymnasium or PettingZoo envs (docs/contract.md, Rollouts).
 
     ``env_creator(env_config)`` returns a ``gymnasium.Env`` (the worker makes
@@ -57,7 +63,38 @@ class RolloutWorker:
     batch: each frame once plus an index, so a 4-frame stack and ``new_obs``
     add no copies; reading a column materializes it, ``TorchPolicy`` gathers on
     its device. ``False`` copies every view out (see `Collector`).
+
+    Typing: a worker whose ``env_creator`` returns a gymnasium ``Env`` or
+    ``VectorEnv`` (or a `VectorEnvAdapter`), with one policy, is a
+    ``RolloutWorker[SampleBatch]``; one over an env with ``possible_agents``
+    (a PettingZoo ``ParallelEnv``, a `MultiAgentEnvAdapter`) or with a dict of
+    policies is a ``RolloutWorker[MultiAgentBatch]``. So ``worker.sample()``
+    needs no cast; an ``env_creator`` typed to return ``Any`` gives ``Any``.
     """
+
+    @overload
+    def __init__(
+        self: RolloutWorker[MultiAgentBatch],
+        env_creator: MultiAgentEnvCreator,
+        policy: Policy | type[Policy] | dict[str, Policy | type[Policy]],
+        **options: Unpack[WorkerOptions],
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: RolloutWorker[SampleBatch],
+        env_creator: SingleAgentEnvCreator,
+        policy: Policy | type[Policy],
+        **options: Unpack[WorkerOptions],
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: RolloutWorker[MultiAgentBatch],
+        env_creator: Callable[[dict], Any],
+        policy: dict[str, Policy | type[Policy]],
+        **options: Unpack[WorkerOptions],
+    ) -> None: ...
 
     def __init__(
         self,
@@ -170,7 +207,7 @@ class RolloutWorker:
 
     # -- sampling ---------------------------------------------------------------
 
-    def sample(self) -> SampleBatch | MultiAgentBatch:
+    def sample(self) -> BatchT:
         """Runs the envs and returns one batch (docs/contract.md, Rollouts, for its size)."""
         snapshot = {pid: view_snapshot(p.view_requirements) for pid, p in self.policy_map.items()}
         if snapshot != self._snapshot:
@@ -179,7 +216,7 @@ class RolloutWorker:
             self.sampler.build(self._builds)
             self._builds += 1
             self._snapshot = {pid: view_snapshot(p.view_requirements) for pid, p in self.policy_map.items()}
-        return self.sampler.sample()
+        return cast(BatchT, self.sampler.sample())
 
     def get_metrics(self) -> dict:
         """Since the last call (then forgotten): ``episode_returns`` / ``episode_lengths`` of the finished

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, cast, overload
 
 import numpy as np
 
@@ -14,15 +15,33 @@ from ..errors import WorkerError
 from ..policy.policy import Policy
 from ..views import MultiAgentBatch, SampleBatch, concat_samples
 from .backends import Backend, ProcessBackend, RayBackend, WorkerFailed
+from .options import BatchT
 from .plan import EPS_COUNTER_MASK
 
-__all__ = ["WorkerSet"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .options import MultiAgentEnvCreator, SingleAgentEnvCreator, WorkerSetOptions
+
+__all__ = ["AsyncBatch", "WorkerSet"]
 
 #: How long `WorkerSet.stop` waits for a worker to close its envs before it is killed.
 _STOP_TIMEOUT_S = 5.0
 
 
-class WorkerSet:
+class AsyncBatch(NamedTuple):
+    """One worker's batch from `WorkerSet.sample_async`."""
+
+    batch: SampleBatch | MultiAgentBatch
+    #: The worker that sampled it (1..num_workers).
+    worker_index: int
+    #: `WorkerSet.policy_version` of the weights it was sampled with (0: the workers' own initial weights).
+    policy_version: int
+    #: How many `set_weights` calls behind the newest weights it was, when handed out.
+    staleness: int
+
+
+class WorkerSet(Generic[BatchT]):
     """``num_workers`` `RolloutWorker` s, each in a process of its own, sampled in parallel.
 
     ``WorkerSet(env_creator, policy, num_workers=2, **worker_kwargs)`` builds
@@ -77,6 +96,18 @@ class WorkerSet:
       what the failed worker had not reported yet. At most ``max_restarts``
       (default 1000) replacements in all; after that a failure is raised as
       above. A replacement that fails to start counts as one too.
+    Asynchronous sampling (RLlib's async sampling, TorchRL's async
+    collectors): `sample_async` keeps every worker sampling all the time and
+    hands out each worker's batch as soon as it is in, tagged with the
+    ``policy_version`` of the weights it was sampled with; `set_weights`
+    meanwhile only records the new weights (``policy_version`` + 1), and each
+    worker takes them with its next sample, so the learner never waits for
+    the workers nor they for it. Batches more than ``max_staleness`` versions
+    behind are dropped (counted in ``get_metrics()["num_stale_batches_dropped"]``).
+    Any other call (``sample()``, ``get_metrics()`` ...) first waits for the
+    samples in flight and keeps their batches for the next `sample_async`, so
+    none is lost.
+
     * Errors while the workers are first built are always raised. Building a
       worker (the first ones, and replacements) is not bounded by
       ``sample_timeout_s``.
@@ -85,7 +116,35 @@ class WorkerSet:
       global RNGs are seeded apart.
 
     ``stop()`` (or leaving a ``with`` block) ends the workers.
+
+    Typing: as `RolloutWorker`'s, a ``WorkerSet[SampleBatch]`` over gymnasium
+    envs with one policy, a ``WorkerSet[MultiAgentBatch]`` over multi-agent
+    envs or with a dict of policies.
     """
+
+    @overload
+    def __init__(
+        self: WorkerSet[MultiAgentBatch],
+        env_creator: MultiAgentEnvCreator,
+        policy: Policy | type[Policy] | dict[str, Policy | type[Policy]],
+        **options: Unpack[WorkerSetOptions],
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: WorkerSet[SampleBatch],
+        env_creator: SingleAgentEnvCreator,
+        policy: Policy | type[Policy],
+        **options: Unpack[WorkerSetOptions],
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: WorkerSet[MultiAgentBatch],
+        env_creator: Callable[[dict], Any],
+        policy: dict[str, Policy | type[Policy]],
+        **options: Unpack[WorkerSetOptions],
+    ) -> None: ...
 
     def __init__(
         self,
@@ -133,6 +192,13 @@ class WorkerSet:
         self._worker_kwargs = dict(worker_kwargs)
         self._eps_next = [0] * self.num_workers  # per worker: the episode counter after the ids seen in its batches
         self._stopped = False
+        #: Bumped by every set_weights: the version of the learner's newest weights.
+        self.policy_version = 0
+        self._given = [0] * self.num_workers  # per worker: the version of the weights it has (or gets with its next sample)
+        self._in_flight: dict[int, int] = {}  # asynchronous samples: position -> the version they sample with
+        self._sent_at: dict[int, float] = {}  # ... and when they were sent (for sample_timeout_s)
+        self._async_done: deque[AsyncBatch] = deque()  # batches drained from the workers, handed out first
+        self._stale_dropped = 0
         try:
             for i in range(self.num_workers):
                 self._workers[i] = self._backend.start(i + 1)
@@ -181,10 +247,118 @@ class WorkerSet:
                 f"rollout worker {i + 1} is down after an earlier failure:\n{e}",
                 worker_index=e.worker_index, reason=e.reason, detail=e.detail,
             )
+        self._drain()
+        if cmd != "set_weights":
+            self._catch_up()
         answers, failed = self._exchange(range(self.num_workers), cmd, arg, self.sample_timeout_s)
         if failed:
             self._recover(failed)
         return [answers.get(i) for i in range(self.num_workers)]
+
+    # -- asynchronous sampling ------------------------------------------------------------
+
+    def _updates(self, i: int) -> list[tuple[str, Any]]:
+        """The weights worker ``i`` has not got yet (all policies' last weights, if any is newer)."""
+        if self._given[i] == self.policy_version:
+            return []
+        self._given[i] = self.policy_version
+        return list(self._weights.items())
+
+    def _catch_up(self) -> None:
+        """Gives the workers the weights set while they sampled asynchronously, before a synchronous command."""
+        behind = [i for i in range(self.num_workers) if self._given[i] != self.policy_version]
+        if not behind:
+            return
+        for policy_id, weights in self._weights.items():
+            _, failed = self._exchange(behind, "set_weights", (policy_id, weights), self.sample_timeout_s)
+            if failed:
+                self._recover(failed)
+        for i in behind:
+            self._given[i] = self.policy_version
+
+    def _dispatch(self, i: int) -> None:
+        updates = self._updates(i)
+        self._in_flight[i] = self._given[i]
+        self._sent_at[i] = time.monotonic()
+        self._backend.send(self._workers[i], "sample_with", updates)
+
+    def _collect(self, i: int, timeout: float | None) -> AsyncBatch | None:
+        """Worker ``i``'s answer to its asynchronous sample (None if it failed and was replaced)."""
+        version = self._in_flight.pop(i)
+        try:
+            batch = self._backend.receive(self._workers[i], timeout)
+        except WorkerFailed as f:
+            if f.reason != "raised":
+                self._kill(i)
+            self._recover({i: f})  # raises unless the worker was replaced (it then has the last weights)
+            self._given[i] = self.policy_version
+            return None
+        self._note_eps_ids([batch if k == i else None for k in range(self.num_workers)])
+        return AsyncBatch(batch, i + 1, version, self.policy_version - version)
+
+    def _drain(self) -> None:
+        """Waits for every asynchronous sample in flight; their batches are kept for `sample_async`."""
+        for i in sorted(self._in_flight):
+            got = self._collect(i, self.sample_timeout_s)
+            if got is not None:
+                self._async_done.append(got)
+
+    def sample_async(self, timeout: float | None = None, max_staleness: int | None = None) -> AsyncBatch:
+        """The next batch of whichever worker is done first; that worker samples on at once.
+
+        The first call sets every worker sampling; from then on each worker
+        always has one sample in flight, with the newest weights it was given
+        (see `set_weights`). ``max_staleness``: batches sampled with weights
+        more than that many versions older than the newest are dropped (and
+        counted), not handed out. ``timeout``: seconds to wait for a batch
+        (``None``: no limit); a ``TimeoutError`` if none came.
+        """
+        if self._stopped:
+            raise RuntimeError("WorkerSet is stopped")
+        if max_staleness is not None and (isinstance(max_staleness, bool) or not isinstance(max_staleness, int)
+                                          or max_staleness < 0):
+            raise ValueError(f"max_staleness must be None or an int >= 0, got {max_staleness!r}")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            while self._async_done:
+                done = self._async_done.popleft()
+                done = done._replace(staleness=self.policy_version - done.policy_version)
+                if max_staleness is not None and done.staleness > max_staleness:
+                    self._stale_dropped += 1
+                    continue
+                return done
+            if self._down:
+                self._run("pid")  # raises the failure that left a worker down
+            for i in range(self.num_workers):
+                if i not in self._in_flight and self._workers[i] is not None:
+                    self._dispatch(i)
+            positions = sorted(self._in_flight)
+            now = time.monotonic()
+            waits = [] if deadline is None else [deadline - now]
+            if self.sample_timeout_s is not None:
+                waits.append(min(self._sent_at[i] for i in positions) + self.sample_timeout_s - now)
+            ready = self._backend.wait_any([self._workers[i] for i in positions], max(0.0, min(waits)) if waits else None)
+            if not ready:
+                now = time.monotonic()
+                if self.sample_timeout_s is not None:  # the workers whose sample overran sample_timeout_s hung
+                    hung = {i: WorkerFailed("timeout") for i in positions if now - self._sent_at[i] >= self.sample_timeout_s}
+                    for i in hung:
+                        self._in_flight.pop(i)
+                        self._kill(i)
+                    if hung:
+                        self._recover(hung)  # raises unless they were replaced
+                        for i in hung:
+                            self._given[i] = self.policy_version
+                if deadline is not None and now >= deadline:
+                    raise TimeoutError(f"sample_async: no batch within {timeout:g} s")
+                continue
+            for k in ready:
+                i = positions[k]
+                got = self._collect(i, 0 if self.sample_timeout_s is None else self.sample_timeout_s)
+                if got is not None:
+                    self._async_done.append(got)
+                if self._workers[i] is not None:
+                    self._dispatch(i)  # it samples on at once (with the newest weights it was given) while we learn
 
     def _recover(self, failed: dict[int, WorkerFailed]) -> None:
         """Replaces the failed workers while restarts are allowed; then raises the first failure left, if any."""
@@ -278,16 +452,16 @@ class WorkerSet:
         """Workers in service (all of them, unless one died or hung and was not replaced)."""
         return 0 if self._stopped else sum(w is not None for w in self._workers)
 
-    def sample(self) -> SampleBatch | MultiAgentBatch:
+    def sample(self) -> BatchT:
         """One ``sample()`` of every worker, in parallel, concatenated in worker order (failed workers left out)."""
         while True:
             answers = self._run("sample")
             self._note_eps_ids(answers)
             batches = [b for b in answers if b is not None]
             if batches:
-                return concat_samples(batches)
+                return cast(BatchT, concat_samples(batches))
 
-    def sample_each(self) -> list[SampleBatch | MultiAgentBatch | None]:
+    def sample_each(self) -> list[BatchT | None]:
         """One ``sample()`` of every worker, in parallel, one batch per worker (``None``: that worker failed and
         was replaced, see ``recreate_failed_workers``)."""
         answers = self._run("sample")
@@ -295,9 +469,18 @@ class WorkerSet:
         return answers
 
     def set_weights(self, weights: Any, policy_id: str = "default_policy") -> None:
-        """Every worker's policy ``policy_id`` gets ``weights`` (see `Policy.get_weights`); so will replacements."""
+        """Every worker's policy ``policy_id`` gets ``weights`` (see `Policy.get_weights`); so will replacements.
+
+        ``policy_version`` goes up by one. While workers sample asynchronously
+        (`sample_async`), the weights are only recorded: each worker takes
+        them with its next sample.
+        """
         self._weights[policy_id] = weights
+        self.policy_version += 1
+        if self._in_flight or self._async_done:
+            return
         self._run("set_weights", (policy_id, weights))
+        self._given = [self.policy_version] * self.num_workers
 
     def sync_weights(self, policy: Policy, policy_id: str = "default_policy") -> None:
         """``set_weights(policy.get_weights())``: the workers act with the learner's current weights."""
@@ -337,6 +520,8 @@ class WorkerSet:
                     out[k] = out.get(k, 0) + v
         out["num_worker_restarts"] = self.num_worker_restarts
         out["num_healthy_workers"] = self.num_healthy_workers
+        out["policy_version"] = self.policy_version
+        out["num_stale_batches_dropped"] = self._stale_dropped
         return out
 
     def stop(self) -> None:
@@ -344,13 +529,15 @@ class WorkerSet:
         if self._stopped:
             return
         self._stopped = True
+        self._in_flight.clear()  # "stop" is answered after any sample in flight: its answer is skipped
+        self._async_done.clear()
         try:
             live = [i for i, w in enumerate(self._workers) if w is not None]
             self._exchange(live, "stop", None, timeout=_STOP_TIMEOUT_S)  # a worker that fails now is killed all the same
         finally:
             self._kill_all()
 
-    def __enter__(self) -> WorkerSet:
+    def __enter__(self) -> WorkerSet[BatchT]:
         return self
 
     def __exit__(self, *exc: Any) -> None:

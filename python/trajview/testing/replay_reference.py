@@ -97,9 +97,24 @@ class ReferenceReplay:
                 pieces.append((i, i + 1))
             else:
                 pieces[-1] = (pieces[-1][0], i + 1)
+        if t is not None and key_col is not None:
+            # One writer's t only grows along an id: a piece not after its open trajectory's last step is refused.
+            last_t = {x.key: x.last_t for x in self.trajs if x.open}
+            for a, b in pieces:
+                if keys[a] in last_t and t[a] <= last_t[keys[a]]:
+                    raise ValueError(f"add: trajectory id {keys[a]} is reused")
+                if done[b - 1]:
+                    last_t.pop(keys[a], None)
+                else:
+                    last_t[keys[a]] = t[b - 1]
+        # An add larger than the buffer keeps its newest rows that fit (each piece adds its final row).
+        while n + (len(pieces) if with_next else 0) > self.capacity:
+            a, b = pieces[0]
+            pieces[0] = (a + 1, b)
+            if a + 1 == b:
+                pieces.pop(0)
+            n -= 1
         total = n + (len(pieces) if with_next else 0)
-        if total > self.capacity:
-            raise ValueError(f"add: {total} rows exceed capacity {self.capacity}")
         final_head = self.head + total
         if key_col is None:
             self.fallback = fallback
@@ -195,6 +210,10 @@ class ReferenceReplay:
         index = []
         tk = truncated_key if truncated_key in self.columns and self.specs[truncated_key][0] == np.bool_ else None
         marks = [m for m in (tk, "dones" if tk is not None else None) if m in self.columns and self.specs[m][0] == np.bool_]
+        # Not stored: a computed column marks each slice's last real step.
+        computed = truncated_key if truncated_key is not None and truncated_key not in self.columns else None
+        if computed is not None:
+            out[computed] = []
         for uid, start, length in picks:
             tr = self.traj(uid)
             for i in range(slice_len if pad_output else length):
@@ -202,9 +221,11 @@ class ReferenceReplay:
                 j = start + src
                 for c in self.columns:
                     v = self.value(tr, j, c)
-                    if c in marks and src == length - 1:
+                    if c in marks and i == length - 1:  # the last real step (padding rows are not marked)
                         v = np.ones_like(v)
                     out[c].append(v)
+                if computed is not None:
+                    out[computed].append(i == length - 1)
                 for name, vr in views.items():
                     col = vr.column(name)
                     vals = [self.value(tr, j + int(s), col, vr.padding) for s in vr.shift_arr]
@@ -215,7 +236,7 @@ class ReferenceReplay:
                 index.append(tr.rows[j])
         arrays: dict[str, np.ndarray] = {}
         for k, vals in out.items():
-            if k in ("is_init", "mask"):
+            if k in ("is_init", "mask") or k == computed:
                 arrays[k] = np.array(vals, dtype=bool)
                 continue
             col = k if k in self.columns else views[k].column(k)

@@ -20,6 +20,18 @@ log = logging.getLogger("trajview")
 #: What ``trajview train`` needs besides trajview's core dependencies: the ``train`` extra.
 TRAIN_EXTRA = ("torch", "tqdm", "matplotlib")
 
+#: ``--logger`` choices: the metrics file's format (csv or jsonl), and TensorBoard event files besides it.
+LOGGERS = ("csv", "jsonl", "tensorboard")
+
+
+def _loggers(chosen: list[str] | None) -> tuple[str, bool]:
+    """(metrics file format, TensorBoard on) from the ``--logger`` values."""
+    chosen = chosen or []
+    formats = sorted({c for c in chosen if c != "tensorboard"})
+    if len(formats) > 1:
+        raise SystemExit(f"trajview train: --logger takes one metrics file format (csv or jsonl), got {formats}")
+    return (formats[0] if formats else "csv"), "tensorboard" in chosen
+
 
 def _missing(modules: tuple[str, ...]) -> list[str]:
     missing = []
@@ -81,7 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--model-config", type=json.loads, default=None,
                    help="JSON keyword arguments of the model (default: the model's preset)")
     t.add_argument("--out", default=None, help="run directory (default: runs/<model>-seed<seed>)")
-    t.add_argument("--metrics-format", choices=("csv", "jsonl"), default=d.metrics_format)
+    t.add_argument("--logger", "--metrics-format", dest="loggers", action="append", choices=LOGGERS, default=None,
+                   help="where metrics go: a csv or jsonl file in --out (default csv), and with tensorboard also "
+                   "TensorBoard event files in --out/tensorboard (needs the tensorboard package); repeat to combine, "
+                   "e.g. --logger jsonl --logger tensorboard. --metrics-format is the old name")
     t.add_argument("--threads", type=int, default=d.threads, help="torch intra-op threads")
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its checkpoint (its settings; --timesteps may be raised)")
@@ -104,7 +119,12 @@ def _one_line(e: BaseException) -> str:
 
 
 def _train(args: argparse.Namespace) -> int:
-    missing = _missing(TRAIN_EXTRA)
+    metrics_format, tensorboard = _loggers(args.loggers)
+    missing = _missing(TRAIN_EXTRA + (("tensorboard",) if tensorboard else ()))
+    if missing == ["tensorboard"]:
+        print("trajview train --logger tensorboard needs the tensorboard package: pip install 'trajview[tensorboard]'",
+              file=sys.stderr)
+        return 1
     if missing:
         print(f"trajview train needs {', '.join(missing)}: pip install 'trajview[train]' "
               "(torch's CPU build first: pip install torch==2.13.0)", file=sys.stderr)
@@ -155,7 +175,8 @@ def _train(args: argparse.Namespace) -> int:
                 stop_reward=args.stop_reward,
                 model_config=args.model_config or {},
                 out_dir=out,
-                metrics_format=args.metrics_format,
+                metrics_format=metrics_format,
+                tensorboard=tensorboard,
                 threads=args.threads,
             )
         trainer = Trainer(config, resume=args.resume)

@@ -50,6 +50,8 @@ class TrainConfig:
     model_config: dict = dataclasses.field(default_factory=dict)
     out_dir: str = "runs/default"
     metrics_format: str = "csv"
+    #: Also write TensorBoard event files to ``<out_dir>/tensorboard`` (``--logger tensorboard``).
+    tensorboard: bool = False
     threads: int = 1
 
     def __post_init__(self) -> None:
@@ -79,6 +81,10 @@ class TrainConfig:
     @property
     def metrics_path(self) -> Path:
         return Path(self.out_dir) / ("metrics.csv" if self.metrics_format == "csv" else "metrics.jsonl")
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        return Path(self.out_dir) / "tensorboard"
 
     @property
     def checkpoint_path(self) -> Path:

@@ -11,7 +11,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,12 +19,16 @@ import torch
 from ..algorithms.models import has_image_leaves
 from ..algorithms.ppo import PPOPolicy
 from ..rollout.worker import RolloutWorker
-from ..views import SampleBatch, concat_samples
+from ..views import concat_samples
 from .config import IMAGE_MODEL_PRESETS, TrainConfig
 from .envs import env_creator, import_env_modules, make_env
 from .metrics import append_metrics, plot_learning_curve, read_metrics, truncate_metrics
 
-__all__ = ["Trainer"]
+__all__ = ["Trainer", "TENSORBOARD_SCALARS"]
+
+#: The metrics written as TensorBoard scalars (tag ``trajview/<name>``, step = env steps) with ``config.tensorboard``.
+TENSORBOARD_SCALARS = ("episode_return_mean", "episode_len_mean", "episodes", "time_s", "steps_per_s",
+                       "policy_loss", "vf_loss", "entropy", "kl")
 
 log = logging.getLogger("trajview.train")
 
@@ -88,6 +92,10 @@ class Trainer:
             )
             for i in range(config.workers)
         ]
+        self.tb_writer: Any = None  # made with the run directory (`_prepare_out_dir`), which it writes into
+        if config.tensorboard:
+            # torch's writer needs the tensorboard package (the tensorboard extra): checked here, before any step.
+            from torch.utils.tensorboard import SummaryWriter  # noqa: F401
 
     @property
     def mean_return(self) -> float:
@@ -97,8 +105,8 @@ class Trainer:
 
     def train_iteration(self) -> dict:
         t0 = time.perf_counter()
-        # gymnasium envs (single-agent): every worker returns a SampleBatch.
-        batch = concat_samples([cast(SampleBatch, w.sample()) for w in self.workers])
+        # gymnasium envs (single-agent): every worker is a RolloutWorker[SampleBatch].
+        batch = concat_samples([w.sample() for w in self.workers])
         for w in self.workers:
             m = w.get_metrics()
             self.returns.extend(m["episode_returns"])
@@ -121,10 +129,18 @@ class Trainer:
         }
         self._prepare_out_dir()
         append_metrics(self.config.metrics_path, row, self.config.metrics_format)
+        if self.tb_writer is not None:
+            # One scalar per metric, against env steps (TensorBoard's step axis).
+            for key in TENSORBOARD_SCALARS:
+                value = row[key]
+                if isinstance(value, (int, float)) and not math.isnan(value):
+                    self.tb_writer.add_scalar(f"trajview/{key}", value, global_step=self.env_steps)
+            self.tb_writer.flush()
         return row
 
     def _prepare_out_dir(self) -> None:
-        """Creates the run directory and, for a new run, writes ``config.json`` (once, at the first metrics row)."""
+        """Creates the run directory, for a new run writes ``config.json``, and starts the TensorBoard writer (once,
+        at the first metrics row)."""
         if self._out_ready:
             return
         out = Path(self.config.out_dir)
@@ -132,6 +148,10 @@ class Trainer:
         if not self.resume:
             with open(out / "config.json", "w") as f:
                 json.dump(dataclasses.asdict(self.config), f, indent=2)
+        if self.config.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb_writer = SummaryWriter(log_dir=str(self.config.tensorboard_dir))
         self._out_ready = True
 
     def done(self) -> bool:
@@ -180,6 +200,8 @@ class Trainer:
             bar.close()
             for w in self.workers:
                 w.stop()
+            if self.tb_writer is not None:
+                self.tb_writer.close()
         rows = read_metrics(c.metrics_path)
         if c.stop_reward is not None:
             reached = next((r for r in rows if r["episode_return_mean"] >= c.stop_reward), None)

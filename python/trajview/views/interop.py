@@ -51,8 +51,9 @@ def to_tensordict(columns: Mapping[str, Any], count: int, seq_keys: Collection[s
     ``terminateds``/``truncateds`` -> ``("next", "terminated")``/``("next", "truncated")``
     and ``("next", "done")`` (their OR, or ``dones``), each ``[B, 1]``; the
     root ``done``/``terminated``/``truncated`` (the flags before each
-    step: always ``False`` inside a trajectory); ``is_init`` ``[B, 1]``
-    (the batch's, else ``t == 0``, else where ``eps_id`` changes);
+    step: always ``False`` inside a trajectory); ``is_init`` ``[B, 1]``, True at
+    each trajectory piece's first row (the batch's ``is_init``, else ``t == 0``;
+    also where ``eps_id`` changes and at row 0);
     ``eps_id`` -> ``("collector", "traj_ids")``; ``actions`` -> ``action``;
     every other column under its own name. ``infos`` is left out. The leaves
     of a nested column become nested keys: ``obs.image`` -> ``("obs", "image")``,
@@ -116,14 +117,24 @@ def to_tensordict(columns: Mapping[str, Any], count: int, seq_keys: Collection[s
     for k in ("done", "terminated", "truncated"):
         if k in nxt:
             root[k] = torch.zeros(n, 1, dtype=torch.bool)
+    # is_init: True at every trajectory piece's first row (TorchRL's recurrent modules reset their state there):
+    # the batch's own is_init (else t == 0), and wherever eps_id changes, e.g. where one env's mid-episode
+    # segment follows another env's in a rollout batch (its t > 0, its is_init False), and at row 0.
+    init = np.zeros(n, dtype=bool)
+    known = False
     if IS_INIT in cols:
-        root["is_init"] = flag(cols.pop(IS_INIT))
+        init |= np.asarray(cols.pop(IS_INIT)).reshape(n, -1).any(axis=1)
+        known = True
     elif T in cols:
-        root["is_init"] = (tensor(cols[T]) == 0).unsqueeze(-1)
-    elif EPS_ID in cols:
-        eps = np.asarray(cols[EPS_ID])
-        init = np.ones(n, dtype=bool)
-        init[1:] = eps[1:] != eps[:-1]
+        init |= np.asarray(cols[T]).reshape(n) == 0
+        known = True
+    if EPS_ID in cols:
+        eps = np.asarray(cols[EPS_ID]).reshape(n)
+        init[1:] |= eps[1:] != eps[:-1]
+        known = True
+    if known:
+        if n:
+            init[0] = True
         root["is_init"] = torch.from_numpy(init).unsqueeze(-1)
     if EPS_ID in cols:
         collector["traj_ids"] = tensor(cols.pop(EPS_ID))

@@ -98,11 +98,11 @@ class Nest:
         names = {(): "v"}
         lines = ["def leaves(v):"]
         for path in self.kinds:  # parents before children (the walk's order)
-            var = names[path]
             if path:
                 parent = names[path[:-1]]
-                names[path] = var = f"n{len(names)}"
-                lines.append(f"    {var} = {parent}[{path[-1]!r}]")
+                names[path] = f"n{len(names)}"
+                lines.append(f"    {names[path]} = {parent}[{path[-1]!r}]")
+            var = names[path]
             n = len({leaf.path[len(path)] for leaf in self.leaves if leaf.path[: len(path)] == path})
             ok = "(type({0}) is dict or isinstance({0}, Mapping))" if self.kinds[path] is dict else \
                 "(type({0}) is tuple or type({0}) is list)"
@@ -253,15 +253,18 @@ class _Mismatch(Exception):
 
 
 def _build(by_path: dict[Path, Any], kinds: Mapping[Path, type]) -> Any:
-    def node(path: Path) -> Any:
-        if path not in kinds:
-            return by_path[path]
-        children = list(dict.fromkeys(p[len(path)] for p in by_path if p[: len(path)] == path and len(p) > len(path)))
-        if kinds[path] is tuple:
-            return tuple(node((*path, c)) for c in children)
-        return {c: node((*path, c)) for c in children}
+    return _build_node((), by_path, kinds)
 
-    return node(())
+
+def _build_node(path: Path, by_path: dict[Path, Any], kinds: Mapping[Path, type]) -> Any:
+    # A module-level recursion, not a closure calling itself: such a closure is a reference cycle that would keep
+    # the leaves (a step's arrays) alive until the garbage collector runs.
+    if path not in kinds:
+        return by_path[path]
+    children = list(dict.fromkeys(p[len(path)] for p in by_path if p[: len(path)] == path and len(p) > len(path)))
+    if kinds[path] is tuple:
+        return tuple(_build_node((*path, c), by_path, kinds) for c in children)
+    return {c: _build_node((*path, c), by_path, kinds) for c in children}
 
 
 # -- nested values without a space (a batch's columns, a user's dict) ---------------------------------------------
@@ -279,25 +282,24 @@ def is_nested_value(value: Any) -> bool:
 def flatten_value(name: str, value: Any) -> dict[str, Any]:
     """``{column: leaf}`` of a nested ``value`` under ``name`` (dict keys and tuple indices joined with ``"."``)."""
     out: dict[str, Any] = {}
-
-    def walk(prefix: str, v: Any) -> None:
-        if isinstance(v, Mapping):
-            if not v:
-                raise ValueError(f"column {prefix!r}: an empty dict has no leaves to store")
-            for k, sub in v.items():
-                if not isinstance(k, str) or not k or SEP in k:
-                    raise ValueError(
-                        f"column {prefix!r}: key {k!r} cannot name a column (a non-empty str without {SEP!r})"
-                    )
-                walk(prefix + SEP + k, sub)
-        elif isinstance(v, tuple) and is_nested_value(v):
-            for i, sub in enumerate(v):
-                walk(prefix + SEP + str(i), sub)
-        else:
-            out[prefix] = v
-
-    walk(name, value)
+    _flatten_into(out, name, value)
     return out
+
+
+def _flatten_into(out: dict[str, Any], prefix: str, v: Any) -> None:
+    # Module-level recursion (no self-referencing closure holding ``out``: see `_build_node`).
+    if isinstance(v, Mapping):
+        if not v:
+            raise ValueError(f"column {prefix!r}: an empty dict has no leaves to store")
+        for k, sub in v.items():
+            if not isinstance(k, str) or not k or SEP in k:
+                raise ValueError(f"column {prefix!r}: key {k!r} cannot name a column (a non-empty str without {SEP!r})")
+            _flatten_into(out, prefix + SEP + k, sub)
+    elif isinstance(v, tuple) and is_nested_value(v):
+        for i, sub in enumerate(v):
+            _flatten_into(out, prefix + SEP + str(i), sub)
+    else:
+        out[prefix] = v
 
 
 def has_leaves(name: str, keys: Iterable[str]) -> bool:
@@ -336,14 +338,16 @@ def assemble(name: str, keys: Iterable[str], get: Callable[[str], Any]) -> Any:
     if not found:
         raise KeyError(name)
 
-    def build(node: dict[str, Any]) -> Any:
-        vals = {c: (get(v.key) if isinstance(v, _LeafRef) else build(v)) for c, v in node.items()}
-        index = [str(i) for i in range(len(vals))]
-        if set(vals) == set(index):
-            return tuple(vals[i] for i in index)
-        return vals
+    return _assemble_node(tree, get)
 
-    return build(tree)
+
+def _assemble_node(node: dict[str, Any], get: Callable[[str], Any]) -> Any:
+    # Module level for the same reason as `_build_node`: no self-referencing closure holding ``get``'s batch.
+    vals = {c: (get(v.key) if isinstance(v, _LeafRef) else _assemble_node(v, get)) for c, v in node.items()}
+    index = [str(i) for i in range(len(vals))]
+    if set(vals) == set(index):
+        return tuple(vals[i] for i in index)
+    return vals
 
 
 class _LeafRef:
