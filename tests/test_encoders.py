@@ -159,6 +159,10 @@ def test_unsupported_leaves_are_named():
 
 DICT_OBS = S.Dict({"image": S.Box(0, 255, (6, 6, 3), U8), "dir": S.Discrete(4), "vec": S.Box(-1.0, 1.0, (2,), np.float32)})
 TUPLE_OBS = S.Tuple((S.Box(0, 255, (5, 5, 1), U8), S.MultiDiscrete([2, 3])))
+DEEP_OBS = S.Dict({"image": S.Box(0, 255, (5, 5, 3), U8),
+                   "more": S.Tuple((S.Discrete(3), S.Dict({"m": S.Box(-1.0, 1.0, (2,), np.float32),
+                                                           "b": S.MultiBinary(2)})))})
+OBS = {"dict": DICT_OBS, "tuple": TUPLE_OBS, "deep": DEEP_OBS}
 ACTIONS = {
     "box": S.Box(-2.0, 2.0, (2,), np.float32),
     "multidiscrete": S.MultiDiscrete([3, 2]),
@@ -193,12 +197,13 @@ MODEL_CONFIGS = {
     "attention": {"max_seq_len": 5, "memory": 3, "attention_dim": 8, "ff_dim": 8},
 }
 CASES = [(m, "dict", a) for m in MODEL_CONFIGS for a in ("box", "multidiscrete")] + [
-    ("framestack", "tuple", "multibinary"), ("lstm", "tuple", "discrete"), ("mlp", "tuple", "box")]
+    ("framestack", "tuple", "multibinary"), ("lstm", "tuple", "discrete"), ("mlp", "tuple", "box"),
+    ("framestack", "deep", "box"), ("attention", "deep", "discrete")]
 
 
 def _worker(model, obs, act, fragment=9):
     torch.manual_seed(0)
-    obs_space = DICT_OBS if obs == "dict" else TUPLE_OBS
+    obs_space = OBS[obs]
     policy = PPOPolicy(obs_space, ACTIONS[act], {"model": model, "model_config": MODEL_CONFIGS[model]})
     w = tv.RolloutWorker(lambda cfg: RandomNestedEnv(obs_space, ACTIONS[act]), policy, num_envs=2,
                          rollout_fragment_length=fragment, seed=0)
@@ -227,9 +232,9 @@ def test_training_pass_over_nested_batches_reproduces_the_rollout(model, obs, ac
     assert all(p.grad is not None for p in policy.model.parameters())
 
 
-@pytest.mark.parametrize("model", ["mlp", "framestack", "lstm", "attention"])
-def test_bootstrap_of_nested_observations_is_the_next_steps_value(model):
-    w, policy = _worker(model, "dict", "box", fragment=5)
+@pytest.mark.parametrize("model,obs", [("mlp", "dict"), ("framestack", "deep"), ("lstm", "dict"), ("attention", "deep")])
+def test_bootstrap_of_nested_observations_is_the_next_steps_value(model, obs):
+    w, policy = _worker(model, obs, "box", fragment=5)
     first, second = w.sample(), w.sample()
     compared = 0
     for seg in first.split_by_episode():
