@@ -32,15 +32,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
 from ...views.view_requirement import ViewRequirement
+from ..postprocessing import last_rows
 from .distributions import ActionHead, make_action_head
 from .encoders import SpaceEncoder
-from ..postprocessing import last_rows
 from .spaces import check_supported, get_nested, map_leaves
 
 __all__ = ["ViewModel", "flat_sequence_index"]
