@@ -150,3 +150,134 @@ def test_logger_jsonl_and_the_old_metrics_format_name(tmp_path):
     assert (out / "metrics.jsonl").exists() and not (out / "tensorboard").exists()
     with pytest.raises(SystemExit):
         main(["train", "--out", str(tmp_path / "x"), "--logger", "csv", "--metrics-format", "jsonl", *SMALL])
+
+
+# -- any gymnasium env: errors are one line with exit code 2 and no run folder ----------------------------------
+
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+class _TextObsEnv(gym.Env):
+    """A Dict observation with a Text leaf (like MiniGrid's ``mission``), which no model reads."""
+
+    observation_space = gym.spaces.Dict({"pos": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+                                         "mission": gym.spaces.Text(12)})
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return {"pos": np.zeros(2, np.float32), "mission": "reachgoal"}, {}
+
+    def step(self, action):
+        self.t += 1
+        return {"pos": np.full(2, self.t / 10, np.float32), "mission": "reachgoal"}, float(action), self.t >= 10, False, {}
+
+
+if "tvtest/TextObs-v0" not in gym.registry:
+    gym.register("tvtest/TextObs-v0", entry_point=_TextObsEnv)
+
+TINY = ["--envs-per-worker", "2", "--train-batch-size", "100", "--minibatch-size", "50", "--num-sgd-iter", "1",
+        "--no-progress"]
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--env", "NoSuchEnv-v0"], ["--env NoSuchEnv-v0", "doesn't exist", "--env-module"]),
+    (["--env", "Pendulum-v1", "--env-module", "no_such_module_for_trajview"],
+     ["--env-module no_such_module_for_trajview", "No module named"]),
+    (["--env", "tvtest/TextObs-v0"], ["observation_space leaf 'mission'", "Text", "--drop-obs-keys mission"]),
+    (["--env", "tvtest/TextObs-v0", "--drop-obs-keys", "goal"], ["--drop-obs-keys goal", "not in the observation"]),
+    (["--env", "Pendulum-v1", "--drop-obs-keys", "x"], ["--drop-obs-keys needs a Dict observation"]),
+    (["--env", "Pendulum-v1", "--model-config", '{"no_such_option": 1}'], ["no_such_option"]),
+])
+def test_setup_errors_are_one_line_exit_2_and_leave_no_run_folder(tmp_path, capsys, args, says):
+    out = tmp_path / "run"
+    assert main(["train", *args, "--out", str(out), *TINY]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("trajview train: error: "), err
+    for s in says:
+        assert s in err, (s, err)
+    assert not out.exists()
+
+
+def test_a_run_that_fails_in_its_first_iteration_leaves_no_folder_even_with_tensorboard(tmp_path, capsys,
+                                                                                         monkeypatch):
+    pytest.importorskip("tensorboard")
+    from trajview.train.trainer import Trainer
+
+    out = tmp_path / "run"
+    assert main(["train", "--env", "Pendulum-v1", "--model", "mlp", "--logger", "tensorboard", "--out", str(out),
+                 *TINY, "--timesteps", "100"]) == 0
+    assert (out / "tensorboard").is_dir() and (out / "config.json").exists()
+
+    def first_sample_fails(self):
+        raise ValueError("the first sample failed")
+
+    monkeypatch.setattr(Trainer, "train_iteration", first_sample_fails)
+    out2 = tmp_path / "run2"
+    assert main(["train", "--env", "Pendulum-v1", "--model", "mlp", "--logger", "tensorboard", "--out", str(out2),
+                 *TINY]) == 2
+    assert capsys.readouterr().err.strip().endswith("trajview train: error: the first sample failed")
+    assert not out2.exists()  # neither the run folder nor the TensorBoard writer's
+
+
+def test_traceback_flag_raises_the_setup_error(tmp_path):
+    with pytest.raises(Exception, match="doesn't exist"):
+        main(["train", "--env", "NoSuchEnv-v0", "--traceback", "--out", str(tmp_path / "run"), *TINY])
+    assert not (tmp_path / "run").exists()
+
+
+def test_dropping_the_text_key_trains_on_the_rest(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--env", "tvtest/TextObs-v0", "--drop-obs-keys", "mission", "--model", "lstm",
+                 "--model-config", '{"max_seq_len": 5, "cell_size": 4, "hidden": 4}', "--timesteps", "200",
+                 "--out", str(out), *TINY]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["env_steps"] == 200
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["drop_obs_keys"] == ["mission"] and cfg["env"] == "tvtest/TextObs-v0"
+    # --resume keeps the dropped key (the run's own settings).
+    assert main(["train", "--resume", "--timesteps", "300", "--out", str(out), "--no-progress"]) == 0
+    assert [int(r["env_steps"]) for r in _rows(out / "metrics.csv")] == [100, 200, 300]
+
+
+def test_box_actions_on_pendulum_and_a_negative_stop_reward(tmp_path, capsys):
+    out = tmp_path / "run"
+    # Pendulum's returns are negative: a stop reward of -2000 is reached at once (one iteration).
+    assert main(["train", "--env", "Pendulum-v1", "--model", "framestack", "--model-config", '{"num_frames": 2}',
+                 "--timesteps", "1000", "--stop-reward", "-2000", "--gamma", "0.9", "--lambda", "0.9",
+                 "--clip-param", "0.3", "--vf-loss-coeff", "1.0", "--grad-clip", "0", "--out", str(out),
+                 "--envs-per-worker", "2", "--train-batch-size", "400", "--minibatch-size", "100",
+                 "--num-sgd-iter", "1", "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["reached_stop_reward"] and summary["env_steps"] == 400
+    cfg = json.loads((out / "config.json").read_text())
+    assert (cfg["gamma"], cfg["lambda_"], cfg["clip_param"], cfg["vf_loss_coeff"], cfg["grad_clip"]) == (
+        0.9, 0.9, 0.3, 1.0, None)
+    ckpt = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert "action_dist.log_std" in ckpt["policy"]["model"]
+    # 'none': never stop early.
+    out2 = tmp_path / "run2"
+    assert main(["train", "--env", "Pendulum-v1", "--model", "mlp", "--timesteps", "800", "--stop-reward", "none",
+                 "--out", str(out2), "--envs-per-worker", "2", "--train-batch-size", "400", "--minibatch-size",
+                 "200", "--num-sgd-iter", "1", "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["env_steps"] == 800
+
+
+def test_image_observations_get_a_four_frame_stack_preset(tmp_path):
+    from trajview.train import TrainConfig, Trainer
+
+    class _Img(gym.Env):
+        observation_space = gym.spaces.Box(0, 255, (6, 6, 3), np.uint8)
+        action_space = gym.spaces.Discrete(2)
+
+    if "tvtest/Img-v0" not in gym.registry:
+        gym.register("tvtest/Img-v0", entry_point=_Img)
+    t = Trainer(TrainConfig(env="tvtest/Img-v0", model="framestack", out_dir=str(tmp_path / "a")))
+    assert t.policy.model.num_frames == 4 and t.config.model_config["num_frames"] == 4
+    t = Trainer(TrainConfig(env="tvtest/Img-v0", model="framestack", model_config={"num_frames": 6},
+                            out_dir=str(tmp_path / "b")))
+    assert t.policy.model.num_frames == 6  # a model_config given by the user is kept
+    t = Trainer(TrainConfig(env="Pendulum-v1", model="framestack", out_dir=str(tmp_path / "c")))
+    assert t.policy.model.num_frames == 16  # no image: the preset's 16
+    assert not any((tmp_path / d).exists() for d in "abc")  # no iteration ran: no run folders

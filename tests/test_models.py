@@ -43,8 +43,8 @@ def test_views_declared_by_each_model():
     assert set(MLPModel(OBS, ACT).view_requirements) == {"obs"}
     with pytest.raises(ValueError, match="model must be one of"):
         make_model("gru", OBS, ACT)
-    with pytest.raises(ValueError, match="Discrete action space"):
-        MLPModel(OBS, gym.spaces.Box(-1, 1, (1,)))
+    with pytest.raises(ValueError, match="action_space: unsupported space Dict"):
+        MLPModel(OBS, gym.spaces.Dict({"a": gym.spaces.Discrete(2)}))
 
 
 def test_lstm_flat_pass_equals_step_by_step_on_random_sequences():

@@ -122,3 +122,30 @@ def test_ppo_learns_a_memory_task_that_mlp_cannot(tmp_path, model, config, lr):
 def test_mlp_cannot_learn_the_memory_task(tmp_path):
     t = _train(tmp_path, "mlp", 4000, model_config={"hidden": (32,)})
     assert 6.0 < t.mean_return < 12.5, t.mean_return
+
+
+@pytest.mark.parametrize("space", [
+    gym.spaces.Box(-2.0, 2.0, (2,), np.float32),
+    gym.spaces.MultiDiscrete([3, 4]),
+    gym.spaces.MultiBinary(3),
+])
+def test_loss_kl_and_entropy_with_other_action_heads(space):
+    torch.manual_seed(0)
+    obs_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    p = PPOPolicy(obs_space, space, {"model": "mlp", "vf_loss_coeff": 0.0})
+    obs = torch.randn(64, 2)
+    with torch.no_grad():
+        inputs, _ = p.model.forward_train({"obs": obs})
+        dist = p.model.action_dist(inputs)
+        actions = dist.sample()
+        logp = dist.logp(actions)
+        entropy = float(dist.entropy().mean())
+    assert all(space.contains(a) for a in actions.numpy())
+    batch = {"obs": obs, "actions": actions, "advantages": torch.randn(64), "value_targets": torch.zeros(64)}
+    # The policy that acted: ratio 1, KL 0, nothing clipped, the loss is -mean(normalized advantages) = 0.
+    assert float(p.loss({**batch, "action_logp": logp}).detach()) == pytest.approx(0.0, abs=1e-5)
+    assert p.last_stats["kl"] == pytest.approx(0.0, abs=1e-6) and p.last_stats["clip_frac"] == 0.0
+    assert p.last_stats["entropy"] == pytest.approx(entropy, rel=1e-6)
+    # An older policy that gave these actions less probability: the KL estimate is the mean logp gap.
+    p.loss({**batch, "action_logp": logp - 0.3})
+    assert p.last_stats["kl"] == pytest.approx(-0.3, abs=1e-5) and p.last_stats["clip_frac"] == 1.0

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
+from ..views.nest import assemble
 from ..views.sample_batch import SampleBatch
 
-__all__ = ["Postprocessing", "discount_cumsum", "compute_advantages", "compute_gae_for_sample_batch"]
+__all__ = ["Postprocessing", "discount_cumsum", "compute_advantages", "compute_gae_for_sample_batch", "last_rows"]
 
 
 class Postprocessing:
@@ -16,6 +18,33 @@ class Postprocessing:
 
     ADVANTAGES = "advantages"
     VALUE_TARGETS = "value_targets"
+
+
+def _np(v: Any) -> np.ndarray:
+    return v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
+
+
+def _map(fn: Callable[[Any], Any], value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _map(fn, v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_map(fn, v) for v in value)
+    return fn(value)
+
+
+def last_rows(batch: Mapping[str, Any], key: str, n: int = 1) -> Any:
+    """The last ``n`` rows of column ``key`` as numpy (``[n, ...]``; a nested column: its structure, per leaf).
+
+    Lazy columns (image frames, frame stacks) of a `SampleBatch` are read
+    row by row without materializing the whole column; a batch that tracks
+    reads (the view-pruning pass) is read normally, so the read counts.
+    """
+    if isinstance(batch, SampleBatch) and not getattr(batch, "_tracking", False):
+        if dict.__contains__(batch, key):
+            return _np(dict.__getitem__(batch, key)[-n:])
+        keys = list(dict.keys(batch))
+        return assemble(key, keys, lambda k: _np(dict.__getitem__(batch, k)[-n:]))
+    return _map(lambda v: _np(v[-n:]), batch[key])
 
 
 def discount_cumsum(x: np.ndarray, gamma: float) -> np.ndarray:
@@ -77,7 +106,8 @@ def compute_gae_for_sample_batch(
 
     Terminated at its last step: ``last_r = 0``. Otherwise (truncated by a
     time limit or the horizon, or cut at a fragment's end) the episode goes
-    on past the batch, so ``last_r = value_fn(new_obs[-1])``.
+    on past the batch, so ``last_r = value_fn(new_obs[-1])`` (for a nested
+    observation: its structure of last rows).
     """
     if len(sample_batch) == 0:
         return sample_batch
@@ -87,5 +117,5 @@ def compute_gae_for_sample_batch(
     else:
         if value_fn is None:
             raise ValueError("compute_gae_for_sample_batch: a truncated trajectory needs value_fn to bootstrap")
-        last_r = float(value_fn(np.asarray(sample_batch[SampleBatch.NEXT_OBS])[-1]))
+        last_r = float(value_fn(_map(lambda v: v[0], last_rows(sample_batch, SampleBatch.NEXT_OBS))))
     return compute_advantages(sample_batch, last_r, gamma, lambda_, use_gae, use_critic)

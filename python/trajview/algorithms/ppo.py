@@ -7,6 +7,13 @@ segment, bootstrapping truncated segments with the model's value of the *next
 step's views* (frame stack, recurrent state, attention memory), built from the
 segment's own rows. Training batches of recurrent models are split into
 minibatches of whole sequences.
+
+Actions come from the model's `ActionHead` (``model.action_dist``): a
+categorical for Discrete, independent categoricals for MultiDiscrete,
+Bernoullis for MultiBinary, and for Box a diagonal Gaussian with a learned
+state-independent log-std, tanh-squashed into the bounds (the action the env
+gets is the action stored, and its logp includes the squash's
+change-of-variables term; see `trajview.algorithms.models.distributions`).
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from typing import Any
 
 import torch
 
-from .models import ViewModel, make_model
+from .models import ViewModel, make_action_head, make_model
 from .postprocessing import Postprocessing, compute_gae_for_sample_batch
 from ..views.sample_batch import SampleBatch
 from ..policy.torch_policy import TorchPolicy
@@ -76,11 +83,18 @@ def minibatches(batch: Mapping[str, torch.Tensor], size: int, generator: torch.G
 
 
 class PPOPolicy(TorchPolicy):
-    """Proximal policy optimization (clipped surrogate) for a view-fed model and a Discrete action space.
+    """Proximal policy optimization (clipped surrogate) for a view-fed model.
+
+    Action spaces: Discrete, MultiDiscrete, MultiBinary and Box (a
+    tanh-squashed diagonal Gaussian with a learned state-independent log-std,
+    ``model_config["log_std_init"]``, default 0). Observation spaces: what the
+    models' `SpaceEncoder` reads (vectors, images, discrete leaves, nested in
+    Dict and Tuple).
 
     ``config``: `PPO_DEFAULTS` keys. ``model`` is a `ViewModel` instance, or
     built from ``config["model"]`` (a name in `trajview.algorithms.models.MODELS`) and
-    ``config["model_config"]`` (its keyword arguments).
+    ``config["model_config"]`` (its keyword arguments). A model without an
+    ``action_dist`` gets ``make_action_head(action_space)`` as a submodule.
     """
 
     model: ViewModel  # set by TorchPolicy.__init__: the model given, or the one built here
@@ -92,6 +106,8 @@ class PPOPolicy(TorchPolicy):
             raise ValueError(f"PPOPolicy: unknown config keys {unknown}; known: {sorted(PPO_DEFAULTS)}")
         if model is None:
             model = make_model(cfg["model"], observation_space, action_space, **dict(cfg["model_config"]))
+        if getattr(model, "action_dist", None) is None:
+            model.action_dist = make_action_head(action_space)
         super().__init__(observation_space, action_space, cfg, model=model)
         self.last_stats: dict[str, float] = {}
 
@@ -99,10 +115,10 @@ class PPOPolicy(TorchPolicy):
 
     def action_sampler(self, input_dict, explore):
         explore = self.config["explore"] if explore is None else explore
-        logits, value, state_outs = self.model.forward_step(input_dict)
-        dist = torch.distributions.Categorical(logits=logits)
-        actions = dist.sample() if explore else torch.argmax(logits, -1)
-        return actions, state_outs, {SampleBatch.ACTION_LOGP: dist.log_prob(actions), SampleBatch.VF_PREDS: value}
+        dist_inputs, value, state_outs = self.model.forward_step(input_dict)
+        dist = self.model.action_dist(dist_inputs)
+        actions = dist.sample() if explore else dist.deterministic()
+        return actions, state_outs, {SampleBatch.ACTION_LOGP: dist.logp(actions), SampleBatch.VF_PREDS: value}
 
     # -- postprocessing -----------------------------------------------------------
 
@@ -125,10 +141,9 @@ class PPOPolicy(TorchPolicy):
 
     def loss(self, train_batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         cfg = self.config
-        logits, values = self.model.forward_train(train_batch)
-        dist = torch.distributions.Categorical(logits=logits)
-        actions = torch.as_tensor(train_batch[SampleBatch.ACTIONS]).long()
-        logp = dist.log_prob(actions)
+        dist_inputs, values = self.model.forward_train(train_batch)
+        dist = self.model.action_dist(dist_inputs)
+        logp = dist.logp(train_batch[SampleBatch.ACTIONS])
         old_logp = torch.as_tensor(train_batch[SampleBatch.ACTION_LOGP]).float()
         adv = torch.as_tensor(train_batch[Postprocessing.ADVANTAGES]).float()
         adv = (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8)

@@ -23,6 +23,19 @@ def _to_numpy(x: Any) -> Any:
     return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
+def _flat_items(key: str, value: Any) -> Any:
+    """``(key, value)``, or for a nested value (dicts and tuples of arrays) one ``("key.leaf", leaf)`` per
+    leaf: Dict keys joined with ``"."``, Tuple leaves by index (the layout of nested columns)."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _flat_items(f"{key}.{k}", v)
+    elif isinstance(value, tuple):
+        for i, v in enumerate(value):
+            yield from _flat_items(f"{key}.{i}", v)
+    else:
+        yield key, value
+
+
 class TorchPolicy(Policy):
     """Base of torch policies.
 
@@ -58,13 +71,19 @@ class TorchPolicy(Policy):
     # -- numpy <-> torch -------------------------------------------------------------
 
     def _to_torch(self, batch: Mapping[str, Any]) -> SampleBatch:
-        """A batch of tensors viewing the arrays (``infos`` and other object columns are left out)."""
+        """A batch of tensors viewing the arrays (``infos`` and other object columns are left out).
+
+        A nested value (a dict or tuple of arrays, e.g. a Dict observation in
+        a hand-built input dict) becomes one tensor column per leaf,
+        ``"obs.image"``, ``"obs.0"``, as in the collector's batches; the
+        tensor batch gives them back nested (``batch["obs"]["image"]``).
+        """
         cols: dict[str, torch.Tensor] = {}
         bases: dict = {}  # lazy views of one column share one transfer of their base
         # dict.items: converting is not reading (a tracked batch would count every column as read,
         # and the pruning pass would keep every view); the reads are tracked on the tensor batch.
         items = dict.items(batch) if isinstance(batch, dict) else batch.items()
-        for k, v in items:
+        for k, v in (kv for key, value in items for kv in _flat_items(key, value)):
             if isinstance(v, torch.Tensor):
                 cols[k] = v.to(self.device)
             elif type(v) is LazyView:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import json
 import logging
@@ -44,6 +43,18 @@ def _missing(modules: tuple[str, ...]) -> list[str]:
     return missing
 
 
+def _stop_reward(text: str) -> float | None:
+    if text.strip().lower() in ("none", "never", "off"):
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'none', got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number or 'none', got {text!r}")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
     d = TrainConfig()
     p = argparse.ArgumentParser(prog="trajview", description="trajview: RL experience collection with trajectory views")
@@ -58,7 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--algo", choices=("ppo", "dqn"), default="ppo",
                    help="ppo (the options below) or dqn (double DQN from replay with a frame-stack view; "
                         "see trajview.train.dqn_trainer.DQNConfig)")
-    t.add_argument("--env", default=d.env, help="gymnasium env id (trajview's ids are registered)")
+    t.add_argument("--env", default=d.env,
+                   help="any registered gymnasium env id (trajview's ids are registered; others with --env-module)")
+    t.add_argument("--env-module", dest="env_modules", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first: it registers env ids (e.g. minigrid, ale_py); repeatable")
+    t.add_argument("--drop-obs-keys", nargs="+", default=[], metavar="KEY",
+                   help="leave these top-level keys out of a Dict observation (e.g. MiniGrid's text 'mission')")
     t.add_argument("--model", default=d.model, choices=sorted(MODEL_PRESETS))
     t.add_argument("--seed", type=int, default=d.seed)
     t.add_argument("--timesteps", type=int, default=d.timesteps, help="stop after this many env steps")
@@ -69,8 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--num-sgd-iter", type=int, default=d.num_sgd_iter)
     t.add_argument("--lr", type=float, default=d.lr)
     t.add_argument("--entropy-coeff", type=float, default=d.entropy_coeff)
-    t.add_argument("--stop-reward", type=float, default=d.stop_reward,
-                   help="stop once the mean return of the last 100 episodes reaches it (negative: never)")
+    t.add_argument("--gamma", type=float, default=d.gamma, help="discount")
+    t.add_argument("--lambda", dest="lambda_", type=float, default=d.lambda_, help="GAE lambda")
+    t.add_argument("--clip-param", type=float, default=d.clip_param, help="PPO's ratio clip")
+    t.add_argument("--vf-loss-coeff", type=float, default=d.vf_loss_coeff)
+    t.add_argument("--grad-clip", type=float, default=d.grad_clip, help="global gradient norm clip (<= 0: none)")
+    t.add_argument("--stop-reward", type=_stop_reward, default=d.stop_reward,
+                   help="stop once the mean return of the last 100 episodes reaches it (any number, e.g. -300 on "
+                        "Pendulum; 'none': never)")
     t.add_argument("--model-config", type=json.loads, default=None,
                    help="JSON keyword arguments of the model (default: the model's preset)")
     t.add_argument("--out", default=None, help="run directory (default: runs/<model>-seed<seed>)")
@@ -82,11 +104,21 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its checkpoint (its settings; --timesteps may be raised)")
     t.add_argument("--no-progress", action="store_true", help="log a line per iteration instead of a progress bar")
+    t.add_argument("--traceback", action="store_true",
+                   help="on a setup error (bad env id, module or space), raise with the traceback instead of one line")
 
     r = sub.add_parser("report", help="a markdown table of runs: env steps and time to the stop reward")
     r.add_argument("runs", nargs="+", help="run directories")
     r.add_argument("--target", type=float, default=150.0)
     return p
+
+
+def _one_line(e: BaseException) -> str:
+    msg = " ".join(str(e).split()) or type(e).__name__
+    if "observation_space leaf" in msg and "unsupported space" in msg:
+        leaf = msg.split("observation_space leaf '", 1)[1].split("'", 1)[0].split(".")[0]
+        msg += f" (--drop-obs-keys {leaf} leaves it out of the observation)"
+    return msg
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -100,11 +132,13 @@ def _train(args: argparse.Namespace) -> int:
         print(f"trajview train needs {', '.join(missing)}: pip install 'trajview[train]' "
               "(torch's CPU build first: pip install torch==2.13.0)", file=sys.stderr)
         return 1
+    import gymnasium as gym
     import torch
 
     from .dqn_trainer import is_dqn_run, train_dqn_from_args
 
     if args.algo == "dqn" or (args.resume and args.out and is_dqn_run(args.out)):
+        args.metrics_format = metrics_format  # DQN writes CSV/JSONL metrics (no TensorBoard events yet)
         return train_dqn_from_args(args, TrainConfig)
     from .trainer import Trainer  # torch: imported once the extra is known to be there
 
@@ -118,36 +152,51 @@ def _train(args: argparse.Namespace) -> int:
         if args.timesteps != TrainConfig.timesteps:
             saved["timesteps"] = args.timesteps
         saved["out_dir"] = out
-        config = TrainConfig(**saved)
-    else:
-        config = TrainConfig(
-            env=args.env,
-            model=args.model,
-            seed=args.seed,
-            timesteps=args.timesteps,
-            workers=args.workers,
-            envs_per_worker=args.envs_per_worker,
-            train_batch_size=args.train_batch_size,
-            sgd_minibatch_size=args.minibatch_size,
-            num_sgd_iter=args.num_sgd_iter,
-            lr=args.lr,
-            entropy_coeff=args.entropy_coeff,
-            stop_reward=None if args.stop_reward is not None and args.stop_reward < 0 else args.stop_reward,
-            model_config=args.model_config or {},
-            out_dir=out,
-            metrics_format=metrics_format,
-            tensorboard=tensorboard,
-            threads=args.threads,
-        )
-    trainer = Trainer(config, resume=args.resume)
-    if not args.resume:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        with open(Path(out) / "config.json", "w") as f:
-            json.dump(dataclasses.asdict(config), f, indent=2)
-    log.info("%s %s: PPO %s on %s, seed %d, up to %d env steps -> %s",
-             "resuming" if args.resume else "training", out, config.model, config.env, config.seed,
-             config.timesteps, out)
-    summary = trainer.train(progress=not args.no_progress)
+    # Setup errors (a bad setting, an unknown env id, a module that fails to import, a space no model reads,
+    # and whatever the first iteration's sampling refuses) are one line and exit code 2; the run directory is
+    # created by the first iteration's metrics, so such a run leaves none behind.
+    setup_errors = (ValueError, TypeError, ImportError, NotImplementedError, gym.error.Error)
+    trainer = None
+    try:
+        if args.resume:
+            config = TrainConfig(**saved)
+        else:
+            config = TrainConfig(
+                env=args.env,
+                env_modules=list(args.env_modules),
+                drop_obs_keys=list(args.drop_obs_keys),
+                model=args.model,
+                seed=args.seed,
+                timesteps=args.timesteps,
+                workers=args.workers,
+                envs_per_worker=args.envs_per_worker,
+                train_batch_size=args.train_batch_size,
+                sgd_minibatch_size=args.minibatch_size,
+                num_sgd_iter=args.num_sgd_iter,
+                lr=args.lr,
+                gamma=args.gamma,
+                lambda_=args.lambda_,
+                clip_param=args.clip_param,
+                vf_loss_coeff=args.vf_loss_coeff,
+                grad_clip=None if args.grad_clip is None or args.grad_clip <= 0 else args.grad_clip,
+                entropy_coeff=args.entropy_coeff,
+                stop_reward=args.stop_reward,
+                model_config=args.model_config or {},
+                out_dir=out,
+                metrics_format=metrics_format,
+                tensorboard=tensorboard,
+                threads=args.threads,
+            )
+        trainer = Trainer(config, resume=args.resume)
+        log.info("%s %s: PPO %s on %s, seed %d, up to %d env steps -> %s",
+                 "resuming" if args.resume else "training", out, config.model, config.env, config.seed,
+                 config.timesteps, out)
+        summary = trainer.train(progress=not args.no_progress)
+    except setup_errors as e:
+        if args.traceback or (trainer is not None and trainer.iteration > trainer.start_iteration):
+            raise
+        print(f"trajview train: error: {_one_line(e)}", file=sys.stderr)
+        return 2
     if summary["reached_stop_reward"]:
         log.info("mean return reached %g after %d env steps (%.1f s)", config.stop_reward,
                  summary["steps_to_stop_reward"], summary["time_to_stop_reward_s"])

@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TrainConfig", "MODEL_PRESETS"]
+__all__ = ["TrainConfig", "MODEL_PRESETS", "IMAGE_MODEL_PRESETS"]
 
 #: Per model: its model_config and the PPO settings that differ from `TrainConfig`'s defaults.
 MODEL_PRESETS: dict[str, dict[str, Any]] = {
@@ -16,12 +16,20 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "attention": {"model_config": {"max_seq_len": 20, "memory": 16, "attention_dim": 32, "num_layers": 1}},
 }
 
+#: What changes in a model's preset when the observation has an image leaf (applied only to a preset's
+#: model_config, never to one given with --model-config): the frame stack holds 4 frames (DQN's), not 16.
+IMAGE_MODEL_PRESETS: dict[str, dict[str, Any]] = {"framestack": {"num_frames": 4}}
+
 
 @dataclasses.dataclass
 class TrainConfig:
     """Everything a run depends on (stored in its checkpoint)."""
 
     env: str = "trajview/StatelessCartPole-v1"
+    #: Modules imported before the env is made (they register their gymnasium ids: "minigrid", "ale_py").
+    env_modules: list[str] = dataclasses.field(default_factory=list)
+    #: Top-level keys of a Dict observation left out of what the policy sees (MiniGrid's "mission" text).
+    drop_obs_keys: list[str] = dataclasses.field(default_factory=list)
     model: str = "framestack"
     seed: int = 0
     timesteps: int = 200_000
@@ -58,11 +66,17 @@ class TrainConfig:
             raise ValueError(
                 f"train_batch_size ({self.train_batch_size}) must be a multiple of workers * envs_per_worker ({per})"
             )
+        #: Whether model_config is the model's preset (then `IMAGE_MODEL_PRESETS` may adjust it); not stored.
+        self.model_config_is_preset = not self.model_config
         if not self.model_config:
             preset = MODEL_PRESETS.get(self.model)
             if preset is None:
                 raise ValueError(f"model must be one of {sorted(MODEL_PRESETS)}, got {self.model!r}")
             self.model_config = dict(preset["model_config"])
+        for name in ("env_modules", "drop_obs_keys"):
+            v = getattr(self, name)
+            if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+                raise ValueError(f"{name} must be a list of non-empty strings, got {v!r}")
 
     @property
     def metrics_path(self) -> Path:

@@ -278,7 +278,7 @@ def train_dqn_from_args(args: argparse.Namespace, ppo_defaults: object) -> int:
     else:
         kw = dict(env=args.env, seed=args.seed, timesteps=args.timesteps, out_dir=out,
                   metrics_format=args.metrics_format, threads=args.threads,
-                  stop_reward=None if args.stop_reward is not None and args.stop_reward < 0 else args.stop_reward)
+                  stop_reward=args.stop_reward)  # a number, or None ('none': never)
         if args.lr != getattr(ppo_defaults, "lr"):
             kw["lr"] = args.lr
         config = DQNConfig(**kw)

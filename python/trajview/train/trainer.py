@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import os
@@ -12,15 +13,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 
-from .. import envs as _envs  # noqa: F401  (registers trajview's gymnasium ids)
+from ..algorithms.models import has_image_leaves
 from ..algorithms.ppo import PPOPolicy
 from ..rollout.worker import RolloutWorker
 from ..views import concat_samples
-from .config import TrainConfig
+from .config import IMAGE_MODEL_PRESETS, TrainConfig
+from .envs import env_creator, import_env_modules, make_env
 from .metrics import append_metrics, plot_learning_curve, read_metrics, truncate_metrics
 
 __all__ = ["Trainer", "TENSORBOARD_SCALARS"]
@@ -33,12 +34,18 @@ log = logging.getLogger("trajview.train")
 
 
 class Trainer:
-    """PPO on ``config.env`` with ``config.workers`` RolloutWorkers (sampled in turn, in this process)."""
+    """PPO on ``config.env`` with ``config.workers`` RolloutWorkers (sampled in turn, in this process).
+
+    The run directory (``config.out_dir``) is created by the first iteration's
+    metrics, with ``config.json`` (a new run): a run that fails before that
+    (an unknown env, a space no model reads) leaves no directory behind.
+    """
 
     def __init__(self, config: TrainConfig, resume: bool = False) -> None:
         self.config = config
-        out = Path(config.out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        self.resume = resume
+        self._out_ready = False
+        import_env_modules(config.env_modules)
         torch.set_num_threads(config.threads)
         torch.manual_seed(config.seed)
         np.random.seed(config.seed)
@@ -48,9 +55,13 @@ class Trainer:
         self.elapsed = 0.0
         self.returns: deque[float] = deque(maxlen=config.smoothing_episodes)
         self.lengths: deque[int] = deque(maxlen=config.smoothing_episodes)
-        probe = gym.make(config.env)
-        self.policy = PPOPolicy(probe.observation_space, probe.action_space, config.ppo_config())
+        probe = make_env(config.env, config.drop_obs_keys)
+        obs_space, act_space = probe.observation_space, probe.action_space
         probe.close()
+        preset = IMAGE_MODEL_PRESETS.get(config.model)
+        if preset and getattr(config, "model_config_is_preset", False) and has_image_leaves(obs_space):
+            config.model_config = {**config.model_config, **preset}
+        self.policy = PPOPolicy(obs_space, act_space, config.ppo_config())
         state = None
         if resume:
             state = torch.load(config.checkpoint_path, weights_only=False)
@@ -64,14 +75,15 @@ class Trainer:
             torch.set_rng_state(state["torch_rng"])
             # Rows written after the checkpoint (a run killed between the two) go.
             truncate_metrics(config.metrics_path, self.iteration, config.metrics_format)
+        #: The iteration this process started from (0, or the checkpoint's on resume).
+        self.start_iteration = self.iteration
         per = config.workers * config.envs_per_worker
         fragment = config.train_batch_size // per
         # On resume, fresh env seeds (the envs' own state is not in the checkpoint).
         base = config.seed * 100_003 + self.iteration * 7_919
-        env_id = config.env
         self.workers = [
             RolloutWorker(
-                lambda cfg: gym.make(env_id),
+                env_creator(config.env, config.drop_obs_keys),
                 self.policy,
                 num_envs=config.envs_per_worker,
                 rollout_fragment_length=fragment,
@@ -80,12 +92,10 @@ class Trainer:
             )
             for i in range(config.workers)
         ]
-        self.tb_writer: Any = None
+        self.tb_writer: Any = None  # made with the run directory (`_prepare_out_dir`), which it writes into
         if config.tensorboard:
-            # torch's writer needs the tensorboard package (the tensorboard extra).
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb_writer = SummaryWriter(log_dir=str(config.tensorboard_dir))
+            # torch's writer needs the tensorboard package (the tensorboard extra): checked here, before any step.
+            from torch.utils.tensorboard import SummaryWriter  # noqa: F401
 
     @property
     def mean_return(self) -> float:
@@ -117,6 +127,7 @@ class Trainer:
             "steps_per_s": round(len(batch) / dt, 1),
             **{k: stats.get(k, math.nan) for k in ("policy_loss", "vf_loss", "entropy", "kl")},
         }
+        self._prepare_out_dir()
         append_metrics(self.config.metrics_path, row, self.config.metrics_format)
         if self.tb_writer is not None:
             # One scalar per metric, against env steps (TensorBoard's step axis).
@@ -126,6 +137,22 @@ class Trainer:
                     self.tb_writer.add_scalar(f"trajview/{key}", value, global_step=self.env_steps)
             self.tb_writer.flush()
         return row
+
+    def _prepare_out_dir(self) -> None:
+        """Creates the run directory, for a new run writes ``config.json``, and starts the TensorBoard writer (once,
+        at the first metrics row)."""
+        if self._out_ready:
+            return
+        out = Path(self.config.out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        if not self.resume:
+            with open(out / "config.json", "w") as f:
+                json.dump(dataclasses.asdict(self.config), f, indent=2)
+        if self.config.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb_writer = SummaryWriter(log_dir=str(self.config.tensorboard_dir))
+        self._out_ready = True
 
     def done(self) -> bool:
         c = self.config

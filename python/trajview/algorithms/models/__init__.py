@@ -10,8 +10,15 @@
   ``state_in_i = ViewRequirement("state_out_i", shift="-{M}:-1",
   batch_repeat_value=max_seq_len)``.
 
+Each works over any observation space `SpaceEncoder` reads (Box vectors and
+images, Discrete, MultiDiscrete, MultiBinary, nested in Dict and Tuple: a CNN
+per image leaf, concatenated) and any action space `make_action_head` acts
+in (Discrete, MultiDiscrete, MultiBinary, Box with a tanh-squashed Gaussian).
+
 `ViewModel` (in `base`) is the interface PPO calls; the view rules are in
-docs/contract.md ("Views", "Flat layout").
+docs/contract.md ("Views", "Flat layout"). `spaces` walks a space with a
+nested value of it (`get_nested` reads ``"obs"`` nested or as flat per-leaf
+columns ``"obs.image"``).
 """
 
 from __future__ import annotations
@@ -19,10 +26,13 @@ from __future__ import annotations
 from typing import Any
 
 from .base import ViewModel, flat_sequence_index
+from .distributions import ActionDistribution, ActionHead, make_action_head
+from .encoders import ImageCNN, SpaceEncoder, has_image_leaves, image_layout
 from .framestack import FrameStackModel
 from .gtrxl import GTrXLModel
 from .lstm import LSTMModel
 from .mlp import MLPModel
+from .spaces import UnsupportedSpaceError, get_nested
 
 __all__ = [
     "MLPModel",
@@ -33,6 +43,15 @@ __all__ = [
     "make_model",
     "flat_sequence_index",
     "ViewModel",
+    "ActionDistribution",
+    "ActionHead",
+    "make_action_head",
+    "SpaceEncoder",
+    "ImageCNN",
+    "image_layout",
+    "has_image_leaves",
+    "UnsupportedSpaceError",
+    "get_nested",
 ]
 
 MODELS = {"mlp": MLPModel, "framestack": FrameStackModel, "lstm": LSTMModel, "attention": GTrXLModel}

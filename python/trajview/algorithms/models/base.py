@@ -8,14 +8,23 @@ with the policy's gradient.
 
 The interface PPO uses:
 
-* ``forward_step(input_dict) -> (logits [B, A], value [B], state_outs)``: one
-  step per row, from the compute-actions input dict.
-* ``forward_train(batch) -> (logits [N, A], value [N])``: the flat training
-  batch (rows of sequences end to end, ``seq_lens`` and per-sequence
-  ``state_in_i`` for the models with memory; docs/contract.md, "Flat layout").
+* ``action_dist``: the model's `ActionHead` (`make_action_head` of the action
+  space: categorical, independent categoricals or Bernoullis, a tanh-squashed
+  Gaussian with a learned log-std), whose parameters are the model's;
+* ``forward_step(input_dict) -> (dist_inputs [B, action_dist.num_inputs],
+  value [B], state_outs)``: one step per row, from the compute-actions input
+  dict;
+* ``forward_train(batch) -> (dist_inputs [N, ...], value [N])``: the flat
+  training batch (rows of sequences end to end, ``seq_lens`` and per-sequence
+  ``state_in_i`` for the models with memory; docs/contract.md, "Flat layout");
 * ``bootstrap_input(segment) -> input_dict``: the input dict of the step after
   a segment's last step (one row), built from the segment's own views, for
   the value that bootstraps a truncated trajectory.
+
+Observations may be any space `SpaceEncoder` reads (Box vectors and images,
+Discrete, MultiDiscrete, MultiBinary, nested in Dict / Tuple): the models
+read nested columns with `get_nested`, so a batch may hold them nested or as
+flat per-leaf columns (``"obs.image"``).
 """
 
 from __future__ import annotations
@@ -23,12 +32,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
 from ...views.view_requirement import ViewRequirement
+from ..postprocessing import last_rows
+from .distributions import ActionHead, make_action_head
+from .encoders import SpaceEncoder
+from .spaces import check_supported, get_nested, map_leaves
 
 __all__ = ["ViewModel", "flat_sequence_index"]
 
@@ -52,23 +64,26 @@ def _mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, out_gain: float) ->
     return nn.Sequential(*layers)
 
 
-def _spaces(obs_space: Any, action_space: Any) -> tuple[int, int]:
-    if not isinstance(action_space, gym.spaces.Discrete):
-        raise ValueError(f"action_space: trajview's models need a Discrete action space, got {action_space!r}")
-    shape = getattr(obs_space, "shape", None)
-    if shape is None or len(shape) != 1:
-        raise ValueError(f"observation_space: trajview's models need a 1-D Box, got {obs_space!r}")
-    return int(shape[0]), int(action_space.n)
+def _heads(obs_space: Any, action_space: Any, log_std_init: float) -> ActionHead:
+    """The action head; raises `UnsupportedSpaceError` for an action or observation space the models cannot use."""
+    head = make_action_head(action_space, log_std_init)
+    check_supported(obs_space, "observation_space")
+    return head
+
+
+def _has_params(m: nn.Module) -> bool:
+    return any(True for _ in m.parameters())
 
 
 def _f32(x: Any) -> Tensor:
     return torch.as_tensor(x).float()
 
 
-def _np_last(batch: Mapping[str, Any], key: str) -> np.ndarray:
-    v = batch[key]
-    v = v.detach().cpu().numpy() if isinstance(v, Tensor) else np.asarray(v)
-    return v[-1:]
+def _np_last(batch: Mapping[str, Any], key: str, space: Any = None) -> Any:
+    """The last row of column ``key`` as numpy (``[1, ...]``; for a nested ``space``: the nested value of last
+    rows, as `get_nested` reads it)."""
+    value = last_rows(batch, key)
+    return map_leaves(lambda v: v, space, value) if space is not None else value
 
 
 def flat_sequence_index(seq_lens: Tensor) -> tuple[Tensor, Tensor]:
@@ -103,14 +118,17 @@ def _split_points(batch: Mapping[str, Any], seq_lens: Tensor) -> tuple[Tensor, T
 
 
 class _PrevActionReward(nn.Module):
-    """Features from obs and, optionally, the previous action (one-hot) and reward."""
+    """Features from obs (`SpaceEncoder`) and, optionally, the previous action (one-hot for discrete spaces) and reward."""
 
-    def __init__(self, obs_dim: int, n_actions: int, prev_action: bool, prev_reward: bool) -> None:
+    def __init__(self, obs_space: Any, action_space: Any, prev_action: bool, prev_reward: bool) -> None:
         super().__init__()
-        self.n_actions = n_actions
+        self.obs_space = obs_space
+        self.action_space = action_space
         self.prev_action = prev_action
         self.prev_reward = prev_reward
-        self.dim = obs_dim + (n_actions if prev_action else 0) + (1 if prev_reward else 0)
+        self.obs = SpaceEncoder(obs_space)
+        self.act = SpaceEncoder(action_space, what="action_space")
+        self.dim = self.obs.dim + (self.act.dim if prev_action else 0) + (1 if prev_reward else 0)
 
     def view_requirements(self, action_space: Any) -> dict[str, ViewRequirement]:
         vrs = {}
@@ -121,15 +139,15 @@ class _PrevActionReward(nn.Module):
         return vrs
 
     def forward(self, d: Mapping[str, Any]) -> Tensor:
-        parts = [_f32(d["obs"])]
+        parts = [self.obs(get_nested(d, "obs", self.obs_space))]
         if self.prev_action:
-            parts.append(nn.functional.one_hot(torch.as_tensor(d["prev_actions"]).long(), self.n_actions).float())
+            parts.append(self.act(d["prev_actions"]))
         if self.prev_reward:
             parts.append(_f32(d["prev_rewards"])[:, None])
         return torch.cat(parts, -1)
 
-    def bootstrap(self, seg: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        out = {"obs": _np_last(seg, "new_obs")}
+    def bootstrap(self, seg: Mapping[str, Any]) -> dict[str, Any]:
+        out = {"obs": _np_last(seg, "new_obs", self.obs_space)}
         if self.prev_action:
             out["prev_actions"] = _np_last(seg, "actions")
         if self.prev_reward:
@@ -141,6 +159,7 @@ class ViewModel(nn.Module):
     """Base of the models PPO trains (see the module docstring for the interface)."""
 
     view_requirements: dict[str, ViewRequirement]
+    action_dist: ActionHead
 
     def get_initial_state(self) -> list[Tensor]:
         return []
@@ -159,7 +178,9 @@ class _MemoryModel(ViewModel):
     """The layout of the models with memory (LSTM, GTrXL).
 
     Features from obs and the previous action / reward feed a policy core and
-    a value core, each with its linear head. The state is ``num_states``
+    a value core, each with its linear head. Observation encoders with
+    weights (CNNs) are separate for the two (``vf_features``); weightless ones
+    (vectors, one-hots) are computed once. The state is ``num_states``
     vectors of ``state_dim`` floats, zeros at an episode's start;
     ``state_in_i = ViewRequirement("state_out_i", shift=state_shift,
     batch_repeat_value=max_seq_len)``: one row per training sequence.
@@ -177,16 +198,20 @@ class _MemoryModel(ViewModel):
         num_states: int,
         state_shift: int | str,
         step_views: Mapping[str, ViewRequirement] | None = None,
+        log_std_init: float = 0.0,
     ) -> None:
         """``core(in_dim)`` builds one core (called twice: policy, value); ``step_views`` are read besides ``obs``."""
         super().__init__()
-        obs_dim, n = _spaces(obs_space, action_space)
+        self.action_dist = _heads(obs_space, action_space, log_std_init)
         self.max_seq_len = int(max_seq_len)
         self.state_dim, self.num_states = state_dim, num_states
-        self.features = _PrevActionReward(obs_dim, n, prev_action, prev_reward)
+        self.features = _PrevActionReward(obs_space, action_space, prev_action, prev_reward)
+        self.vf_features: _PrevActionReward | None = None
+        if _has_params(self.features):
+            self.vf_features = _PrevActionReward(obs_space, action_space, prev_action, prev_reward)
         self.pi_core = core(self.features.dim)
         self.vf_core = core(self.features.dim)
-        self.pi_head = _init(nn.Linear(state_dim, n), 0.01)
+        self.pi_head = _init(nn.Linear(state_dim, self.action_dist.num_inputs), 0.01)
         self.vf_head = _init(nn.Linear(state_dim, 1), 1.0)
         self.view_requirements = {
             "obs": VR(space=obs_space),
@@ -200,3 +225,8 @@ class _MemoryModel(ViewModel):
 
     def get_initial_state(self) -> list[Tensor]:
         return [torch.zeros(self.state_dim) for _ in range(self.num_states)]
+
+    def _features(self, d: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
+        """(policy features, value features) of each row."""
+        x = self.features(d)
+        return x, (x if self.vf_features is None else self.vf_features(d))

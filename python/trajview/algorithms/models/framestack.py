@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
-from .base import VR, Tensor, ViewModel, _f32, _mlp, _np_last, _spaces
+from .base import VR, Tensor, ViewModel, _f32, _has_params, _heads, _mlp, _np_last
+from .encoders import SpaceEncoder
+from .spaces import get_nested, map_leaves
 
 __all__ = ["FrameStackModel"]
 
@@ -20,17 +21,32 @@ class FrameStackModel(ViewModel):
     ``prev_n_obs`` = ``obs`` at ``"-{n-1}:0"``, ``prev_n_actions`` and
     ``prev_n_rewards`` = ``actions`` / ``rewards`` at ``"-{n}:-1"`` (RLlib's
     frame-stacking example, n = 16). Before the episode's start they read zeros.
+
+    Each frame is encoded by a `SpaceEncoder` with ``frames=n``: vector leaves
+    and one-hots per frame, concatenated; image leaves stack the n frames
+    along the channels of one CNN (DQN's frame stack). The policy and the
+    value function each have their own encoder when it has weights.
     """
 
-    def __init__(self, obs_space: Any, action_space: Any, num_frames: int = 16, hidden: tuple[int, ...] = (64, 64)) -> None:
+    def __init__(
+        self,
+        obs_space: Any,
+        action_space: Any,
+        num_frames: int = 16,
+        hidden: tuple[int, ...] = (64, 64),
+        log_std_init: float = 0.0,
+    ) -> None:
         super().__init__()
-        obs_dim, n = _spaces(obs_space, action_space)
         if num_frames < 1:
             raise ValueError(f"num_frames must be >= 1, got {num_frames}")
+        self.action_dist = _heads(obs_space, action_space, log_std_init)
+        self.obs_space = obs_space
         self.num_frames = k = int(num_frames)
-        self.n_actions = n
-        in_dim = k * (obs_dim + n + 1)
-        self.pi = _mlp(in_dim, hidden, n, 0.01)
+        self.pi_enc = SpaceEncoder(obs_space, frames=k)
+        self.vf_enc = SpaceEncoder(obs_space, frames=k) if _has_params(self.pi_enc) else self.pi_enc
+        self.act_enc = SpaceEncoder(action_space, frames=k, what="action_space")
+        in_dim = self.pi_enc.dim + self.act_enc.dim + k
+        self.pi = _mlp(in_dim, hidden, self.action_dist.num_inputs, 0.01)
         self.vf = _mlp(in_dim, hidden, 1, 1.0)
         self.view_requirements = {
             "prev_n_obs": VR("obs", space=obs_space, shift=f"-{k - 1}:0"),
@@ -39,11 +55,12 @@ class FrameStackModel(ViewModel):
         }
 
     def _forward(self, d: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
-        obs = _f32(d["prev_n_obs"]).flatten(1)
-        acts = nn.functional.one_hot(torch.as_tensor(d["prev_n_actions"]).long(), self.n_actions).float().flatten(1)
+        obs = get_nested(d, "prev_n_obs", self.obs_space)
+        acts = self.act_enc(d["prev_n_actions"])
         rews = _f32(d["prev_n_rewards"])
-        x = torch.cat([obs, acts, rews], -1)
-        return self.pi(x), self.vf(x)[:, 0]
+        x = torch.cat([self.pi_enc(obs), acts, rews], -1)
+        xv = x if self.vf_enc is self.pi_enc else torch.cat([self.vf_enc(obs), acts, rews], -1)
+        return self.pi(x), self.vf(xv)[:, 0]
 
     def forward_step(self, input_dict):
         logits, value = self._forward(input_dict)
@@ -53,12 +70,13 @@ class FrameStackModel(ViewModel):
         return self._forward(batch)
 
     def bootstrap_input(self, segment):
-        def shifted(stack: str, col: str) -> np.ndarray:
-            s, c = _np_last(segment, stack), _np_last(segment, col)
-            return np.concatenate([s[:, 1:], c[:, None].astype(s.dtype)], axis=1)
+        def shifted(stack: np.ndarray, last: np.ndarray) -> np.ndarray:  # [1, n, ...] and [1, ...]
+            return np.concatenate([stack[:, 1:], last[:, None].astype(stack.dtype)], axis=1)
 
+        space = self.obs_space
         return {
-            "prev_n_obs": shifted("prev_n_obs", "new_obs"),
-            "prev_n_actions": shifted("prev_n_actions", "actions"),
-            "prev_n_rewards": shifted("prev_n_rewards", "rewards"),
+            "prev_n_obs": map_leaves(shifted, space, _np_last(segment, "prev_n_obs", space),
+                                     _np_last(segment, "new_obs", space)),
+            "prev_n_actions": shifted(_np_last(segment, "prev_n_actions"), _np_last(segment, "actions")),
+            "prev_n_rewards": shifted(_np_last(segment, "prev_n_rewards"), _np_last(segment, "rewards")),
         }

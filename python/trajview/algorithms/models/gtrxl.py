@@ -141,6 +141,7 @@ class GTrXLModel(_MemoryModel):
         ff_dim: int = 64,
         prev_action: bool = True,
         prev_reward: bool = False,
+        log_std_init: float = 0.0,
     ) -> None:
         m = int(memory)
         if m < 1:
@@ -149,28 +150,29 @@ class GTrXLModel(_MemoryModel):
             obs_space, action_space, max_seq_len, prev_action, prev_reward,
             core=lambda in_dim: _GTrXLCore(in_dim, attention_dim, num_layers, num_heads, m, ff_dim),
             state_dim=attention_dim, num_states=2 * num_layers, state_shift=f"-{m}:-1", step_views={"t": VR()},
+            log_std_init=log_std_init,
         )
         self.memory, self.dim, self.num_layers = m, attention_dim, num_layers
 
     def forward_step(self, input_dict):
-        x = self.features(input_dict)
+        x, xv = self._features(input_dict)
         t = torch.as_tensor(input_dict["t"]).long()
         L = self.num_layers
         mems = [_f32(input_dict[f"state_in_{i}"]) for i in range(2 * L)]
         po, ps = self.pi_core.step(x, t, mems[:L])
-        vo, vs = self.vf_core.step(x, t, mems[L:])
+        vo, vs = self.vf_core.step(xv, t, mems[L:])
         return self.pi_head(po), self.vf_head(vo)[:, 0], ps + vs
 
     def forward_train(self, batch):
         # An episode start inside a sequence needs no split here: its rows' windows mask every
         # slot before their own t = 0, so they never read the previous episode.
         seq_lens = torch.as_tensor(batch["seq_lens"])
-        x = self.features(batch)
+        x, xv = self._features(batch)
         t = torch.as_tensor(batch["t"]).long()
         L = self.num_layers
         mems = [_f32(batch[f"state_in_{i}"]) for i in range(2 * L)]
         po = self.pi_core.flat(x, t, seq_lens, mems[:L])
-        vo = self.vf_core.flat(x, t, seq_lens, mems[L:])
+        vo = self.vf_core.flat(xv, t, seq_lens, mems[L:])
         return self.pi_head(po), self.vf_head(vo)[:, 0]
 
     def bootstrap_input(self, segment):

@@ -68,24 +68,25 @@ class LSTMModel(_MemoryModel):
         cell_size: int = 64,
         prev_action: bool = True,
         prev_reward: bool = False,
+        log_std_init: float = 0.0,
     ) -> None:
         super().__init__(
             obs_space, action_space, max_seq_len, prev_action, prev_reward,
             core=lambda in_dim: _LSTMCore(in_dim, hidden, cell_size),
-            state_dim=cell_size, num_states=4, state_shift=-1,
+            state_dim=cell_size, num_states=4, state_shift=-1, log_std_init=log_std_init,
         )
         self.cell_size = cell_size
 
     def forward_step(self, input_dict):
-        x = self.features(input_dict)
+        x, xv = self._features(input_dict)
         s = [_f32(input_dict[f"state_in_{i}"]) for i in range(4)]
         po, h0, c0 = self.pi_core.step(x, s[0], s[1])
-        vo, h1, c1 = self.vf_core.step(x, s[2], s[3])
+        vo, h1, c1 = self.vf_core.step(xv, s[2], s[3])
         return self.pi_head(po), self.vf_head(vo)[:, 0], [h0, c0, h1, c1]
 
     def forward_train(self, batch):
         seq_lens = torch.as_tensor(batch["seq_lens"])
-        x = self.features(batch)
+        x, xv = self._features(batch)
         # Runs of rows: each sequence, split again where an episode starts inside it (is_init);
         # such a run starts from the initial state, the others from their sequence's state_in row.
         lens, from_seq = _split_points(batch, seq_lens)
@@ -96,7 +97,7 @@ class LSTMModel(_MemoryModel):
             rows = torch.cat([rows, init[i].to(rows)[None]])  # index -1: the initial state
             s.append(rows[from_seq])
         po = self.pi_core.flat(x, lens, s[0], s[1])
-        vo = self.vf_core.flat(x, lens, s[2], s[3])
+        vo = self.vf_core.flat(xv, lens, s[2], s[3])
         return self.pi_head(po), self.vf_head(vo)[:, 0]
 
     def bootstrap_input(self, segment):

@@ -5,24 +5,38 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .base import VR, Tensor, ViewModel, _f32, _mlp, _np_last, _spaces
+from .base import VR, Tensor, ViewModel, _has_params, _heads, _mlp, _np_last
+from .encoders import SpaceEncoder
+from .spaces import get_nested
 
 __all__ = ["MLPModel"]
 
 
 class MLPModel(ViewModel):
-    """Reads only ``obs``: on Stateless CartPole it cannot see velocities (the control)."""
+    """Reads only ``obs``: on Stateless CartPole it cannot see velocities (the control).
 
-    def __init__(self, obs_space: Any, action_space: Any, hidden: tuple[int, ...] = (64, 64)) -> None:
+    The observation goes through a `SpaceEncoder` (a CNN for image leaves,
+    one-hots for discrete ones; the policy and the value function each have
+    their own when it has weights), then an MLP each.
+    """
+
+    def __init__(
+        self, obs_space: Any, action_space: Any, hidden: tuple[int, ...] = (64, 64), log_std_init: float = 0.0
+    ) -> None:
         super().__init__()
-        obs_dim, n = _spaces(obs_space, action_space)
-        self.pi = _mlp(obs_dim, hidden, n, 0.01)
-        self.vf = _mlp(obs_dim, hidden, 1, 1.0)
+        self.obs_space = obs_space
+        self.action_dist = _heads(obs_space, action_space, log_std_init)
+        self.pi_enc = SpaceEncoder(obs_space)
+        self.pi = _mlp(self.pi_enc.dim, hidden, self.action_dist.num_inputs, 0.01)
+        self.vf_enc = SpaceEncoder(obs_space) if _has_params(self.pi_enc) else self.pi_enc
+        self.vf = _mlp(self.vf_enc.dim, hidden, 1, 1.0)
         self.view_requirements = {"obs": VR(space=obs_space)}
 
     def _forward(self, d: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
-        x = _f32(d["obs"])
-        return self.pi(x), self.vf(x)[:, 0]
+        obs = get_nested(d, "obs", self.obs_space)
+        x = self.pi_enc(obs)
+        xv = x if self.vf_enc is self.pi_enc else self.vf_enc(obs)
+        return self.pi(x), self.vf(xv)[:, 0]
 
     def forward_step(self, input_dict):
         logits, value = self._forward(input_dict)
@@ -32,4 +46,4 @@ class MLPModel(ViewModel):
         return self._forward(batch)
 
     def bootstrap_input(self, segment):
-        return {"obs": _np_last(segment, "new_obs")}
+        return {"obs": _np_last(segment, "new_obs", self.obs_space)}
