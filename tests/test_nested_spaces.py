@@ -403,6 +403,16 @@ def test_env_observation_of_the_wrong_structure_or_leaf_is_an_error_naming_the_l
     with pytest.raises(ValueError, match=r"column 'obs\.pos': env 0 returned an observation of dtype float32 and shape \(3,\)"):
         w.sample()
 
+    class MissingKey(NestedEnv):
+        def step(self, action):
+            o, r, te, tr, info = super().step(action)
+            return {"pos": o["pos"], "kk": 1}, r, te, tr, info
+
+    env = MissingKey(obs_space, spaces.Discrete(2), [5], 0)
+    w = tv.RolloutWorker(lambda cfg: env, ActionFromObs, rollout_fragment_length=4)
+    with pytest.raises(ValueError, match=r"column 'obs': env 0's observation: expected a dict with keys \['k', 'pos'\]"):
+        w.sample()
+
 
 def test_policy_action_of_the_wrong_structure_is_an_error():
     act_space = spaces.Dict({"a": spaces.Discrete(3), "b": spaces.Discrete(2)})

@@ -51,6 +51,7 @@ class GymEnvList(VectorEnvAdapter):
         self._leaves = [] if self.obs_nest.flat else [(c, dt, shp) for c, (dt, shp) in self.obs_nest.specs(OBS).items()]
         self._act_cols = [] if self.action_nest.flat else self.action_nest.names(ACTIONS)
         self._obs_leaves: Any = self.obs_nest._fast
+        self._write_row: Any = None if self.obs_nest.flat else self.obs_nest.row_writer()
         # Reused every step (VectorStep's contract): rewards and flags, and the observation rows when no obs_out is given.
         self._obs: Any
         self._obs_shape: tuple[int, ...]
@@ -177,24 +178,25 @@ class GymEnvList(VectorEnvAdapter):
     ) -> VectorStep:
         """`step` for a nested observation space: each leaf written into its rows (the fast path of `_write_obs`)."""
         envs = self.envs
-        leaves_of = self._obs_leaves
-        outs = [(c, dt, shp, new_obs[c]) for c, dt, shp in self._leaves]
+        write = self._write_row
+        outs = [new_obs[c] for c, _, _ in self._leaves]
+        leaves = self._leaves
         any_done = False
         j = -1
+        i = -1
+
+        def check(k: int, v: Any) -> np.ndarray:
+            c, dt, shp = leaves[k]
+            return self._check_obs(i, v, c, dt, shp)
+
         try:
             for j, i in enumerate(ids):
                 o, r, te, tr, info = envs[i].step(acts[j])
                 try:
-                    values = leaves_of(o)
+                    write(o, j, outs, check)
                 except Exception:
-                    self._write_obs(new_obs, j, i, o)  # names what does not fit
-                else:
-                    for (c, dt, shp, out), v in zip(outs, values):
-                        if type(v) is np.ndarray and v.dtype is dt and v.shape == shp:
-                            out[j] = v
-                        else:
-                            out[j] = self._check_obs(i, v, c, dt, shp)
-                rew[j] = r if type(r) is float and r == r else self._slow_reward(r, i)
+                    self._write_obs(new_obs, j, i, o)  # the slow path: writes it, or names what does not fit
+                rew[j] = r if type(r) is float and r == r else check_reward(r, i)
                 if te is not True and te is not False:
                     te = check_flag(te, "terminateds", i)
                 if tr is not True and tr is not False:

@@ -89,14 +89,11 @@ class Nest:
         self.kinds = kinds
         self._fast = self._compile() if not flat else None
 
-    def _compile(self) -> Callable[[Any], list[Any]]:
-        """A function returning the leaves of a value of exactly the space's structure (else it raises).
-
-        Generated code: one size and type check per inner node and one index per leaf, no loops (this is
-        every step of every env). Any other value raises; `leaf_values` then finds and names the problem.
-        """
+    def _structure_code(self) -> tuple[list[str], list[str]]:
+        """Lines that walk a value ``v`` of the space's structure (one size and type check per inner node; any
+        other value raises), and the expression of each leaf."""
         names = {(): "v"}
-        lines = ["def leaves(v):"]
+        lines = []
         for path in self.kinds:  # parents before children (the walk's order)
             if path:
                 parent = names[path[:-1]]
@@ -107,14 +104,42 @@ class Nest:
             ok = "(type({0}) is dict or isinstance({0}, Mapping))" if self.kinds[path] is dict else \
                 "(type({0}) is tuple or type({0}) is list)"
             lines.append(f"    if not {ok.format(var)} or len({var}) != {n}: raise _Mismatch")
-        gets = []
-        for leaf in self.leaves:
-            parent = names[leaf.path[:-1]]
-            gets.append(f"{parent}[{leaf.path[-1]!r}]")
-        lines.append(f"    return [{', '.join(gets)}]")
-        scope: dict[str, Any] = {"Mapping": Mapping, "_Mismatch": _Mismatch}
-        exec("\n".join(lines), scope)  # noqa: S102 - code built above from the space's own keys (repr'd)
-        return scope["leaves"]  # type: ignore[no-any-return]
+        return lines, [f"{names[leaf.path[:-1]]}[{leaf.path[-1]!r}]" for leaf in self.leaves]
+
+    def _exec(self, lines: list[str], name: str, extra: dict[str, Any] | None = None) -> Any:
+        scope: dict[str, Any] = {"Mapping": Mapping, "_Mismatch": _Mismatch, **(extra or {})}
+        exec("\n".join(lines), scope)  # noqa: S102 - code built from the space's own keys (repr'd) and constants
+        return scope[name]
+
+    def _compile(self) -> Callable[[Any], list[Any]]:
+        """A function returning the leaves of a value of exactly the space's structure (else it raises).
+
+        Generated code: one size and type check per inner node and one index per leaf, no loops (this is
+        every step of every env). Any other value raises; `leaf_values` then finds and names the problem.
+        """
+        lines, gets = self._structure_code()
+        return self._exec(["def leaves(v):", *lines, f"    return [{', '.join(gets)}]"], "leaves")  # type: ignore[no-any-return]
+
+    def row_writer(self) -> Callable[[Any, int, list[Any], Callable[[int, Any], Any]], None]:
+        """``write(v, j, outs, check)``: each leaf of one value ``v`` into row ``j`` of ``outs[k]`` (leaf order).
+
+        A leaf that is an ndarray of exactly the leaf's dtype and shape is
+        written as it is; any other goes through ``check(k, leaf)``, which
+        returns it checked (or raises). A value not of the space's structure
+        raises (`leaf_values` names the problem). Generated code, no loops:
+        this is every step of every env.
+        """
+        lines, gets = self._structure_code()
+        body = ["def write(v, j, outs, check):", *lines]
+        consts: dict[str, Any] = {"_nd": np.ndarray}
+        for k, (leaf, get) in enumerate(zip(self.leaves, gets)):
+            consts[f"_dt{k}"], consts[f"_sh{k}"] = leaf.dtype, leaf.shape
+            body += [
+                f"    x = {get}",
+                f"    if type(x) is _nd and x.dtype is _dt{k} and x.shape == _sh{k}: outs[{k}][j] = x",
+                f"    else: outs[{k}][j] = check({k}, x)",
+            ]
+        return self._exec(body, "write", consts)  # type: ignore[no-any-return]
 
     @classmethod
     def from_space(cls, space: Any, what: str = "space") -> Nest:
