@@ -9,7 +9,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -25,7 +24,8 @@ from ..algorithms.dqn import DQNPolicy
 from ..replay import PrioritizedSampler, RandomSampler, ReplayBuffer, Sampler
 from ..rollout.worker import RolloutWorker
 from ..views import SampleBatch
-from .metrics import append_metrics, plot_learning_curve, read_metrics, truncate_metrics
+from .loop import run_loop, save_atomically, summarize
+from .metrics import append_metrics, truncate_metrics
 
 __all__ = ["DQNConfig", "DQNTrainer", "is_dqn_run", "train_dqn_from_args"]
 
@@ -204,51 +204,18 @@ class DQNTrainer:
             "lengths": list(self.lengths),
             "torch_rng": torch.get_rng_state(),
         }
-        path = self.config.checkpoint_path
-        tmp = path.with_suffix(".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, path)
+        save_atomically(state, self.config.checkpoint_path)
 
     def train(self, progress: bool = True, on_iteration: Callable[[dict], None] | None = None) -> dict:
         """Runs until ``timesteps`` env steps or the mean return reaches ``stop_reward``; returns a summary."""
-        from tqdm import tqdm
-
         c = self.config
-        bar = tqdm(total=c.timesteps, initial=min(self.env_steps, c.timesteps), unit="step", disable=not progress,
-                   dynamic_ncols=True, desc=f"dqn seed {c.seed}")
-        try:
-            while not self.done():
-                row = self.train_iteration()
-                self.save_checkpoint()
-                bar.update(min(row["env_steps"], c.timesteps) - bar.n)
-                bar.set_postfix(ret=f"{row['episode_return_mean']:.1f}", sps=f"{row['steps_per_s']:.0f}", refresh=False)
-                if on_iteration is not None:
-                    on_iteration(row)
-                if not progress:
-                    log.info("iter %d steps %d return %.1f eps %.2f %.0f steps/s", row["iteration"], row["env_steps"],
-                             row["episode_return_mean"], row["entropy"], row["steps_per_s"])
-        finally:
-            bar.close()
-            self.worker.stop()
-        rows = read_metrics(c.metrics_path)
-        reached = None
-        if c.stop_reward is not None:
-            reached = next((r for r in rows if r["episode_return_mean"] >= c.stop_reward), None)
-        png = Path(c.out_dir) / "learning_curve.png"
-        plot_learning_curve(rows, png, f"DQN (frame-stack view) on {c.env} (seed {c.seed})", c.stop_reward)
-        return {
-            "env_steps": self.env_steps,
-            "iterations": self.iteration,
-            "episode_return_mean": self.mean_return,
-            "time_s": self.elapsed,
-            "reached_stop_reward": reached is not None,
-            "steps_to_stop_reward": int(reached["env_steps"]) if reached else None,
-            "time_to_stop_reward_s": float(reached["time_s"]) if reached else None,
-            "metrics": str(c.metrics_path),
-            "plot": str(png),
-            "checkpoint": str(c.checkpoint_path),
-            "replay_bytes_per_step": self.buffer.nbytes() / max(1, self.buffer.capacity),
-        }
+        run_loop(self, desc=f"dqn seed {c.seed}", progress=progress, on_iteration=on_iteration, close=self.worker.stop,
+                 log_line=lambda row: f"iter {row['iteration']} steps {row['env_steps']} return "
+                                      f"{row['episode_return_mean']:.1f} eps {row['entropy']:.2f} "
+                                      f"{row['steps_per_s']:.0f} steps/s")
+        summary = summarize(self, f"DQN (frame-stack view) on {c.env} (seed {c.seed})")
+        summary["replay_bytes_per_step"] = self.buffer.nbytes() / max(1, self.buffer.capacity)
+        return summary
 
 
 def is_dqn_run(out: str) -> bool:

@@ -6,7 +6,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -22,7 +21,8 @@ from ..rollout.worker import RolloutWorker
 from ..views import concat_samples
 from .config import IMAGE_MODEL_PRESETS, TrainConfig
 from .envs import env_creator, import_env_modules, make_env
-from .metrics import append_metrics, plot_learning_curve, read_metrics, truncate_metrics
+from .loop import run_loop, save_atomically, summarize
+from .metrics import append_metrics, truncate_metrics
 
 __all__ = ["Trainer", "TENSORBOARD_SCALARS"]
 
@@ -172,50 +172,19 @@ class Trainer:
             "lengths": list(self.lengths),
             "torch_rng": torch.get_rng_state(),
         }
-        path = self.config.checkpoint_path
-        tmp = path.with_suffix(".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, path)
+        save_atomically(state, self.config.checkpoint_path)
 
     def train(self, progress: bool = True, on_iteration: Callable[[dict], None] | None = None) -> dict:
         """Runs until ``timesteps`` env steps or the mean return reaches ``stop_reward``; returns a summary."""
-        from tqdm import tqdm
-
         c = self.config
-        bar = tqdm(total=c.timesteps, initial=min(self.env_steps, c.timesteps), unit="step", disable=not progress,
-                   dynamic_ncols=True, desc=f"{c.model} seed {c.seed}")
-        reached = None
-        try:
-            while not self.done():
-                row = self.train_iteration()
-                self.save_checkpoint()
-                bar.update(min(row["env_steps"], c.timesteps) - bar.n)
-                bar.set_postfix(ret=f"{row['episode_return_mean']:.1f}", sps=f"{row['steps_per_s']:.0f}", refresh=False)
-                if on_iteration is not None:
-                    on_iteration(row)
-                if not progress:
-                    log.info("iter %d steps %d return %.1f %.0f steps/s", row["iteration"], row["env_steps"],
-                             row["episode_return_mean"], row["steps_per_s"])
-        finally:
-            bar.close()
+
+        def close() -> None:
             for w in self.workers:
                 w.stop()
             if self.tb_writer is not None:
                 self.tb_writer.close()
-        rows = read_metrics(c.metrics_path)
-        if c.stop_reward is not None:
-            reached = next((r for r in rows if r["episode_return_mean"] >= c.stop_reward), None)
-        png = Path(c.out_dir) / "learning_curve.png"
-        plot_learning_curve(rows, png, f"PPO {c.model} on {c.env} (seed {c.seed})", c.stop_reward)
-        return {
-            "env_steps": self.env_steps,
-            "iterations": self.iteration,
-            "episode_return_mean": self.mean_return,
-            "time_s": self.elapsed,
-            "reached_stop_reward": reached is not None,
-            "steps_to_stop_reward": int(reached["env_steps"]) if reached else None,
-            "time_to_stop_reward_s": float(reached["time_s"]) if reached else None,
-            "metrics": str(c.metrics_path),
-            "plot": str(png),
-            "checkpoint": str(c.checkpoint_path),
-        }
+
+        run_loop(self, desc=f"{c.model} seed {c.seed}", progress=progress, on_iteration=on_iteration, close=close,
+                 log_line=lambda row: f"iter {row['iteration']} steps {row['env_steps']} return "
+                                      f"{row['episode_return_mean']:.1f} {row['steps_per_s']:.0f} steps/s")
+        return summarize(self, f"PPO {c.model} on {c.env} (seed {c.seed})")

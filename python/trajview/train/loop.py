@@ -1,0 +1,95 @@
+"""What the trainers of ``trajview train`` (PPO's `Trainer`, `DQNTrainer`) share: the iteration loop with its
+progress bar, the atomic checkpoint write, and the run's summary (metrics, learning-curve plot)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from .metrics import plot_learning_curve, read_metrics
+
+__all__ = ["run_loop", "save_atomically", "summarize"]
+
+log = logging.getLogger("trajview.train")
+
+
+class _Run(Protocol):
+    config: Any
+    env_steps: int
+    iteration: int
+    elapsed: float
+
+    @property
+    def mean_return(self) -> float: ...
+
+    def done(self) -> bool: ...
+
+    def train_iteration(self) -> dict: ...
+
+    def save_checkpoint(self) -> None: ...
+
+
+def save_atomically(state: dict, path: Path) -> None:
+    """``torch.save`` to a temporary file, then renamed: a run killed meanwhile keeps its last checkpoint."""
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def run_loop(
+    run: _Run,
+    *,
+    desc: str,
+    log_line: Callable[[dict], str],
+    progress: bool,
+    on_iteration: Callable[[dict], None] | None,
+    close: Callable[[], None],
+) -> None:
+    """Iterations until ``run.done()``, a checkpoint after each; a progress bar (or, without, ``log_line(row)``
+    logged per iteration); ``close()`` at the end, whatever happened."""
+    from tqdm import tqdm
+
+    c = run.config
+    bar = tqdm(total=c.timesteps, initial=min(run.env_steps, c.timesteps), unit="step", disable=not progress,
+               dynamic_ncols=True, desc=desc)
+    try:
+        while not run.done():
+            row = run.train_iteration()
+            run.save_checkpoint()
+            bar.update(min(row["env_steps"], c.timesteps) - bar.n)
+            bar.set_postfix(ret=f"{row['episode_return_mean']:.1f}", sps=f"{row['steps_per_s']:.0f}", refresh=False)
+            if on_iteration is not None:
+                on_iteration(row)
+            if not progress:
+                log.info("%s", log_line(row))
+    finally:
+        bar.close()
+        close()
+
+
+def summarize(run: _Run, title: str) -> dict[str, Any]:
+    """The run's summary (where the mean return first reached ``stop_reward``), with the learning curve plotted."""
+    c = run.config
+    rows = read_metrics(c.metrics_path)
+    reached = None
+    if c.stop_reward is not None:
+        reached = next((r for r in rows if r["episode_return_mean"] >= c.stop_reward), None)
+    png = Path(c.out_dir) / "learning_curve.png"
+    plot_learning_curve(rows, png, title, c.stop_reward)
+    return {
+        "env_steps": run.env_steps,
+        "iterations": run.iteration,
+        "episode_return_mean": run.mean_return,
+        "time_s": run.elapsed,
+        "reached_stop_reward": reached is not None,
+        "steps_to_stop_reward": int(reached["env_steps"]) if reached else None,
+        "time_to_stop_reward_s": float(reached["time_s"]) if reached else None,
+        "metrics": str(c.metrics_path),
+        "plot": str(png),
+        "checkpoint": str(c.checkpoint_path),
+    }
