@@ -42,6 +42,7 @@ __all__ = [
     "obs_spec",
     "EnvAdapter",
     "MultiAgentEnvAdapter",
+    "MultiAgentEnvList",
     "MultiAgentStep",
     "VectorEnvAdapter",
     "VectorStep",
@@ -278,3 +279,49 @@ class MultiAgentEnvAdapter(EnvAdapter):
     @abstractmethod
     def moved_on(self) -> list[int]:
         """After a `step` that raised: the envs it may have stepped (their episodes cannot go on truthfully)."""
+
+
+class MultiAgentEnvList(MultiAgentEnvAdapter):
+    """``envs[i]`` is env ``i``, stepped one after the other; agents, their order and their spaces are ``envs[0]``'s.
+
+    The shared part of the adapters for lists of multi-agent envs (PettingZoo
+    parallel and AEC envs, RLlib-style dict envs): each implements `_agents`
+    and `_step_one` (and the spaces and `reset`); ``moved_on`` knows which envs
+    a step that raised reached.
+    """
+
+    def __init__(
+        self, envs: Sequence[Any], env_creator: Any = None, env_config: dict | None = None
+    ) -> None:
+        self._creator = env_creator
+        self._config = dict(env_config or {})
+        self._stepping = -1
+        self.envs = list(envs)
+        self.num_envs = len(self.envs)
+        self.base_env = self.envs
+        self.possible_agents = self._agents(self.envs[0])
+
+    def _agents(self, env: Any) -> list:
+        """Every agent id ``env`` may have, in a fixed order."""
+        return list(env.possible_agents)
+
+    @abstractmethod
+    def _step_one(self, i: int, env: Any, actions: dict) -> MultiAgentStep:
+        """Steps env ``i`` with its agents' ``actions``; its result, checked."""
+
+    def step(self, actions: list[dict]) -> list[MultiAgentStep]:
+        out = []
+        for i, env in enumerate(self.envs):
+            self._stepping = i
+            out.append(self._step_one(i, env, actions[i]))
+        self._stepping = -1
+        return out
+
+    def moved_on(self) -> list[int]:
+        return list(range(self._stepping + 1))
+
+    def close(self) -> None:
+        for env in self.envs:
+            close = getattr(env, "close", None)
+            if callable(close):
+                close()

@@ -11,12 +11,11 @@ step (the sampler does that, as RLlib does).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
 
-from .base import MultiAgentEnvAdapter, MultiAgentStep
+from .base import MultiAgentEnvList, MultiAgentStep
 from .pettingzoo_parallel import _checked
 
 __all__ = ["MultiAgentDictEnv", "MultiAgentEnv", "is_multi_agent_dict_env", "is_multi_agent_env_class"]
@@ -90,19 +89,11 @@ def _space_of(env: Any, kind: str, agent: Any) -> Any:
     raise ValueError(f"{type(env).__name__}: no {kind} space for agent {agent!r}")
 
 
-class MultiAgentDictEnv(MultiAgentEnvAdapter):
+class MultiAgentDictEnv(MultiAgentEnvList):
     """``envs[i]`` is env ``i`` (RLlib's dict API); agents, their order and their spaces are ``envs[0]``'s."""
 
-    def __init__(
-        self, envs: Sequence[Any], env_creator: Callable[[dict], Any] | None = None, env_config: dict | None = None
-    ) -> None:
-        self._creator = env_creator
-        self._config = dict(env_config or {})
-        self._stepping = -1
-        self.envs = list(envs)
-        self.num_envs = len(self.envs)
-        self.base_env = self.envs
-        self.possible_agents = _agents_of(self.envs[0])
+    def _agents(self, env: Any) -> list:
+        return _agents_of(env)
 
     def observation_space(self, agent: Any) -> Any:
         return _space_of(self.envs[0], "observation", agent)
@@ -116,19 +107,5 @@ class MultiAgentDictEnv(MultiAgentEnvAdapter):
             raise ValueError(f"env {env_index}: reset() must return (observations dict, infos dict), got {out!r}")
         return out[0], out[1] if isinstance(out[1], dict) else {}
 
-    def step(self, actions: list[dict]) -> list[MultiAgentStep]:
-        out = []
-        for i, env in enumerate(self.envs):
-            self._stepping = i
-            out.append(_checked(i, env.step(actions[i])))
-        self._stepping = -1
-        return out
-
-    def moved_on(self) -> list[int]:
-        return list(range(self._stepping + 1))
-
-    def close(self) -> None:
-        for env in self.envs:
-            close = getattr(env, "close", None)
-            if callable(close):
-                close()
+    def _step_one(self, i: int, env: Any, actions: dict) -> MultiAgentStep:
+        return _checked(i, env.step(actions))

@@ -11,10 +11,9 @@ as RLlib does). The env episode ends when no agent is left.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
-from .base import MultiAgentEnvAdapter, MultiAgentStep
+from .base import MultiAgentEnvList, MultiAgentStep
 from .checks import check_flag, check_reward
 
 __all__ = ["PettingZooAECEnv", "is_aec_env"]
@@ -30,19 +29,8 @@ def is_aec_env(env: Any) -> bool:
     )
 
 
-class PettingZooAECEnv(MultiAgentEnvAdapter):
+class PettingZooAECEnv(MultiAgentEnvList):
     """``envs[i]`` is env ``i``; agents, their order and their spaces are ``envs[0]``'s."""
-
-    def __init__(
-        self, envs: Sequence[Any], env_creator: Callable[[dict], Any] | None = None, env_config: dict | None = None
-    ) -> None:
-        self._creator = env_creator
-        self._config = dict(env_config or {})
-        self._stepping = -1
-        self.envs = list(envs)
-        self.num_envs = len(self.envs)
-        self.base_env = self.envs
-        self.possible_agents = list(self.envs[0].possible_agents)
 
     def observation_space(self, agent: Any) -> Any:
         return self.envs[0].observation_space(agent)
@@ -80,32 +68,19 @@ class PettingZooAECEnv(MultiAgentEnvAdapter):
         # every agent is done: the episode is over
         term["__all__"] = True
 
-    def step(self, actions: list[dict]) -> list[MultiAgentStep]:
-        out = []
-        for i, env in enumerate(self.envs):
-            self._stepping = i
-            obs: dict = {}
-            rew: dict = {}
-            term: dict = {}
-            trunc: dict = {}
-            infos: dict = {}
-            acts = actions[i]
-            if acts:
-                agent = env.agent_selection
-                if set(acts) != {agent}:
-                    raise ValueError(
-                        f"env {i}: an AEC env takes one action, of the selected agent {agent!r}; got actions for "
-                        f"{sorted(map(str, acts))}"
-                    )
-                env.step(acts[agent])
-                self._settle(i, env, obs, rew, term, trunc, infos)
-            out.append(MultiAgentStep(obs, rew, term, trunc, infos))
-        self._stepping = -1
-        return out
-
-    def moved_on(self) -> list[int]:
-        return list(range(self._stepping + 1))
-
-    def close(self) -> None:
-        for env in self.envs:
-            env.close()
+    def _step_one(self, i: int, env: Any, actions: dict) -> MultiAgentStep:
+        obs: dict = {}
+        rew: dict = {}
+        term: dict = {}
+        trunc: dict = {}
+        infos: dict = {}
+        if actions:
+            agent = env.agent_selection
+            if set(actions) != {agent}:
+                raise ValueError(
+                    f"env {i}: an AEC env takes one action, of the selected agent {agent!r}; got actions for "
+                    f"{sorted(map(str, actions))}"
+                )
+            env.step(actions[agent])
+            self._settle(i, env, obs, rew, term, trunc, infos)
+        return MultiAgentStep(obs, rew, term, trunc, infos)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
-from .base import MultiAgentEnvAdapter, MultiAgentStep
+from .base import MultiAgentEnvList, MultiAgentStep
 from .checks import check_flag, check_reward
 
 __all__ = ["PettingZooParallelEnv", "is_parallel_env"]
@@ -20,23 +19,12 @@ def is_parallel_env(env: Any) -> bool:
     )
 
 
-class PettingZooParallelEnv(MultiAgentEnvAdapter):
+class PettingZooParallelEnv(MultiAgentEnvList):
     """``envs[i]`` is env ``i``; agents, their order and their spaces are ``envs[0]``'s.
 
     A ParallelEnv's ``step`` returns an observation for every agent still in
     the episode, which is the adapter contract's "agents that need an action".
     """
-
-    def __init__(
-        self, envs: Sequence[Any], env_creator: Callable[[dict], Any] | None = None, env_config: dict | None = None
-    ) -> None:
-        self._creator = env_creator
-        self._config = dict(env_config or {})
-        self._stepping = -1
-        self.envs = list(envs)
-        self.num_envs = len(self.envs)
-        self.base_env = self.envs
-        self.possible_agents = list(self.envs[0].possible_agents)
 
     def observation_space(self, agent: Any) -> Any:
         return self.envs[0].observation_space(agent)
@@ -48,20 +36,8 @@ class PettingZooParallelEnv(MultiAgentEnvAdapter):
         obs, infos = self.envs[env_index].reset(seed=seed)
         return obs, infos
 
-    def step(self, actions: list[dict]) -> list[MultiAgentStep]:
-        out = []
-        for i, env in enumerate(self.envs):
-            self._stepping = i
-            out.append(_checked(i, env.step(actions[i])))
-        self._stepping = -1
-        return out
-
-    def moved_on(self) -> list[int]:
-        return list(range(self._stepping + 1))
-
-    def close(self) -> None:
-        for env in self.envs:
-            env.close()
+    def _step_one(self, i: int, env: Any, actions: dict) -> MultiAgentStep:
+        return _checked(i, env.step(actions))
 
 
 def _checked(i: int, result: Any) -> MultiAgentStep:
