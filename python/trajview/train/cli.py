@@ -133,25 +133,22 @@ def _train(args: argparse.Namespace) -> int:
               "(torch's CPU build first: pip install torch==2.13.0)", file=sys.stderr)
         return 1
     import gymnasium as gym
-    import torch
 
     from .dqn_trainer import is_dqn_run, train_dqn_from_args
 
     if args.algo == "dqn" or (args.resume and args.out and is_dqn_run(args.out)):
         args.metrics_format = metrics_format  # DQN writes CSV/JSONL metrics (no TensorBoard events yet)
         return train_dqn_from_args(args, TrainConfig)
+    from .loop import saved_config
     from .trainer import Trainer  # torch: imported once the extra is known to be there
 
     out = args.out or f"runs/{args.model}-seed{args.seed}"
+    saved: dict = {}
     if args.resume:
-        ckpt = Path(out) / "checkpoint.pt"
-        if not ckpt.exists():
-            log.error("--resume: no checkpoint at %s", ckpt)
+        loaded = saved_config(out, args.timesteps, TrainConfig.timesteps)
+        if loaded is None:
             return 2
-        saved = torch.load(ckpt, weights_only=False)["config"]
-        if args.timesteps != TrainConfig.timesteps:
-            saved["timesteps"] = args.timesteps
-        saved["out_dir"] = out
+        saved = loaded
     # Setup errors (a bad setting, an unknown env id, a module that fails to import, a space no model reads,
     # and whatever the first iteration's sampling refuses) are one line and exit code 2; the run directory is
     # created by the first iteration's metrics, so such a run leaves none behind.

@@ -24,7 +24,7 @@ from ..algorithms.dqn import DQNPolicy
 from ..replay import PrioritizedSampler, RandomSampler, ReplayBuffer, Sampler
 from ..rollout.worker import RolloutWorker
 from ..views import SampleBatch
-from .loop import run_loop, save_atomically, summarize
+from .loop import run_loop, save_atomically, saved_config, summarize
 from .metrics import append_metrics, truncate_metrics
 
 __all__ = ["DQNConfig", "DQNTrainer", "is_dqn_run", "train_dqn_from_args"]
@@ -233,14 +233,9 @@ def train_dqn_from_args(args: argparse.Namespace, ppo_defaults: object) -> int:
     stop reward, out, metrics format, threads, resume, progress); the rest are `DQNConfig`'s defaults."""
     out = args.out or f"runs/dqn-seed{args.seed}"
     if args.resume:
-        ckpt = Path(out) / "checkpoint.pt"
-        if not ckpt.exists():
-            log.error("--resume: no checkpoint at %s", ckpt)
+        saved = saved_config(out, args.timesteps, getattr(ppo_defaults, "timesteps"))
+        if saved is None:
             return 2
-        saved = torch.load(ckpt, weights_only=False)["config"]
-        if args.timesteps != getattr(ppo_defaults, "timesteps"):
-            saved["timesteps"] = args.timesteps
-        saved["out_dir"] = out
         config = DQNConfig(**saved)
     else:
         kw = dict(env=args.env, seed=args.seed, timesteps=args.timesteps, out_dir=out,

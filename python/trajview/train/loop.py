@@ -13,7 +13,7 @@ import torch
 
 from .metrics import plot_learning_curve, read_metrics
 
-__all__ = ["run_loop", "save_atomically", "summarize"]
+__all__ = ["run_loop", "save_atomically", "saved_config", "summarize"]
 
 log = logging.getLogger("trajview.train")
 
@@ -39,6 +39,20 @@ def save_atomically(state: dict, path: Path) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save(state, tmp)
     os.replace(tmp, path)
+
+
+def saved_config(out: str, timesteps: int, default_timesteps: int) -> dict | None:
+    """For ``--resume``: the settings saved in ``out``'s checkpoint (``timesteps`` replaced when it was given,
+    i.e. differs from ``default_timesteps``; ``out_dir`` = ``out``), or None (logged) when there is none."""
+    ckpt = Path(out) / "checkpoint.pt"
+    if not ckpt.exists():
+        log.error("--resume: no checkpoint at %s", ckpt)
+        return None
+    saved: dict = torch.load(ckpt, weights_only=False)["config"]
+    if timesteps != default_timesteps:
+        saved["timesteps"] = timesteps
+    saved["out_dir"] = out
+    return saved
 
 
 def run_loop(
