@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .base import MultiAgentEnvList, MultiAgentStep
 from .checks import check_flag, check_reward
 
@@ -40,8 +42,33 @@ class PettingZooParallelEnv(MultiAgentEnvList):
         return _checked(i, env.step(actions))
 
 
+_REAL = (float, np.float64, np.float32)  # reward types the fast path takes (NaN aside)
+
+
 def _checked(i: int, result: Any) -> MultiAgentStep:
     """One env's step result, its rewards and flags checked (`trajview.envs.checks`)."""
+    # The fast path: plain dicts, float rewards that are not NaN, bool flags (what most envs return). Anything
+    # else takes the full checks below, which accept what they accept and name what they refuse.
+    if type(result) is tuple and len(result) == 5:
+        obs, rew, term, trunc, infos = result
+        if type(obs) is dict and type(rew) is dict and type(term) is dict and type(trunc) is dict and type(infos) is dict:
+            for r in rew.values():
+                if type(r) not in _REAL or r != r:
+                    break
+            else:
+                for v in term.values():
+                    if type(v) is not bool:
+                        break
+                else:
+                    for v in trunc.values():
+                        if type(v) is not bool:
+                            break
+                    else:
+                        return MultiAgentStep(obs, rew, term, trunc, infos)
+    return _checked_fully(i, result)
+
+
+def _checked_fully(i: int, result: Any) -> MultiAgentStep:
     try:
         obs, rew, term, trunc, infos = result
     except (TypeError, ValueError):

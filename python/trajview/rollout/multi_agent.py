@@ -154,7 +154,8 @@ class MultiAgentSampler:
         self._fobs: list[dict] = [{} for _ in range(self.num_envs)]
         #: truncate_episodes by agent steps: last steps of finished trajectories held back for the next batch.
         self._carry: list[tuple[str, SampleBatch]] = []
-        self._last_running: list[tuple[str, Any]] = []
+        #: The newest step's completions per policy (`_running` lists them for the agent-step hold-back).
+        self._last_comps: dict[str, list[tuple]] = {}
 
     def build(self, rebuild: int) -> None:
         """New stores for the policies' current views; every env resets (seeded on the first build only)."""
@@ -170,7 +171,7 @@ class MultiAgentSampler:
         self.by_eps = {}
         self.held = 0
         self._carry = []
-        self._last_running = []
+        self._last_comps = {}
         self._env_steps = self._agent_steps = 0
         self._done_env_steps = self._done_agent_steps = 0
         self._cut_eps = set()
@@ -296,9 +297,8 @@ class MultiAgentSampler:
 
     # -- stepping -----------------------------------------------------------------
 
-    def _step(self) -> tuple[int, list[tuple[str, Any]]]:
-        """One step of every env. Returns (agent steps stored, [(policy, slot)] of those whose agents run on and
-        [(policy, agent episode)] of those whose agents are done)."""
+    def _step(self) -> tuple[int, dict[str, list[tuple]]]:
+        """One step of every env. Returns (agent steps stored, the steps stored per policy: see `_running`)."""
         if self._idle:
             self._start_idle()
         groups: dict[str, list[_AgentEpisode]] = {}
@@ -308,6 +308,7 @@ class MultiAgentSampler:
                     groups.setdefault(ae.policy_id, []).append(ae)
         actions_by_env: list[dict] = [{} for _ in range(self.num_envs)]
         outputs = {}
+        acted: dict[_AgentEpisode, Any] = {}  # the outputs of the agents that act now, one row each
         for pid, aes in groups.items():
             slots = np.array([ae.slot for ae in aes], dtype=np.int64)
             inputs = self.collectors[pid].input_dict(slots)
@@ -331,19 +332,21 @@ class MultiAgentSampler:
                 as_py = acts.tolist() if acts.ndim == 1 else list(acts)
             else:  # each agent's action in the space's structure
                 as_py = act_nest.split_rows(data, SampleBatch.ACTIONS, len(aes))
-            for ae, a in zip(aes, as_py):
+            for j, (ae, a) in enumerate(zip(aes, as_py)):
                 actions_by_env[ae.env_index][ae.agent_id] = a
+                # (its policy's output columns, its row, its action): a row dict only if its step must wait.
+                acted[ae] = (data, j, a)
         try:
             results = self.adapter.step(actions_by_env)
         except BaseException:
             self._cut(self.adapter.moved_on())
             raise
         try:
-            plan = self._step_data(outputs, results, actions_by_env)
+            plan = self._step_data(outputs, results, acted)
         except BaseException:
             self._cut(list(range(self.num_envs)))  # every env moved on; none of their steps is stored
             raise
-        per_policy, completions, acted = plan
+        per_policy, completions, acted, follow = plan
         for pid, (slots, data, _comps) in per_policy.items():
             try:
                 self.collectors[pid].add_step(data, env_ids=slots)
@@ -352,9 +355,11 @@ class MultiAgentSampler:
                 if isinstance(e, (ValueError, TypeError)):
                     raise type(e)(f"RolloutWorker: bad data from the env or policy {pid!r}: {e}") from e
                 raise
-        return self._commit(per_policy, completions, acted, results)
+        return self._commit(per_policy, completions, acted, follow, results)
 
-    def _commit(self, per_policy: dict, completions: dict, acted: dict, results: list) -> tuple[int, list]:
+    def _commit(
+        self, per_policy: dict, completions: dict, acted: dict, follow: tuple, results: list
+    ) -> tuple[int, dict]:
         """The step is stored: the Python side follows, episodes end or begin, then the hooks."""
         cfg = self.config
         self._timestep += self.num_envs
@@ -366,7 +371,6 @@ class MultiAgentSampler:
             ae.pending = row  # (the step's output columns, its row, its action): no copy
             ae.ready = False
         agent_steps = 0
-        running: list[tuple[str, Any]] = []  # (policy, slot) of agents that run on; (policy, ae) of those done
         complete = cfg.complete_episodes
         lives = self.live
         for pid, (slots, _data, comps) in per_policy.items():
@@ -388,50 +392,44 @@ class MultiAgentSampler:
                 if need_infos:
                     ae.infos.infos.append(info if info is not None else {})
                 if done:
-                    running.append((pid, ae))
                     del lives[ae.env_index][ae.agent_id]
                     if complete:
                         self.closing[ae.env_index].append(ae)
                     else:
                         ended_slots.append(ae.slot)
                 else:
-                    running.append((pid, ae.slot))
+                    # Observed: it acts next. (Not observed only at a soft horizon, where its env episode ends now.)
+                    ae.ready = True
             agent_steps += len(comps)
             if ended_slots:
                 self.collectors[pid].end_episodes(np.array(ended_slots, dtype=np.int64))
+        waits, observed, seen_by_env = follow
+        for ae, r in waits:  # rewards of agents still waiting for their next observation add up on their next step
+            ae.reward_acc += float(r)
+        for ae, o, info in observed:
+            ae.ready = True
+            ae.last_obs = o
+            if info is not None:
+                ae.last_info = info
         ended: list[Episode] = []
         error: BaseException | None = None
-        stepped = list(self.episodes)
+        stepped: list[Episode | None] = list(self.episodes) if "on_episode_step" in self.hooks else []
+        episodes = self.episodes
+        horizon = cfg.horizon
         for i, (obs, rew, te, tr, infos) in enumerate(results):
-            ep = cast(Episode, self.episodes[i])
+            env_ep: Episode = episodes[i]  # type: ignore[assignment]  # (every env was stepped: none is idle)
             live = self.live[i]
             if self.filters:
                 obs = {**obs, **self._fobs[i]}
                 self._fobs[i] = {}
-            info_dict = infos if isinstance(infos, dict) else {}
-            seen = 0  # observed agents that are live (the others join)
-            for a, ae in live.items():
-                o = obs.get(a)
-                if o is None:
-                    # Rewards of agents still waiting for their next observation add up on their next step.
-                    if ae.pending is not None:
-                        r = rew.get(a)
-                        if r is not None:
-                            ae.reward_acc += float(r)
-                else:
-                    seen += 1
-                    ae.ready = True
-                    ae.last_obs = o
-                    info = info_dict.get(a)
-                    if info is not None:
-                        ae.last_info = info
+            seen = seen_by_env[i]  # observed agents that are live (the others join)
             all_done = bool(te.get(ALL, False) or tr.get(ALL, False))
             new = (
                 {}
                 if all_done or seen == len(obs)
                 else {a: o for a, o in obs.items() if a not in live and a != ALL and not te.get(a) and not tr.get(a)}
             )
-            horizon_hit = cfg.horizon is not None and ep.length >= cfg.horizon
+            horizon_hit = horizon is not None and env_ep.length >= horizon
             try:
                 if horizon_hit and cfg.soft_horizon and not all_done:
                     alive = {a: o for a, o in obs.items() if a != ALL and not te.get(a) and not tr.get(a)}
@@ -464,7 +462,7 @@ class MultiAgentSampler:
         # Envs whose episode ended reset now (their on_episode_start follows their reset).
         if self._idle:
             self._start_idle()
-        return agent_steps, running
+        return agent_steps, completions
 
     def _reset_later(self, i: int) -> None:
         self.episodes[i] = None
@@ -473,32 +471,36 @@ class MultiAgentSampler:
     def _pending_start(self, i: int) -> None:
         self._starts.append(i)
 
-    def _step_data(self, outputs: dict, results: list, actions_by_env: list[dict]) -> tuple[dict, dict, dict]:
+    def _step_data(self, outputs: dict, results: list, acted: dict) -> tuple[dict, dict, dict, tuple]:
         """What this step stores, per policy: (slots, columns, completions); every value checked, nothing stored.
 
         An agent's step is stored when the env gives it its next observation,
         or ends it (done, ``"__all__"``, the horizon: then its last observation
-        stands in if the env gave none).
+        stands in if the env gave none). ``acted``: the outputs of the agents
+        that acted now (``(columns, row, action)``); those whose step waits stay
+        in it. Also returns what `_commit` applies to the agents that run on:
+        (rewards of waiting agents, observed agents, observed count per env).
         """
         cfg = self.config
-        # The outputs of the agents that acted now, one row each.
-        # (its policy's output columns, its row, its action): a row dict only if its step must wait.
-        acted: dict[_AgentEpisode, Any] = {}
-        for pid, (_slots, aes, data) in outputs.items():
-            for j, ae in enumerate(aes):
-                acted[ae] = (data, j, actions_by_env[ae.env_index][ae.agent_id])
         comps_by_pid: dict[str, list[tuple]] = {}
+        waits: list[tuple[_AgentEpisode, Any]] = []  # agents waiting for an observation, with this step's reward
+        observed: list[tuple[_AgentEpisode, Any, Any]] = []  # (agent, obs, info) of agents observed with no step
+        seen: list[int] = []  # per env: its live agents observed that run on (the others in its obs dict join)
         adapter = self.adapter
         horizon = cfg.horizon
+        soft_horizon = cfg.soft_horizon
         filters = self.filters
+        episodes = self.episodes
+        lives = self.live
         for i, (obs, rew, te, tr, infos) in enumerate(results):
-            ep = self.episodes[i]
+            ep = episodes[i]
             if ep is None:
+                seen.append(0)
                 continue
             if not adapter.saw_other_rewards:  # (once that is set, the rewards' dtype is float64 for good)
                 for r in rew.values():
                     adapter.note_reward(r)
-            live = self.live[i]
+            live = lives[i]
             if filters:  # each live agent's new observation, filtered once, in the env's order
                 fo = self._fobs[i] = {}
                 for a, o in obs.items():
@@ -509,64 +511,97 @@ class MultiAgentSampler:
             all_te = ALL in te and bool(te[ALL])
             all_tr = ALL in tr and bool(tr[ALL])
             at_h = horizon is not None and ep.length + 1 >= horizon
-            hard = at_h and not cfg.soft_horizon
-            soft = at_h and cfg.soft_horizon
+            hard = at_h and not soft_horizon
+            soft = at_h and soft_horizon
             info_dict = infos if isinstance(infos, dict) else {}
             te_agents = len(te) > (ALL in te)  # flags of single agents to look up (else only "__all__")
             tr_agents = len(tr) > (ALL in tr)
+            n_seen = 0
+            if not (all_te or all_tr or at_h or te_agents or tr_agents):
+                # The common step (no flag, no horizon): an agent's step completes iff it has a step and is observed.
+                for a, ae in live.items():
+                    o = obs.get(a)
+                    row = acted.get(ae)
+                    if row is None:
+                        row = ae.pending
+                    if o is None:
+                        if row is not None:
+                            r = rew.get(a)  # waits for its next observation; its rewards add up
+                            if r is not None:
+                                waits.append((ae, r))
+                        continue
+                    n_seen += 1
+                    if row is None:
+                        observed.append((ae, o, info_dict.get(a)))
+                        continue
+                    comps = comps_by_pid.get(ae.policy_id)
+                    if comps is None:
+                        comps = comps_by_pid[ae.policy_id] = []
+                    comps.append((ae, row, o, ae.reward_acc + float(rew.get(a, 0.0)), False, False, info_dict.get(a), False))
+                seen.append(n_seen)
+                continue
             for a, ae in live.items():
+                o = obs.get(a)
                 row = acted.get(ae)
                 if row is None:
                     row = ae.pending
                     if row is None:
+                        if o is not None:
+                            observed.append((ae, o, info_dict.get(a)))
+                            n_seen += 1
                         continue
                 a_te = all_te or (te_agents and bool(te.get(a, False)))
                 a_tr = all_tr or (tr_agents and bool(tr.get(a, False)))
                 done = a_te or a_tr or hard
-                o = obs.get(a)
                 if o is None:
                     if not done and not soft:
-                        continue  # waits for its next observation
+                        r = rew.get(a)  # waits for its next observation; its rewards add up
+                        if r is not None:
+                            waits.append((ae, r))
+                        continue
                     o = ae.last_obs
+                elif not done:
+                    n_seen += 1
                 if hard and not a_te:
                     a_tr = True
                 comps = comps_by_pid.get(ae.policy_id)
                 if comps is None:
                     comps = comps_by_pid[ae.policy_id] = []
                 comps.append((ae, row, o, ae.reward_acc + float(rew.get(a, 0.0)), a_te, a_tr, info_dict.get(a), done))
+            seen.append(n_seen)
         per_policy = {}
         for pid, comps in comps_by_pid.items():
             n = len(comps)
+            aes_c, rows, obs_c, rews_c, te_c, tr_c = list(zip(*comps))[:6]
             out = outputs.get(pid)
-            same = out is not None and len(out[1]) == n and all(c[0] is ae for c, ae in zip(comps, out[1]))
+            same = out is not None and list(aes_c) == out[1]  # (agent episodes compare by identity)
             if same and out is not None:
                 data = dict(out[2])  # every agent that acted got its next observation now: the policy's arrays
             else:
-                src = comps[0][1][0] if type(comps[0][1]) is tuple else None
-                if src is not None and all(type(c[1]) is tuple and c[1][0] is src for c in comps):
+                src = rows[0][0] if type(rows[0]) is tuple else None
+                if src is not None and [id(r[0]) if type(r) is tuple else 0 for r in rows].count(id(src)) == n:
                     # Every step comes from one earlier compute-actions call (turns): one gather per column.
-                    idx = np.array([c[1][1] for c in comps], dtype=np.int64)
+                    idx = np.array([r[1] for r in rows], dtype=np.int64)
                     data = {k: v[idx] for k, v in src.items()}
                 else:
-                    rows = [_row_of(c[1]) for c in comps]
-                    data = {k: np.stack([r[k] for r in rows]) for k in rows[0] if k != "__action__"}
+                    row_dicts = [_row_of(r) for r in rows]
+                    data = {k: np.stack([r[k] for r in row_dicts]) for k in row_dicts[0] if k != "__action__"}
             try:
-                obs_cols = self._obs_nest[pid].stack(SampleBatch.OBS, [c[2] for c in comps], "an agent's observation")
+                obs_cols = self._obs_nest[pid].stack(SampleBatch.OBS, obs_c, "an agent's observation")
             except ValueError as e:
                 raise ValueError(f"column 'obs': policy {pid!r}'s agents returned observations that do not fit: {e}") from e
             data.update(obs_cols)
-            data[SampleBatch.REWARDS] = np.array([c[3] for c in comps], np.float64)
+            data[SampleBatch.REWARDS] = np.array(rews_c, np.float64)
             if cfg.no_done_at_end:
                 data[SampleBatch.TERMINATEDS] = data[SampleBatch.TRUNCATEDS] = np.zeros(n, bool)
             else:
-                data[SampleBatch.TERMINATEDS] = np.array([c[4] for c in comps], bool)
-                data[SampleBatch.TRUNCATEDS] = np.array([c[5] for c in comps], bool)
-            slots = out[0] if same and out is not None else np.array([c[0].slot for c in comps], dtype=np.int64)
+                data[SampleBatch.TERMINATEDS] = np.array(te_c, bool)
+                data[SampleBatch.TRUNCATEDS] = np.array(tr_c, bool)
+            slots = out[0] if same and out is not None else np.array([ae.slot for ae in aes_c], dtype=np.int64)
             per_policy[pid] = (slots, data, comps)
-        for comps in comps_by_pid.values():
-            for c in comps:
-                acted.pop(c[0], None)  # stored now: not pending
-        return per_policy, comps_by_pid, acted
+            for ae in aes_c:
+                acted.pop(ae, None)  # stored now: not pending
+        return per_policy, comps_by_pid, acted, (waits, observed, seen)
 
     # -- batches ----------------------------------------------------------------
 
@@ -587,7 +622,7 @@ class MultiAgentSampler:
         target = cfg.rollout_fragment_length * self.num_envs
         by_agent = cfg.count_steps_by == "agent_steps"
         complete = cfg.complete_episodes
-        running: list[tuple[str, Any]] = self._last_running  # the newest step's (held back ones, if no step now)
+        last_comps = self._last_comps  # the newest step's (held back ones, if no step now)
         if not complete and by_agent and self.held:
             self._agent_steps += self.held
             self.held = 0
@@ -597,8 +632,8 @@ class MultiAgentSampler:
                     break
             elif (self._agent_steps if by_agent else self._env_steps) >= target:
                 break
-            n_agent, running = self._step()
-            self._last_running = running
+            n_agent, last_comps = self._step()
+            self._last_comps = last_comps
             self._env_steps += self.num_envs
             self._agent_steps += n_agent
         holds = {pid: np.zeros(c.num_envs, np.int64) for pid, c in self.collectors.items()}
@@ -607,7 +642,7 @@ class MultiAgentSampler:
             # Exactly `target` agent steps: the surplus (steps of the last env step) waits for the next batch,
             # in the store for agents that run on, cut off the built segment for agents that are done.
             surplus = self._agent_steps - target
-            live_first = sorted(running, key=lambda r: not isinstance(r[1], int))
+            live_first = sorted(self._running(last_comps), key=lambda r: not isinstance(r[1], int))
             for pid, x in live_first[:surplus]:
                 if isinstance(x, int):
                     holds[pid][x] = 1
@@ -656,6 +691,12 @@ class MultiAgentSampler:
             per_policy[pid] = kept
         self._pending = ("segments", (per_policy, env_steps))
         return self._finish_emit()
+
+    @staticmethod
+    def _running(comps_by_pid: dict[str, list[tuple]]) -> list[tuple[str, Any]]:
+        """The agent steps of one env step, in storing order: (policy, slot) of agents that run on, (policy, agent
+        episode) of those done."""
+        return [(pid, c[0] if c[7] else c[0].slot) for pid, comps in comps_by_pid.items() for c in comps]
 
     def _eps_id_of(self, pid: str, ae: _AgentEpisode) -> int:
         for key, other in self.by_eps.items():

@@ -19,7 +19,7 @@ numpy only at import time: gymnasium is imported inside `Nest.from_space`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -265,12 +265,23 @@ class Nest:
         arrays = [cols[c] for c in self.names(name)]
         return [self.unflatten(a[j] for a in arrays) for j in range(n)]
 
-    def stack(self, name: str, values: list[Any], what: str) -> dict[str, np.ndarray]:
+    def stack(self, name: str, values: Sequence[Any], what: str) -> dict[str, np.ndarray]:
         """``{column: [len(values), *leaf_shape]}`` of nested ``values`` (one per row), structure checked."""
         if self.flat:
-            return {name: np.stack([np.asarray(v) for v in values])}
+            return {name: _stack_rows(values)}
         per_leaf = list(zip(*(self.leaf_values(v, what) for v in values)))
-        return {c: np.stack([np.asarray(x) for x in leaf]) for c, leaf in zip(self.names(name), per_leaf)}
+        return {c: _stack_rows(leaf) for c, leaf in zip(self.names(name), per_leaf)}
+
+
+def _stack_rows(values: Sequence[Any]) -> np.ndarray:
+    """``np.stack`` of ``values`` (one row each, of one shape), in one ``np.array`` call (3x faster for small rows)."""
+    try:
+        out = np.array(values)
+    except ValueError:  # rows of different shapes: np.stack's error names them
+        return np.stack([np.asarray(v) for v in values])
+    if out.dtype == object:  # rows numpy cannot make one array of (it would keep them as objects)
+        return np.stack([np.asarray(v) for v in values])
+    return out
 
 
 class _Mismatch(Exception):
