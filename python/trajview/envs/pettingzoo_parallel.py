@@ -53,7 +53,8 @@ def _checked(i: int, result: Any) -> MultiAgentStep:
         obs, rew, term, trunc, infos = result
         if type(obs) is dict and type(rew) is dict and type(term) is dict and type(trunc) is dict and type(infos) is dict:
             for r in rew.values():
-                if type(r) not in _REAL or r != r:
+                t = type(r)
+                if (t is not float and t not in _REAL) or r != r:
                     break
             else:
                 for v in term.values():
@@ -64,7 +65,7 @@ def _checked(i: int, result: Any) -> MultiAgentStep:
                         if type(v) is not bool:
                             break
                     else:
-                        return MultiAgentStep(obs, rew, term, trunc, infos)
+                        return tuple.__new__(MultiAgentStep, result)  # (the namedtuple's own __new__ is Python code)
     return _checked_fully(i, result)
 
 

@@ -156,6 +156,7 @@ class MultiAgentSampler:
         self._carry: list[tuple[str, SampleBatch]] = []
         #: The newest step's completions per policy (`_running` lists them for the agent-step hold-back).
         self._last_comps: dict[str, list[tuple]] = {}
+        self._false_rows: dict[int, np.ndarray] = {}  # `_falses`
 
     def build(self, rebuild: int) -> None:
         """New stores for the policies' current views; every env resets (seeded on the first build only)."""
@@ -302,74 +303,81 @@ class MultiAgentSampler:
         if self._idle:
             self._start_idle()
         groups: dict[str, list[_AgentEpisode]] = {}
-        for i in range(self.num_envs):
-            for ae in self.live[i].values():
+        for live in self.live:
+            for ae in live.values():
                 if ae.ready:
-                    groups.setdefault(ae.policy_id, []).append(ae)
+                    g = groups.get(ae.policy_id)
+                    if g is None:
+                        groups[ae.policy_id] = [ae]
+                    else:
+                        g.append(ae)
         actions_by_env: list[dict] = [{} for _ in range(self.num_envs)]
         outputs = {}
-        acted: dict[_AgentEpisode, Any] = {}  # the outputs of the agents that act now, one row each
-        for pid, aes in groups.items():
-            slots = np.array([ae.slot for ae in aes], dtype=np.int64)
-            inputs = self.collectors[pid].input_dict(slots)
-            if SampleBatch.ENV_ID in inputs:  # the env's index, as in the batch (the store knows only slots)
-                inputs[SampleBatch.ENV_ID] = slots // self.n_agents
-            if self.columns[pid].agent_index_input:
-                inputs[SampleBatch.AGENT_INDEX] = slots % self.n_agents
-            if self.adapter.saw_f32_rewards and self.columns[pid].reward_input_keys:
-                cast_rewards(inputs, self.columns[pid].reward_input_keys, self.adapter.reward_dtype)
-            acts, states, extra = self.policies[pid].compute_actions_from_input_dict(
-                inputs, explore=self.explore, timestep=self._timestep
-            )
-            try:  # checked before any env steps: a bad policy output changes nothing
-                data = self.columns[pid].check_outputs(acts, states, extra, len(aes))
-            except ValueError as e:
-                raise ValueError(f"policy {pid!r}: {e}") from e
-            outputs[pid] = (slots, aes, data)
-            act_nest = self.columns[pid].action_nest
-            if act_nest.flat:
-                acts = data[SampleBatch.ACTIONS]
-                as_py = acts.tolist() if acts.ndim == 1 else list(acts)
-            else:  # each agent's action in the space's structure
-                as_py = act_nest.split_rows(data, SampleBatch.ACTIONS, len(aes))
-            for j, (ae, a) in enumerate(zip(aes, as_py)):
-                actions_by_env[ae.env_index][ae.agent_id] = a
-                # (its policy's output columns, its row, its action): a row dict only if its step must wait.
-                acted[ae] = (data, j, a)
+        acting: list[list[_AgentEpisode]] = []  # the agents that act now (ready, so with no pending step)
         try:
-            results = self.adapter.step(actions_by_env)
-        except BaseException:
-            self._cut(self.adapter.moved_on())
-            raise
-        try:
-            plan = self._step_data(outputs, results, acted)
-        except BaseException:
-            self._cut(list(range(self.num_envs)))  # every env moved on; none of their steps is stored
-            raise
-        per_policy, completions, acted, follow = plan
-        for pid, (slots, data, _comps) in per_policy.items():
+            for pid, aes in groups.items():
+                slots = np.array([ae.slot for ae in aes], dtype=np.int64)
+                inputs = self.collectors[pid].input_dict(slots)
+                if SampleBatch.ENV_ID in inputs:  # the env's index, as in the batch (the store knows only slots)
+                    inputs[SampleBatch.ENV_ID] = slots // self.n_agents
+                if self.columns[pid].agent_index_input:
+                    inputs[SampleBatch.AGENT_INDEX] = slots % self.n_agents
+                if self.adapter.saw_f32_rewards and self.columns[pid].reward_input_keys:
+                    cast_rewards(inputs, self.columns[pid].reward_input_keys, self.adapter.reward_dtype)
+                acts, states, extra = self.policies[pid].compute_actions_from_input_dict(
+                    inputs, explore=self.explore, timestep=self._timestep
+                )
+                try:  # checked before any env steps: a bad policy output changes nothing
+                    data = self.columns[pid].check_outputs(acts, states, extra, len(aes))
+                except ValueError as e:
+                    raise ValueError(f"policy {pid!r}: {e}") from e
+                outputs[pid] = (slots, aes, data)
+                act_nest = self.columns[pid].action_nest
+                if act_nest.flat:
+                    acts = data[SampleBatch.ACTIONS]
+                    as_py = acts.tolist() if acts.ndim == 1 else list(acts)
+                else:  # each agent's action in the space's structure
+                    as_py = act_nest.split_rows(data, SampleBatch.ACTIONS, len(aes))
+                acting.append(aes)
+                for j, (ae, a) in enumerate(zip(aes, as_py)):
+                    actions_by_env[ae.env_index][ae.agent_id] = a
+                    # Its step waits here until the env observes or ends it: (its policy's output columns, its row,
+                    # its action), no copy. (Undone below if this step fails.)
+                    ae.pending = (data, j, a)
+                    ae.ready = False
             try:
-                self.collectors[pid].add_step(data, env_ids=slots)
-            except BaseException as e:
-                self._cut(list(range(self.num_envs)))
-                if isinstance(e, (ValueError, TypeError)):
-                    raise type(e)(f"RolloutWorker: bad data from the env or policy {pid!r}: {e}") from e
+                results = self.adapter.step(actions_by_env)
+            except BaseException:
+                self._cut(self.adapter.moved_on())
                 raise
-        return self._commit(per_policy, completions, acted, follow, results)
+            try:
+                per_policy, completions, follow = self._step_data(outputs, results)
+            except BaseException:
+                self._cut(list(range(self.num_envs)))  # every env moved on; none of their steps is stored
+                raise
+            for pid, (slots, data, _comps) in per_policy.items():
+                try:
+                    self.collectors[pid].add_step(data, env_ids=slots)
+                except BaseException as e:
+                    self._cut(list(range(self.num_envs)))
+                    if isinstance(e, (ValueError, TypeError)):
+                        raise type(e)(f"RolloutWorker: bad data from the env or policy {pid!r}: {e}") from e
+                    raise
+        except BaseException:
+            for aes in acting:  # nothing of this step is stored: the agents that acted have no step pending
+                for ae in aes:
+                    ae.pending = None
+                    ae.ready = True
+            raise
+        return self._commit(per_policy, completions, follow, results)
 
-    def _commit(
-        self, per_policy: dict, completions: dict, acted: dict, follow: tuple, results: list
-    ) -> tuple[int, dict]:
+    def _commit(self, per_policy: dict, completions: dict, follow: tuple, results: list) -> tuple[int, dict]:
         """The step is stored: the Python side follows, episodes end or begin, then the hooks."""
         cfg = self.config
         self._timestep += self.num_envs
         for ep in self.episodes:
             if ep is not None:
                 ep.length += 1
-        # Agents that acted and got nothing back yet keep their outputs for later.
-        for ae, row in acted.items():
-            ae.pending = row  # (the step's output columns, its row, its action): no copy
-            ae.ready = False
         agent_steps = 0
         complete = cfg.complete_episodes
         lives = self.live
@@ -403,7 +411,7 @@ class MultiAgentSampler:
             agent_steps += len(comps)
             if ended_slots:
                 self.collectors[pid].end_episodes(np.array(ended_slots, dtype=np.int64))
-        waits, observed, seen_by_env = follow
+        waits, observed, busy = follow
         for ae, r in waits:  # rewards of agents still waiting for their next observation add up on their next step
             ae.reward_acc += float(r)
         for ae, o, info in observed:
@@ -416,13 +424,13 @@ class MultiAgentSampler:
         stepped: list[Episode | None] = list(self.episodes) if "on_episode_step" in self.hooks else []
         episodes = self.episodes
         horizon = cfg.horizon
-        for i, (obs, rew, te, tr, infos) in enumerate(results):
+        for i, seen in busy:  # (seen: its observed agents that are live; the others join)
+            obs, rew, te, tr, infos = results[i]
             env_ep: Episode = episodes[i]  # type: ignore[assignment]  # (every env was stepped: none is idle)
             live = self.live[i]
             if self.filters:
                 obs = {**obs, **self._fobs[i]}
                 self._fobs[i] = {}
-            seen = seen_by_env[i]  # observed agents that are live (the others join)
             all_done = bool(te.get(ALL, False) or tr.get(ALL, False))
             new = (
                 {}
@@ -471,33 +479,35 @@ class MultiAgentSampler:
     def _pending_start(self, i: int) -> None:
         self._starts.append(i)
 
-    def _step_data(self, outputs: dict, results: list, acted: dict) -> tuple[dict, dict, dict, tuple]:
+    def _step_data(self, outputs: dict, results: list) -> tuple[dict, dict, tuple]:
         """What this step stores, per policy: (slots, columns, completions); every value checked, nothing stored.
 
         An agent's step is stored when the env gives it its next observation,
         or ends it (done, ``"__all__"``, the horizon: then its last observation
-        stands in if the env gave none). ``acted``: the outputs of the agents
-        that acted now (``(columns, row, action)``); those whose step waits stay
-        in it. Also returns what `_commit` applies to the agents that run on:
-        (rewards of waiting agents, observed agents, observed count per env).
+        stands in if the env gave none); until then its policy outputs wait in
+        its ``pending`` (``(columns, row, action)``). Also returns what
+        `_commit` applies to the agents that run on: (rewards of waiting agents,
+        observed agents with no step, observed count per env).
         """
         cfg = self.config
         comps_by_pid: dict[str, list[tuple]] = {}
         waits: list[tuple[_AgentEpisode, Any]] = []  # agents waiting for an observation, with this step's reward
         observed: list[tuple[_AgentEpisode, Any, Any]] = []  # (agent, obs, info) of agents observed with no step
-        seen: list[int] = []  # per env: its live agents observed that run on (the others in its obs dict join)
+        # (env, its live agents observed that run on) of the envs `_commit` looks at: those where an agent or the
+        # episode may end or an agent joins (the other observed agents); not those where every agent runs on.
+        busy: list[tuple[int, int]] = []
         adapter = self.adapter
         horizon = cfg.horizon
         soft_horizon = cfg.soft_horizon
         filters = self.filters
         episodes = self.episodes
         lives = self.live
+        note_rewards = not adapter.saw_other_rewards
         for i, (obs, rew, te, tr, infos) in enumerate(results):
             ep = episodes[i]
             if ep is None:
-                seen.append(0)
                 continue
-            if not adapter.saw_other_rewards:  # (once that is set, the rewards' dtype is float64 for good)
+            if note_rewards and not adapter.saw_other_rewards:  # (once set, the rewards' dtype is float64 for good)
                 for r in rew.values():
                     adapter.note_reward(r)
             live = lives[i]
@@ -508,22 +518,19 @@ class MultiAgentSampler:
                     if ae is not None:
                         fo[a] = self._filter(ae.policy_id, o) if ae.policy_id in filters else o
                 obs = {**obs, **fo}
-            all_te = ALL in te and bool(te[ALL])
-            all_tr = ALL in tr and bool(tr[ALL])
-            at_h = horizon is not None and ep.length + 1 >= horizon
-            hard = at_h and not soft_horizon
-            soft = at_h and soft_horizon
             info_dict = infos if isinstance(infos, dict) else {}
-            te_agents = len(te) > (ALL in te)  # flags of single agents to look up (else only "__all__")
-            tr_agents = len(tr) > (ALL in tr)
             n_seen = 0
-            if not (all_te or all_tr or at_h or te_agents or tr_agents):
+            n_te = len(te)
+            n_tr = len(tr)
+            if (
+                (n_te == 0 or (n_te == 1 and te.get(ALL) is False))
+                and (n_tr == 0 or (n_tr == 1 and tr.get(ALL) is False))
+                and (horizon is None or ep.length + 1 < horizon)
+            ):
                 # The common step (no flag, no horizon): an agent's step completes iff it has a step and is observed.
                 for a, ae in live.items():
                     o = obs.get(a)
-                    row = acted.get(ae)
-                    if row is None:
-                        row = ae.pending
+                    row = ae.pending
                     if o is None:
                         if row is not None:
                             r = rew.get(a)  # waits for its next observation; its rewards add up
@@ -535,21 +542,27 @@ class MultiAgentSampler:
                         observed.append((ae, o, info_dict.get(a)))
                         continue
                     comps = comps_by_pid.get(ae.policy_id)
-                    if comps is None:
+                    if comps is None:  # (policies in the order of their first step: the agent-step hold-back's)
                         comps = comps_by_pid[ae.policy_id] = []
                     comps.append((ae, row, o, ae.reward_acc + float(rew.get(a, 0.0)), False, False, info_dict.get(a), False))
-                seen.append(n_seen)
+                if n_seen != len(obs) or not live or filters:
+                    busy.append((i, n_seen))
                 continue
+            all_te = ALL in te and bool(te[ALL])
+            all_tr = ALL in tr and bool(tr[ALL])
+            at_h = horizon is not None and ep.length + 1 >= horizon
+            hard = at_h and not soft_horizon
+            soft = at_h and soft_horizon
+            te_agents = n_te > (ALL in te)  # flags of single agents to look up (else only "__all__")
+            tr_agents = n_tr > (ALL in tr)
             for a, ae in live.items():
                 o = obs.get(a)
-                row = acted.get(ae)
+                row = ae.pending
                 if row is None:
-                    row = ae.pending
-                    if row is None:
-                        if o is not None:
-                            observed.append((ae, o, info_dict.get(a)))
-                            n_seen += 1
-                        continue
+                    if o is not None:
+                        observed.append((ae, o, info_dict.get(a)))
+                        n_seen += 1
+                    continue
                 a_te = all_te or (te_agents and bool(te.get(a, False)))
                 a_tr = all_tr or (tr_agents and bool(tr.get(a, False)))
                 done = a_te or a_tr or hard
@@ -568,7 +581,7 @@ class MultiAgentSampler:
                 if comps is None:
                     comps = comps_by_pid[ae.policy_id] = []
                 comps.append((ae, row, o, ae.reward_acc + float(rew.get(a, 0.0)), a_te, a_tr, info_dict.get(a), done))
-            seen.append(n_seen)
+            busy.append((i, n_seen))
         per_policy = {}
         for pid, comps in comps_by_pid.items():
             n = len(comps)
@@ -595,13 +608,19 @@ class MultiAgentSampler:
             if cfg.no_done_at_end:
                 data[SampleBatch.TERMINATEDS] = data[SampleBatch.TRUNCATEDS] = np.zeros(n, bool)
             else:
-                data[SampleBatch.TERMINATEDS] = np.array(te_c, bool)
-                data[SampleBatch.TRUNCATEDS] = np.array(tr_c, bool)
+                data[SampleBatch.TERMINATEDS] = np.array(te_c, bool) if any(te_c) else self._falses(n)
+                data[SampleBatch.TRUNCATEDS] = np.array(tr_c, bool) if any(tr_c) else self._falses(n)
             slots = out[0] if same and out is not None else np.array([ae.slot for ae in aes_c], dtype=np.int64)
             per_policy[pid] = (slots, data, comps)
-            for ae in aes_c:
-                acted.pop(ae, None)  # stored now: not pending
-        return per_policy, comps_by_pid, acted, (waits, observed, seen)
+        return per_policy, comps_by_pid, (waits, observed, busy)
+
+    def _falses(self, n: int) -> np.ndarray:
+        """A read-only bool[n] of False, made once per n (the store copies what it is given)."""
+        z = self._false_rows.get(n)
+        if z is None:
+            z = self._false_rows[n] = np.zeros(n, bool)
+            z.flags.writeable = False
+        return z
 
     # -- batches ----------------------------------------------------------------
 
