@@ -79,14 +79,10 @@ class _AgentEpisode:
 ALL = "__all__"
 
 
-def _row_of(src: Any) -> dict:
-    """An agent's policy outputs as a row dict (``src``: a row dict, or (columns, row, action))."""
-    if type(src) is dict:
-        return src
-    data, j, action = src
-    row = {k: v[j] for k, v in data.items()}
-    row["__action__"] = action
-    return row
+def _row_of(src: tuple) -> dict:
+    """An agent's policy outputs as a row dict (``src``: its pending (columns, row, action))."""
+    data, j, _action = src
+    return {k: v[j] for k, v in data.items()}
 
 
 class MultiAgentSampler:
@@ -302,15 +298,18 @@ class MultiAgentSampler:
         """One step of every env. Returns (agent steps stored, the steps stored per policy: see `_running`)."""
         if self._idle:
             self._start_idle()
+        ready = [ae for live in self.live for ae in live.values() if ae.ready]  # in env order, then the env's
         groups: dict[str, list[_AgentEpisode]] = {}
-        for live in self.live:
-            for ae in live.values():
-                if ae.ready:
-                    g = groups.get(ae.policy_id)
-                    if g is None:
-                        groups[ae.policy_id] = [ae]
-                    else:
-                        g.append(ae)
+        if len(self.policies) == 1:
+            if ready:
+                groups[ready[0].policy_id] = ready
+        else:
+            for ae in ready:
+                g = groups.get(ae.policy_id)
+                if g is None:
+                    groups[ae.policy_id] = [ae]
+                else:
+                    g.append(ae)
         actions_by_env: list[dict] = [{} for _ in range(self.num_envs)]
         outputs = {}
         acting: list[list[_AgentEpisode]] = []  # the agents that act now (ready, so with no pending step)
@@ -391,7 +390,7 @@ class MultiAgentSampler:
                 ae.last_obs = obs
                 ae.last_reward = reward
                 ae.total_reward += reward
-                ae.last_action = row[2] if type(row) is tuple else row["__action__"]
+                ae.last_action = row[2]  # (row: the pending (columns, row, action) of its step)
                 if info is not None:
                     ae.last_info = info
                 ep = ae.episode
@@ -591,14 +590,14 @@ class MultiAgentSampler:
             if same and out is not None:
                 data = dict(out[2])  # every agent that acted got its next observation now: the policy's arrays
             else:
-                src = rows[0][0] if type(rows[0]) is tuple else None
-                if src is not None and [id(r[0]) if type(r) is tuple else 0 for r in rows].count(id(src)) == n:
+                src = rows[0][0]  # (rows: the pending (columns, row, action) of each step)
+                if [id(r[0]) for r in rows].count(id(src)) == n:
                     # Every step comes from one earlier compute-actions call (turns): one gather per column.
                     idx = np.array([r[1] for r in rows], dtype=np.int64)
                     data = {k: v[idx] for k, v in src.items()}
                 else:
                     row_dicts = [_row_of(r) for r in rows]
-                    data = {k: np.stack([r[k] for r in row_dicts]) for k in row_dicts[0] if k != "__action__"}
+                    data = {k: np.stack([r[k] for r in row_dicts]) for k in row_dicts[0]}
             try:
                 obs_cols = self._obs_nest[pid].stack(SampleBatch.OBS, obs_c, "an agent's observation")
             except ValueError as e:
