@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """trajview side by side with RLlib (old and new stack), TorchRL, Stable-Baselines3 and Tianshou.
 
-    python -m venv --system-site-packages .venv-compare      # torch 2.13.0 and trajview come from the system
+    python -m venv --system-site-packages .venv-compare      # see bench/requirements-compare.txt (torch 2.15.0; trajview from this tree)
     .venv-compare/bin/pip install -r bench/requirements-compare.txt
     .venv-compare/bin/python bench/compare.py                  # ~5 min on 2 cores; --quick for a smoke run
 
