@@ -11,6 +11,7 @@ import signal
 import sys
 import time
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -75,6 +76,53 @@ def test_ray_workers_sample_asynchronously(ray_session):
             if k % 2:
                 ws.set_weights({"count": np.array([ws.policy_version + 1], np.int64)})
         assert ws.sample_each()[0]["actions"][0] == ws.policy_version % 5  # drained, then caught up
+
+
+class _ImageEnv(gym.Env):
+    """64x64 uint8 frames: frame t of an episode is all ``t`` (so rows can be checked); 50-step episodes."""
+
+    observation_space = gym.spaces.Box(0, 255, (64, 64), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return np.zeros((64, 64), np.uint8), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.full((64, 64), self.t, np.uint8), 1.0, self.t >= 50, False, {}
+
+
+class _ZeroPolicy(tv.Policy):
+    def compute_actions_from_input_dict(self, input_dict, explore=None, timestep=None, **kwargs):
+        return np.zeros(len(input_dict["obs"]), np.int64), [], {}
+
+    def loss(self, batch):
+        return batch["obs"], batch["new_obs"], batch["actions"], batch["rewards"]
+
+
+def test_ray_batches_carry_frames_once_and_reach_the_driver_without_a_copy(ray_session):
+    """Item 5 of issue 16: each frame crosses once (obs and new_obs are views of one frame array, pickled as
+    frames + indices), and the other columns are read from Ray's object store in place (read-only views of
+    the object's memory, no copy); obs / new_obs are gathered from the frames on first read (one copy)."""
+    with tv.WorkerSet(lambda cfg: _ImageEnv(), _ZeroPolicy, num_workers=2, backend="ray", num_envs=2,
+                      rollout_fragment_length=100) as ws:
+        for b in (ws.sample_each()[0], ws.sample_async(timeout=120).batch):
+            assert len(b) == 200
+            # obs and new_obs arrive as views of one frame array in the object store: 200 obs rows + the new_obs
+            # after each of the 4 segments' last rows (2 envs, each an episode boundary at t 50 / 100),
+            # not 400 frames.
+            assert set(b.lazy_keys) == {"obs", "new_obs"}
+            lazy_obs, lazy_new = dict.__getitem__(b, "obs"), dict.__getitem__(b, "new_obs")
+            assert lazy_obs.base is lazy_new.base
+            assert len(lazy_obs.base) <= 200 + 8
+            assert not lazy_obs.base.flags.writeable and not lazy_obs.base.flags.owndata  # in place, no copy
+            for col in ("actions", "rewards", "t", "eps_id"):
+                arr = np.asarray(b[col])
+                assert not arr.flags.writeable and not arr.flags.owndata, col  # a view of the object store
+            obs, new_obs, t = b["obs"], b["new_obs"], np.asarray(b["t"])
+            assert (obs == t[:, None, None].astype(np.uint8)).all()  # frame t of its episode: all t
+            assert (new_obs == (t + 1)[:, None, None].astype(np.uint8)).all()
 
 
 def wait_gone(pid: int) -> None:
