@@ -208,7 +208,9 @@ class ParallelSampler:
             if got.staleness > self.max_staleness:
                 dropped += 1
                 continue
-            batches.append(got.batch)  # type: ignore[arg-type]  # gymnasium envs: single-agent batches
+            if not isinstance(got.batch, SampleBatch):  # gymnasium envs give single-agent batches
+                raise TypeError(f"PPO trains on single-agent batches, got {type(got.batch).__name__}")
+            batches.append(got.batch)
             staleness.append(got.staleness)
             steps += len(got.batch)
         return Sampled(concat_samples(batches), sampled, returns, lengths, timing, idle, staleness, dropped)
