@@ -94,8 +94,16 @@ def loop_figures(rows: list[dict]) -> dict[str, float]:
     }
 
 
+def load() -> str:
+    """The machine's load averages (1, 5, 15 min): above the core count, the figures are shared with others."""
+    try:
+        return "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "load average unknown"
+
+
 def part_a(timesteps: int, **overrides: Any) -> list[dict[str, Any]]:
-    print(f"\n### (a) PPO loop: frame-stack model on Stateless CartPole, {timesteps:,} env steps each\n")
+    print(f"\n### (a) PPO loop: frame-stack model on Stateless CartPole, {timesteps:,} env steps each ({load()})\n")
     out = []
     for label, settings in LOOPS:
         f = loop_figures(train_run(settings, timesteps, **overrides))
@@ -109,13 +117,14 @@ def part_a(timesteps: int, **overrides: Any) -> list[dict[str, Any]]:
         print(f"| {r['label']} | {r['steps_per_s']:,.0f} | {r['steps_per_s'] / base:.2f}x | "
               f"{r['steps_per_s'] / sync2:.2f}x | {r['idle_s']:.3f} | {r['learn_s']:.3f} | {r['iter_s']:.3f} | "
               f"{r['worker_sps']:,.0f} | {r['staleness']:.2f} | {r['sync_kb']:.0f} |")
-    print(f"\ngoals: 2 workers >= 1.6x 1 worker: {out[1]['steps_per_s'] / base:.2f}x; "
+    print(f"\n({load()} at the end)")
+    print(f"goals: 2 workers >= 1.6x 1 worker: {out[1]['steps_per_s'] / base:.2f}x; "
           f"--async >= 1.3x 2 sync: {out[2]['steps_per_s'] / sync2:.2f}x")
     return out
 
 
 def part_c(seeds: list[int], target: float, max_steps: int) -> list[dict[str, Any]]:
-    print(f"\n### (c) learning equivalence: env steps to mean return {target:g} (up to {max_steps:,})\n")
+    print(f"\n### (c) learning equivalence: env steps to mean return {target:g} (up to {max_steps:,}; {load()})\n")
     out = []
     for label, settings in LOOPS:
         for seed in seeds:
@@ -217,7 +226,7 @@ def sampling_rate(backend: str | None, workers: int, kind: str, step_us: float, 
 
 def part_b(kinds: list[str], workers: list[int], backends: list[str], step_us: float, rounds: int) -> list[dict]:
     print(f"\n### (b) sampling: {step_us:g} us per env step, {NUM_ENVS} envs per worker, fragment {FRAGMENT}, "
-          f"{rounds} rounds; {os.cpu_count()} cores\n")
+          f"{rounds} rounds; {os.cpu_count()} cores; {load()}\n")
     out = []
     ray_started = False
     if "ray" in backends:

@@ -81,10 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--workers", type=int, default=d.workers,
                    help="rollout workers, each sampling train-batch-size / workers env steps per iteration "
                         "(where: --backend)")
-    t.add_argument("--backend", default=None, metavar="{local,process,ray}",
+    t.add_argument("--backend", default="auto", metavar="{auto,local,process,ray}",
                    help="where the workers sample: local (in the trainer's process, one after another, acting with "
                         "the learner's own policy), process (a process each, in parallel) or ray (a Ray actor each, "
-                        "on any node of the Ray cluster: pip install 'trajview[ray]'). Default: local for 1 worker, "
+                        "on any node of the Ray cluster: pip install 'trajview[ray]'). auto: local for 1 worker, "
                         "process for more or with --async")
     t.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="with --backend ray: the Ray cluster to join (auto, or the head's HOST:6379 that `ray start "
@@ -188,7 +188,7 @@ def _train(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 timesteps=args.timesteps,
                 workers=args.workers,
-                backend=args.backend,
+                backend=None if args.backend == "auto" else args.backend,
                 ray_address=args.ray_address,
                 async_sampling=args.async_sampling,
                 max_staleness=args.max_staleness,
