@@ -11,7 +11,10 @@ Three measurements, side by side in one run (tables printed as markdown):
   while the learner trains: RLlib's AsyncSampler). Env steps per second of the whole training loop (sampling,
   SGD, weight syncs) over every iteration after the first (which holds
   torch's warm-up), and per iteration the learner's idle time (the seconds
-  it waited for its batch), its SGD time and the workers' own sampling rate.
+  it waited for its batch), its SGD time and the workers' own sampling rate;
+  and the CPU time of the trainer's and its workers' processes per 1,000 env
+  steps after the first iteration (it hardly depends on what else runs on
+  the machine; the wall-clock figures do).
 * **(b) sampling throughput**: an env whose step costs ``--step-us``
   microseconds (default 200), obs float32[4], 50-step episodes, 8 envs per
   worker, fragment 100, a constant policy. ``--env-kind busy`` (the
@@ -40,6 +43,7 @@ Ray rows are left out (with a line saying so) where Ray is not installed.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -65,16 +69,42 @@ LOOPS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds so far of the processes ``pids`` (from /proc; nan where it cannot be read)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return math.nan
+        total += (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
+    return total
+
+
 def train_run(settings: dict[str, Any], timesteps: int, seed: int = 0, stop_reward: float | None = None,
               **overrides: Any) -> list[dict]:
-    """One `Trainer` run in a temporary directory; its metrics rows."""
+    """One `Trainer` run in a temporary directory; its metrics rows, each with ``cpu_s``: the CPU seconds so far
+    of the trainer's process and its workers' processes (or Ray actors') since the run started."""
     from trajview.train import TrainConfig, Trainer
 
     with tempfile.TemporaryDirectory(prefix="tv-bench-train-") as out:
         cfg = TrainConfig(seed=seed, timesteps=timesteps, stop_reward=stop_reward, out_dir=out,
                           **{**settings, **overrides})
+        trainer = Trainer(cfg)
+        ws = getattr(trainer.sampler, "workers", None)
+        pids = [os.getpid()] + ([p for p in ws.worker_pids() if p is not None] if isinstance(ws, tv.WorkerSet) else [])
+        c0 = cpu_seconds(pids)
         rows: list[dict] = []
-        Trainer(cfg).train(progress=False, on_iteration=rows.append)
+
+        def note(row: dict) -> None:
+            row["cpu_s"] = cpu_seconds(pids) - c0
+            rows.append(row)
+
+        trainer.train(progress=False, on_iteration=note)
     return rows
 
 
@@ -91,6 +121,7 @@ def loop_figures(rows: list[dict]) -> dict[str, float]:
         "worker_sps": statistics.mean(r["worker_steps_per_s"] for r in rest),
         "staleness": statistics.mean(r["staleness_mean"] for r in rest),
         "sync_kb": statistics.mean(r["weights_sync_bytes"] for r in rest) / 1024,
+        "cpu_ms_per_1k": 1e6 * (last["cpu_s"] - first["cpu_s"]) / (last["env_steps"] - first["env_steps"]),
     }
 
 
@@ -111,12 +142,12 @@ def part_a(timesteps: int, **overrides: Any) -> list[dict[str, Any]]:
     base = out[0]["steps_per_s"]
     sync2 = out[1]["steps_per_s"]
     print("| loop | env steps/s | vs 1 worker | vs 2 sync | learner idle s/iter | SGD s/iter | s/iter | "
-          "worker sampling steps/s | staleness | weights sent KiB/iter |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "worker sampling steps/s | staleness | weights sent KiB/iter | CPU ms per 1k env steps |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in out:
         print(f"| {r['label']} | {r['steps_per_s']:,.0f} | {r['steps_per_s'] / base:.2f}x | "
               f"{r['steps_per_s'] / sync2:.2f}x | {r['idle_s']:.3f} | {r['learn_s']:.3f} | {r['iter_s']:.3f} | "
-              f"{r['worker_sps']:,.0f} | {r['staleness']:.2f} | {r['sync_kb']:.0f} |")
+              f"{r['worker_sps']:,.0f} | {r['staleness']:.2f} | {r['sync_kb']:.0f} | {r['cpu_ms_per_1k']:.0f} |")
     print(f"\n({load()} at the end)")
     print(f"goals: 2 workers >= 1.6x 1 worker: {out[1]['steps_per_s'] / base:.2f}x; "
           f"--async >= 1.3x 2 sync: {out[2]['steps_per_s'] / sync2:.2f}x")
