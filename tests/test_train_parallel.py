@@ -176,6 +176,13 @@ def test_bad_parallel_settings_are_one_line_errors(tmp_path, capsys, flags, need
     assert not out.exists()
 
 
+def test_dqn_refuses_the_parallel_settings(tmp_path, capsys):
+    assert main(["train", "--algo", "dqn", "--workers", "2", "--async", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--algo dqn samples with one worker" in err and "--workers, --async" in err
+    assert not (tmp_path / "run").exists()
+
+
 def test_help_says_what_async_does_with_stale_batches(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])

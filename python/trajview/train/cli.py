@@ -156,6 +156,14 @@ def _train(args: argparse.Namespace) -> int:
     from .dqn_trainer import is_dqn_run, train_dqn_from_args
 
     if args.algo == "dqn" or (args.resume and args.out and is_dqn_run(args.out)):
+        parallel = [flag for flag, given in (("--workers", args.workers != 1), ("--backend", args.backend != "auto"),
+                                             ("--async", args.async_sampling), ("--ray-address", args.ray_address))
+                    if given]
+        if parallel:
+            print(f"trajview train: error: --algo dqn samples with one worker in the trainer's process; "
+                  f"{', '.join(parallel)} {'is' if len(parallel) == 1 else 'are'} PPO's, got {' '.join(parallel)}",
+                  file=sys.stderr)
+            return 2
         args.metrics_format = metrics_format  # DQN writes CSV/JSONL metrics (no TensorBoard events yet)
         return train_dqn_from_args(args, TrainConfig)
     from .loop import saved_config
