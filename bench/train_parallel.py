@@ -268,7 +268,7 @@ def part_b(kinds: list[str], workers: list[int], backends: list[str], step_us: f
             backends = [b for b in backends if b != "ray"]
         else:
             if not ray.is_initialized():
-                ray.init(include_dashboard=False, log_to_driver=False)
+                ray.init(address="local", include_dashboard=False, log_to_driver=False)
                 ray_started = True
     try:
         for kind in kinds:

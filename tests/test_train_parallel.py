@@ -134,7 +134,7 @@ def test_resume_a_multi_worker_run(tmp_path):
 
 def test_ray_backend_sync_and_async(tmp_path):
     ray = pytest.importorskip("ray", reason="the Ray backend needs Ray (pip install 'trajview[ray]')")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         out = tmp_path / "sync"
         assert main(["train", "--workers", "2", "--backend", "ray", "--timesteps", "400", "--out", str(out),

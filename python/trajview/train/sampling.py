@@ -150,7 +150,8 @@ class ParallelSampler:
                     except ConnectionError as e:
                         raise ValueError(f"--ray-address {config.ray_address}: {' '.join(str(e).split())}") from None
                 else:
-                    ray.init(include_dashboard=False, log_to_driver=False)
+                    # address="local": a new instance, never one that another program started on this machine.
+                    ray.init(address="local", include_dashboard=False, log_to_driver=False)
                 self._started_ray = True
         try:
             # The learner's policy is copied into each worker (forked, or pickled for Ray): its weights to start.
