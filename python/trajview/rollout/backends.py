@@ -1,7 +1,7 @@
 """Where `WorkerSet`'s workers run: one small interface (`Backend`), one class per kind (processes, Ray actors).
 
 A worker is a `RolloutWorker` inside `ServedWorker`, which answers commands
-("pid", "sample", "set_weights", "get_weights", "metrics", "stop") by name:
+("pid", "sample", "sample_with", "sample_with_metrics", "set_weights", "get_weights", "metrics", "stop") by name:
 the body of a Ray actor and of a worker process alike. A backend only knows
 how to start one worker, send it one command, await its answer (with a
 deadline) and kill it; what to do when a worker fails (raise, or replace it)
@@ -87,6 +87,8 @@ class ServedWorker:
     def __init__(self, env_creator: Callable, policy: Any, kwargs: dict, incarnation: int = 0) -> None:
         self.worker: RolloutWorker | None = None
         self.start_error: str | None = None
+        self.sample_s = 0.0  # seconds in RolloutWorker.sample since the last "metrics"
+        self.sample_steps = 0  # ... and the env steps it returned
         try:
             _seed_worker(kwargs, incarnation)
             self.worker = RolloutWorker(env_creator, policy, **kwargs)
@@ -102,18 +104,21 @@ class ServedWorker:
         if w is None:
             raise _StartError(f"building the RolloutWorker failed:\n{self.start_error}")
         if cmd == "sample":
-            return w.sample()
-        if cmd == "sample_with":  # asynchronous sampling: the weights the learner set since the last sample, then one
+            return self._timed_sample(w)
+        if cmd in ("sample_with", "sample_with_metrics"):
+            # Asynchronous sampling: the weights the learner set since the last sample, then one sample (with the
+            # worker's metrics since the last report: "sample_with_metrics").
             for policy_id, weights in arg:
                 w.policy_map[policy_id].set_weights(weights)
-            return w.sample()
+            batch = self._timed_sample(w)
+            return (batch, self._metrics(w)) if cmd == "sample_with_metrics" else batch
         if cmd == "set_weights":
             w.policy_map[arg[0]].set_weights(arg[1])
             return None
         if cmd == "get_weights":
             return {pid: p.get_weights() for pid, p in w.policy_map.items()}
         if cmd == "metrics":
-            return w.get_metrics()
+            return self._metrics(w)
         if cmd == "get_filters":
             return w.get_filters(flush_after=bool(arg))
         if cmd == "sync_filters":
@@ -123,6 +128,22 @@ class ServedWorker:
             w.stop()
             return None
         raise ValueError(f"unknown WorkerSet command {cmd!r}")
+
+    def _timed_sample(self, w: RolloutWorker) -> Any:
+        t0 = time.perf_counter()
+        batch = w.sample()
+        self.sample_s += time.perf_counter() - t0
+        self.sample_steps += int(batch.env_steps())
+        return batch
+
+    def _metrics(self, w: RolloutWorker) -> dict:
+        """The worker's metrics since the last report, with its sampling time and env steps (one-item lists:
+        `WorkerSet.get_metrics` joins them in worker order)."""
+        m = w.get_metrics()
+        m["sample_time_s"] = [self.sample_s]
+        m["sample_env_steps"] = [self.sample_steps]
+        self.sample_s, self.sample_steps = 0.0, 0
+        return m
 
     def stop(self) -> None:
         if self.worker is not None:

@@ -40,6 +40,9 @@ class AsyncBatch(NamedTuple):
     policy_version: int
     #: How many `set_weights` calls behind the newest weights it was, when handed out.
     staleness: int
+    #: With ``sample_async(with_metrics=True)``: the worker's metrics since its last report (as one worker's
+    #: part of `WorkerSet.get_metrics`: ``episode_returns``, ``sample_time_s`` ...), else None.
+    metrics: dict[str, Any] | None = None
 
 
 class WorkerSet(Generic[BatchT]):
@@ -58,7 +61,10 @@ class WorkerSet(Generic[BatchT]):
     instance (copied into each worker). Each worker seeds its process's
     global RNGs (``random``, numpy, torch) apart from the others' (from
     ``seed`` and its index when ``seed`` is given), so workers never draw the
-    same exploration noise. ``set_weights`` / ``sync_weights``
+    same exploration noise. With ``seed`` given, worker ``i``'s envs are
+    seeded from ``seed + (i - 1) * num_envs`` on (RLlib's rule: env ``k`` of
+    worker ``i`` gets ``seed + (i - 1) * num_envs + k``), so no two workers
+    start their envs alike. ``set_weights`` / ``sync_weights``
     send a learner's weights to every worker between samples.
 
     ``backend="process"`` (the default) runs the workers as processes of this
@@ -202,9 +208,10 @@ class WorkerSet(Generic[BatchT]):
         self._sent_at: dict[int, float] = {}  # ... and when they were sent (for sample_timeout_s)
         self._async_done: deque[AsyncBatch] = deque()  # batches drained from the workers, handed out first
         self._stale_dropped = 0
+        self._in_flight_metrics: set[int] = set()  # asynchronous samples that answer (batch, metrics)
         try:
             for i in range(self.num_workers):
-                self._workers[i] = self._backend.start(i + 1)
+                self._workers[i] = self._backend.start(i + 1, overrides=self._seed_kwargs(i, 0))
             _, failed = self._exchange(range(self.num_workers), "pid", None, timeout=None)
             if failed:
                 i = min(failed)
@@ -279,25 +286,32 @@ class WorkerSet(Generic[BatchT]):
         for i in behind:
             self._given[i] = self.policy_version
 
-    def _dispatch(self, i: int) -> None:
+    def _dispatch(self, i: int, with_metrics: bool) -> None:
         updates = self._updates(i)
         self._in_flight[i] = self._given[i]
         self._sent_at[i] = time.monotonic()
-        self._backend.send(self._workers[i], "sample_with", updates)
+        if with_metrics:
+            self._in_flight_metrics.add(i)
+        else:
+            self._in_flight_metrics.discard(i)
+        self._backend.send(self._workers[i], "sample_with_metrics" if with_metrics else "sample_with", updates)
 
     def _collect(self, i: int, timeout: float | None) -> AsyncBatch | None:
         """Worker ``i``'s answer to its asynchronous sample (None if it failed and was replaced)."""
         version = self._in_flight.pop(i)
+        with_metrics = i in self._in_flight_metrics
+        self._in_flight_metrics.discard(i)
         try:
-            batch = self._backend.receive(self._workers[i], timeout)
+            answer = self._backend.receive(self._workers[i], timeout)
         except WorkerFailed as f:
             if f.reason != "raised":
                 self._kill(i)
             self._recover({i: f})  # raises unless the worker was replaced (it then has the last weights)
             self._given[i] = self.policy_version
             return None
+        batch, metrics = answer if with_metrics else (answer, None)
         self._note_eps_ids([batch if k == i else None for k in range(self.num_workers)])
-        return AsyncBatch(batch, i + 1, version, self.policy_version - version)
+        return AsyncBatch(batch, i + 1, version, self.policy_version - version, metrics)
 
     def _drain(self) -> None:
         """Waits for every asynchronous sample in flight; their batches are kept for `sample_async`."""
@@ -306,7 +320,9 @@ class WorkerSet(Generic[BatchT]):
             if got is not None:
                 self._async_done.append(got)
 
-    def sample_async(self, timeout: float | None = None, max_staleness: int | None = None) -> AsyncBatch:
+    def sample_async(
+        self, timeout: float | None = None, max_staleness: int | None = None, with_metrics: bool = False
+    ) -> AsyncBatch:
         """The next batch of whichever worker is done first; that worker samples on at once.
 
         The first call sets every worker sampling; from then on each worker
@@ -315,6 +331,12 @@ class WorkerSet(Generic[BatchT]):
         more than that many versions older than the newest are dropped (and
         counted), not handed out. ``timeout``: seconds to wait for a batch
         (``None``: no limit); a ``TimeoutError`` if none came.
+        ``with_metrics``: the samples this call sends also bring the worker's
+        metrics since its last report (``AsyncBatch.metrics``), so that a
+        learner needs no `get_metrics` (which waits for the samples in
+        flight); those episodes are then not in a later `get_metrics`. A
+        dropped stale batch's metrics are lost with it: pass
+        ``max_staleness=None`` and drop stale batches yourself to keep them.
         """
         if self._stopped:
             raise RuntimeError("WorkerSet is stopped")
@@ -334,7 +356,7 @@ class WorkerSet(Generic[BatchT]):
                 self._run("pid")  # raises the failure that left a worker down
             for i in range(self.num_workers):
                 if i not in self._in_flight and self._workers[i] is not None:
-                    self._dispatch(i)
+                    self._dispatch(i, with_metrics)
             positions = sorted(self._in_flight)
             now = time.monotonic()
             waits = [] if deadline is None else [deadline - now]
@@ -347,6 +369,7 @@ class WorkerSet(Generic[BatchT]):
                     hung = {i: WorkerFailed("timeout") for i in positions if now - self._sent_at[i] >= self.sample_timeout_s}
                     for i in hung:
                         self._in_flight.pop(i)
+                        self._in_flight_metrics.discard(i)
                         self._kill(i)
                     if hung:
                         self._recover(hung)  # raises unless they were replaced
@@ -361,7 +384,7 @@ class WorkerSet(Generic[BatchT]):
                 if got is not None:
                     self._async_done.append(got)
                 if self._workers[i] is not None:
-                    self._dispatch(i)  # it samples on at once (with the newest weights it was given) while we learn
+                    self._dispatch(i, with_metrics)  # it samples on at once (with the newest weights it was given) while we learn
 
     def _recover(self, failed: dict[int, WorkerFailed]) -> None:
         """Replaces the failed workers while restarts are allowed; then raises the first failure left, if any."""
@@ -406,13 +429,18 @@ class WorkerSet(Generic[BatchT]):
             self._kill(i)
         return failed
 
+    def _seed_kwargs(self, i: int, restarts: int) -> dict[str, Any]:
+        """Worker ``i``'s env seed: ``seed + i * num_envs`` (its envs' seeds follow on), moved apart for a
+        replacement (``restarts`` > 0); nothing without ``seed``."""
+        seed = self._worker_kwargs.get("seed")
+        if seed is None:
+            return {}
+        num_envs = int(self._worker_kwargs.get("num_envs", 1))
+        return {"seed": (int(seed) + i * num_envs + 1_000_003 * restarts) % 2**31}
+
     def _replacement_kwargs(self, i: int) -> dict[str, Any]:
         """A replacement's episode ids go on after every id its predecessors handed out; its env seeds differ."""
-        out: dict[str, Any] = {"eps_id_offset": self._eps_next[i]}
-        seed = self._worker_kwargs.get("seed")
-        if seed is not None:
-            out["seed"] = (int(seed) + 1_000_003 * self.num_worker_restarts) % 2**31
-        return out
+        return {"eps_id_offset": self._eps_next[i], **self._seed_kwargs(i, self.num_worker_restarts)}
 
     def _note_eps_ids(self, batches: list[Any]) -> None:
         """Remembers, per worker, the next episode counter after the ids its batches carried."""
@@ -525,7 +553,10 @@ class WorkerSet(Generic[BatchT]):
         ``episode.custom_metrics``; ``hist_stats`` / ``episode_media``: the
         workers' ``hist_data`` / ``media`` lists joined; ``num_worker_restarts``:
         workers replaced so far (in all, not since the last call);
-        ``num_healthy_workers``: workers in service now.
+        ``num_healthy_workers``: workers in service now; ``sample_time_s`` /
+        ``sample_env_steps``: per worker (in worker order, failed ones left
+        out), the seconds its ``RolloutWorker.sample`` calls took and the env
+        steps they returned since the last report (its sampling throughput).
         """
         out: dict[str, Any] = {
             "episode_returns": [],
@@ -564,6 +595,7 @@ class WorkerSet(Generic[BatchT]):
             return
         self._stopped = True
         self._in_flight.clear()  # "stop" is answered after any sample in flight: its answer is skipped
+        self._in_flight_metrics.clear()
         self._async_done.clear()
         try:
             live = [i for i, w in enumerate(self._workers) if w is not None]

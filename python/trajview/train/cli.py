@@ -78,7 +78,26 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--model", default=d.model, choices=sorted(MODEL_PRESETS))
     t.add_argument("--seed", type=int, default=d.seed)
     t.add_argument("--timesteps", type=int, default=d.timesteps, help="stop after this many env steps")
-    t.add_argument("--workers", type=int, default=d.workers, help="RolloutWorkers (sampled in turn, in-process)")
+    t.add_argument("--workers", type=int, default=d.workers,
+                   help="rollout workers, each sampling train-batch-size / workers env steps per iteration "
+                        "(where: --backend)")
+    t.add_argument("--backend", default="auto", metavar="{auto,local,process,ray}",
+                   help="where the workers sample: local (in the trainer's process, one after another, acting with "
+                        "the learner's own policy), process (a process each, in parallel) or ray (a Ray actor each, "
+                        "on any node of the Ray cluster: pip install 'trajview[ray]'). auto: local for 1 worker, "
+                        "process for more or with --async")
+    t.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="with --backend ray: the Ray cluster to join (auto, or the head's HOST:6379 that `ray start "
+                        "--head` printed); default: a Ray instance of this machine, started for the run")
+    t.add_argument("--async", dest="async_sampling", action="store_true",
+                   help="the workers sample the next batch with the weights they have while the learner trains on "
+                        "this one (process or ray backend), each batch then one policy version stale: PPO keeps it "
+                        "and importance-weights it, its clipped ratio being to the behaviour policy's logp stored in "
+                        "the batch (no V-trace: advantages come from the behaviour policy's critic); batches more "
+                        "than --max-staleness versions behind are discarded. Not reproducible run to run")
+    t.add_argument("--max-staleness", type=int, default=d.max_staleness, metavar="K",
+                   help="with --async: discard batches sampled with weights more than K policy versions behind "
+                        "(their env steps still count); 0 waits for fresh weights")
     t.add_argument("--envs-per-worker", type=int, default=d.envs_per_worker)
     t.add_argument("--train-batch-size", type=int, default=d.train_batch_size)
     t.add_argument("--minibatch-size", type=int, default=d.sgd_minibatch_size)
@@ -137,6 +156,14 @@ def _train(args: argparse.Namespace) -> int:
     from .dqn_trainer import is_dqn_run, train_dqn_from_args
 
     if args.algo == "dqn" or (args.resume and args.out and is_dqn_run(args.out)):
+        parallel = [flag for flag, given in (("--workers", args.workers != 1), ("--backend", args.backend != "auto"),
+                                             ("--async", args.async_sampling), ("--ray-address", args.ray_address))
+                    if given]
+        if parallel:
+            print(f"trajview train: error: --algo dqn samples with one worker in the trainer's process; "
+                  f"{', '.join(parallel)} {'is' if len(parallel) == 1 else 'are'} PPO's, got {' '.join(parallel)}",
+                  file=sys.stderr)
+            return 2
         args.metrics_format = metrics_format  # DQN writes CSV/JSONL metrics (no TensorBoard events yet)
         return train_dqn_from_args(args, TrainConfig)
     from .loop import saved_config
@@ -149,6 +176,9 @@ def _train(args: argparse.Namespace) -> int:
         if loaded is None:
             return 2
         saved = loaded
+        saved.setdefault("backend", "local")  # a run saved before --backend existed sampled in this process
+        if args.ray_address is not None:  # the cluster's address may differ from the first session's
+            saved["ray_address"] = args.ray_address
     # Setup errors (a bad setting, an unknown env id, a module that fails to import, a space no model reads,
     # and whatever the first iteration's sampling refuses) are one line and exit code 2; the run directory is
     # created by the first iteration's metrics, so such a run leaves none behind.
@@ -166,6 +196,10 @@ def _train(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 timesteps=args.timesteps,
                 workers=args.workers,
+                backend=None if args.backend == "auto" else args.backend,
+                ray_address=args.ray_address,
+                async_sampling=args.async_sampling,
+                max_staleness=args.max_staleness,
                 envs_per_worker=args.envs_per_worker,
                 train_batch_size=args.train_batch_size,
                 sgd_minibatch_size=args.minibatch_size,
@@ -185,9 +219,10 @@ def _train(args: argparse.Namespace) -> int:
                 threads=args.threads,
             )
         trainer = Trainer(config, resume=args.resume)
-        log.info("%s %s: PPO %s on %s, seed %d, up to %d env steps -> %s",
+        log.info("%s %s: PPO %s on %s, seed %d, up to %d env steps, %d worker(s) (%s%s) -> %s",
                  "resuming" if args.resume else "training", out, config.model, config.env, config.seed,
-                 config.timesteps, out)
+                 config.timesteps, config.workers, config.backend,
+                 f", async, max staleness {config.max_staleness}" if config.async_sampling else "", out)
         summary = trainer.train(progress=not args.no_progress)
     except setup_errors as e:
         if args.traceback or (trainer is not None and trainer.iteration > trainer.start_iteration):

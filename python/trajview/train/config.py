@@ -6,7 +6,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TrainConfig", "MODEL_PRESETS", "IMAGE_MODEL_PRESETS"]
+__all__ = ["TrainConfig", "MODEL_PRESETS", "IMAGE_MODEL_PRESETS", "BACKENDS"]
+
+#: Where a run's rollout workers sample (``--backend``): in the trainer's process one after another, in a
+#: process each, or in a Ray actor each (on any node of the Ray cluster).
+BACKENDS = ("local", "process", "ray")
 
 #: Per model: its model_config and the PPO settings that differ from `TrainConfig`'s defaults.
 MODEL_PRESETS: dict[str, dict[str, Any]] = {
@@ -34,6 +38,16 @@ class TrainConfig:
     seed: int = 0
     timesteps: int = 200_000
     workers: int = 1
+    #: Where the workers sample (`BACKENDS`); None: "local" for one worker, "process" for more or with
+    #: ``async_sampling`` (resolved when the config is made, and stored so).
+    backend: str | None = None
+    #: The Ray cluster to join with backend "ray" (``ray.init(address=...)``: "auto", "HOST:6379",
+    #: "ray://HOST:10001"); None: a Ray instance of this machine, started for the run.
+    ray_address: str | None = None
+    #: Learn on one batch while the workers sample the next with the weights they have (``--async``).
+    async_sampling: bool = False
+    #: With ``async_sampling``: batches sampled with weights more than this many versions behind are dropped.
+    max_staleness: int = 1
     envs_per_worker: int = 8
     train_batch_size: int = 2000
     sgd_minibatch_size: int = 250
@@ -61,6 +75,22 @@ class TrainConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        if not isinstance(self.async_sampling, bool):
+            raise ValueError(f"async_sampling must be a bool, got {self.async_sampling!r}")
+        if self.backend is None:
+            self.backend = "process" if self.workers > 1 or self.async_sampling else "local"
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.async_sampling and self.backend == "local":
+            raise ValueError("async sampling (--async) needs backend 'process' or 'ray' (the local backend samples "
+                             "in the trainer's process, so it cannot sample while the learner trains), got 'local'")
+        if self.ray_address is not None:
+            if self.backend != "ray":
+                raise ValueError(f"ray_address (--ray-address) needs backend 'ray', got backend {self.backend!r}")
+            if not isinstance(self.ray_address, str) or not self.ray_address.strip():
+                raise ValueError(f"ray_address must be a non-empty string, got {self.ray_address!r}")
+        if isinstance(self.max_staleness, bool) or not isinstance(self.max_staleness, int) or self.max_staleness < 0:
+            raise ValueError(f"max_staleness must be an int >= 0, got {self.max_staleness!r}")
         per = self.workers * self.envs_per_worker
         if self.train_batch_size % per:
             raise ValueError(

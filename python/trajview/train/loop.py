@@ -76,7 +76,11 @@ def run_loop(
             row = run.train_iteration()
             run.save_checkpoint()
             bar.update(min(row["env_steps"], c.timesteps) - bar.n)
-            bar.set_postfix(ret=f"{row['episode_return_mean']:.1f}", sps=f"{row['steps_per_s']:.0f}", refresh=False)
+            post = {"ret": f"{row['episode_return_mean']:.1f}", "sps": f"{row['steps_per_s']:.0f}"}
+            if "worker_steps_per_s" in row:  # PPO: each worker's sampling rate, the learner's wait for the batch
+                post["worker_sps"] = f"{row['worker_steps_per_s']:.0f}"
+                post["idle"] = f"{row['learner_idle_s']:.2f}s"
+            bar.set_postfix(post, refresh=False)
             if on_iteration is not None:
                 on_iteration(row)
             if not progress:

@@ -26,6 +26,18 @@ METRIC_FIELDS = [
     "vf_loss",
     "entropy",
     "kl",
+    # How the iteration's experience was sampled (PPO; see trajview.train.sampling): the learner's SGD seconds,
+    # the seconds it waited for the batch, the workers' mean env steps per second of sampling, the bytes of
+    # weights sent to the workers and the seconds that took, and (--async) how many policy versions behind the
+    # batches were and how many stale ones were dropped.
+    "learn_s",
+    "learner_idle_s",
+    "worker_steps_per_s",
+    "weights_sync_bytes",
+    "weights_sync_s",
+    "staleness_mean",
+    "staleness_max",
+    "stale_batches_dropped",
 ]
 
 

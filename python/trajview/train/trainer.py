@@ -1,4 +1,4 @@
-"""`Trainer`, the loop behind ``trajview train``: PPO driving RolloutWorkers (sample, then learn), checkpoints."""
+"""`Trainer`, the loop behind ``trajview train``: PPO driving rollout workers (sample, then learn), checkpoints."""
 
 from __future__ import annotations
 
@@ -17,24 +17,31 @@ import torch
 
 from ..algorithms.models import has_image_leaves
 from ..algorithms.ppo import PPOPolicy
-from ..rollout.worker import RolloutWorker
-from ..views import concat_samples
 from .config import IMAGE_MODEL_PRESETS, TrainConfig
 from .envs import env_creator, import_env_modules, make_env
 from .loop import run_loop, save_atomically, summarize
 from .metrics import append_metrics, truncate_metrics
+from .sampling import LocalSampler, ParallelSampler, make_sampler
 
 __all__ = ["Trainer", "TENSORBOARD_SCALARS"]
 
 #: The metrics written as TensorBoard scalars (tag ``trajview/<name>``, step = env steps) with ``config.tensorboard``.
 TENSORBOARD_SCALARS = ("episode_return_mean", "episode_len_mean", "episodes", "time_s", "steps_per_s",
-                       "policy_loss", "vf_loss", "entropy", "kl")
+                       "policy_loss", "vf_loss", "entropy", "kl", "learner_idle_s", "worker_steps_per_s",
+                       "staleness_mean")
 
 log = logging.getLogger("trajview.train")
 
 
 class Trainer:
-    """PPO on ``config.env`` with ``config.workers`` RolloutWorkers (sampled in turn, in this process).
+    """PPO on ``config.env`` with ``config.workers`` rollout workers.
+
+    ``config.backend``: "local" (RolloutWorkers in this process, sampled in
+    turn, acting with the learner's own policy), "process" or "ray" (a
+    `WorkerSet`: each worker in a process or a Ray actor, sampled in
+    parallel; the learner's weights are sent to them after each update, and
+    with ``config.async_sampling`` they sample on while the learner trains).
+    See `trajview.train.sampling`.
 
     The run directory (``config.out_dir``) is created by the first iteration's
     metrics, with ``config.json`` (a new run): a run that fails before that
@@ -79,23 +86,20 @@ class Trainer:
         self.start_iteration = self.iteration
         per = config.workers * config.envs_per_worker
         fragment = config.train_batch_size // per
-        # On resume, fresh env seeds (the envs' own state is not in the checkpoint).
+        # On resume, fresh env seeds (the envs' own state is not in the checkpoint). Worker i's envs are seeded
+        # from base + i * envs_per_worker on, whichever the backend.
         base = config.seed * 100_003 + self.iteration * 7_919
-        self.workers = [
-            RolloutWorker(
-                env_creator(config.env, config.drop_obs_keys),
-                self.policy,
-                num_envs=config.envs_per_worker,
-                rollout_fragment_length=fragment,
-                seed=base + i * config.envs_per_worker,
-                worker_index=i,
-            )
-            for i in range(config.workers)
-        ]
         self.tb_writer: Any = None  # made with the run directory (`_prepare_out_dir`), which it writes into
         if config.tensorboard:
             # torch's writer needs the tensorboard package (the tensorboard extra): checked here, before any step.
             from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+        #: Bumped by every update of the learner's weights; the workers have `_synced_version`'s.
+        self._weights_version = 0
+        self._synced_version = 0
+        # Last: worker processes or Ray actors start here (`stop` or the end of `train` ends them).
+        self.sampler: LocalSampler | ParallelSampler = make_sampler(
+            config, env_creator(config.env, config.drop_obs_keys), self.policy, fragment, base
+        )
 
     @property
     def mean_return(self) -> float:
@@ -105,17 +109,22 @@ class Trainer:
 
     def train_iteration(self) -> dict:
         t0 = time.perf_counter()
-        # gymnasium envs (single-agent): every worker is a RolloutWorker[SampleBatch].
-        batch = concat_samples([w.sample() for w in self.workers])
-        for w in self.workers:
-            m = w.get_metrics()
-            self.returns.extend(m["episode_returns"])
-            self.lengths.extend(m["episode_lengths"])
-            self.episodes += len(m["episode_returns"])
-        stats = self.policy.learn_on_batch(batch)
-        dt = time.perf_counter() - t0
+        # The learner's newest weights to the workers, only when they changed since the last sync.
+        sync_bytes, sync_s = 0, 0.0
+        if self._synced_version != self._weights_version:
+            sync_bytes, sync_s = self.sampler.sync_weights(self.policy)
+            self._synced_version = self._weights_version
+        got = self.sampler.sample()
+        self.returns.extend(got.episode_returns)
+        self.lengths.extend(got.episode_lengths)
+        self.episodes += len(got.episode_returns)
+        t_learn = time.perf_counter()
+        stats = self.policy.learn_on_batch(got.batch)
+        self._weights_version += 1
+        t1 = time.perf_counter()
+        dt = t1 - t0
         self.iteration += 1
-        self.env_steps += len(batch)
+        self.env_steps += got.env_steps
         self.elapsed += dt
         row = {
             "iteration": self.iteration,
@@ -124,8 +133,16 @@ class Trainer:
             "episode_return_mean": self.mean_return,
             "episode_len_mean": float(np.mean(self.lengths)) if self.lengths else math.nan,
             "time_s": round(self.elapsed, 3),
-            "steps_per_s": round(len(batch) / dt, 1),
+            "steps_per_s": round(got.env_steps / dt, 1),
             **{k: stats.get(k, math.nan) for k in ("policy_loss", "vf_loss", "entropy", "kl")},
+            "learn_s": round(t1 - t_learn, 4),
+            "learner_idle_s": round(got.learner_idle_s, 4),
+            "worker_steps_per_s": round(got.worker_steps_per_s(), 1),
+            "weights_sync_bytes": sync_bytes,
+            "weights_sync_s": round(sync_s, 4),
+            "staleness_mean": float(np.mean(got.staleness)) if got.staleness else math.nan,
+            "staleness_max": max(got.staleness) if got.staleness else math.nan,
+            "stale_batches_dropped": got.stale_batches_dropped,
         }
         self._prepare_out_dir()
         append_metrics(self.config.metrics_path, row, self.config.metrics_format)
@@ -174,17 +191,30 @@ class Trainer:
         }
         save_atomically(state, self.config.checkpoint_path)
 
-    def train(self, progress: bool = True, on_iteration: Callable[[dict], None] | None = None) -> dict:
-        """Runs until ``timesteps`` env steps or the mean return reaches ``stop_reward``; returns a summary."""
-        c = self.config
-
-        def close() -> None:
-            for w in self.workers:
-                w.stop()
+    def stop(self) -> None:
+        """Ends the workers (their processes or Ray actors) and closes the TensorBoard writer; `train` does this
+        when it ends. For a Trainer made and not trained."""
+        try:
+            self.sampler.stop()
+        finally:
             if self.tb_writer is not None:
                 self.tb_writer.close()
+                self.tb_writer = None
 
-        run_loop(self, desc=f"{c.model} seed {c.seed}", progress=progress, on_iteration=on_iteration, close=close,
-                 log_line=lambda row: f"iter {row['iteration']} steps {row['env_steps']} return "
-                                      f"{row['episode_return_mean']:.1f} {row['steps_per_s']:.0f} steps/s")
+    def train(self, progress: bool = True, on_iteration: Callable[[dict], None] | None = None) -> dict:
+        """Runs until ``timesteps`` env steps or the mean return reaches ``stop_reward``; returns a summary.
+
+        The workers are stopped at the end: a Trainer trains once."""
+        c = self.config
+
+        def log_line(row: dict) -> str:
+            line = (f"iter {row['iteration']} steps {row['env_steps']} return {row['episode_return_mean']:.1f} "
+                    f"{row['steps_per_s']:.0f} steps/s, {row['worker_steps_per_s']:.0f} per worker sampling, "
+                    f"learner idle {row['learner_idle_s']:.2f} s")
+            if c.async_sampling:
+                line += f", staleness {row['staleness_mean']:.2f} (max {row['staleness_max']})"
+            return line
+
+        run_loop(self, desc=f"{c.model} seed {c.seed}", progress=progress, on_iteration=on_iteration, close=self.stop,
+                 log_line=log_line)
         return summarize(self, f"PPO {c.model} on {c.env} (seed {c.seed})")

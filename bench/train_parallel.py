@@ -1,0 +1,328 @@
+"""``trajview train`` on many workers (issue 16): the whole PPO loop, sampling throughput, learning equivalence.
+
+Three measurements, side by side in one run (tables printed as markdown):
+
+* **(a) the PPO loop**: `trajview.train.Trainer` with the main job's settings
+  (PPO, the frame-stack model, Stateless CartPole, 8 envs per worker, train
+  batch 2000, 10 SGD epochs of minibatches of 250, 1 torch thread), no stop
+  reward, ``--loop-steps`` env steps (default 30,000) for 1 worker (the
+  default: local backend), 2 workers (process backend), 2 workers with
+  ``--async`` and 1 worker with ``--async`` (a worker process sampling
+  while the learner trains: RLlib's AsyncSampler). Env steps per second of the whole training loop (sampling,
+  SGD, weight syncs) over every iteration after the first (which holds
+  torch's warm-up), and per iteration the learner's idle time (the seconds
+  it waited for its batch), its SGD time and the workers' own sampling rate;
+  and the CPU time of the trainer's and its workers' processes per 1,000 env
+  steps after the first iteration (it hardly depends on what else runs on
+  the machine; the wall-clock figures do).
+* **(b) sampling throughput**: an env whose step costs ``--step-us``
+  microseconds (default 200), obs float32[4], 50-step episodes, 8 envs per
+  worker, fragment 100, a constant policy. ``--env-kind busy`` (the
+  default) spends the 200 us in a busy loop on the CPU, as a simulator
+  would; ``sleep`` sleeps them (no CPU: shows what the framework costs when
+  cores are not the limit). 1, 2 and 4 workers, process and Ray backends,
+  against one `RolloutWorker` in this process; ``--rounds`` ``sample()``
+  calls after one warm-up. Per worker: env steps per second of wall-clock
+  (all workers' steps / wall-clock / workers) and the ratio to the
+  in-process worker's. Workers beyond the cores share them: with ``busy``
+  the per-worker figure then falls with the cores (the machine's limit,
+  not the framework's).
+* **(c) learning equivalence**: the (a) run to mean return 150 (the last 100
+  episodes), up to 200,000 env steps, seeds ``--seeds`` (default 0 1 2), on
+  each loop of (a): env steps and seconds to 150
+  per seed, and whether every 2-worker run is within the 1-worker runs'
+  spread (min..max).
+
+    python bench/train_parallel.py                 # all three (~10 minutes on 2 cores)
+    python bench/train_parallel.py --quick         # a smoke of each (~1-2 minutes)
+    python bench/train_parallel.py --only b        # one part (a, b or c; repeatable)
+
+Ray rows are left out (with a line saying so) where Ray is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import trajview as tv
+
+# -- (a) and (c): the PPO training loop ----------------------------------------------------------------
+
+
+#: (label, TrainConfig settings) of the loops compared.
+LOOPS: list[tuple[str, dict[str, Any]]] = [
+    ("1 worker (local)", {"workers": 1}),
+    ("2 workers (process)", {"workers": 2, "backend": "process"}),
+    ("2 workers (process, --async)", {"workers": 2, "backend": "process", "async_sampling": True}),
+    # RLlib's AsyncSampler for one worker: it samples in the background while the learner trains.
+    ("1 worker (process, --async)", {"workers": 1, "backend": "process", "async_sampling": True}),
+]
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds so far of the processes ``pids`` (from /proc; nan where it cannot be read)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return math.nan
+        total += (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
+    return total
+
+
+def train_run(settings: dict[str, Any], timesteps: int, seed: int = 0, stop_reward: float | None = None,
+              **overrides: Any) -> list[dict]:
+    """One `Trainer` run in a temporary directory; its metrics rows, each with ``cpu_s``: the CPU seconds so far
+    of the trainer's process and its workers' processes (or Ray actors') since the run started."""
+    from trajview.train import TrainConfig, Trainer
+
+    with tempfile.TemporaryDirectory(prefix="tv-bench-train-") as out:
+        cfg = TrainConfig(seed=seed, timesteps=timesteps, stop_reward=stop_reward, out_dir=out,
+                          **{**settings, **overrides})
+        trainer = Trainer(cfg)
+        ws = getattr(trainer.sampler, "workers", None)
+        pids = [os.getpid()] + ([p for p in ws.worker_pids() if p is not None] if isinstance(ws, tv.WorkerSet) else [])
+        c0 = cpu_seconds(pids)
+        rows: list[dict] = []
+
+        def note(row: dict) -> None:
+            row["cpu_s"] = cpu_seconds(pids) - c0
+            rows.append(row)
+
+        trainer.train(progress=False, on_iteration=note)
+    return rows
+
+
+def loop_figures(rows: list[dict]) -> dict[str, float]:
+    """Env steps per second over the iterations after the first, and per-iteration means of the rest."""
+    if len(rows) < 2:
+        raise ValueError("need at least 2 iterations (raise the env steps)")
+    first, last, rest = rows[0], rows[-1], rows[1:]
+    return {
+        "steps_per_s": (last["env_steps"] - first["env_steps"]) / (last["time_s"] - first["time_s"]),
+        "idle_s": statistics.mean(r["learner_idle_s"] for r in rest),
+        "learn_s": statistics.mean(r["learn_s"] for r in rest),
+        "iter_s": (last["time_s"] - first["time_s"]) / len(rest),
+        "worker_sps": statistics.mean(r["worker_steps_per_s"] for r in rest),
+        "staleness": statistics.mean(r["staleness_mean"] for r in rest),
+        "sync_kb": statistics.mean(r["weights_sync_bytes"] for r in rest) / 1024,
+        "cpu_ms_per_1k": 1e6 * (last["cpu_s"] - first["cpu_s"]) / (last["env_steps"] - first["env_steps"]),
+    }
+
+
+def load() -> str:
+    """The machine's load averages (1, 5, 15 min): above the core count, the figures are shared with others."""
+    try:
+        return "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "load average unknown"
+
+
+def part_a(timesteps: int, **overrides: Any) -> list[dict[str, Any]]:
+    print(f"\n### (a) PPO loop: frame-stack model on Stateless CartPole, {timesteps:,} env steps each ({load()})\n")
+    out = []
+    for label, settings in LOOPS:
+        f = loop_figures(train_run(settings, timesteps, **overrides))
+        out.append({"label": label, **f})
+    base = out[0]["steps_per_s"]
+    sync2 = out[1]["steps_per_s"]
+    print("| loop | env steps/s | vs 1 worker | vs 2 sync | learner idle s/iter | SGD s/iter | s/iter | "
+          "worker sampling steps/s | staleness | weights sent KiB/iter | CPU ms per 1k env steps |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in out:
+        print(f"| {r['label']} | {r['steps_per_s']:,.0f} | {r['steps_per_s'] / base:.2f}x | "
+              f"{r['steps_per_s'] / sync2:.2f}x | {r['idle_s']:.3f} | {r['learn_s']:.3f} | {r['iter_s']:.3f} | "
+              f"{r['worker_sps']:,.0f} | {r['staleness']:.2f} | {r['sync_kb']:.0f} | {r['cpu_ms_per_1k']:.0f} |")
+    print(f"\n({load()} at the end)")
+    print(f"goals: 2 workers >= 1.6x 1 worker: {out[1]['steps_per_s'] / base:.2f}x; "
+          f"--async >= 1.3x 2 sync: {out[2]['steps_per_s'] / sync2:.2f}x")
+    return out
+
+
+def part_c(seeds: list[int], target: float, max_steps: int) -> list[dict[str, Any]]:
+    print(f"\n### (c) learning equivalence: env steps to mean return {target:g} (up to {max_steps:,}; {load()})\n")
+    out = []
+    for label, settings in LOOPS:
+        for seed in seeds:
+            rows = train_run(settings, max_steps, seed=seed, stop_reward=target)
+            hit = next((r for r in rows if r["episode_return_mean"] >= target), None)
+            out.append({"label": label, "seed": seed, "steps": hit["env_steps"] if hit else None,
+                        "time_s": hit["time_s"] if hit else None})
+            print(f"  {label} seed {seed}: {out[-1]['steps'] or 'not reached'}", file=sys.stderr)
+    print("| loop | " + " | ".join(f"seed {s}" for s in seeds) + " | mean env steps | mean s |")
+    print("|---|" + "---|" * len(seeds) + "---|---|")
+    spread: tuple[int, int] | None = None
+    verdicts = []
+    for k, (label, _) in enumerate(LOOPS):
+        mine = [r for r in out if r["label"] == label]
+        steps = [r["steps"] for r in mine]
+        cells = [f"{s:,} ({r['time_s']:.0f} s)" if s else "not reached" for s, r in zip(steps, mine)]
+        got = [s for s in steps if s]
+        mean = f"{statistics.mean(got):,.0f}" if got else "–"
+        mean_s = f"{statistics.mean(r['time_s'] for r in mine if r['time_s']):.1f}" if got else "–"
+        print(f"| {label} | " + " | ".join(cells) + f" | {mean} | {mean_s} |")
+        if k == 0:
+            spread = (min(got), max(got)) if len(got) == len(steps) else None
+        elif spread is not None:
+            inside = len(got) == len(steps) and all(spread[0] <= s <= spread[1] for s in got)
+            verdicts.append(f"{label}: {'within' if inside else 'NOT within'} the 1-worker spread "
+                            f"{spread[0]:,}..{spread[1]:,}")
+    print()
+    for v in verdicts:
+        print(v)
+    if spread is None:
+        print("a 1-worker run did not reach the target: no spread to compare with")
+    return out
+
+
+# -- (b) sampling throughput ---------------------------------------------------------------------------
+
+STEP_US = 200
+EPISODE_LEN = 50
+NUM_ENVS = 8
+FRAGMENT = 100
+
+
+class TimedEnv(gym.Env):
+    """Each step costs ``step_us`` microseconds: a busy loop on the CPU (``busy``) or a sleep (``sleep``)."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, kind: str, step_us: float) -> None:
+        self.kind, self.step_s = kind, step_us * 1e-6
+        self._t = 0
+        self._obs = np.zeros(4, np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        self._t = 0
+        return self._obs, {}
+
+    def step(self, action):
+        if self.kind == "sleep":
+            time.sleep(self.step_s)
+        else:
+            end = time.perf_counter() + self.step_s
+            while time.perf_counter() < end:
+                pass
+        self._t += 1
+        return self._obs, 1.0, self._t >= EPISODE_LEN, False, {}
+
+
+class ConstantPolicy(tv.Policy):
+    def compute_actions_from_input_dict(self, input_dict, explore=None, timestep=None, **kwargs):
+        return np.zeros(len(input_dict["obs"]), np.int64), [], {}
+
+
+def timed_env_creator(kind: str, step_us: float):
+    return lambda cfg: TimedEnv(kind, step_us)
+
+
+def sampling_rate(backend: str | None, workers: int, kind: str, step_us: float, rounds: int) -> float:
+    """Env steps per second per worker: ``rounds`` samples (after one warm-up) of ``workers`` workers,
+    all their steps / wall-clock / workers. ``backend`` None: one RolloutWorker in this process."""
+    kwargs = dict(num_envs=NUM_ENVS, rollout_fragment_length=FRAGMENT)
+    creator = timed_env_creator(kind, step_us)
+    if backend is None:
+        runner: Any = tv.RolloutWorker(creator, ConstantPolicy, **kwargs)
+        sample, stop = runner.sample, runner.stop
+    else:
+        ws = tv.WorkerSet(creator, ConstantPolicy, num_workers=workers, backend=backend, **kwargs)
+        sample, stop = ws.sample, ws.stop
+    try:
+        sample()  # warm-up: the workers' first sample builds their stores
+        t0 = time.perf_counter()
+        steps = sum(len(sample()) for _ in range(rounds))
+        wall = time.perf_counter() - t0
+    finally:
+        stop()
+    assert steps == rounds * workers * NUM_ENVS * FRAGMENT
+    return steps / wall / workers
+
+
+def part_b(kinds: list[str], workers: list[int], backends: list[str], step_us: float, rounds: int) -> list[dict]:
+    print(f"\n### (b) sampling: {step_us:g} us per env step, {NUM_ENVS} envs per worker, fragment {FRAGMENT}, "
+          f"{rounds} rounds; {os.cpu_count()} cores; {load()}\n")
+    out = []
+    ray_started = False
+    if "ray" in backends:
+        try:
+            import ray
+        except ImportError:
+            print("Ray is not installed: the ray rows are left out (pip install 'trajview[ray]')")
+            backends = [b for b in backends if b != "ray"]
+        else:
+            if not ray.is_initialized():
+                ray.init(address="local", include_dashboard=False, log_to_driver=False)
+                ray_started = True
+    try:
+        for kind in kinds:
+            base = sampling_rate(None, 1, kind, step_us, rounds)
+            out.append({"kind": kind, "backend": "in-process", "workers": 1, "per_worker": base, "ratio": 1.0})
+            for backend in backends:
+                for n in workers:
+                    r = sampling_rate(backend, n, kind, step_us, rounds)
+                    out.append({"kind": kind, "backend": backend, "workers": n, "per_worker": r, "ratio": r / base})
+    finally:
+        if ray_started:
+            import ray
+
+            ray.shutdown()
+    ideal = 1e6 / step_us
+    print(f"| env | backend | workers | env steps/s per worker | vs 1 in-process worker | all workers' steps/s | "
+          f"(ideal per worker: {ideal:,.0f}) |")
+    print("|---|---|---|---|---|---|---|")
+    for r in out:
+        print(f"| {r['kind']} | {r['backend']} | {r['workers']} | {r['per_worker']:,.0f} | {r['ratio']:.2f} | "
+              f"{r['per_worker'] * r['workers']:,.0f} | |")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="a smoke of each part: few steps, 1 seed, target 50")
+    p.add_argument("--only", action="append", choices=("a", "b", "c"), help="run only these parts")
+    p.add_argument("--loop-steps", type=int, default=30_000, help="(a) env steps per loop")
+    p.add_argument("--step-us", type=float, default=STEP_US, help="(b) microseconds per env step")
+    p.add_argument("--env-kind", action="append", choices=("busy", "sleep"), help="(b) default: busy, then sleep")
+    p.add_argument("--rounds", type=int, default=6, help="(b) sample() calls timed per row")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="(c) seeds")
+    p.add_argument("--target", type=float, default=150.0, help="(c) the mean return to reach")
+    p.add_argument("--max-steps", type=int, default=200_000, help="(c) give up after this many env steps")
+    args = p.parse_args(argv)
+    parts = args.only or ["a", "b", "c"]
+    kinds = args.env_kind or ["busy", "sleep"]
+    workers, backends = [1, 2, 4], ["process", "ray"]
+    if args.quick:
+        args.loop_steps, args.rounds, args.seeds, args.target, args.max_steps = 8_000, 2, [0], 50.0, 40_000
+        kinds, workers = kinds[:1], [1, 2]
+    import torch
+
+    print(f"# trajview train on many workers ({os.cpu_count()} cores, torch {torch.__version__}, "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})")
+    if "a" in parts:
+        part_a(args.loop_steps)
+    if "b" in parts:
+        part_b(kinds, workers, backends, args.step_us, args.rounds)
+    if "c" in parts:
+        part_c(args.seeds, args.target, args.max_steps)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

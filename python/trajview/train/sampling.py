@@ -1,0 +1,249 @@
+"""Where a PPO run's rollout workers sample (``trajview train --backend``): the samplers behind `Trainer`.
+
+* `LocalSampler` (``--backend local``): the workers are `RolloutWorker` s in
+  the trainer's process, sharing the learner's policy object (no weights to
+  send), sampled one after another. One worker this way is the fastest
+  setup on one core (nothing crosses a process boundary).
+* `ParallelSampler` (``--backend process`` / ``ray``): the workers are a
+  `tv.WorkerSet`, each in a process or a Ray actor of its own, sampled in
+  parallel. Synchronously: each iteration every worker samples its share
+  with the learner's newest weights, while the learner waits. With
+  ``async_sampling`` (``--async``): `WorkerSet.sample_async` keeps every
+  worker sampling while the learner trains; each batch is tagged with the
+  policy version it was sampled with, and batches more than
+  ``max_staleness`` versions behind are dropped here (their env steps and
+  episodes still count).
+
+Every sampler returns one `Sampled` per iteration: the train batch, the
+episodes finished, each worker's sampling throughput, and how long the learner
+waited for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import socket
+import time
+from typing import Any
+
+import numpy as np
+
+from ..policy.policy import Policy
+from ..rollout.worker import RolloutWorker
+from ..rollout.worker_set import WorkerSet
+from ..views import SampleBatch, concat_samples
+from .config import TrainConfig
+
+__all__ = ["Sampled", "LocalSampler", "ParallelSampler", "make_sampler", "check_ray_address"]
+
+
+@dataclasses.dataclass
+class Sampled:
+    """One iteration's experience and how it was sampled."""
+
+    batch: SampleBatch
+    #: Env steps sampled (the batch's, plus those of stale batches dropped).
+    env_steps: int
+    episode_returns: list[float]
+    episode_lengths: list[int]
+    #: Per worker that reported: (env steps, seconds in ``RolloutWorker.sample``).
+    worker_timing: dict[int, tuple[int, float]]
+    #: Seconds the learner waited for the batch (sampling it, for the synchronous samplers).
+    learner_idle_s: float
+    #: Per batch in ``batch``: how many policy versions behind the learner's newest weights it was.
+    staleness: list[int]
+    stale_batches_dropped: int = 0
+
+    def worker_steps_per_s(self) -> float:
+        """The mean over the workers of their env steps per second of sampling."""
+        rates = [steps / secs for steps, secs in self.worker_timing.values() if secs > 0]
+        return float(np.mean(rates)) if rates else math.nan
+
+
+def _timing(metrics: dict, timing: dict[int, tuple[int, float]], index: int) -> None:
+    for steps, secs in zip(metrics.get("sample_env_steps", []), metrics.get("sample_time_s", [])):
+        s0, t0 = timing.get(index, (0, 0.0))
+        timing[index] = (s0 + int(steps), t0 + float(secs))
+
+
+class LocalSampler:
+    """``config.workers`` `RolloutWorker` s in this process, sampled in turn, acting with the learner's policy."""
+
+    def __init__(self, config: TrainConfig, env_creator: Any, policy: Policy, fragment: int, seed: int) -> None:
+        self.workers = [
+            RolloutWorker(
+                env_creator,
+                policy,
+                num_envs=config.envs_per_worker,
+                rollout_fragment_length=fragment,
+                seed=seed + i * config.envs_per_worker,
+                worker_index=i,
+            )
+            for i in range(config.workers)
+        ]
+
+    def sample(self) -> Sampled:
+        batches = []
+        returns: list[float] = []
+        lengths: list[int] = []
+        timing: dict[int, tuple[int, float]] = {}
+        for i, w in enumerate(self.workers):
+            t0 = time.perf_counter()
+            b = w.sample()
+            timing[i + 1] = (len(b), time.perf_counter() - t0)
+            batches.append(b)
+        for w in self.workers:
+            m = w.get_metrics()
+            returns.extend(m["episode_returns"])
+            lengths.extend(m["episode_lengths"])
+        batch = concat_samples(batches)
+        idle = sum(t for _, t in timing.values())
+        return Sampled(batch, len(batch), returns, lengths, timing, idle, [0] * len(batches))
+
+    def sync_weights(self, policy: Policy) -> tuple[int, float]:
+        """Nothing to send: the workers act with the learner's policy object itself."""
+        return 0, 0.0
+
+    def stop(self) -> None:
+        for w in self.workers:
+            w.stop()
+
+
+def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
+    """Raises ValueError, naming ``--ray-address``, when no Ray cluster can be there (``HOST:PORT`` or
+    ``ray://HOST:PORT`` that nothing listens on; an address Ray cannot parse). "auto" / "local" pass."""
+    if address in ("auto", "local"):
+        return
+    rest = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"--ray-address: expected auto, HOST:PORT (the head's `ray start --head` address, e.g. "
+                         f"10.0.0.1:6379) or ray://HOST:PORT, got {address!r}")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as e:
+        raise ValueError(f"--ray-address {address}: no Ray cluster answers there ({e}); start one with "
+                         "`ray start --head` and pass the address it prints") from None
+
+
+class ParallelSampler:
+    """The workers of a `WorkerSet` (processes or Ray actors), sampled in parallel, synchronously or not."""
+
+    def __init__(self, config: TrainConfig, env_creator: Any, policy: Policy, fragment: int, seed: int) -> None:
+        self.async_sampling = config.async_sampling
+        self.max_staleness = config.max_staleness
+        self.train_batch_size = config.train_batch_size
+        self._started_ray = False
+        ray_options: dict[str, Any] = {}
+        if config.backend == "ray":
+            try:
+                import ray
+            except ImportError as e:
+                raise ImportError("--backend ray needs Ray: pip install 'trajview[ray]'") from e
+            if not ray.is_initialized():  # else: the Ray session the caller started (e.g. a test's)
+                if config.ray_address is not None:
+                    check_ray_address(config.ray_address)
+                    try:
+                        ray.init(address=config.ray_address, log_to_driver=False)
+                    except ConnectionError as e:
+                        raise ValueError(f"--ray-address {config.ray_address}: {' '.join(str(e).split())}") from None
+                else:
+                    # address="local": a new instance, never one that another program started on this machine.
+                    ray.init(address="local", include_dashboard=False, log_to_driver=False)
+                self._started_ray = True
+        try:
+            # The learner's policy is copied into each worker (forked, or pickled for Ray): its weights to start.
+            self.workers: WorkerSet[SampleBatch] = WorkerSet(
+                env_creator,
+                policy,
+                num_workers=config.workers,
+                backend=config.backend or "process",
+                ray_options=ray_options,
+                num_envs=config.envs_per_worker,
+                rollout_fragment_length=fragment,
+                seed=seed,
+            )
+        except BaseException:
+            self._shutdown_ray()
+            raise
+        self._weights_bytes: int | None = None
+
+    def sample(self) -> Sampled:
+        return self._sample_async() if self.async_sampling else self._sample_sync()
+
+    def _sample_sync(self) -> Sampled:
+        ws = self.workers
+        t0 = time.perf_counter()
+        each = ws.sample_each()
+        m = ws.get_metrics()
+        idle = time.perf_counter() - t0
+        batches = [b for b in each if b is not None]
+        timing: dict[int, tuple[int, float]] = {}
+        for k, (steps, secs) in enumerate(zip(m["sample_env_steps"], m["sample_time_s"])):
+            timing[k + 1] = (int(steps), float(secs))
+        batch = concat_samples(batches)
+        return Sampled(batch, len(batch), list(m["episode_returns"]), list(m["episode_lengths"]), timing, idle,
+                       [0] * len(batches))
+
+    def _sample_async(self) -> Sampled:
+        ws = self.workers
+        batches: list[SampleBatch] = []
+        staleness: list[int] = []
+        returns: list[float] = []
+        lengths: list[int] = []
+        timing: dict[int, tuple[int, float]] = {}
+        sampled = steps = dropped = 0
+        idle = 0.0
+        while steps < self.train_batch_size:
+            t0 = time.perf_counter()
+            # Stale batches are dropped here, not by the WorkerSet: their episodes and env steps still count.
+            got = ws.sample_async(with_metrics=True)
+            idle += time.perf_counter() - t0
+            m = got.metrics or {}
+            returns.extend(m.get("episode_returns", []))
+            lengths.extend(m.get("episode_lengths", []))
+            _timing(m, timing, got.worker_index)
+            sampled += len(got.batch)
+            if got.staleness > self.max_staleness:
+                dropped += 1
+                continue
+            if not isinstance(got.batch, SampleBatch):  # gymnasium envs give single-agent batches
+                raise TypeError(f"PPO trains on single-agent batches, got {type(got.batch).__name__}")
+            batches.append(got.batch)
+            staleness.append(got.staleness)
+            steps += len(got.batch)
+        return Sampled(concat_samples(batches), sampled, returns, lengths, timing, idle, staleness, dropped)
+
+    def sync_weights(self, policy: Policy) -> tuple[int, float]:
+        """Sends the learner's weights to every worker (asynchronously: each takes them with its next sample);
+        the bytes sent (the weights' size times the workers) and the seconds the learner spent on it."""
+        t0 = time.perf_counter()
+        weights = policy.get_weights()
+        if self._weights_bytes is None:
+            self._weights_bytes = sum(int(np.asarray(v).nbytes) for v in weights.values())
+        n = self.workers.num_healthy_workers
+        self.workers.set_weights(weights)
+        return self._weights_bytes * n, time.perf_counter() - t0
+
+    def stop(self) -> None:
+        try:
+            self.workers.stop()
+        finally:
+            self._shutdown_ray()
+
+    def _shutdown_ray(self) -> None:
+        if self._started_ray:
+            import ray
+
+            ray.shutdown()
+            self._started_ray = False
+
+
+def make_sampler(config: TrainConfig, env_creator: Any, policy: Policy, fragment: int,
+                 seed: int) -> LocalSampler | ParallelSampler:
+    """The sampler of ``config.backend``."""
+    if config.backend == "local":
+        return LocalSampler(config, env_creator, policy, fragment, seed)
+    return ParallelSampler(config, env_creator, policy, fragment, seed)
