@@ -56,7 +56,7 @@ def main() -> None:
     if args.backend == "ray":
         import ray
 
-        ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
     learner = LinearPolicy(gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2))
     rng = np.random.default_rng(0)
     try:

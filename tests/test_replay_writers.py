@@ -165,7 +165,7 @@ def test_fragments_in_order_join_out_of_order_stay_apart():
 def test_ray_buffer_actor_takes_whole_batches():
     ray = pytest.importorskip("ray")
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never an existing cluster
     try:
         buf = tv.replay.ray_replay_buffer(5_000, sampler=tv.SliceSampler(slice_len=4, seed=1))
 

@@ -35,7 +35,7 @@ def ray_session():
     # workers' import path.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     ray.cloudpickle.register_pickle_by_value(rollout_helpers)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never an existing cluster
     yield
     ray.shutdown()
 
