@@ -23,7 +23,7 @@ from .config import RolloutConfig
 from .emit import InfoLog, add_python_columns, cast_rewards, postprocess_segment
 from .hooks import Hooks
 from .metrics import EpisodeMetrics
-from .plan import EPS_WORKER_BITS, PolicyColumns, eps_id_start, make_collector
+from .plan import EPS_WORKER_BITS, SEQ_TWIN_PREFIX, PolicyColumns, eps_id_start, make_collector
 
 __all__ = ["MultiAgentSampler"]
 
@@ -77,6 +77,37 @@ class _AgentEpisode:
 
 
 ALL = "__all__"
+
+
+def _split_last(seg: SampleBatch) -> tuple[SampleBatch | None, SampleBatch]:
+    """``seg`` without its last row (None if that was all), and its last row (the agent-step hold-back's carry).
+
+    With sequences (``seq_lens``) whose last one is longer than a row, that row first becomes a sequence of
+    its own, its per-sequence rows (``state_in_i``) the per-step twins' values at that row (`SEQ_TWIN_PREFIX`,
+    stored for this by `make_collector`): the state after the trajectory's previous step.
+    """
+    n = len(seg)
+    seq_lens = dict.get(seg, SampleBatch.SEQ_LENS)
+    if seq_lens is not None and int(seq_lens[-1]) > 1:
+        cols = dict(dict.items(seg))
+        for k in seg._seq_keys:
+            v = cols[k]
+            if k == SampleBatch.SEQ_LENS:
+                cols[k] = np.concatenate([v[:-1], np.array([v[-1] - 1, 1], dtype=v.dtype)])
+            else:
+                cols[k] = np.concatenate([v, np.asarray(seg[SEQ_TWIN_PREFIX + k])[n - 1 : n]])
+        split = SampleBatch._from_columns(cols, n, seg._seq_keys, seg._extra_seq_keys)
+        split._pruned = seg._pruned
+        split.view_columns = seg.view_columns
+        seg = split
+    return (seg[: n - 1] if n > 1 else None), seg[n - 1 :]
+
+
+def _drop_twins(seg: SampleBatch) -> SampleBatch:
+    """``seg`` without the per-step twins of its per-sequence views (`SEQ_TWIN_PREFIX`), in place."""
+    for k in [k for k in dict.keys(seg) if k.startswith(SEQ_TWIN_PREFIX)]:
+        del seg[k]
+    return seg
 
 
 def _row_of(src: tuple) -> dict:
@@ -158,8 +189,10 @@ class MultiAgentSampler:
         """New stores for the policies' current views; every env resets (seeded on the first build only)."""
         n_slots = self.num_envs * self.n_agents
         w = self.config.worker_index
+        # truncate_episodes by agent steps may cut a finished trajectory's segment inside a sequence (`sample`).
+        twins = self.config.count_steps_by == "agent_steps" and not self.config.complete_episodes
         self.collectors = {
-            pid: make_collector(p, n_slots, self.config, eps_id_start(w, k, self._next_eps[pid]))
+            pid: make_collector(p, n_slots, self.config, eps_id_start(w, k, self._next_eps[pid]), seq_twins=twins)
             for k, (pid, p) in enumerate(self.policies.items())
         }
         self.columns = {pid: PolicyColumns(p, self.config) for pid, p in self.policies.items()}
@@ -700,12 +733,12 @@ class MultiAgentSampler:
             kept = []
             for seg in [s for p2, s in carried if p2 == pid] + segments:
                 if (pid, int(seg[SampleBatch.EPS_ID][0])) in carry:
-                    n = len(seg)
-                    if n > 1:
-                        kept.append(seg[: n - 1])
-                    self._carry.append((pid, seg[n - 1 :]))
+                    head, last = _split_last(seg)
+                    if head is not None:
+                        kept.append(_drop_twins(head))
+                    self._carry.append((pid, _drop_twins(last)))
                 else:
-                    kept.append(seg)
+                    kept.append(_drop_twins(seg))
             per_policy[pid] = kept
         self._pending = ("segments", (per_policy, env_steps))
         return self._finish_emit()
