@@ -267,6 +267,8 @@ class MultiAgentSampler:
                 ep._agents[agent] = ae
 
     def _filter(self, pid: str, o: Any) -> Any:
+        if not self._obs_nest[pid].flat:  # a nested observation: the filter keeps each leaf's dtype
+            return self.filters[pid](o)
         dtype = np.asarray(o).dtype
         return np.asarray(self.filters[pid](o), dtype=dtype)
 
