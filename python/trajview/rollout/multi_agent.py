@@ -103,6 +103,16 @@ def _split_last(seg: SampleBatch) -> tuple[SampleBatch | None, SampleBatch]:
     return (seg[: n - 1] if n > 1 else None), seg[n - 1 :]
 
 
+def _mark_finished(completions: dict[str, list[tuple]], aes: set) -> None:
+    """This step's completions of the agents ``aes`` become steps that end their trajectory (for the
+    agent-step hold-back, `MultiAgentSampler._running`: carried, not held in the store, whose slot starts a new
+    trajectory). For trajectories ended without a done flag (a soft horizon)."""
+    for comps in completions.values():
+        for k, c in enumerate(comps):
+            if c[0] in aes and not c[7]:
+                comps[k] = (*c[:7], True)
+
+
 def _drop_twins(seg: SampleBatch) -> SampleBatch:
     """``seg`` without the per-step twins of its per-sequence views (`SEQ_TWIN_PREFIX`), in place."""
     for k in [k for k in dict.keys(seg) if k.startswith(SEQ_TWIN_PREFIX)]:
@@ -181,6 +191,8 @@ class MultiAgentSampler:
         self._fobs: list[dict] = [{} for _ in range(self.num_envs)]
         #: truncate_episodes by agent steps: last steps of finished trajectories held back for the next batch.
         self._carry: list[tuple[str, SampleBatch]] = []
+        #: Soft horizon: agents whose step stayed open at the horizon (waiting for their turn), see `_cut_held`.
+        self._soft_held: set[_AgentEpisode] = set()
         #: The newest step's completions per policy (`_running` lists them for the agent-step hold-back).
         self._last_comps: dict[str, list[tuple]] = {}
         self._false_rows: dict[int, np.ndarray] = {}  # `_falses`
@@ -201,6 +213,7 @@ class MultiAgentSampler:
         self.by_eps = {}
         self.held = 0
         self._carry = []
+        self._soft_held = set()
         self._last_comps = {}
         self._env_steps = self._agent_steps = 0
         self._done_env_steps = self._done_agent_steps = 0
@@ -440,7 +453,7 @@ class MultiAgentSampler:
                     else:
                         ended_slots.append(ae.slot)
                 else:
-                    # Observed: it acts next. (Not observed only at a soft horizon, where its env episode ends now.)
+                    # Observed: it acts next.
                     ae.ready = True
             agent_steps += len(comps)
             if ended_slots:
@@ -475,10 +488,25 @@ class MultiAgentSampler:
             try:
                 if horizon_hit and cfg.soft_horizon and not all_done:
                     alive = {a: o for a, o in obs.items() if a != ALL and not te.get(a) and not tr.get(a)}
+                    # Agents waiting for their turn keep their step open: it and their trajectory go on into the
+                    # new episode until their next observation (`_cut_held`).
+                    held = [ae for ae in live.values() if ae.pending is not None]
+                    for ae in held:
+                        del live[ae.agent_id]
+                        if cfg.complete_episodes:
+                            env_ep._agent_steps -= ae.unemitted
+                    _mark_finished(completions, set(live.values()))  # their trajectories end here
                     ended.append(self._end_env_episode(i))
-                    if alive:
-                        self._new_episode(i, infos)
+                    if alive or held:
+                        new_ep = self._new_episode(i, infos)
                         self._begin_agents(i, alive, infos, filtered=bool(self.filters))
+                        for ae in held:
+                            ae.episode = new_ep
+                            new_ep._agents[ae.agent_id] = ae
+                            if cfg.complete_episodes:
+                                new_ep._agent_steps += ae.unemitted
+                            self.live[i][ae.agent_id] = ae
+                        self._soft_held.update(held)
                         self._pending_start(i)
                     else:
                         self._reset_later(i)
@@ -489,6 +517,11 @@ class MultiAgentSampler:
                     self._begin_agents(i, new, infos)
             except Exception as e:
                 self._cut([i])
+                error = error or e
+        if self._soft_held:
+            try:
+                self._cut_held(completions, results)
+            except Exception as e:
                 error = error or e
         for i, stepped_ep in enumerate(stepped):
             if stepped_ep is not None:
@@ -506,6 +539,28 @@ class MultiAgentSampler:
             self._start_idle()
         return agent_steps, completions
 
+    def _cut_held(self, completions: dict, results: list) -> None:
+        """Soft horizon: an agent that waited for its turn at the horizon kept its step open (see `_commit`).
+        Once that step is stored (its next observation came, with every reward since it acted), its trajectory
+        ends there and a new one (new eps_id, t = 0) starts from that observation, as for the agents observed at
+        the horizon. (Only while such agents exist: nothing on other steps.)"""
+        for ae in list(self._soft_held):
+            i = ae.env_index
+            if self.live[i].get(ae.agent_id) is not ae:  # it ended meanwhile (done, the episode's end, a fault)
+                self._soft_held.discard(ae)
+                continue
+            if ae.pending is not None:  # still waiting
+                continue
+            self._soft_held.discard(ae)
+            del self.live[i][ae.agent_id]
+            self.collectors[ae.policy_id].end_episodes(np.array([ae.slot], dtype=np.int64))
+            if self.config.complete_episodes:  # its rows are emitted with the next batch: counted now
+                self._done_agent_steps += ae.unemitted
+                ae.episode._agent_steps -= ae.unemitted
+            _mark_finished(completions, {ae})
+            infos = results[i][4]
+            self._begin_agents(i, {ae.agent_id: ae.last_obs}, infos if isinstance(infos, dict) else {}, filtered=True)
+
     def _reset_later(self, i: int) -> None:
         self.episodes[i] = None
         self._idle.add(i)
@@ -517,8 +572,8 @@ class MultiAgentSampler:
         """What this step stores, per policy: (slots, columns, completions); every value checked, nothing stored.
 
         An agent's step is stored when the env gives it its next observation,
-        or ends it (done, ``"__all__"``, the horizon: then its last observation
-        stands in if the env gave none); until then its policy outputs wait in
+        or ends it (done, ``"__all__"``, a hard horizon: then its last observation
+        stands in if the env gave none; a soft horizon ends no step: `_cut_held`); until then its policy outputs wait in
         its ``pending`` (``(columns, row, action)``). Also returns what
         `_commit` applies to the agents that run on: (rewards of waiting agents,
         observed agents with no step, observed count per env).
@@ -586,7 +641,6 @@ class MultiAgentSampler:
             all_tr = ALL in tr and bool(tr[ALL])
             at_h = horizon is not None and ep.length + 1 >= horizon
             hard = at_h and not soft_horizon
-            soft = at_h and soft_horizon
             te_agents = n_te > (ALL in te)  # flags of single agents to look up (else only "__all__")
             tr_agents = n_tr > (ALL in tr)
             for a, ae in live.items():
@@ -601,7 +655,7 @@ class MultiAgentSampler:
                 a_tr = all_tr or (tr_agents and bool(tr.get(a, False)))
                 done = a_te or a_tr or hard
                 if o is None:
-                    if not done and not soft:
+                    if not done:  # (at a soft horizon too: its step stays open, see `_cut_held`)
                         r = rew.get(a)  # waits for its next observation; its rewards add up
                         if r is not None:
                             waits.append((ae, r))
