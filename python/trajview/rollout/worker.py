@@ -55,6 +55,13 @@ class RolloutWorker(Generic[BatchT]):
     holds from t = 0); episodes in progress are dropped without
     ``on_episode_end``.
 
+    ``horizon`` / ``soft_horizon`` as RLlib's old configs (docs/contract.md).
+    Multi-agent, at a soft horizon: agents observed at that step start new
+    trajectories from that observation; an agent waiting for its turn keeps
+    its step open until its next observation (its ``new_obs``, with every
+    reward since it acted), and only then starts its new trajectory (see
+    docs/porting-from-rllib.md).
+
     Faults (docs/contract.md, Faults): if anything raises inside
     ``sample()``, the worker stays consistent (no transition that did not
     happen, none twice, no gap inside an episode; the next ``sample()``
