@@ -146,5 +146,5 @@ def test_worker_set_syncs_filters_as_rllib():
 
 
 def test_filter_needs_a_box_space():
-    with pytest.raises(ValueError, match="Box observation space"):
+    with pytest.raises(ValueError, match="Box part"):
         tv.RolloutWorker(lambda c: gym.make("FrozenLake-v1"), Zero, observation_filter="MeanStdFilter")

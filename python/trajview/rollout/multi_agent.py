@@ -23,7 +23,7 @@ from .config import RolloutConfig
 from .emit import InfoLog, add_python_columns, cast_rewards, postprocess_segment
 from .hooks import Hooks
 from .metrics import EpisodeMetrics
-from .plan import EPS_WORKER_BITS, PolicyColumns, eps_id_start, make_collector
+from .plan import EPS_WORKER_BITS, SEQ_TWIN_PREFIX, PolicyColumns, eps_id_start, make_collector
 
 __all__ = ["MultiAgentSampler"]
 
@@ -77,6 +77,47 @@ class _AgentEpisode:
 
 
 ALL = "__all__"
+
+
+def _split_last(seg: SampleBatch) -> tuple[SampleBatch | None, SampleBatch]:
+    """``seg`` without its last row (None if that was all), and its last row (the agent-step hold-back's carry).
+
+    With sequences (``seq_lens``) whose last one is longer than a row, that row first becomes a sequence of
+    its own, its per-sequence rows (``state_in_i``) the per-step twins' values at that row (`SEQ_TWIN_PREFIX`,
+    stored for this by `make_collector`): the state after the trajectory's previous step.
+    """
+    n = len(seg)
+    seq_lens = dict.get(seg, SampleBatch.SEQ_LENS)
+    if seq_lens is not None and int(seq_lens[-1]) > 1:
+        cols = dict(dict.items(seg))
+        for k in seg._seq_keys:
+            v = cols[k]
+            if k == SampleBatch.SEQ_LENS:
+                cols[k] = np.concatenate([v[:-1], np.array([v[-1] - 1, 1], dtype=v.dtype)])
+            else:
+                cols[k] = np.concatenate([v, np.asarray(seg[SEQ_TWIN_PREFIX + k])[n - 1 : n]])
+        split = SampleBatch._from_columns(cols, n, seg._seq_keys, seg._extra_seq_keys)
+        split._pruned = seg._pruned
+        split.view_columns = seg.view_columns
+        seg = split
+    return (seg[: n - 1] if n > 1 else None), seg[n - 1 :]
+
+
+def _mark_finished(completions: dict[str, list[tuple]], aes: set) -> None:
+    """This step's completions of the agents ``aes`` become steps that end their trajectory (for the
+    agent-step hold-back, `MultiAgentSampler._running`: carried, not held in the store, whose slot starts a new
+    trajectory). For trajectories ended without a done flag (a soft horizon)."""
+    for comps in completions.values():
+        for k, c in enumerate(comps):
+            if c[0] in aes and not c[7]:
+                comps[k] = (*c[:7], True)
+
+
+def _drop_twins(seg: SampleBatch) -> SampleBatch:
+    """``seg`` without the per-step twins of its per-sequence views (`SEQ_TWIN_PREFIX`), in place."""
+    for k in [k for k in dict.keys(seg) if k.startswith(SEQ_TWIN_PREFIX)]:
+        del seg[k]
+    return seg
 
 
 def _row_of(src: tuple) -> dict:
@@ -150,6 +191,8 @@ class MultiAgentSampler:
         self._fobs: list[dict] = [{} for _ in range(self.num_envs)]
         #: truncate_episodes by agent steps: last steps of finished trajectories held back for the next batch.
         self._carry: list[tuple[str, SampleBatch]] = []
+        #: Soft horizon: agents whose step stayed open at the horizon (waiting for their turn), see `_cut_held`.
+        self._soft_held: set[_AgentEpisode] = set()
         #: The newest step's completions per policy (`_running` lists them for the agent-step hold-back).
         self._last_comps: dict[str, list[tuple]] = {}
         self._false_rows: dict[int, np.ndarray] = {}  # `_falses`
@@ -158,8 +201,10 @@ class MultiAgentSampler:
         """New stores for the policies' current views; every env resets (seeded on the first build only)."""
         n_slots = self.num_envs * self.n_agents
         w = self.config.worker_index
+        # truncate_episodes by agent steps may cut a finished trajectory's segment inside a sequence (`sample`).
+        twins = self.config.count_steps_by == "agent_steps" and not self.config.complete_episodes
         self.collectors = {
-            pid: make_collector(p, n_slots, self.config, eps_id_start(w, k, self._next_eps[pid]))
+            pid: make_collector(p, n_slots, self.config, eps_id_start(w, k, self._next_eps[pid]), seq_twins=twins)
             for k, (pid, p) in enumerate(self.policies.items())
         }
         self.columns = {pid: PolicyColumns(p, self.config) for pid, p in self.policies.items()}
@@ -168,6 +213,7 @@ class MultiAgentSampler:
         self.by_eps = {}
         self.held = 0
         self._carry = []
+        self._soft_held = set()
         self._last_comps = {}
         self._env_steps = self._agent_steps = 0
         self._done_env_steps = self._done_agent_steps = 0
@@ -234,6 +280,8 @@ class MultiAgentSampler:
                 ep._agents[agent] = ae
 
     def _filter(self, pid: str, o: Any) -> Any:
+        if not self._obs_nest[pid].flat:  # a nested observation: the filter keeps each leaf's dtype
+            return self.filters[pid](o)
         dtype = np.asarray(o).dtype
         return np.asarray(self.filters[pid](o), dtype=dtype)
 
@@ -405,7 +453,7 @@ class MultiAgentSampler:
                     else:
                         ended_slots.append(ae.slot)
                 else:
-                    # Observed: it acts next. (Not observed only at a soft horizon, where its env episode ends now.)
+                    # Observed: it acts next.
                     ae.ready = True
             agent_steps += len(comps)
             if ended_slots:
@@ -440,10 +488,25 @@ class MultiAgentSampler:
             try:
                 if horizon_hit and cfg.soft_horizon and not all_done:
                     alive = {a: o for a, o in obs.items() if a != ALL and not te.get(a) and not tr.get(a)}
+                    # Agents waiting for their turn keep their step open: it and their trajectory go on into the
+                    # new episode until their next observation (`_cut_held`).
+                    held = [ae for ae in live.values() if ae.pending is not None]
+                    for ae in held:
+                        del live[ae.agent_id]
+                        if cfg.complete_episodes:
+                            env_ep._agent_steps -= ae.unemitted
+                    _mark_finished(completions, set(live.values()))  # their trajectories end here
                     ended.append(self._end_env_episode(i))
-                    if alive:
-                        self._new_episode(i, infos)
+                    if alive or held:
+                        new_ep = self._new_episode(i, infos)
                         self._begin_agents(i, alive, infos, filtered=bool(self.filters))
+                        for ae in held:
+                            ae.episode = new_ep
+                            new_ep._agents[ae.agent_id] = ae
+                            if cfg.complete_episodes:
+                                new_ep._agent_steps += ae.unemitted
+                            self.live[i][ae.agent_id] = ae
+                        self._soft_held.update(held)
                         self._pending_start(i)
                     else:
                         self._reset_later(i)
@@ -454,6 +517,11 @@ class MultiAgentSampler:
                     self._begin_agents(i, new, infos)
             except Exception as e:
                 self._cut([i])
+                error = error or e
+        if self._soft_held:
+            try:
+                self._cut_held(completions, results)
+            except Exception as e:
                 error = error or e
         for i, stepped_ep in enumerate(stepped):
             if stepped_ep is not None:
@@ -471,6 +539,28 @@ class MultiAgentSampler:
             self._start_idle()
         return agent_steps, completions
 
+    def _cut_held(self, completions: dict, results: list) -> None:
+        """Soft horizon: an agent that waited for its turn at the horizon kept its step open (see `_commit`).
+        Once that step is stored (its next observation came, with every reward since it acted), its trajectory
+        ends there and a new one (new eps_id, t = 0) starts from that observation, as for the agents observed at
+        the horizon. (Only while such agents exist: nothing on other steps.)"""
+        for ae in list(self._soft_held):
+            i = ae.env_index
+            if self.live[i].get(ae.agent_id) is not ae:  # it ended meanwhile (done, the episode's end, a fault)
+                self._soft_held.discard(ae)
+                continue
+            if ae.pending is not None:  # still waiting
+                continue
+            self._soft_held.discard(ae)
+            del self.live[i][ae.agent_id]
+            self.collectors[ae.policy_id].end_episodes(np.array([ae.slot], dtype=np.int64))
+            if self.config.complete_episodes:  # its rows are emitted with the next batch: counted now
+                self._done_agent_steps += ae.unemitted
+                ae.episode._agent_steps -= ae.unemitted
+            _mark_finished(completions, {ae})
+            infos = results[i][4]
+            self._begin_agents(i, {ae.agent_id: ae.last_obs}, infos if isinstance(infos, dict) else {}, filtered=True)
+
     def _reset_later(self, i: int) -> None:
         self.episodes[i] = None
         self._idle.add(i)
@@ -482,8 +572,8 @@ class MultiAgentSampler:
         """What this step stores, per policy: (slots, columns, completions); every value checked, nothing stored.
 
         An agent's step is stored when the env gives it its next observation,
-        or ends it (done, ``"__all__"``, the horizon: then its last observation
-        stands in if the env gave none); until then its policy outputs wait in
+        or ends it (done, ``"__all__"``, a hard horizon: then its last observation
+        stands in if the env gave none; a soft horizon ends no step: `_cut_held`); until then its policy outputs wait in
         its ``pending`` (``(columns, row, action)``). Also returns what
         `_commit` applies to the agents that run on: (rewards of waiting agents,
         observed agents with no step, observed count per env).
@@ -551,7 +641,6 @@ class MultiAgentSampler:
             all_tr = ALL in tr and bool(tr[ALL])
             at_h = horizon is not None and ep.length + 1 >= horizon
             hard = at_h and not soft_horizon
-            soft = at_h and soft_horizon
             te_agents = n_te > (ALL in te)  # flags of single agents to look up (else only "__all__")
             tr_agents = n_tr > (ALL in tr)
             for a, ae in live.items():
@@ -566,7 +655,7 @@ class MultiAgentSampler:
                 a_tr = all_tr or (tr_agents and bool(tr.get(a, False)))
                 done = a_te or a_tr or hard
                 if o is None:
-                    if not done and not soft:
+                    if not done:  # (at a soft horizon too: its step stays open, see `_cut_held`)
                         r = rew.get(a)  # waits for its next observation; its rewards add up
                         if r is not None:
                             waits.append((ae, r))
@@ -700,12 +789,12 @@ class MultiAgentSampler:
             kept = []
             for seg in [s for p2, s in carried if p2 == pid] + segments:
                 if (pid, int(seg[SampleBatch.EPS_ID][0])) in carry:
-                    n = len(seg)
-                    if n > 1:
-                        kept.append(seg[: n - 1])
-                    self._carry.append((pid, seg[n - 1 :]))
+                    head, last = _split_last(seg)
+                    if head is not None:
+                        kept.append(_drop_twins(head))
+                    self._carry.append((pid, _drop_twins(last)))
                 else:
-                    kept.append(seg)
+                    kept.append(_drop_twins(seg))
             per_policy[pid] = kept
         self._pending = ("segments", (per_policy, env_steps))
         return self._finish_emit()

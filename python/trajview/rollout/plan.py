@@ -15,7 +15,11 @@ from ..views.sample_batch import SampleBatch
 from ..views.view_requirement import ViewRequirement
 from .config import MAX_WORKERS, RolloutConfig
 
-__all__ = ["EPS_COUNTER_MASK", "PolicyColumns", "eps_id_start", "make_collector", "view_snapshot"]
+__all__ = ["EPS_COUNTER_MASK", "SEQ_TWIN_PREFIX", "PolicyColumns", "eps_id_start", "make_collector", "view_snapshot"]
+
+#: Per-step twins of a policy's per-sequence views (``batch_repeat_value > 1``, e.g. ``state_in_0``) are stored
+#: under this prefix when the sampler may cut a segment inside a sequence (see `make_collector`'s ``seq_twins``).
+SEQ_TWIN_PREFIX = "__seq_twin__"
 
 #: eps_id = worker_index << 40 | policy_index << 32 | n, n counting up from 0 per worker and policy for as long as
 #: the worker lives (across store rebuilds): unique across workers, policies and rebuilds.
@@ -53,10 +57,15 @@ def view_snapshot(vrs: dict[str, ViewRequirement]) -> dict:
     }
 
 
-def make_collector(policy: Policy, num_slots: int, config: RolloutConfig, first_eps_id: int) -> Collector:
+def make_collector(
+    policy: Policy, num_slots: int, config: RolloutConfig, first_eps_id: int, seq_twins: bool = False
+) -> Collector:
     """Runs the policy's view-pruning pass (once) and builds a collector of ``num_slots`` slots for its views.
 
-    Episode ids count up from ``first_eps_id`` (see `eps_id_start`).
+    Episode ids count up from ``first_eps_id`` (see `eps_id_start`). ``seq_twins``: each training view with
+    ``batch_repeat_value > 1`` also gets a per-step twin (`SEQ_TWIN_PREFIX` + its name: its value at every
+    step), from which a sampler that cuts a built segment inside a sequence gives the new sequence its first
+    row (the multi-agent agent-step hold-back); the sampler drops the twins before anyone sees the batch.
     """
     policy._initialize_view_requirements()
     specs = policy.column_specs()
@@ -72,6 +81,10 @@ def make_collector(policy: Policy, num_slots: int, config: RolloutConfig, first_
             continue
         if col in specs or col in BOUNDARY_COLUMNS or leaf_names(col, specs):
             views[key] = vr
+            if seq_twins and vr.batch_repeat_value > 1 and vr.used_for_training:
+                views[SEQ_TWIN_PREFIX + key] = ViewRequirement(
+                    col, vr.space, vr.shift, padding=vr.padding, used_for_compute_actions=False
+                )
         elif col not in policy.postprocessed_columns:
             raise ValueError(
                 f"view {key!r} reads column {col!r}, which no one produces; known columns: "

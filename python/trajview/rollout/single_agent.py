@@ -136,10 +136,24 @@ class SingleAgentSampler:
         self._reset_seed = self.config.seed if rebuild == 0 else None
         self._start_idle()
 
-    def _filtered(self, obs: np.ndarray, skip: set[int] | None = None) -> np.ndarray:
+    def _filtered(self, obs: Any, skip: set[int] | None = None) -> Any:
         """The observation filter applied to each row in env order (each row pushed first, as RLlib does);
         rows in ``skip`` (failed envs) are filtered without being pushed."""
         f = self.filter
+        if not self._obs_flat:  # a nested space's leaf columns
+            names = self.adapter.obs_nest.names(SampleBatch.OBS)
+            cols = [obs[c] for c in names]
+            if hasattr(f, "filter_columns"):  # MeanStdFilter: leaf by leaf
+                by_path = f.filter_columns({leaf.path: c for leaf, c in zip(self.adapter.obs_nest.leaves, cols)}, skip or ())
+                filtered = [by_path[leaf.path] for leaf in self.adapter.obs_nest.leaves]
+            else:  # another Filter: one nested observation at a time
+                n = len(cols[0])
+                filtered = [np.empty_like(c) for c in cols]
+                for j in range(n):
+                    row = f(self.adapter.obs_nest.unflatten(c[j] for c in cols), update=skip is None or j not in skip)
+                    for k, v in enumerate(self.adapter.obs_nest.leaf_values(row, "the filtered observation")):
+                        filtered[k][j] = v
+            return {**obs, **dict(zip(names, filtered))}
         out = np.empty(obs.shape, dtype=obs.dtype)
         for j in range(len(obs)):
             out[j] = f(obs[j], update=skip is None or j not in skip)

@@ -6,8 +6,6 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, cast, overload
 
-import gymnasium as gym
-
 from .._validate import positive_int
 from ..collect.collector import Collector
 from ..envs.base import MultiAgentEnvAdapter, VectorEnvAdapter
@@ -16,7 +14,7 @@ from ..policy.policy import Policy
 from ..views import MultiAgentBatch, SampleBatch
 from .callbacks import Callbacks
 from .config import RolloutConfig
-from .filter import Filter, NoFilter, make_filter
+from .filter import Filter, NoFilter, filter_shape, make_filter
 from .hooks import Hooks
 from .metrics import EpisodeMetrics
 from .multi_agent import MultiAgentSampler
@@ -45,7 +43,9 @@ class RolloutWorker(Generic[BatchT]):
     returns a `MultiAgentBatch`), or any `trajview.envs.EnvAdapter`.
     ``explore`` is passed to the policy (``sample(explore=...)`` for one
     call); ``observation_filter="MeanStdFilter"`` filters observations as
-    RLlib does (``filters``, ``get_filters``, ``sync_filters``). Every step is stored once in a C++
+    RLlib does (``filters``, ``get_filters``, ``sync_filters``; a ``Dict`` /
+    ``Tuple`` observation: one running mean / std per ``Box`` leaf, its
+    ``Discrete`` / ``MultiDiscrete`` / ``MultiBinary`` leaves unchanged). Every step is stored once in a C++
     `Collector` (one per policy); ``sample()`` returns a `SampleBatch` with
     the policy's training views, postprocessed one episode segment at a time.
 
@@ -54,6 +54,13 @@ class RolloutWorker(Generic[BatchT]):
     call builds a new store and restarts every episode (so that each view
     holds from t = 0); episodes in progress are dropped without
     ``on_episode_end``.
+
+    ``horizon`` / ``soft_horizon`` as RLlib's old configs (docs/contract.md).
+    Multi-agent, at a soft horizon: agents observed at that step start new
+    trajectories from that observation; an agent waiting for its turn keeps
+    its step open until its next observation (its ``new_obs``, with every
+    reward since it acted), and only then starts its new trajectory (see
+    docs/porting-from-rllib.md).
 
     Faults (docs/contract.md, Faults): if anything raises inside
     ``sample()``, the worker stays consistent (no transition that did not
@@ -176,17 +183,25 @@ class RolloutWorker(Generic[BatchT]):
         self.explore = bool(explore)
         #: RLlib's observation filters, one per policy (``observation_filter="MeanStdFilter"``): every
         #: observation is filtered before it is stored; `WorkerSet.sync_filters` syncs them across workers.
+        #: A Dict / Tuple space: one running statistic per Box leaf, its other leaves passed through; a policy
+        #: whose space has no Box part gets NoFilter (an error if no policy's has one).
         self.filters: dict[str, Filter] = {}
         for pid, p in self.policy_map.items():
             if observation_filter in ("NoFilter", None):
                 self.filters[pid] = NoFilter()
                 continue
-            space = p.observation_space
-            if not isinstance(space, gym.spaces.Box):
-                raise ValueError(
-                    f"observation_filter={observation_filter!r} needs a Box observation space, policy {pid!r} has {space}"
-                )
-            self.filters[pid] = make_filter(observation_filter, space.shape)
+            shape = filter_shape(p.observation_space)
+            if shape is None and not isinstance(observation_filter, Filter):
+                self.filters[pid] = NoFilter()
+                continue
+            self.filters[pid] = make_filter(observation_filter, shape)
+        if observation_filter not in ("NoFilter", None) and all(isinstance(f, NoFilter) for f in self.filters.values()):
+            spaces = {pid: p.observation_space for pid, p in self.policy_map.items()}
+            raise ValueError(
+                f"observation_filter={observation_filter!r} needs an observation space with a Box part (a Box, or a "
+                f"Dict / Tuple with a Box leaf: Discrete, MultiDiscrete and MultiBinary parts are not filtered), "
+                f"got {spaces}"
+            )
         active = {pid: f for pid, f in self.filters.items() if not isinstance(f, NoFilter)}
         if isinstance(self.sampler, SingleAgentSampler):
             self.sampler.filter = active.get(DEFAULT_POLICY_ID)

@@ -29,6 +29,7 @@ __all__ = [
     "Leaf",
     "Nest",
     "assemble",
+    "build_nest",
     "expand_views",
     "flatten_value",
     "has_leaves",
@@ -289,6 +290,12 @@ class _Mismatch(Exception):
 
 
 def _build(by_path: dict[Path, Any], kinds: Mapping[Path, type]) -> Any:
+    return _build_node((), by_path, kinds)
+
+
+def build_nest(by_path: dict[Path, Any], kinds: Mapping[Path, type]) -> Any:
+    """The nested value whose leaf at each path of ``by_path`` is its value; ``kinds`` gives each inner node's
+    type (``dict`` or ``tuple``), as `Nest.kinds`."""
     return _build_node((), by_path, kinds)
 
 
