@@ -16,7 +16,7 @@ from typing import Any
 import gymnasium as gym
 
 from .base import MultiAgentEnvList, MultiAgentStep
-from .pettingzoo_parallel import _checked
+from .pettingzoo_parallel import _checked, _step_all
 
 __all__ = ["MultiAgentDictEnv", "MultiAgentEnv", "is_multi_agent_dict_env", "is_multi_agent_env_class"]
 
@@ -109,3 +109,6 @@ class MultiAgentDictEnv(MultiAgentEnvList):
 
     def _step_one(self, i: int, env: Any, actions: dict) -> MultiAgentStep:
         return _checked(i, env.step(actions))
+
+    def step(self, actions: list[dict]) -> list[MultiAgentStep]:
+        return _step_all(self, actions)

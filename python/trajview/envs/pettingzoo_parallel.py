@@ -41,6 +41,19 @@ class PettingZooParallelEnv(MultiAgentEnvList):
     def _step_one(self, i: int, env: Any, actions: dict) -> MultiAgentStep:
         return _checked(i, env.step(actions))
 
+    def step(self, actions: list[dict]) -> list[MultiAgentStep]:
+        return _step_all(self, actions)
+
+
+def _step_all(adapter: MultiAgentEnvList, actions: list[dict]) -> list[MultiAgentStep]:
+    """`MultiAgentEnvList.step` for adapters whose `_step_one` is ``_checked(i, env.step(actions))``, inlined."""
+    out = []
+    for i, env in enumerate(adapter.envs):
+        adapter._stepping = i
+        out.append(_checked(i, env.step(actions[i])))
+    adapter._stepping = -1
+    return out
+
 
 _REAL = (float, np.float64, np.float32)  # reward types the fast path takes (NaN aside)
 

@@ -77,6 +77,7 @@ class _AgentEpisode:
 
 
 ALL = "__all__"
+_NO_FLAG = {ALL: False}  # a terminateds / truncateds dict that ends nothing
 
 
 def _split_last(seg: SampleBatch) -> tuple[SampleBatch | None, SampleBatch]:
@@ -458,9 +459,7 @@ class MultiAgentSampler:
             agent_steps += len(comps)
             if ended_slots:
                 self.collectors[pid].end_episodes(np.array(ended_slots, dtype=np.int64))
-        waits, observed, busy = follow
-        for ae, r in waits:  # rewards of agents still waiting for their next observation add up on their next step
-            ae.reward_acc += float(r)
+        observed, busy = follow
         for ae, o, info in observed:
             ae.ready = True
             ae.last_obs = o
@@ -575,12 +574,17 @@ class MultiAgentSampler:
         or ends it (done, ``"__all__"``, a hard horizon: then its last observation
         stands in if the env gave none; a soft horizon ends no step: `_cut_held`); until then its policy outputs wait in
         its ``pending`` (``(columns, row, action)``). Also returns what
-        `_commit` applies to the agents that run on: (rewards of waiting agents,
-        observed agents with no step, observed count per env).
+        `_commit` applies to the agents that run on: (observed agents with no
+        step, observed count per env).
+
+        It changes one thing: the rewards of agents waiting for their next
+        observation add up in their ``reward_acc`` here. That is safe before
+        the step is stored: if anything after this fails (this function, or a
+        store refusing the step), every env's agents are cut (`_cut`), so no
+        waiting agent's step is ever stored after a failed one.
         """
         cfg = self.config
         comps_by_pid: dict[str, list[tuple]] = {}
-        waits: list[tuple[_AgentEpisode, Any]] = []  # agents waiting for an observation, with this step's reward
         observed: list[tuple[_AgentEpisode, Any, Any]] = []  # (agent, obs, info) of agents observed with no step
         # (env, its live agents observed that run on) of the envs `_commit` looks at: those where an agent or the
         # episode may end or an agent joins (the other observed agents); not those where every agent runs on.
@@ -607,13 +611,11 @@ class MultiAgentSampler:
                     if ae is not None:
                         fo[a] = self._filter(ae.policy_id, o) if ae.policy_id in filters else o
                 obs = {**obs, **fo}
-            info_dict = infos if isinstance(infos, dict) else {}
+            info_dict = infos if type(infos) is dict or isinstance(infos, dict) else {}
             n_seen = 0
-            n_te = len(te)
-            n_tr = len(tr)
             if (
-                (n_te == 0 or (n_te == 1 and te.get(ALL) is False))
-                and (n_tr == 0 or (n_tr == 1 and tr.get(ALL) is False))
+                (not te or te == _NO_FLAG)  # (flags are bools: checked by the adapter)
+                and (not tr or tr == _NO_FLAG)
                 and (horizon is None or ep.length + 1 < horizon)
             ):
                 # The common step (no flag, no horizon): an agent's step completes iff it has a step and is observed.
@@ -624,7 +626,7 @@ class MultiAgentSampler:
                         if row is not None:
                             r = rew.get(a)  # waits for its next observation; its rewards add up
                             if r is not None:
-                                waits.append((ae, r))
+                                ae.reward_acc += float(r)  # (before the step is stored: see the docstring)
                         continue
                     n_seen += 1
                     if row is None:
@@ -641,8 +643,8 @@ class MultiAgentSampler:
             all_tr = ALL in tr and bool(tr[ALL])
             at_h = horizon is not None and ep.length + 1 >= horizon
             hard = at_h and not soft_horizon
-            te_agents = n_te > (ALL in te)  # flags of single agents to look up (else only "__all__")
-            tr_agents = n_tr > (ALL in tr)
+            te_agents = len(te) > (ALL in te)  # flags of single agents to look up (else only "__all__")
+            tr_agents = len(tr) > (ALL in tr)
             for a, ae in live.items():
                 o = obs.get(a)
                 row = ae.pending
@@ -658,7 +660,7 @@ class MultiAgentSampler:
                     if not done:  # (at a soft horizon too: its step stays open, see `_cut_held`)
                         r = rew.get(a)  # waits for its next observation; its rewards add up
                         if r is not None:
-                            waits.append((ae, r))
+                            ae.reward_acc += float(r)
                         continue
                     o = ae.last_obs
                 elif not done:
@@ -700,7 +702,7 @@ class MultiAgentSampler:
                 data[SampleBatch.TRUNCATEDS] = np.array(tr_c, bool) if any(tr_c) else self._falses(n)
             slots = out[0] if same and out is not None else np.array([ae.slot for ae in aes_c], dtype=np.int64)
             per_policy[pid] = (slots, data, comps)
-        return per_policy, comps_by_pid, (waits, observed, busy)
+        return per_policy, comps_by_pid, (observed, busy)
 
     def _falses(self, n: int) -> np.ndarray:
         """A read-only bool[n] of False, made once per n (the store copies what it is given)."""
