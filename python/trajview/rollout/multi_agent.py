@@ -31,8 +31,8 @@ __all__ = ["MultiAgentSampler"]
 class _AgentEpisode:
     """One agent's part of one env episode: its own trajectory, with its own eps_id in the store.
 
-    Turn-based envs: an agent acts only when it has an observation (it is
-    ``ready``). Its step (action and policy outputs, in ``pending``) is
+    Turn-based envs: an agent acts only when it has an observation and no
+    step pending. Its step (action and policy outputs, in ``pending``) is
     stored when the env next gives it an observation or ends it; rewards
     given to it in between add up on that step (``reward_acc``), as RLlib does.
     """
@@ -46,7 +46,6 @@ class _AgentEpisode:
         "slot",
         "infos",
         "unemitted",
-        "ready",
         "pending",
         "reward_acc",
         "last_obs",
@@ -65,7 +64,6 @@ class _AgentEpisode:
         self.slot = slot
         self.infos = InfoLog()  # the agent's info after each step not emitted yet (if its policy trains on infos)
         self.unemitted = 0  # steps stored and not emitted yet
-        self.ready = True  # it has an observation and acts in the next step
         #: Its policy outputs of a step not stored yet (waiting for its next obs): (columns, row, action).
         self.pending: Any = None
         self.reward_acc = 0.0  # rewards given to it since it acted
@@ -347,7 +345,9 @@ class MultiAgentSampler:
         """One step of every env. Returns (agent steps stored, the steps stored per policy: see `_running`)."""
         if self._idle:
             self._start_idle()
-        ready = [ae for live in self.live for ae in live.values() if ae.ready]  # in env order, then the env's
+        # The agents that act: those with no step pending (every live agent's step completes at its next
+        # observation, or it is done and gone), in env order, then the env's.
+        ready = [ae for live in self.live for ae in live.values() if ae.pending is None]
         groups: dict[str, list[_AgentEpisode]] = {}
         if len(self.policies) == 1:
             if ready:
@@ -392,7 +392,6 @@ class MultiAgentSampler:
                     # Its step waits here until the env observes or ends it: (its policy's output columns, its row,
                     # its action), no copy. (Undone below if this step fails.)
                     ae.pending = (data, j, a)
-                    ae.ready = False
             try:
                 results = self.adapter.step(actions_by_env)
             except BaseException:
@@ -415,7 +414,6 @@ class MultiAgentSampler:
             for aes in acting:  # nothing of this step is stored: the agents that acted have no step pending
                 for ae in aes:
                     ae.pending = None
-                    ae.ready = True
             raise
         return self._commit(per_policy, completions, follow, results)
 
@@ -453,15 +451,11 @@ class MultiAgentSampler:
                         self.closing[ae.env_index].append(ae)
                     else:
                         ended_slots.append(ae.slot)
-                else:
-                    # Observed: it acts next.
-                    ae.ready = True
             agent_steps += len(comps)
             if ended_slots:
                 self.collectors[pid].end_episodes(np.array(ended_slots, dtype=np.int64))
         observed, busy = follow
         for ae, o, info in observed:
-            ae.ready = True
             ae.last_obs = o
             if info is not None:
                 ae.last_info = info
