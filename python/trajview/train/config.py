@@ -6,15 +6,24 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TrainConfig", "MODEL_PRESETS", "IMAGE_MODEL_PRESETS"]
+__all__ = ["TrainConfig", "MODEL_PRESETS", "IMAGE_MODEL_PRESETS", "PRESET_KEYS"]
 
-#: Per model: its model_config and the PPO settings that differ from `TrainConfig`'s defaults.
+#: Per model: its model_config and, under "ppo", the `TrainConfig` settings that differ from its defaults for this
+#: model (applied by `TrainConfig.with_model_presets`, which ``trajview train`` uses, under what is given).
 MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "mlp": {"model_config": {}},
     "framestack": {"model_config": {"num_frames": 16}},
-    "lstm": {"model_config": {"max_seq_len": 20, "cell_size": 64, "prev_action": True}},
-    "attention": {"model_config": {"max_seq_len": 20, "memory": 16, "attention_dim": 32, "num_layers": 1}},
+    # The memory models: no gradient-norm clip (the global clip of 0.5 over both networks was taken up by the
+    # value function's gradient, so the policy's steps shrank), Adam 1e-3; LSTM: 1,000 env steps per iteration.
+    "lstm": {"model_config": {"max_seq_len": 20, "cell_size": 64, "prev_action": True},
+             "ppo": {"train_batch_size": 1000, "lr": 1e-3, "grad_clip": None}},
+    "attention": {"model_config": {"max_seq_len": 20, "memory": 16, "attention_dim": 32, "num_layers": 1},
+                  "ppo": {"lr": 1e-3, "grad_clip": None}},
 }
+
+#: The settings a preset's "ppo" part may hold.
+PRESET_KEYS = ("envs_per_worker", "train_batch_size", "sgd_minibatch_size", "num_sgd_iter", "lr", "vf_loss_coeff",
+               "entropy_coeff", "grad_clip")
 
 #: What changes in a model's preset when the observation has an image leaf (applied only to a preset's
 #: model_config, never to one given with --model-config): the frame stack holds 4 frames (DQN's), not 16.
@@ -53,6 +62,21 @@ class TrainConfig:
     #: Also write TensorBoard event files to ``<out_dir>/tensorboard`` (``--logger tensorboard``).
     tensorboard: bool = False
     threads: int = 1
+
+    @classmethod
+    def with_model_presets(cls, **given: Any) -> "TrainConfig":
+        """A config with ``given`` over the model's preset PPO settings (`MODEL_PRESETS`), over the defaults.
+
+        A `PRESET_KEYS` setting given as None is not given (the preset's, else the default); ``grad_clip <= 0``
+        means no clip.
+        """
+        model = given.get("model", cls.model)
+        preset = MODEL_PRESETS.get(model, {}).get("ppo", {})
+        given = {k: v for k, v in given.items() if not (k in PRESET_KEYS and v is None)}
+        kw = {**preset, **given}
+        if kw.get("grad_clip") is not None and kw["grad_clip"] <= 0:
+            kw["grad_clip"] = None
+        return cls(**kw)
 
     def __post_init__(self) -> None:
         if self.metrics_format not in ("csv", "jsonl"):
