@@ -44,6 +44,9 @@ PPO_DEFAULTS: dict[str, Any] = {
     "sgd_minibatch_size": 256,
     "grad_clip": 0.5,
     "explore": True,
+    #: torch's fused Adam (the same update in one kernel per parameter): several times faster than the default
+    #: per-tensor loop for models with many small parameters (the GTrXL's 50), equal up to rounding.
+    "adam_fused": False,
 }
 
 
@@ -193,9 +196,8 @@ class PPOPolicy(TorchPolicy):
         return {k: v / max(n, 1) for k, v in sums.items()}
 
     def optimizer(self) -> torch.optim.Optimizer:
-        # foreach: one kernel per step for all parameters (the per-tensor loop costs more than the math for these
-        # small models on the CPU).
-        return torch.optim.Adam(self.model.parameters(), lr=float(self.config["lr"]), eps=1e-5, fused=True)
+        fused = bool(self.config["adam_fused"]) or None  # None: torch's default (the per-tensor loop on the CPU)
+        return torch.optim.Adam(self.model.parameters(), lr=float(self.config["lr"]), eps=1e-5, fused=fused)
 
     def get_state(self) -> dict:
         """Model and optimizer state (for checkpoints)."""

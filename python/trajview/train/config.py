@@ -14,16 +14,18 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "mlp": {"model_config": {}},
     "framestack": {"model_config": {"num_frames": 16}},
     # The memory models: no gradient-norm clip (the global clip of 0.5 over both networks was taken up by the
-    # value function's gradient, so the policy's steps shrank), Adam 1e-3; LSTM: 1,000 env steps per iteration.
+    # value function's gradient, so the policy's steps shrank), Adam 1e-3 (fused), 16-20 envs (fewer, wider policy
+    # calls while sampling); LSTM: 1,000 env steps per iteration.
     "lstm": {"model_config": {"max_seq_len": 20, "cell_size": 64, "prev_action": True},
-             "ppo": {"train_batch_size": 1000, "lr": 1e-3, "grad_clip": None}},
+             "ppo": {"train_batch_size": 1000, "envs_per_worker": 20, "lr": 1e-3, "grad_clip": None,
+                     "adam_fused": True}},
     "attention": {"model_config": {"max_seq_len": 20, "memory": 16, "attention_dim": 32, "num_layers": 1},
-                  "ppo": {"lr": 1e-3, "grad_clip": None}},
+                  "ppo": {"envs_per_worker": 16, "lr": 1e-3, "grad_clip": None, "adam_fused": True}},
 }
 
 #: The settings a preset's "ppo" part may hold.
 PRESET_KEYS = ("envs_per_worker", "train_batch_size", "sgd_minibatch_size", "num_sgd_iter", "lr", "vf_loss_coeff",
-               "entropy_coeff", "grad_clip")
+               "entropy_coeff", "grad_clip", "adam_fused")
 
 #: What changes in a model's preset when the observation has an image leaf (applied only to a preset's
 #: model_config, never to one given with --model-config): the frame stack holds 4 frames (DQN's), not 16.
@@ -54,6 +56,8 @@ class TrainConfig:
     vf_loss_coeff: float = 0.5
     entropy_coeff: float = 0.0
     grad_clip: float | None = 0.5
+    #: PPOPolicy's "adam_fused" (torch's fused Adam; the memory models' presets).
+    adam_fused: bool = False
     stop_reward: float | None = 150.0
     smoothing_episodes: int = 100
     model_config: dict = dataclasses.field(default_factory=dict)
@@ -127,4 +131,5 @@ class TrainConfig:
             "num_sgd_iter": self.num_sgd_iter,
             "sgd_minibatch_size": self.sgd_minibatch_size,
             "grad_clip": self.grad_clip,
+            "adam_fused": self.adam_fused,
         }
