@@ -10,7 +10,7 @@ kernel slices a shrinking batch at every time step.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -33,8 +33,8 @@ class _LSTMCore(nn.Module):
     def step(self, x: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         z = torch.tanh(self.fc(x))
         # One cell step (nn.LSTM's own weights): nn.LSTM's module call costs more than the step at action time.
-        h1, c1 = torch.lstm_cell(z, (h, c), self.lstm.weight_ih_l0, self.lstm.weight_hh_l0,
-                                 self.lstm.bias_ih_l0, self.lstm.bias_hh_l0)
+        w = [cast(Tensor, getattr(self.lstm, k)) for k in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")]
+        h1, c1 = torch.lstm_cell(z, (h, c), w[0], w[1], w[2], w[3])
         return h1, h1, c1
 
     def flat(self, x: Tensor, seq_lens: Tensor, h0: Tensor, c0: Tensor) -> Tensor:
