@@ -4,6 +4,7 @@
     .venv-compare/bin/python bench/compare_rllib_train.py                         # both sides, 3 models, seed 0
     .venv-compare/bin/python bench/compare_rllib_train.py --side trajview --models lstm attention --seeds 0 1 2
     .venv-compare/bin/python bench/compare_rllib_train.py --side rllib --models lstm
+    .venv-compare/bin/python bench/compare_rllib_train.py --table-from A/results.json B/results.json   # merged
 
 The experiment of issue 16: `trajview/StatelessCartPole-v1` (observation
 ``[x, theta]``), PPO, each run stopped when the mean return of the last 100
@@ -183,7 +184,20 @@ def run_trajview(model: str, seed: int, cap: int, out: Path) -> dict:
             "steps_to_150": reached and int(reached["env_steps"]),
             "time_to_150_s": reached and round(float(reached["time_s"]), 1),
             "steps_run": int(rows[-1]["env_steps"]), "time_s": round(float(rows[-1]["time_s"]), 1),
-            "best_return": max(float(r["episode_return_mean"]) for r in rows), "command": " ".join(cmd[1:])}
+            "best_return": max(float(r["episode_return_mean"]) for r in rows), "command": " ".join(cmd[1:]),
+            "curve": [(int(r["env_steps"]), float(r["time_s"]), float(r["episode_return_mean"])) for r in rows]}
+
+
+def median_estimate(res: dict) -> float | None:
+    """Iterations to 150 times the median iteration's time: the time to 150 without the iterations that other
+    processes on the machine stretched (a shared machine's load comes and goes; the median is what most of the
+    run's iterations took)."""
+    if not res.get("steps_to_150") or not res.get("curve"):
+        return None
+    curve = [c for c in res["curve"] if c[0] <= res["steps_to_150"]]
+    times = [b[1] - a[1] for a, b in zip([(0, 0.0, 0.0)] + curve[:-1], curve)]
+    times.sort()
+    return len(times) * times[len(times) // 2]
 
 
 # ----------------------------------------------------------------------------- driver
@@ -194,8 +208,10 @@ def _fmt(x, spec=",") -> str:
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| model | seed | RLlib env steps to 150 | RLlib s to 150 | trajview env steps to 150 | trajview s to 150 "
-             "| wall-clock ratio | env-step ratio |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | seed | RLlib env steps to 150 | RLlib s to 150 (median-iteration estimate) "
+             "| trajview env steps to 150 | trajview s to 150 (median-iteration estimate) "
+             "| wall-clock ratio (of the estimates) | env-step ratio | 1-min load at start (RLlib / trajview) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     keys = sorted({(r["model"], r["seed"]) for r in results}, key=lambda k: (MODELS.index(k[0]), k[1]))
     for model, seed in keys:
         by = {r["side"]: r for r in results if r["model"] == model and r["seed"] == seed}
@@ -203,14 +219,22 @@ def table(results: list[dict]) -> str:
         ratio_t = ratio_s = "–"
         if rl.get("time_to_150_s") and tv.get("time_to_150_s"):
             ratio_t = f"{rl['time_to_150_s'] / tv['time_to_150_s']:.1f}x faster"
+            est_rl, est_tv = median_estimate(rl), median_estimate(tv)
+            if est_rl and est_tv:
+                ratio_t += f" ({est_rl / est_tv:.1f}x)"
         if rl.get("steps_to_150") and tv.get("steps_to_150"):
             ratio_s = f"{tv['steps_to_150'] / rl['steps_to_150']:.2f}"
 
         def cell(r, k, spec=","):
             return "–" if not r else _fmt(r.get(k), spec)
 
-        lines.append(f"| {model} | {seed} | {cell(rl, 'steps_to_150')} | {cell(rl, 'time_to_150_s', '.1f')} "
-                     f"| {cell(tv, 'steps_to_150')} | {cell(tv, 'time_to_150_s', '.1f')} | {ratio_t} | {ratio_s} |")
+        def secs(r):
+            est = median_estimate(r) if r else None
+            return cell(r, "time_to_150_s", ".1f") + (f" ({est:.1f})" if est else "")
+
+        lines.append(f"| {model} | {seed} | {cell(rl, 'steps_to_150')} | {secs(rl)} "
+                     f"| {cell(tv, 'steps_to_150')} | {secs(tv)} | {ratio_t} | {ratio_s} "
+                     f"| {cell(rl, 'load_1min_at_start', '.1f')} / {cell(tv, 'load_1min_at_start', '.1f')} |")
     return "\n".join(lines)
 
 
@@ -224,8 +248,13 @@ def main() -> int:
     ap.add_argument("--rllib-env-runners", type=int, default=2,
                     help="RLlib's num_env_runners (PPO's default 2; 0 samples in the driver)")
     ap.add_argument("--out", default=None, help="where runs and results.json go (default: a temporary directory)")
+    ap.add_argument("--table-from", nargs="+", metavar="RESULTS_JSON",
+                    help="print the table of earlier runs (their results.json files, merged) and exit")
     ap.add_argument("--one", nargs=3, metavar=("SIDE", "MODEL", "SEED"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.table_from:
+        print(table([r for f in args.table_from for r in json.loads(Path(f).read_text())]))
+        return 0
     out = Path(args.out or tempfile.mkdtemp(prefix="tv-rllib-train-"))
     out.mkdir(parents=True, exist_ok=True)
     if args.one:  # a child: one RLlib run, its result as JSON on the last line
