@@ -15,10 +15,10 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "framestack": {"model_config": {"num_frames": 16}},
     # The memory models: no gradient-norm clip (the global clip of 0.5 over both networks was taken up by the
     # value function's gradient, so the policy's steps shrank), Adam 1e-3 (fused), 16-20 envs (fewer, wider policy
-    # calls while sampling); LSTM: 1,000 env steps per iteration.
+    # calls while sampling); LSTM: 1,000 env steps per iteration in minibatches of 125 rows.
     "lstm": {"model_config": {"max_seq_len": 20, "cell_size": 64, "prev_action": True},
-             "ppo": {"train_batch_size": 1000, "envs_per_worker": 20, "lr": 1e-3, "grad_clip": None,
-                     "adam_fused": True}},
+             "ppo": {"train_batch_size": 1000, "sgd_minibatch_size": 125, "envs_per_worker": 20, "lr": 1e-3,
+                     "grad_clip": None, "adam_fused": True}},
     "attention": {"model_config": {"max_seq_len": 20, "memory": 16, "attention_dim": 32, "num_layers": 1},
                   "ppo": {"envs_per_worker": 16, "lr": 1e-3, "grad_clip": None, "adam_fused": True}},
 }
