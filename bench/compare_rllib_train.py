@@ -171,11 +171,11 @@ def run_rllib(model: str, seed: int, cap: int, env_runners: int) -> dict:
 # ----------------------------------------------------------------------------- trajview
 
 
-def run_trajview(model: str, seed: int, cap: int, out: Path) -> dict:
+def run_trajview(model: str, seed: int, cap: int, out: Path, python: str) -> dict:
     import csv
 
     run_dir = out / f"trajview-{model}-{seed}"
-    cmd = [sys.executable, "-m", "trajview.train.cli", "train", "--model", model, "--seed", str(seed),
+    cmd = [python, "-m", "trajview.train.cli", "train", "--model", model, "--seed", str(seed),
            "--timesteps", str(cap), "--out", str(run_dir), "--no-progress"]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
@@ -248,6 +248,9 @@ def main() -> int:
     ap.add_argument("--rllib-env-runners", type=int, default=2,
                     help="RLlib's num_env_runners (PPO's default 2; 0 samples in the driver)")
     ap.add_argument("--out", default=None, help="where runs and results.json go (default: a temporary directory)")
+    ap.add_argument("--trajview-python", default=sys.executable,
+                    help="the interpreter of trajview's runs (default: this one; its torch decides the numerics, so "
+                         "env steps to 150 may differ between torch versions)")
     ap.add_argument("--table-from", nargs="+", metavar="RESULTS_JSON",
                     help="print the table of earlier runs (their results.json files, merged) and exit")
     ap.add_argument("--one", nargs=3, metavar=("SIDE", "MODEL", "SEED"), help=argparse.SUPPRESS)
@@ -276,7 +279,7 @@ def main() -> int:
                         raise SystemExit(f"RLlib run {model} seed {seed} failed")
                     res = json.loads(p.stdout.strip().splitlines()[-1])
                 else:
-                    res = run_trajview(model, seed, args.cap, out)
+                    res = run_trajview(model, seed, args.cap, out, args.trajview_python)
                 res["load_1min_at_start"] = round(load, 2)
                 results.append(res)
                 print(f"{side} {model} seed {seed}: steps to 150 {_fmt(res['steps_to_150'])}, "
