@@ -281,3 +281,25 @@ def test_image_observations_get_a_four_frame_stack_preset(tmp_path):
     t = Trainer(TrainConfig(env="Pendulum-v1", model="framestack", out_dir=str(tmp_path / "c")))
     assert t.policy.model.num_frames == 16  # no image: the preset's 16
     assert not any((tmp_path / d).exists() for d in "abc")  # no iteration ran: no run folders
+
+
+def test_model_presets_carry_ppo_settings_under_what_is_given(tmp_path, capsys):
+    from trajview.train import TrainConfig
+    from trajview.train.config import MODEL_PRESETS
+
+    lstm = TrainConfig.with_model_presets(model="lstm", lr=None, grad_clip=None)  # None: not given
+    for k, v in MODEL_PRESETS["lstm"]["ppo"].items():
+        assert getattr(lstm, k) == v, k
+    assert TrainConfig.with_model_presets(model="lstm", lr=5e-4, grad_clip=0.5).ppo_config()["lr"] == 5e-4
+    assert TrainConfig.with_model_presets(model="lstm", grad_clip=-1).grad_clip is None  # <= 0: no clip
+    # The frame stack keeps TrainConfig's defaults; a plain TrainConfig(...) applies no preset PPO settings.
+    assert TrainConfig.with_model_presets(model="framestack") == TrainConfig(model="framestack")
+    assert TrainConfig(model="lstm").lr == 3e-4
+    # trajview train: the preset unless an option says otherwise.
+    out = tmp_path / "run"
+    assert main(["train", "--model", "lstm", "--timesteps", "1000", "--model-config",
+                 '{"max_seq_len": 8, "cell_size": 8, "hidden": 8}', "--minibatch-size", "500", "--num-sgd-iter", "1",
+                 "--lr", "2e-3", "--out", str(out), "--no-progress"]) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert (cfg["train_batch_size"], cfg["envs_per_worker"], cfg["grad_clip"], cfg["adam_fused"], cfg["lr"]) == (
+        1000, 20, None, True, 2e-3)

@@ -147,6 +147,62 @@ def test_gtrxl_flat_pass_equals_step_by_step_on_random_sequences():
     torch.testing.assert_close(values, torch.stack(want_v), atol=1e-5, rtol=1e-5)
 
 
+def test_lstm_padded_pass_equals_pack_sequence_reference_with_gradients():
+    """The [T, runs] padded pass gives pack_sequence's outputs and the same gradients (padding is never read)."""
+    from torch.nn.utils.rnn import pack_sequence
+
+    from trajview.algorithms.models.lstm import _LSTMCore
+
+    torch.manual_seed(3)
+    core = _LSTMCore(5, 6, 7)
+    lens = torch.tensor([4, 1, 6, 2, 6, 3])
+    x = torch.randn(int(lens.sum()), 5, requires_grad=True)
+    h0, c0 = torch.randn(len(lens), 7), torch.randn(len(lens), 7)
+    out = core.flat(x, lens, h0, c0)
+    g = torch.randn_like(out)
+    got = torch.autograd.grad((out * g).sum(), [x, *core.parameters()])
+
+    z = torch.tanh(core.fc(x))
+    ref_out, _ = core.lstm(pack_sequence(list(torch.split(z, lens.tolist())), enforce_sorted=False),
+                           (h0[None], c0[None]))
+    unpacked, _ = torch.nn.utils.rnn.pad_packed_sequence(ref_out, batch_first=True)
+    ref = torch.cat([unpacked[i, :L] for i, L in enumerate(lens.tolist())])
+    want = torch.autograd.grad((ref * g).sum(), [x, *core.parameters()])
+    torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_gtrxl_block_equals_a_plain_reference():
+    """The block projects keys / values once per row and gathers them; the reference gathers the windows first
+    and projects each window row (``kv(ln1(window) + pos)``), with batched matmuls, as the paper's layer reads."""
+    from trajview.algorithms.models.gtrxl import _GTrXLBlock
+
+    torch.manual_seed(4)
+    n, M, D, H = 7, 3, 8, 2
+    block = _GTrXLBlock(D, H, M, 16)
+    rows = torch.randn(20, D, requires_grad=True)
+    x = torch.randn(n, D)
+    window_at = torch.randint(0, 20, (n, M + 1))
+    valid = torch.rand(n, M + 1) > 0.3
+    valid[:, -1] = True  # a row always sees itself
+    got = block(x, rows, window_at, valid)
+
+    window = rows[window_at]
+    q = block.q(block.ln1(x)).view(n, H, 1, D // H)
+    k, v = block.kv(block.ln1(window) + block.pos).chunk(2, -1)
+    k = k.view(n, M + 1, H, D // H).transpose(1, 2)
+    v = v.view(n, M + 1, H, D // H).transpose(1, 2)
+    scores = ((q @ k.transpose(-1, -2)) / np.sqrt(D // H)).masked_fill(~valid[:, None, None, :], float("-inf"))
+    a = (torch.softmax(scores, -1) @ v).reshape(n, D)
+    h = block.gate1(x, torch.relu(block.o(a)))
+    want = block.gate2(h, torch.relu(block.ff(block.ln2(h))))
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    g = torch.randn_like(got)
+    torch.testing.assert_close(torch.autograd.grad((got * g).sum(), rows)[0],
+                               torch.autograd.grad((want * g).sum(), rows)[0], atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("model", ["lstm", "attention", "framestack", "mlp"])
 def test_training_pass_over_collected_batch_reproduces_rollout_outputs(model):
     """With unchanged weights, forward_train over the flat batch gives each step's logp and value from acting."""

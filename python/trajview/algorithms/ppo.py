@@ -44,6 +44,9 @@ PPO_DEFAULTS: dict[str, Any] = {
     "sgd_minibatch_size": 256,
     "grad_clip": 0.5,
     "explore": True,
+    #: torch's fused Adam (the same update in one kernel per parameter): several times faster than the default
+    #: per-tensor loop for models with many small parameters (the GTrXL's 50), equal up to rounding.
+    "adam_fused": False,
 }
 
 
@@ -176,6 +179,7 @@ class PPOPolicy(TorchPolicy):
         grad_clip = self.config.get("grad_clip")
         sums: dict[str, float] = {}
         n = 0
+        params = [p for p in self.model.parameters() if p.requires_grad]  # once: model.parameters() walks modules
         self.model.train()
         for _ in range(int(self.config["num_sgd_iter"])):
             for mb in minibatches(tensors, size):
@@ -183,7 +187,7 @@ class PPOPolicy(TorchPolicy):
                 self._optimizer.zero_grad()
                 loss.backward()
                 if grad_clip is not None:
-                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(grad_clip))
+                    torch.nn.utils.clip_grad_norm_(params, float(grad_clip), foreach=True)
                 self._optimizer.step()
                 for k, v in self.last_stats.items():
                     sums[k] = sums.get(k, 0.0) + v
@@ -192,7 +196,8 @@ class PPOPolicy(TorchPolicy):
         return {k: v / max(n, 1) for k, v in sums.items()}
 
     def optimizer(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.model.parameters(), lr=float(self.config["lr"]), eps=1e-5)
+        fused = bool(self.config["adam_fused"]) or None  # None: torch's default (the per-tensor loop on the CPU)
+        return torch.optim.Adam(self.model.parameters(), lr=float(self.config["lr"]), eps=1e-5, fused=fused)
 
     def get_state(self) -> dict:
         """Model and optimizer state (for checkpoints)."""

@@ -57,6 +57,8 @@ def _stop_reward(text: str) -> float | None:
 
 def build_parser() -> argparse.ArgumentParser:
     d = TrainConfig()
+    # "%(default).0s" prints nothing: it keeps ArgumentDefaultsHelpFormatter from adding "(default: None)".
+    PRESET_HELP = "default: the model's preset (MODEL_PRESETS), else %s%%(default).0s"
     p = argparse.ArgumentParser(prog="trajview", description="trajview: RL experience collection with trajectory views")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -98,17 +100,18 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--max-staleness", type=int, default=d.max_staleness, metavar="K",
                    help="with --async: discard batches sampled with weights more than K policy versions behind "
                         "(their env steps still count); 0 waits for fresh weights")
-    t.add_argument("--envs-per-worker", type=int, default=d.envs_per_worker)
-    t.add_argument("--train-batch-size", type=int, default=d.train_batch_size)
-    t.add_argument("--minibatch-size", type=int, default=d.sgd_minibatch_size)
-    t.add_argument("--num-sgd-iter", type=int, default=d.num_sgd_iter)
-    t.add_argument("--lr", type=float, default=d.lr)
-    t.add_argument("--entropy-coeff", type=float, default=d.entropy_coeff)
+    t.add_argument("--envs-per-worker", type=int, default=None, help=PRESET_HELP % d.envs_per_worker)
+    t.add_argument("--train-batch-size", type=int, default=None, help=PRESET_HELP % d.train_batch_size)
+    t.add_argument("--minibatch-size", type=int, default=None, help=PRESET_HELP % d.sgd_minibatch_size)
+    t.add_argument("--num-sgd-iter", type=int, default=None, help=PRESET_HELP % d.num_sgd_iter)
+    t.add_argument("--lr", type=float, default=None, help=PRESET_HELP % d.lr)
+    t.add_argument("--entropy-coeff", type=float, default=None, help=PRESET_HELP % d.entropy_coeff)
     t.add_argument("--gamma", type=float, default=d.gamma, help="discount")
     t.add_argument("--lambda", dest="lambda_", type=float, default=d.lambda_, help="GAE lambda")
     t.add_argument("--clip-param", type=float, default=d.clip_param, help="PPO's ratio clip")
-    t.add_argument("--vf-loss-coeff", type=float, default=d.vf_loss_coeff)
-    t.add_argument("--grad-clip", type=float, default=d.grad_clip, help="global gradient norm clip (<= 0: none)")
+    t.add_argument("--vf-loss-coeff", type=float, default=None, help=PRESET_HELP % d.vf_loss_coeff)
+    t.add_argument("--grad-clip", type=float, default=None,
+                   help="global gradient norm clip (<= 0: none); " + PRESET_HELP % d.grad_clip)
     t.add_argument("--stop-reward", type=_stop_reward, default=d.stop_reward,
                    help="stop once the mean return of the last 100 episodes reaches it (any number, e.g. -300 on "
                         "Pendulum; 'none': never)")
@@ -188,7 +191,7 @@ def _train(args: argparse.Namespace) -> int:
         if args.resume:
             config = TrainConfig(**saved)
         else:
-            config = TrainConfig(
+            config = TrainConfig.with_model_presets(
                 env=args.env,
                 env_modules=list(args.env_modules),
                 drop_obs_keys=list(args.drop_obs_keys),
@@ -209,7 +212,7 @@ def _train(args: argparse.Namespace) -> int:
                 lambda_=args.lambda_,
                 clip_param=args.clip_param,
                 vf_loss_coeff=args.vf_loss_coeff,
-                grad_clip=None if args.grad_clip is None or args.grad_clip <= 0 else args.grad_clip,
+                grad_clip=args.grad_clip,  # None: the preset's; <= 0: none
                 entropy_coeff=args.entropy_coeff,
                 stop_reward=args.stop_reward,
                 model_config=args.model_config or {},

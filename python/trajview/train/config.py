@@ -6,19 +6,30 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TrainConfig", "MODEL_PRESETS", "IMAGE_MODEL_PRESETS", "BACKENDS"]
+__all__ = ["TrainConfig", "MODEL_PRESETS", "IMAGE_MODEL_PRESETS", "PRESET_KEYS", "BACKENDS"]
 
 #: Where a run's rollout workers sample (``--backend``): in the trainer's process one after another, in a
 #: process each, or in a Ray actor each (on any node of the Ray cluster).
 BACKENDS = ("local", "process", "ray")
 
-#: Per model: its model_config and the PPO settings that differ from `TrainConfig`'s defaults.
+#: Per model: its model_config and, under "ppo", the `TrainConfig` settings that differ from its defaults for this
+#: model (applied by `TrainConfig.with_model_presets`, which ``trajview train`` uses, under what is given).
 MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "mlp": {"model_config": {}},
     "framestack": {"model_config": {"num_frames": 16}},
-    "lstm": {"model_config": {"max_seq_len": 20, "cell_size": 64, "prev_action": True}},
-    "attention": {"model_config": {"max_seq_len": 20, "memory": 16, "attention_dim": 32, "num_layers": 1}},
+    # The memory models: no gradient-norm clip (the global clip of 0.5 over both networks was taken up by the
+    # value function's gradient, so the policy's steps shrank), Adam 1e-3 (fused), 16-20 envs (fewer, wider policy
+    # calls while sampling); LSTM: 1,000 env steps per iteration in minibatches of 125 rows.
+    "lstm": {"model_config": {"max_seq_len": 20, "cell_size": 64, "prev_action": True},
+             "ppo": {"train_batch_size": 1000, "sgd_minibatch_size": 125, "envs_per_worker": 20, "lr": 1e-3,
+                     "grad_clip": None, "adam_fused": True}},
+    "attention": {"model_config": {"max_seq_len": 20, "memory": 16, "attention_dim": 32, "num_layers": 1},
+                  "ppo": {"envs_per_worker": 16, "lr": 1e-3, "grad_clip": None, "adam_fused": True}},
 }
+
+#: The settings a preset's "ppo" part may hold.
+PRESET_KEYS = ("envs_per_worker", "train_batch_size", "sgd_minibatch_size", "num_sgd_iter", "lr", "vf_loss_coeff",
+               "entropy_coeff", "grad_clip", "adam_fused")
 
 #: What changes in a model's preset when the observation has an image leaf (applied only to a preset's
 #: model_config, never to one given with --model-config): the frame stack holds 4 frames (DQN's), not 16.
@@ -59,6 +70,8 @@ class TrainConfig:
     vf_loss_coeff: float = 0.5
     entropy_coeff: float = 0.0
     grad_clip: float | None = 0.5
+    #: PPOPolicy's "adam_fused" (torch's fused Adam; the memory models' presets).
+    adam_fused: bool = False
     stop_reward: float | None = 150.0
     smoothing_episodes: int = 100
     model_config: dict = dataclasses.field(default_factory=dict)
@@ -67,6 +80,21 @@ class TrainConfig:
     #: Also write TensorBoard event files to ``<out_dir>/tensorboard`` (``--logger tensorboard``).
     tensorboard: bool = False
     threads: int = 1
+
+    @classmethod
+    def with_model_presets(cls, **given: Any) -> "TrainConfig":
+        """A config with ``given`` over the model's preset PPO settings (`MODEL_PRESETS`), over the defaults.
+
+        A `PRESET_KEYS` setting given as None is not given (the preset's, else the default); ``grad_clip <= 0``
+        means no clip.
+        """
+        model = given.get("model", cls.model)
+        preset = MODEL_PRESETS.get(model, {}).get("ppo", {})
+        given = {k: v for k, v in given.items() if not (k in PRESET_KEYS and v is None)}
+        kw = {**preset, **given}
+        if kw.get("grad_clip") is not None and kw["grad_clip"] <= 0:
+            kw["grad_clip"] = None
+        return cls(**kw)
 
     def __post_init__(self) -> None:
         if self.metrics_format not in ("csv", "jsonl"):
@@ -133,4 +161,5 @@ class TrainConfig:
             "num_sgd_iter": self.num_sgd_iter,
             "sgd_minibatch_size": self.sgd_minibatch_size,
             "grad_clip": self.grad_clip,
+            "adam_fused": self.adam_fused,
         }

@@ -241,7 +241,7 @@ def train_dqn_from_args(args: argparse.Namespace, ppo_defaults: object) -> int:
         kw = dict(env=args.env, seed=args.seed, timesteps=args.timesteps, out_dir=out,
                   metrics_format=args.metrics_format, threads=args.threads,
                   stop_reward=args.stop_reward)  # a number, or None ('none': never)
-        if args.lr != getattr(ppo_defaults, "lr"):
+        if args.lr is not None:
             kw["lr"] = args.lr
         config = DQNConfig(**kw)
     trainer = DQNTrainer(config, resume=args.resume)

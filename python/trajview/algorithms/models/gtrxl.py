@@ -57,15 +57,23 @@ class _GTrXLBlock(nn.Module):
         self.ff = nn.Sequential(nn.Linear(dim, ff_dim), nn.ReLU(), nn.Linear(ff_dim, dim))
         self.gate2 = _GRUGate(dim)
 
-    def forward(self, x: Tensor, window: Tensor, valid: Tensor) -> Tensor:
-        n, w, d = window.shape
-        q = self.q(self.ln1(x)).view(n, self.h, 1, self.dh)
-        k, v = self.kv(self.ln1(window) + self.pos).chunk(2, -1)
-        k = k.view(n, w, self.h, self.dh).transpose(1, 2)
-        v = v.view(n, w, self.h, self.dh).transpose(1, 2)
-        scores = (q @ k.transpose(-1, -2)) / np.sqrt(self.dh)  # [n, h, 1, w]
-        scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
-        a = (torch.softmax(scores, -1) @ v).reshape(n, d)
+    def forward(self, x: Tensor, rows: Tensor, window_at: Tensor, valid: Tensor) -> Tensor:
+        """``x`` [n, d]: the query rows; ``rows`` [R, d]: every row a window reads; ``window_at`` [n, M + 1]: where.
+
+        Keys and values are projected once per row of ``rows`` and then gathered into the windows (each row sits
+        in up to M + 1 windows): ``kv(ln1(w) + pos) = kv(ln1(w)) + W_kv pos``, the position term added after.
+        """
+        n, d = x.shape
+        w = window_at.shape[1]
+        q = self.q(self.ln1(x)).view(n, 1, self.h, self.dh)
+        ln_rows = self.ln1(rows)
+        wk, wv = self.kv.weight[:d], self.kv.weight[d:]
+        k = nn.functional.linear(ln_rows, wk, self.kv.bias[:d])[window_at] + nn.functional.linear(self.pos, wk)
+        v = nn.functional.linear(ln_rows, wv, self.kv.bias[d:])[window_at] + nn.functional.linear(self.pos, wv)
+        # One query per row: products and sums over [n, w, heads, dh] (batched 1-row matmuls are slower on the CPU).
+        scores = (q * k.view(n, w, self.h, self.dh)).sum(-1) / np.sqrt(self.dh)  # [n, w, heads]
+        scores = scores.masked_fill(~valid[:, :, None], float("-inf"))
+        a = (torch.softmax(scores, 1)[..., None] * v.view(n, w, self.h, self.dh)).sum(1).reshape(n, d)
         x = self.gate1(x, torch.relu(self.o(a)))
         return self.gate2(x, torch.relu(self.ff(self.ln2(x))))
 
@@ -85,9 +93,11 @@ class _GTrXLCore(nn.Module):
         h = self.inp(x)
         valid = self._valid(t)
         outs = []
+        n, w = len(h), self.memory + 1
+        window_at = torch.arange(n * w).view(n, w)
         for block, mem in zip(self.blocks, mems):
             outs.append(h)  # this layer's input at this step: the row later steps' memory reads
-            h = block(h, torch.cat([mem, h[:, None]], 1), valid)
+            h = block(h, torch.cat([mem, h[:, None]], 1).reshape(n * w, -1), window_at, valid)
         return h, outs
 
     def flat(self, x: Tensor, t: Tensor, seq_lens: Tensor, mems: list[Tensor]) -> Tensor:
@@ -110,7 +120,7 @@ class _GTrXLCore(nn.Module):
             d = h.shape[1]
             combined = h.new_zeros(n_seq * m + n, d)
             combined = combined.index_copy(0, mem_at.reshape(-1), mem.reshape(-1, d)).index_copy(0, row_at, h)
-            h = block(h, combined[window_at], valid)
+            h = block(h, combined, window_at, valid)
         return h
 
 

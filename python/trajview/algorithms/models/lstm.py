@@ -1,20 +1,22 @@
 """`LSTMModel`: LSTM policy and value function whose state is read back through views.
 
-The training pass runs over the flat batch with
-``torch.nn.utils.rnn.pack_sequence`` (no padding), split at each sequence
-start and each ``is_init`` (docs/contract.md, "Flat layout").
+The training pass splits the flat batch into runs at each sequence start and
+each ``is_init`` (docs/contract.md, "Flat layout"), lays the runs out as the
+columns of one time-major ``[T, runs]`` tensor (zeros after a run's end) and
+runs ``nn.LSTM`` over it in one call: a run's outputs never read the padding
+after it, and on the CPU this is 2-3x faster than ``pack_sequence``, whose
+kernel slices a shrinking batch at every time step.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_sequence
 
-from .base import Tensor, _f32, _init, _MemoryModel, _np_last, _split_points
+from .base import Tensor, _f32, _init, _MemoryModel, _np_last, _split_points, flat_sequence_index
 
 __all__ = ["LSTMModel"]
 
@@ -30,21 +32,22 @@ class _LSTMCore(nn.Module):
 
     def step(self, x: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         z = torch.tanh(self.fc(x))
-        out, (h1, c1) = self.lstm(z[None], (h[None].contiguous(), c[None].contiguous()))
-        return out[0], h1[0], c1[0]
+        # One cell step (nn.LSTM's own weights): nn.LSTM's module call costs more than the step at action time.
+        w = [cast(Tensor, getattr(self.lstm, k)) for k in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")]
+        h1, c1 = torch.lstm_cell(z, (h, c), w[0], w[1], w[2], w[3])
+        return h1, h1, c1
 
     def flat(self, x: Tensor, seq_lens: Tensor, h0: Tensor, c0: Tensor) -> Tensor:
         """Output for every flat row: sequences end to end, ``seq_lens`` long, starting from (h0, c0)."""
         z = torch.tanh(self.fc(x))
-        lens = seq_lens.long().tolist()
-        packed = pack_sequence(list(torch.split(z, lens)), enforce_sorted=False)
-        # h0/c0 in the original sequence order: nn.LSTM permutes them by packed.sorted_indices.
-        out, _ = self.lstm(packed, (h0[None].contiguous(), c0[None].contiguous()))
-        # Where each flat row sits in the packed (time-major, length-sorted) data.
-        where = pack_sequence(list(torch.split(torch.arange(len(z)), lens)), enforce_sorted=False).data
-        inverse = torch.empty_like(where)
-        inverse[where] = torch.arange(len(where))
-        return out.data[inverse]
+        lens = seq_lens.long()
+        n_runs, d = len(lens), z.shape[1]
+        run_of_row, pos = flat_sequence_index(lens)
+        # Row r goes to time pos[r] of column run_of_row[r]; the padding after a run's end is never read back.
+        at = pos * n_runs + run_of_row
+        padded = z.new_zeros(int(lens.max()) * n_runs, d).index_copy(0, at, z).view(-1, n_runs, d)
+        out, _ = self.lstm(padded, (h0[None].contiguous(), c0[None].contiguous()))
+        return out.reshape(-1, out.shape[-1])[at]
 
 
 class LSTMModel(_MemoryModel):
