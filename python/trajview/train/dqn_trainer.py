@@ -10,7 +10,6 @@ import json
 import logging
 import math
 import time
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import cast
@@ -24,7 +23,7 @@ from ..algorithms.dqn import DQNPolicy
 from ..replay import PrioritizedSampler, RandomSampler, ReplayBuffer, Sampler
 from ..rollout.worker import RolloutWorker
 from ..views import SampleBatch
-from .loop import run_loop, save_atomically, saved_config, summarize
+from .loop import RunCounters, run_loop, save_atomically, saved_config, summarize
 from .metrics import append_metrics, truncate_metrics
 
 __all__ = ["DQNConfig", "DQNTrainer", "is_dqn_run", "train_dqn_from_args"]
@@ -87,22 +86,14 @@ class DQNConfig:
                 "gamma": self.gamma, "target_update_interval": self.target_update_interval, "seed": self.seed}
 
 
-class DQNTrainer:
+class DQNTrainer(RunCounters):
     """Double DQN on ``config.env`` with one `RolloutWorker` of ``config.envs`` envs and a `ReplayBuffer`."""
 
     def __init__(self, config: DQNConfig, resume: bool = False) -> None:
         self.config = c = config
         Path(c.out_dir).mkdir(parents=True, exist_ok=True)
-        torch.set_num_threads(c.threads)
-        torch.manual_seed(c.seed)
-        np.random.seed(c.seed)
-        self.iteration = 0
-        self.env_steps = 0
-        self.episodes = 0
-        self.elapsed = 0.0
+        self.start_counters(c.seed, c.threads, c.smoothing_episodes)
         self.resumes = 0
-        self.returns: deque[float] = deque(maxlen=c.smoothing_episodes)
-        self.lengths: deque[int] = deque(maxlen=c.smoothing_episodes)
         probe = gym.make(c.env)
         self.policy = DQNPolicy(probe.observation_space, probe.action_space, c.policy_config())
         probe.close()
@@ -114,12 +105,8 @@ class DQNTrainer:
             state = torch.load(c.checkpoint_path, weights_only=False)
             self.policy.set_state(state["policy"])
             self.buffer.load_state_dict(state["buffer"])
-            for k in ("iteration", "env_steps", "episodes", "elapsed"):
-                setattr(self, k, state[k])
+            self.restore_counters(state)
             self.resumes = state["resumes"] + 1
-            self.returns.extend(state["returns"])
-            self.lengths.extend(state["lengths"])
-            torch.set_rng_state(state["torch_rng"])
             truncate_metrics(c.metrics_path, self.iteration, c.metrics_format)
         env_id = c.env
         # On resume: fresh env seeds and a new worker_index, so new episode ids never meet the open
@@ -195,14 +182,8 @@ class DQNTrainer:
             "config": dataclasses.asdict(self.config),
             "policy": self.policy.get_state(),
             "buffer": self.buffer.state_dict(),
-            "iteration": self.iteration,
-            "env_steps": self.env_steps,
-            "episodes": self.episodes,
-            "elapsed": self.elapsed,
             "resumes": self.resumes,
-            "returns": list(self.returns),
-            "lengths": list(self.lengths),
-            "torch_rng": torch.get_rng_state(),
+            **self.counters_state(),
         }
         save_atomically(state, self.config.checkpoint_path)
 

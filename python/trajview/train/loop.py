@@ -5,17 +5,58 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from .metrics import plot_learning_curve, read_metrics
 
-__all__ = ["run_loop", "save_atomically", "saved_config", "summarize"]
+__all__ = ["RunCounters", "run_loop", "save_atomically", "saved_config", "summarize"]
 
 log = logging.getLogger("trajview.train")
+
+
+class RunCounters:
+    """A run's counters (iterations, env steps, episodes, seconds, the last episodes' returns and lengths), set
+    up, checkpointed and restored the same way for every trainer."""
+
+    #: What `counters_state` holds besides the return and length windows and torch's RNG.
+    COUNTERS = ("iteration", "env_steps", "episodes", "elapsed")
+
+    iteration: int
+    env_steps: int
+    episodes: int
+    elapsed: float
+    returns: deque[float]
+    lengths: deque[int]
+
+    def start_counters(self, seed: int, threads: int, smoothing_episodes: int) -> None:
+        """Zero counters, empty windows of ``smoothing_episodes``, and torch and numpy seeded (torch on
+        ``threads`` threads)."""
+        torch.set_num_threads(threads)
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        self.iteration = self.env_steps = self.episodes = 0
+        self.elapsed = 0.0
+        self.returns = deque(maxlen=smoothing_episodes)
+        self.lengths = deque(maxlen=smoothing_episodes)
+
+    def counters_state(self) -> dict[str, Any]:
+        """The counters, the windows and torch's RNG, for a checkpoint."""
+        return {**{k: getattr(self, k) for k in self.COUNTERS}, "returns": list(self.returns),
+                "lengths": list(self.lengths), "torch_rng": torch.get_rng_state()}
+
+    def restore_counters(self, state: dict[str, Any]) -> None:
+        """Takes back what `counters_state` saved (from a checkpoint)."""
+        for k in self.COUNTERS:
+            setattr(self, k, state[k])
+        self.returns.extend(state["returns"])
+        self.lengths.extend(state["lengths"])
+        torch.set_rng_state(state["torch_rng"])
 
 
 class _Run(Protocol):

@@ -7,7 +7,6 @@ import json
 import logging
 import math
 import time
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from ..algorithms.models import has_image_leaves
 from ..algorithms.ppo import PPOPolicy
 from .config import IMAGE_MODEL_PRESETS, TrainConfig
 from .envs import env_creator, import_env_modules, make_env
-from .loop import run_loop, save_atomically, summarize
+from .loop import RunCounters, run_loop, save_atomically, summarize
 from .metrics import append_metrics, truncate_metrics
 from .sampling import LocalSampler, ParallelSampler, make_sampler
 
@@ -33,7 +32,7 @@ TENSORBOARD_SCALARS = ("episode_return_mean", "episode_len_mean", "episodes", "t
 log = logging.getLogger("trajview.train")
 
 
-class Trainer:
+class Trainer(RunCounters):
     """PPO on ``config.env`` with ``config.workers`` rollout workers.
 
     ``config.backend``: "local" (RolloutWorkers in this process, sampled in
@@ -53,15 +52,7 @@ class Trainer:
         self.resume = resume
         self._out_ready = False
         import_env_modules(config.env_modules)
-        torch.set_num_threads(config.threads)
-        torch.manual_seed(config.seed)
-        np.random.seed(config.seed)
-        self.iteration = 0
-        self.env_steps = 0
-        self.episodes = 0
-        self.elapsed = 0.0
-        self.returns: deque[float] = deque(maxlen=config.smoothing_episodes)
-        self.lengths: deque[int] = deque(maxlen=config.smoothing_episodes)
+        self.start_counters(config.seed, config.threads, config.smoothing_episodes)
         probe = make_env(config.env, config.drop_obs_keys)
         obs_space, act_space = probe.observation_space, probe.action_space
         probe.close()
@@ -73,13 +64,7 @@ class Trainer:
         if resume:
             state = torch.load(config.checkpoint_path, weights_only=False)
             self.policy.set_state(state["policy"])
-            self.iteration = state["iteration"]
-            self.env_steps = state["env_steps"]
-            self.episodes = state["episodes"]
-            self.elapsed = state["elapsed"]
-            self.returns.extend(state["returns"])
-            self.lengths.extend(state["lengths"])
-            torch.set_rng_state(state["torch_rng"])
+            self.restore_counters(state)
             # Rows written after the checkpoint (a run killed between the two) go.
             truncate_metrics(config.metrics_path, self.iteration, config.metrics_format)
         #: The iteration this process started from (0, or the checkpoint's on resume).
@@ -181,13 +166,7 @@ class Trainer:
         state = {
             "config": dataclasses.asdict(self.config),
             "policy": self.policy.get_state(),
-            "iteration": self.iteration,
-            "env_steps": self.env_steps,
-            "episodes": self.episodes,
-            "elapsed": self.elapsed,
-            "returns": list(self.returns),
-            "lengths": list(self.lengths),
-            "torch_rng": torch.get_rng_state(),
+            **self.counters_state(),
         }
         save_atomically(state, self.config.checkpoint_path)
 
