@@ -4,7 +4,7 @@ Three measurements, side by side in one run (tables printed as markdown):
 
 * **(a) the PPO loop**: `trajview.train.Trainer` with the main job's settings
   (PPO, the frame-stack model, Stateless CartPole, 8 envs per worker, train
-  batch 2000, 10 SGD epochs of minibatches of 250, 1 torch thread), no stop
+  batch 2000, 10 SGD epochs of minibatches of 250, fused Adam, 1 torch thread: its preset), no stop
   reward, ``--loop-steps`` env steps (default 30,000) for 1 worker (the
   default: local backend), 2 workers (process backend), 2 workers with
   ``--async`` and 1 worker with ``--async`` (a worker process sampling
@@ -92,8 +92,9 @@ def train_run(settings: dict[str, Any], timesteps: int, seed: int = 0, stop_rewa
     from trajview.train import TrainConfig, Trainer
 
     with tempfile.TemporaryDirectory(prefix="tv-bench-train-") as out:
-        cfg = TrainConfig(seed=seed, timesteps=timesteps, stop_reward=stop_reward, out_dir=out,
-                          **{**settings, **overrides})
+        # The settings `trajview train` runs with: the model's preset (the frame stack's: fused Adam) under these.
+        cfg = TrainConfig.with_model_presets(seed=seed, timesteps=timesteps, stop_reward=stop_reward, out_dir=out,
+                                             **{**settings, **overrides})
         trainer = Trainer(cfg)
         ws = getattr(trainer.sampler, "workers", None)
         pids = [os.getpid()] + ([p for p in ws.worker_pids() if p is not None] if isinstance(ws, tv.WorkerSet) else [])

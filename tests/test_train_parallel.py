@@ -117,6 +117,37 @@ def test_async_max_staleness_zero_drops_every_stale_batch(tmp_path):
     assert max(b - a for a, b in zip(steps, steps[1:])) > 200
 
 
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_async_workers_sample_at_a_lower_cpu_priority_than_the_learner(tmp_path, asynchronous):
+    """With --async the worker processes lower their priority (os.nice 19) so the learner keeps its core; synchronous
+    workers never run while the learner trains and keep the learner's priority."""
+    import os
+
+    cfg = TrainConfig(env="trajview/RepeatPrevious-v0", model="mlp", workers=2, envs_per_worker=2,
+                      train_batch_size=200, sgd_minibatch_size=50, num_sgd_iter=1, timesteps=400,
+                      async_sampling=asynchronous, stop_reward=None, out_dir=str(tmp_path / "run"))
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    t = Trainer(cfg)
+    seen = []
+
+    def look(_row):  # while the workers run (train() stops them at its end)
+        seen.append([os.getpriority(os.PRIO_PROCESS, p) for p in t.sampler.workers.worker_pids()])
+
+    t.train(progress=False, on_iteration=look)
+    want = min(mine + 19, 19) if asynchronous else mine
+    assert seen and all(s == [want, want] for s in seen)
+    assert os.getpriority(os.PRIO_PROCESS, 0) == mine  # the learner's own priority is untouched
+
+
+def test_low_priority_creator_nices_once_per_process_and_passes_the_config():
+    from trajview.train.sampling import LowPriorityCreator
+
+    seen = []
+    c = LowPriorityCreator(lambda cfg: seen.append(cfg) or len(seen), increment=0)
+    assert [c({"a": 1}), c({"a": 2})] == [1, 2] and seen == [{"a": 1}, {"a": 2}]
+    assert c._niced_pid is not None
+
+
 def test_resume_a_multi_worker_run(tmp_path):
     out = tmp_path / "run"
     assert main(["train", "--workers", "2", "--timesteps", "400", "--seed", "1", "--out", str(out), *SMALL]) == 0

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import socket
 import time
 from typing import Any
@@ -128,6 +129,33 @@ def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
                          "`ray start --head` and pass the address it prints") from None
 
 
+class LowPriorityCreator:
+    """An env creator that first lowers the CPU priority of the process it runs in (``os.nice(increment)``, once
+    per process), then calls ``creator``.
+
+    With ``--async`` the workers sample while the learner trains. Workers at
+    the same priority as the learner take CPU time from it whenever there
+    are fewer cores than processes (2 workers and the learner on 2 cores: the
+    learner got two thirds of a core), though a batch sampled beyond what the
+    learner trains on only waits or goes stale. At a lower priority the
+    workers take what the learner leaves.
+    """
+
+    def __init__(self, creator: Any, increment: int = 19) -> None:
+        self.creator = creator
+        self.increment = increment
+        self._niced_pid: int | None = None
+
+    def __call__(self, env_config: Any) -> Any:
+        if self._niced_pid != os.getpid():
+            self._niced_pid = os.getpid()
+            try:
+                os.nice(self.increment)
+            except OSError:  # not allowed here: sample at the same priority
+                pass
+        return self.creator(env_config)
+
+
 class ParallelSampler:
     """The workers of a `WorkerSet` (processes or Ray actors), sampled in parallel, synchronously or not."""
 
@@ -156,7 +184,7 @@ class ParallelSampler:
         try:
             # The learner's policy is copied into each worker (forked, or pickled for Ray): its weights to start.
             self.workers: WorkerSet[SampleBatch] = WorkerSet(
-                env_creator,
+                LowPriorityCreator(env_creator) if config.async_sampling else env_creator,
                 policy,
                 num_workers=config.workers,
                 backend=config.backend or "process",
