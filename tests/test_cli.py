@@ -292,9 +292,10 @@ def test_model_presets_carry_ppo_settings_under_what_is_given(tmp_path, capsys):
         assert getattr(lstm, k) == v, k
     assert TrainConfig.with_model_presets(model="lstm", lr=5e-4, grad_clip=0.5).ppo_config()["lr"] == 5e-4
     assert TrainConfig.with_model_presets(model="lstm", grad_clip=-1).grad_clip is None  # <= 0: no clip
-    # The frame stack's preset is TrainConfig's defaults with fused Adam; the MLP's, the defaults; a plain
+    # The frame stack's preset: 20 envs, 5 epochs, Adam 1e-3 fused; the MLP's, the defaults; a plain
     # TrainConfig(...) applies no preset PPO settings.
-    assert TrainConfig.with_model_presets(model="framestack") == TrainConfig(model="framestack", adam_fused=True)
+    assert TrainConfig.with_model_presets(model="framestack") == TrainConfig(
+        model="framestack", envs_per_worker=20, num_sgd_iter=5, lr=1e-3, adam_fused=True)
     assert TrainConfig.with_model_presets(model="mlp") == TrainConfig(model="mlp")
     assert TrainConfig(model="framestack").adam_fused is False
     assert TrainConfig(model="lstm").lr == 3e-4

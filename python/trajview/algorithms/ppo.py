@@ -128,7 +128,7 @@ class PPOPolicy(TorchPolicy):
     def value_of_next_step(self, segment: SampleBatch) -> float:
         """The critic's value of the step after ``segment``'s last step (its views built from the segment)."""
         inputs = self.model.bootstrap_input(segment)
-        with torch.no_grad():
+        with torch.inference_mode():
             _, value, _ = self.model.forward_step(self._to_torch(inputs))
         return float(value[0])
 
