@@ -72,6 +72,73 @@ def test_loss_clips_the_ratio():
     assert p.last_stats["policy_loss"] == pytest.approx(float(want), rel=1e-4)
 
 
+def test_decoupled_clip_clips_against_the_proximal_policy_and_weights_to_the_behaviour_policy():
+    """decoupled_clip (--async): surrogate = (prox / behaviour) * min(r A, clip(r) A), r = pi / prox, with prox the
+    policy at the start of the update; with prox equal to the behaviour policy it is the standard objective."""
+    from trajview.algorithms.ppo import PROX_LOGP
+
+    env = gym.make("trajview/StatelessCartPole-v1")
+    torch.manual_seed(0)
+    p = PPOPolicy(env.observation_space, env.action_space,
+                  {"model": "mlp", "clip_param": 0.2, "vf_loss_coeff": 0.0, "decoupled_clip": True})
+    obs = torch.randn(64, 2)
+    with torch.no_grad():
+        logits, _ = p.model.forward_train({"obs": obs})
+    actions = torch.randint(0, 2, (64,))
+    logp = torch.log_softmax(logits, -1).gather(1, actions[:, None])[:, 0]
+    adv = torch.randn(64)
+    batch = {"obs": obs, "actions": actions, "advantages": adv, "value_targets": torch.zeros(64)}
+    behaviour = logp + 0.3 * torch.randn(64)  # a batch sampled with other (older) weights
+    norm = (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8)
+    # The proximal policy is the current one: r = 1, nothing clipped; each row weighted by prox / behaviour.
+    p.loss({**batch, "action_logp": behaviour, PROX_LOGP: logp})
+    want = -(torch.exp(logp - behaviour) * norm).mean()
+    assert p.last_stats["policy_loss"] == pytest.approx(float(want), rel=1e-5)
+    # A proximal policy far from the current one: r clipped at 1 +- 0.2 around prox, not around behaviour.
+    prox = logp - 5.0
+    p.loss({**batch, "action_logp": behaviour, PROX_LOGP: prox})
+    r = torch.exp(logp - prox)
+    want = -(torch.exp(prox - behaviour) * torch.min(r * norm, torch.clamp(r, 0.8, 1.2) * norm)).mean()
+    assert p.last_stats["policy_loss"] == pytest.approx(float(want), rel=1e-5)
+    # prox == behaviour: the standard clipped objective, value and gradient.
+    std = PPOPolicy(env.observation_space, env.action_space, {"model": "mlp", "clip_param": 0.2, "vf_loss_coeff": 0.0})
+    std.model.load_state_dict(p.model.state_dict())
+    a = p.loss({**batch, "action_logp": behaviour, PROX_LOGP: behaviour})
+    b = std.loss({**batch, "action_logp": behaviour})
+    assert float(a.detach()) == pytest.approx(float(b.detach()), rel=1e-6)
+    ga = torch.autograd.grad(a, list(p.model.parameters()), allow_unused=True)
+    gb = torch.autograd.grad(b, list(std.model.parameters()), allow_unused=True)
+    for x, y in zip(ga, gb):
+        assert (x is None) == (y is None)
+        if x is not None:
+            torch.testing.assert_close(x, y)
+
+
+def test_learn_on_batch_with_decoupled_clip_adds_the_proximal_logp_of_the_weights_before_the_update():
+    env = gym.make("trajview/StatelessCartPole-v1")
+    p = PPOPolicy(env.observation_space, env.action_space,
+                  {"model": "lstm", "model_config": {"max_seq_len": 5, "cell_size": 8, "hidden": 8},
+                   "decoupled_clip": True, "num_sgd_iter": 1, "sgd_minibatch_size": 20})
+    w = tv.RolloutWorker(lambda cfg: gym.make("trajview/StatelessCartPole-v1"), p, num_envs=2,
+                         rollout_fragment_length=20, seed=0)
+    b = w.sample()
+    seen = []
+    orig = p.loss
+
+    def spy(mb):
+        seen.append(mb)
+        return orig(mb)
+
+    p.loss = spy
+    p.learn_on_batch(b)
+    from trajview.algorithms.ppo import PROX_LOGP
+    # The batch was sampled with these weights: the proximal logp of each row is its stored behaviour logp.
+    prox = torch.cat([mb[PROX_LOGP] for mb in seen]).sort().values
+    stored = torch.as_tensor(b["action_logp"]).float().sort().values
+    torch.testing.assert_close(prox, stored, atol=1e-5, rtol=1e-5)
+    assert sum(len(mb[PROX_LOGP]) for mb in seen) == len(b)
+
+
 def test_torch_policy_pruning_drops_views_nothing_reads():
     # TorchPolicy converts tracked batches to tensors without counting the conversion as reads.
     env = gym.make("trajview/StatelessCartPole-v1")

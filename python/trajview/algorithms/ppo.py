@@ -28,7 +28,7 @@ from .postprocessing import Postprocessing, compute_gae_for_sample_batch
 from ..views.sample_batch import SampleBatch
 from ..policy.torch_policy import TorchPolicy
 
-__all__ = ["PPOPolicy", "PPO_DEFAULTS", "minibatches"]
+__all__ = ["PPOPolicy", "PPO_DEFAULTS", "PROX_LOGP", "minibatches"]
 
 #: PPO's settings (RLlib's names where it has one).
 PPO_DEFAULTS: dict[str, Any] = {
@@ -47,7 +47,17 @@ PPO_DEFAULTS: dict[str, Any] = {
     #: torch's fused Adam (the same update in one kernel per parameter): several times faster than the default
     #: per-tensor loop for models with many small parameters (the GTrXL's 50), equal up to rounding.
     "adam_fused": False,
+    #: The decoupled clipped objective for batches sampled with older weights (asynchronous sampling): the ratio
+    #: is clipped against the policy at the start of the update (the proximal policy), not the behaviour policy,
+    #: and each row is importance-weighted by proximal / behaviour probability (Hilton et al. 2021, "Batch
+    #: size-invariance for policy optimization"). On a batch sampled with the learner's own weights it is the
+    #: standard objective.
+    "decoupled_clip": False,
 }
+
+#: The column `PPOPolicy.learn_on_batch` adds with ``decoupled_clip``: each row's action logp under the
+#: weights at the start of the update.
+PROX_LOGP = "prox_logp"
 
 
 def minibatches(batch: Mapping[str, torch.Tensor], size: int, generator: torch.Generator | None = None):
@@ -150,9 +160,15 @@ class PPOPolicy(TorchPolicy):
         old_logp = torch.as_tensor(train_batch[SampleBatch.ACTION_LOGP]).float()
         adv = torch.as_tensor(train_batch[Postprocessing.ADVANTAGES]).float()
         adv = (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8)
-        ratio = torch.exp(logp - old_logp)
         clip = float(cfg["clip_param"])
-        surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
+        prox_logp = train_batch.get(PROX_LOGP) if isinstance(train_batch, Mapping) else None
+        if prox_logp is None:  # standard PPO: clipped against the behaviour policy
+            ratio = torch.exp(logp - old_logp)
+            surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
+        else:  # decoupled: clipped against the proximal policy, importance-weighted to the behaviour policy
+            ratio = torch.exp(logp - prox_logp)
+            weight = torch.exp(prox_logp - old_logp)
+            surrogate = weight * torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
         targets = torch.as_tensor(train_batch[Postprocessing.VALUE_TARGETS]).float()
         vf_loss = torch.mean((values - targets) ** 2)
         entropy = dist.entropy().mean()
@@ -175,6 +191,11 @@ class PPOPolicy(TorchPolicy):
         for g in self._optimizer.param_groups:
             g["lr"] = float(self.config["lr"])
         tensors = dict(self._to_torch(train_batch).items())
+        if self.config["decoupled_clip"]:
+            with torch.no_grad():
+                self.model.eval()
+                dist_inputs, _ = self.model.forward_train(tensors)
+                tensors[PROX_LOGP] = self.model.action_dist(dist_inputs).logp(tensors[SampleBatch.ACTIONS]).float()
         size = int(self.config["sgd_minibatch_size"])
         grad_clip = self.config.get("grad_clip")
         sums: dict[str, float] = {}

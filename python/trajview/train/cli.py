@@ -93,10 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "--head` printed); default: a Ray instance of this machine, started for the run")
     t.add_argument("--async", dest="async_sampling", action="store_true",
                    help="the workers sample the next batch with the weights they have while the learner trains on "
-                        "this one (process or ray backend), each batch then one policy version stale: PPO keeps it "
-                        "and importance-weights it, its clipped ratio being to the behaviour policy's logp stored in "
-                        "the batch (no V-trace: advantages come from the behaviour policy's critic); batches more "
-                        "than --max-staleness versions behind are discarded. Not reproducible run to run")
+                        "this one (process or ray backend; the workers at the lowest CPU priority), each batch then "
+                        "one policy version stale: PPO keeps it with the decoupled clipped objective, its ratio "
+                        "clipped against the learner's weights at the start of the update, and importance-weights "
+                        "each row by those weights' probability over the behaviour policy's (logp stored in the "
+                        "batch; no V-trace: advantages come from the behaviour policy's critic); batches more than "
+                        "--max-staleness versions behind are discarded. Not reproducible run to run")
     t.add_argument("--max-staleness", type=int, default=d.max_staleness, metavar="K",
                    help="with --async: discard batches sampled with weights more than K policy versions behind "
                         "(their env steps still count); 0 waits for fresh weights")

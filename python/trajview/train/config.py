@@ -170,4 +170,6 @@ class TrainConfig:
             "sgd_minibatch_size": self.sgd_minibatch_size,
             "grad_clip": self.grad_clip,
             "adam_fused": self.adam_fused,
+            # Stale batches (--async): clipped against the learner's weights, importance-weighted to the sampler's.
+            "decoupled_clip": self.async_sampling,
         }
