@@ -29,9 +29,10 @@ Three measurements, side by side in one run (tables printed as markdown):
   not the framework's).
 * **(c) learning equivalence**: the (a) run to mean return 150 (the last 100
   episodes), up to 200,000 env steps, seeds ``--seeds`` (default 0 1 2), on
-  each loop of (a): env steps and seconds to 150
-  per seed, and whether every 2-worker run is within the 1-worker runs'
-  spread (min..max).
+  each loop of (a) with the same 20 envs in all (10 per worker for two
+  workers: batches of one layout, 100-step fragments): env steps and seconds
+  to 150 per seed, and whether every other loop's runs are within the
+  1-worker runs' spread (min..max).
 
     python bench/train_parallel.py                 # all three (~10 minutes on 2 cores)
     python bench/train_parallel.py --quick         # a smoke of each (~1-2 minutes)
@@ -159,8 +160,12 @@ def part_c(seeds: list[int], target: float, max_steps: int) -> list[dict[str, An
     print(f"\n### (c) learning equivalence: env steps to mean return {target:g} (up to {max_steps:,}; {load()})\n")
     out = []
     for label, settings in LOOPS:
+        # The same 20 envs in all, whatever the workers (the preset's 20 for one worker, 10 each for two): every
+        # loop trains on batches of the same layout (2,000 env steps, 100-step fragments), so the loops differ only
+        # in where they sample and in staleness.
+        same_envs = {"envs_per_worker": 20 // settings["workers"]}
         for seed in seeds:
-            rows = train_run(settings, max_steps, seed=seed, stop_reward=target)
+            rows = train_run(settings, max_steps, seed=seed, stop_reward=target, **same_envs)
             hit = next((r for r in rows if r["episode_return_mean"] >= target), None)
             out.append({"label": label, "seed": seed, "steps": hit["env_steps"] if hit else None,
                         "time_s": hit["time_s"] if hit else None})
