@@ -262,6 +262,64 @@ def test_gtrxl_networks_are_independent():
     assert checked > len(stacked)  # most weights do move each network's own output
 
 
+def _earlier_gtrxl_layout(state: dict) -> dict:
+    """The state dict of the earlier GTrXL (a pi_core and a vf_core of nn.Linear / nn.LayerNorm, the MLP as
+    ``ff.0`` / ``ff.2``) holding ``state``'s weights: what a checkpoint of that version held."""
+    out = {}
+    for key, v in state.items():
+        if not key.startswith("core."):
+            out[key] = v
+            continue
+        rest = key[len("core."):].replace("ff1.", "ff.0.").replace("ff2.", "ff.2.")
+        leaf, owner = rest.rsplit(".", 1)[-1], rest.rsplit(".", 2)[-2]
+        for g, name in enumerate(("pi_core.", "vf_core.")):
+            if leaf == "pos":
+                w = v[g]
+            elif owner.startswith("ln") or leaf == "bias":
+                w = v[g, 0]
+            else:
+                w = v[g].t()
+            out[name + rest] = w.clone()
+    return out
+
+
+def test_gtrxl_loads_a_checkpoint_of_the_earlier_two_core_layout():
+    """Checkpoints from before the two networks were stacked load into the stacked core with the same outputs;
+    PPO resumes from such a checkpoint with fresh optimizer moments (and says so)."""
+    import gymnasium as gym
+
+    from trajview.algorithms.models.gtrxl import GTrXLModel
+    from trajview.algorithms.ppo import PPOPolicy
+
+    space, acts = gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2)
+    torch.manual_seed(6)
+    a = GTrXLModel(space, acts, max_seq_len=4, memory=3, num_layers=2)
+    old = _earlier_gtrxl_layout(a.state_dict())
+    assert any(k.startswith("pi_core.blocks.1.ff.2.") for k in old) and not any(k.startswith("core.") for k in old)
+    b = GTrXLModel(space, acts, max_seq_len=4, memory=3, num_layers=2)
+    b.load_state_dict(old)
+    for k, v in a.state_dict().items():
+        torch.testing.assert_close(b.state_dict()[k], v, rtol=0, atol=0)
+    n = 5
+    d = {"obs": torch.randn(n, 2), "prev_actions": torch.randint(0, 2, (n,)), "t": torch.arange(n),
+         **{f"state_in_{i}": torch.randn(n, 3, 32) for i in range(4)}}
+    with torch.no_grad():
+        for x, y in zip(a.forward_step(d)[:2], b.forward_step(d)[:2]):
+            torch.testing.assert_close(x, y, rtol=0, atol=0)
+    cfg = {"model": "attention", "model_config": {"max_seq_len": 4, "memory": 3, "num_layers": 2}}
+    p = PPOPolicy(space, acts, cfg)
+    new_state = p.get_state()
+    p2 = PPOPolicy(space, acts, cfg)
+    with pytest.warns(UserWarning, match="earlier layout"):
+        # An optimizer state of other parameters than the stacked core's (as saved with the earlier weights).
+        other = torch.optim.Adam([torch.zeros(3, requires_grad=True)]).state_dict()
+        p2.set_state({"model": _earlier_gtrxl_layout(new_state["model"]), "optimizer": other})
+    for k, v in new_state["model"].items():
+        torch.testing.assert_close(p2.model.state_dict()[k], v, rtol=0, atol=0)
+    with pytest.raises(ValueError):  # the same optimizer mismatch with weights of today's layout is an error
+        PPOPolicy(space, acts, cfg).set_state({"model": new_state["model"], "optimizer": other})
+
+
 @pytest.mark.parametrize("model", ["lstm", "attention", "framestack", "mlp"])
 def test_training_pass_over_collected_batch_reproduces_rollout_outputs(model):
     """With unchanged weights, forward_train over the flat batch gives each step's logp and value from acting."""

@@ -18,6 +18,8 @@ change-of-variables term; see `trajview.algorithms.models.distributions`).
 
 from __future__ import annotations
 
+import warnings
+
 from collections.abc import Mapping
 from typing import Any
 
@@ -230,6 +232,15 @@ class PPOPolicy(TorchPolicy):
         self.model.load_state_dict(state["model"])
         if self._optimizer is None:
             self._optimizer = self.optimizer()
-        self._optimizer.load_state_dict(state["optimizer"])
+        try:
+            self._optimizer.load_state_dict(state["optimizer"])
+        except ValueError:
+            if not getattr(self.model, "loaded_earlier_layout", False):
+                raise
+            # Weights of an earlier layout (the GTrXL's two cores), converted: their Adam moments are per old
+            # parameter and do not carry over.
+            warnings.warn("the checkpoint's GTrXL weights are of trajview's earlier layout (pi_core / vf_core): "
+                          "loaded into the stacked core; the optimizer's moments start afresh", stacklevel=2)
+            self._optimizer = self.optimizer()
 
 

@@ -210,6 +210,37 @@ class _GTrXLCore(nn.Module):
         return h
 
 
+def _stack_separate_cores(module: nn.Module, state_dict: dict, prefix: str, *args: Any) -> None:
+    """Loads a state dict of the earlier layout, a ``pi_core`` and a ``vf_core`` of ``nn.Linear`` /
+    ``nn.LayerNorm`` layers (trajview before the two networks were computed as one), into ``core``: each pair of
+    weights stacked (linear weights transposed to ``[in, out]``), the same function."""
+    pi, vf = prefix + "pi_core.", prefix + "vf_core."
+    if not any(k.startswith(pi) for k in state_dict):
+        return
+    renames = {"ff.0.": "ff1.", "ff.2.": "ff2."}
+    for key in [k for k in state_dict if k.startswith(pi)]:
+        rest = key[len(pi):]
+        if vf + rest not in state_dict:
+            raise ValueError(f"checkpoint of the earlier GTrXL layout: {key!r} has no {vf + rest!r}")
+        a, b = state_dict.pop(key), state_dict.pop(vf + rest)
+        new = rest
+        for old, repl in renames.items():
+            new = new.replace(old, repl)
+        leaf = new.rsplit(".", 1)[-1]
+        owner = new.rsplit(".", 2)[-2] if new.count(".") >= 1 else ""
+        if leaf == "pos":
+            stacked = torch.stack([a, b])  # [M + 1, d] each
+        elif owner.startswith("ln") and leaf in ("weight", "bias"):
+            stacked = torch.stack([a, b])[:, None]  # LayerNorm [d] -> [G, 1, d]
+        elif leaf == "weight":
+            stacked = torch.stack([a.t(), b.t()])  # Linear [out, in] -> [G, in, out]
+        else:
+            stacked = torch.stack([a, b])[:, None]  # Linear bias [out] -> [G, 1, out]
+        state_dict[prefix + "core." + new] = stacked
+    #: Read by `PPOPolicy.set_state`: the optimizer state saved with such weights is of the earlier parameters.
+    module.loaded_earlier_layout = True  # type: ignore[assignment]
+
+
 class GTrXLModel(_MemoryModel):
     """A GTrXL (gated transformer-XL) policy and value function; memory read through views.
 
@@ -249,6 +280,7 @@ class GTrXLModel(_MemoryModel):
             log_std_init=log_std_init, twin_core=True,
         )
         self.memory, self.dim, self.num_layers = m, attention_dim, num_layers
+        self.register_load_state_dict_pre_hook(_stack_separate_cores)
 
     def _mems(self, d: Any) -> list[Tensor]:
         """Per layer: [2, rows, M, d], the policy's memory then the value function's."""
