@@ -11,47 +11,20 @@ run (it can be at most the number of cores).
 from __future__ import annotations
 
 import os
-import time
 
-import gymnasium as gym
-import numpy as np
 import pytest
 
 import trajview as tv
+from train_parallel import ConstantPolicy, TimedEnv  # the workload of its part (b)
 
 L = 100  # rollout_fragment_length
 NUM_ENVS = 8
 STEP_US = 200
-EPISODE_LEN = 50
-
-
-class BusyEnv(gym.Env):
-    observation_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
-    action_space = gym.spaces.Discrete(2)
-
-    def __init__(self) -> None:
-        self._t = 0
-        self._obs = np.zeros(4, np.float32)
-
-    def reset(self, *, seed=None, options=None):
-        self._t = 0
-        return self._obs, {}
-
-    def step(self, action):
-        end = time.perf_counter() + STEP_US * 1e-6
-        while time.perf_counter() < end:
-            pass
-        self._t += 1
-        return self._obs, 1.0, self._t >= EPISODE_LEN, False, {}
-
-
-class ConstantPolicy(tv.Policy):
-    def compute_actions_from_input_dict(self, input_dict, explore=None, timestep=None, **kwargs):
-        return np.zeros(len(input_dict["obs"]), np.int64), [], {}
 
 
 def busy_env(cfg):
-    return BusyEnv()
+    """The env of ``train_parallel.py``'s part (b): ``STEP_US`` of busy loop per step, 50-step episodes."""
+    return TimedEnv("busy", STEP_US)
 
 
 WORKERS = (0, 2)  # 0: one RolloutWorker in this process (the baseline)
