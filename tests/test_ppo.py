@@ -51,16 +51,23 @@ def test_minibatches_are_whole_sequences_covering_the_batch_once():
     assert sorted(torch.cat([m["actions"] for m in mbs]).tolist()) == list(range(10))
 
 
-def test_loss_clips_the_ratio():
+def _mlp_policy_and_batch(**config):
+    """A PPO MLP policy on Stateless CartPole (clip 0.2, no value loss) and a 64-row batch without ``action_logp``:
+    (policy, batch, each row's logp under the policy, the advantages)."""
     env = gym.make("trajview/StatelessCartPole-v1")
-    p = PPOPolicy(env.observation_space, env.action_space, {"model": "mlp", "clip_param": 0.2, "vf_loss_coeff": 0.0})
+    p = PPOPolicy(env.observation_space, env.action_space,
+                  {"model": "mlp", "clip_param": 0.2, "vf_loss_coeff": 0.0, **config})
     obs = torch.randn(64, 2)
     with torch.no_grad():
         logits, _ = p.model.forward_train({"obs": obs})
     actions = torch.randint(0, 2, (64,))
     logp = torch.log_softmax(logits, -1).gather(1, actions[:, None])[:, 0]
     adv = torch.randn(64)
-    batch = {"obs": obs, "actions": actions, "advantages": adv, "value_targets": torch.zeros(64)}
+    return p, {"obs": obs, "actions": actions, "advantages": adv, "value_targets": torch.zeros(64)}, logp, adv
+
+
+def test_loss_clips_the_ratio():
+    p, batch, logp, adv = _mlp_policy_and_batch()
     # Same policy: ratio 1, loss = -mean(normalized advantages) = 0, nothing clipped.
     assert float(p.loss({**batch, "action_logp": logp}).detach()) == pytest.approx(0.0, abs=1e-5)
     assert p.last_stats["clip_frac"] == 0.0 and p.last_stats["kl"] == pytest.approx(0.0, abs=1e-6)
@@ -77,17 +84,9 @@ def test_decoupled_clip_clips_against_the_proximal_policy_and_weights_to_the_beh
     policy at the start of the update; with prox equal to the behaviour policy it is the standard objective."""
     from trajview.algorithms.ppo import PROX_LOGP
 
-    env = gym.make("trajview/StatelessCartPole-v1")
     torch.manual_seed(0)
-    p = PPOPolicy(env.observation_space, env.action_space,
-                  {"model": "mlp", "clip_param": 0.2, "vf_loss_coeff": 0.0, "decoupled_clip": True})
-    obs = torch.randn(64, 2)
-    with torch.no_grad():
-        logits, _ = p.model.forward_train({"obs": obs})
-    actions = torch.randint(0, 2, (64,))
-    logp = torch.log_softmax(logits, -1).gather(1, actions[:, None])[:, 0]
-    adv = torch.randn(64)
-    batch = {"obs": obs, "actions": actions, "advantages": adv, "value_targets": torch.zeros(64)}
+    p, batch, logp, adv = _mlp_policy_and_batch(decoupled_clip=True)
+    env = gym.make("trajview/StatelessCartPole-v1")
     behaviour = logp + 0.3 * torch.randn(64)  # a batch sampled with other (older) weights
     norm = (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8)
     # The proximal policy is the current one: r = 1, nothing clipped; each row weighted by prox / behaviour.
