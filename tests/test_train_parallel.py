@@ -139,6 +139,12 @@ def test_async_workers_sample_at_a_lower_cpu_priority_than_the_learner(tmp_path,
     assert os.getpriority(os.PRIO_PROCESS, 0) == mine  # the learner's own priority is untouched
 
 
+def test_async_turns_on_the_decoupled_objective_and_sync_keeps_the_standard_one():
+    assert TrainConfig(workers=2, async_sampling=True).ppo_config()["decoupled_clip"] is True
+    assert TrainConfig(workers=2).ppo_config()["decoupled_clip"] is False
+    assert TrainConfig().ppo_config()["decoupled_clip"] is False
+
+
 def test_low_priority_creator_nices_once_per_process_and_passes_the_config():
     from trajview.train.sampling import LowPriorityCreator
 
