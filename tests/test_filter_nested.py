@@ -345,16 +345,14 @@ def test_worker_set_syncs_nested_filters():
     run_worker_set()
 
 
+@pytest.mark.ray
 def test_ray_worker_set_syncs_nested_filters():
     ray = pytest.importorskip("ray")
     import sys
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never an existing cluster
         run_worker_set(backend="ray")
     finally:
-        if started:
-            ray.shutdown()
+        ray.shutdown()  # also after a failed start: nothing half-started outlives the test

@@ -162,11 +162,12 @@ def test_fragments_in_order_join_out_of_order_stay_apart():
         rb.add(make_fragment(1, e, 2, 4, False))
 
 
+@pytest.mark.ray
 def test_ray_buffer_actor_takes_whole_batches():
     ray = pytest.importorskip("ray")
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never an existing cluster
     try:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never an existing cluster
         buf = tv.replay.ray_replay_buffer(5_000, sampler=tv.SliceSampler(slice_len=4, seed=1))
 
         @ray.remote

@@ -169,10 +169,11 @@ def test_resume_a_multi_worker_run(tmp_path):
     assert torch.load(out / "checkpoint.pt", weights_only=False)["iteration"] == 4
 
 
+@pytest.mark.ray
 def test_ray_backend_sync_and_async(tmp_path):
     ray = pytest.importorskip("ray", reason="the Ray backend needs Ray (pip install 'trajview[ray]')")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
         out = tmp_path / "sync"
         assert main(["train", "--workers", "2", "--backend", "ray", "--timesteps", "400", "--out", str(out),
                      *SMALL]) == 0

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.ray
 
 import rollout_helpers  # noqa: E402
 import trajview as tv  # noqa: E402
@@ -35,9 +36,11 @@ def ray_session():
     # workers' import path.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     ray.cloudpickle.register_pickle_by_value(rollout_helpers)
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never an existing cluster
-    yield
-    ray.shutdown()
+    try:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never an existing cluster
+        yield
+    finally:
+        ray.shutdown()
 
 
 def test_ray_workers_sample_sync_and_report_errors(ray_session):

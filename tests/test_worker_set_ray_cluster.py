@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.ray
 cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 import rollout_helpers  # noqa: E402
