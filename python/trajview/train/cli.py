@@ -89,8 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "on any node of the Ray cluster: pip install 'trajview[ray]'). auto: local for 1 worker, "
                         "process for more or with --async")
     t.add_argument("--ray-address", default=None, metavar="ADDR",
-                   help="with --backend ray: the Ray cluster to join (auto, or the head's HOST:6379 that `ray start "
-                        "--head` printed); default: a Ray instance of this machine, started for the run")
+                   help="with --backend ray: the Ray cluster to join (auto, the head's HOST:6379 that `ray start "
+                        "--head` printed, or ray://HOST:10001 through Ray Client); default: a Ray instance of this "
+                        "machine, started for the run. A cluster with Ray's token authentication needs "
+                        "RAY_AUTH_MODE=token and its token here (docs/guides/scaling.md)")
     t.add_argument("--async", dest="async_sampling", action="store_true",
                    help="the workers sample the next batch with the weights they have while the learner trains on "
                         "this one (process or ray backend; the workers at the lowest CPU priority), each batch then "

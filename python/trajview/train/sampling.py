@@ -129,6 +129,25 @@ def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
                          "`ray start --head` and pass the address it prints") from None
 
 
+def ray_auth_hint(environ: Any = None) -> str:
+    """What to add to a failed connection's message about Ray's token authentication (Ray >= 2.52).
+
+    ``ray start`` turns token authentication on where a token exists (``RAY_AUTH_TOKEN``,
+    ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``, which any earlier ``ray.init()`` on the machine writes),
+    unless ``RAY_AUTH_MODE`` says otherwise; a driver connecting to it (``HOST:PORT`` or ``ray://``) sends the
+    token only with ``RAY_AUTH_MODE=token``. With the two modes apart, Ray reports a connection failure or a
+    client timeout, not the mismatch.
+    """
+    env = os.environ if environ is None else environ
+    mode = env.get("RAY_AUTH_MODE")
+    if mode is not None and mode.lower() == "token":
+        return ("; RAY_AUTH_MODE=token is set here: if the cluster uses token authentication, give this process "
+                "the cluster's token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)")
+    return (f"; if the cluster uses Ray's token authentication (`ray start` turns it on where a token exists, "
+            f"~/.ray/auth_token included), run with RAY_AUTH_MODE=token and the cluster's token (RAY_AUTH_TOKEN, "
+            f"RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token); RAY_AUTH_MODE here: {mode if mode is not None else 'unset'}")
+
+
 class LowPriorityCreator:
     """An env creator that first lowers the CPU priority of the process it runs in (``os.nice(increment)``, once
     per process), then calls ``creator``.
@@ -176,7 +195,8 @@ class ParallelSampler:
                     try:
                         ray.init(address=config.ray_address, log_to_driver=False)
                     except ConnectionError as e:
-                        raise ValueError(f"--ray-address {config.ray_address}: {' '.join(str(e).split())}") from None
+                        raise ValueError(f"--ray-address {config.ray_address}: {' '.join(str(e).split())}"
+                                         f"{ray_auth_hint()}") from None
                 else:
                     # address="local": a new instance, never one that another program started on this machine.
                     ray.init(address="local", include_dashboard=False, log_to_driver=False)
