@@ -225,7 +225,8 @@ def test_help_says_what_async_does_with_stale_batches(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for flag in ("--backend", "--ray-address", "--async", "--max-staleness"):
+    for flag in ("--backend", "--ray-address", "--async", "--max-staleness", "--recreate-failed-workers",
+                 "--max-worker-restarts", "--sample-timeout"):
         assert flag in text
     assert "importance-weights" in text and "discarded" in text
 
@@ -274,3 +275,112 @@ def test_sample_async_with_metrics_brings_each_workers_episodes():
         assert ws.get_metrics()["sample_env_steps"]  # what the workers sampled since is reported the usual way
     # Always action 0: short CartPole episodes, each reported once.
     assert returns and all(0 < r < 50 for r in returns)
+
+
+# -- failed workers ------------------------------------------------------------------------------
+
+
+FAILING = ["--env", "tvtest/Failing-v0", "--env-module", "failing_env", "--model", "mlp", "--workers", "2",
+           "--envs-per-worker", "2", "--train-batch-size", "200", "--minibatch-size", "50", "--num-sgd-iter", "1",
+           "--no-progress"]
+
+
+def _fail(monkeypatch, tmp_path, how: str, once: bool = True) -> None:
+    # Each worker steps its envs 100 times an iteration: the failure comes in a worker's second iteration.
+    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parent))  # failing_env, for spawned workers
+    monkeypatch.setenv("TV_FAIL_HOW", how)
+    monkeypatch.setenv("TV_FAIL_AT", "150")
+    if once:
+        monkeypatch.setenv("TV_FAIL_ONCE", str(tmp_path / "failed-once"))
+    else:
+        monkeypatch.delenv("TV_FAIL_ONCE", raising=False)
+
+
+@pytest.mark.parametrize(
+    ("how", "flags"),
+    [("raise", []), ("exit", []), ("exit", ["--async"]), ("hang", ["--sample-timeout", "2"])],
+    ids=["env-raises", "process-exits", "process-exits-async", "hangs"],
+)
+def test_a_failed_worker_is_replaced_and_the_run_goes_on(tmp_path, monkeypatch, caplog, how, flags):
+    _fail(monkeypatch, tmp_path, how)
+    out = tmp_path / "run"
+    with caplog.at_level("WARNING", logger="trajview.rollout"):
+        assert main(["train", "--timesteps", "800", "--out", str(out), "--recreate-failed-workers", *flags,
+                     *FAILING]) == 0
+    rows = _rows(out / "metrics.csv")
+    # A lost sample is never counted. Synchronous: the failing iteration's round brought the other worker's 100
+    # env steps, and a second round of both topped it up to 300 (at least the train batch size). Async: the
+    # batches of whichever worker is done, to 200.
+    steps = [200, 400, 600, 800] if "--async" in flags else [200, 500, 700, 900]
+    assert [int(r["env_steps"]) for r in rows] == steps
+    restarts = [int(r["worker_restarts"]) for r in rows]
+    assert restarts[0] == 0 and restarts[-1] == 1 and restarts == sorted(restarts)
+    assert (tmp_path / "failed-once").exists()
+    why = {"raise": "RuntimeError: FailingEnv: the env failed on purpose", "exit": "died: exited with exit code 3",
+           "hang": "gave no answer within sample_timeout_s=2 s (killed)"}[how]
+    warned = [r.getMessage() for r in caplog.records if "starting a replacement" in r.getMessage()]
+    assert len(warned) == 1 and why in warned[0] and "(restart 1 of max_restarts=10)" in warned[0], warned
+    assert json.loads((out / "config.json").read_text())["recreate_failed_workers"] is True
+
+
+def test_without_recreation_a_failed_worker_stops_the_run_and_resume_goes_on(tmp_path, monkeypatch, capsys):
+    _fail(monkeypatch, tmp_path, "exit")
+    out = tmp_path / "run"
+    assert main(["train", "--timesteps", "800", "--out", str(out), *FAILING]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] in ("trajview train: error: rollout worker 1 died: exited with exit code 3",
+                      "trajview train: error: rollout worker 2 died: exited with exit code 3"), err
+    assert err[1] == (f"the run stopped after iteration 1 (200 env steps); its checkpoint {out / 'checkpoint.pt'} "
+                      f"continues with --resume --out {out}; --recreate-failed-workers replaces a failed worker and "
+                      f"goes on"), err
+    assert len(err) == 2  # no traceback: the worker's failure is the message
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["iteration"] == 1
+    # The failure does not come back (TV_FAIL_ONCE): the resumed run, its failed workers now replaced, ends.
+    assert main(["train", "--resume", "--out", str(out), "--recreate-failed-workers", "--no-progress"]) == 0
+    assert [int(r["env_steps"]) for r in _rows(out / "metrics.csv")] == [200, 400, 600, 800]
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["config"]["recreate_failed_workers"] is True
+
+
+def test_an_env_that_keeps_failing_uses_up_the_restarts(tmp_path, monkeypatch, capsys):
+    _fail(monkeypatch, tmp_path, "raise", once=False)
+    out = tmp_path / "run"
+    assert main(["train", "--timesteps", "2000", "--out", str(out), "--recreate-failed-workers",
+                 "--max-worker-restarts", "1", *FAILING]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("trajview train: error: rollout worker ") and " failed:\n" in err
+    assert "RuntimeError: FailingEnv: the env failed on purpose" in err  # the worker's traceback, its env's line
+    assert err.endswith("all 1 worker restarts allowed are used up: raise --max-worker-restarts for more"), err
+    assert "Traceback" in err and "trajview/train/cli.py" not in err  # the worker's traceback, not the trainer's
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--recreate-failed-workers"], "recreate_failed_workers (--recreate-failed-workers) needs backend "
+                                        "'process' or 'ray'"),
+        (["--sample-timeout", "5"], "sample_timeout_s (--sample-timeout) needs backend 'process' or 'ray'"),
+        (["--workers", "2", "--sample-timeout", "0"], "sample_timeout_s must be None or a finite number of "
+                                                      "seconds > 0, got 0.0"),
+        (["--workers", "2", "--recreate-failed-workers", "--max-worker-restarts", "-1"],
+         "max_worker_restarts must be an int >= 0, got -1"),
+    ],
+    ids=["recreate-local", "timeout-local", "timeout-zero", "restarts-negative"],
+)
+def test_bad_failure_settings_are_one_line_errors(tmp_path, capsys, flags, message):
+    out = tmp_path / "run"
+    assert main(["train", "--timesteps", "200", "--out", str(out), *flags, *SMALL]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("trajview train: error: ") and message in err, err
+    assert not out.exists()
+
+
+def test_metrics_appended_to_an_earlier_runs_file_keep_its_columns(tmp_path):
+    from trajview.train.metrics import append_metrics
+
+    path = tmp_path / "metrics.csv"
+    old = [f for f in METRIC_FIELDS if f != "worker_restarts"]  # a file written before that column
+    path.write_text(",".join(old) + "\n" + ",".join("1" for _ in old) + "\n")
+    append_metrics(path, {**{f: 2 for f in METRIC_FIELDS}, "worker_restarts": 5})
+    rows = _rows(path)
+    assert list(rows[0]) == old and [r["iteration"] for r in rows] == ["1", "2"]
+    assert all(v == "2" for v in rows[1].values())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import deque
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from .options import MultiAgentEnvCreator, SingleAgentEnvCreator, WorkerSetOptions
+
+log = logging.getLogger("trajview.rollout")
 
 __all__ = ["AsyncBatch", "WorkerSet"]
 
@@ -395,6 +398,12 @@ class WorkerSet(Generic[BatchT]):
                 if self.recreate_failed_workers and self.num_worker_restarts < self.max_restarts:
                     self._kill(i)
                     self.num_worker_restarts += 1
+                    f = failed[i]
+                    what = str(self._error(i, f, hint=False)).splitlines()[0]
+                    if f.reason == "raised" and f.detail.strip():  # the worker's exception, its traceback's last line
+                        what += " " + f.detail.strip().splitlines()[-1]
+                    log.warning("%s; starting a replacement (restart %d of max_restarts=%d)", what,
+                                self.num_worker_restarts, self.max_restarts)
                     try:
                         self._workers[i] = self._backend.start(
                             i + 1, incarnation=self.num_worker_restarts, overrides=self._replacement_kwargs(i)

@@ -9,7 +9,9 @@ import logging
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
+from ..errors import WorkerError
 from .config import MODEL_PRESETS, TrainConfig
 from .metrics import read_metrics
 
@@ -104,6 +106,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--max-staleness", type=int, default=d.max_staleness, metavar="K",
                    help="with --async: discard batches sampled with weights more than K policy versions behind "
                         "(their env steps still count); 0 waits for fresh weights")
+    t.add_argument("--recreate-failed-workers", action="store_true",
+                   help="process or ray backend: replace a rollout worker whose process died, whose Ray node went "
+                        "away, whose env raised or (--sample-timeout) that hung, and go on (the replacement gets "
+                        "the learner's weights and envs of new seeds; the failed sample is lost, never counted); "
+                        "without it such a failure stops the run, its checkpoint kept for --resume")
+    t.add_argument("--max-worker-restarts", type=int, default=None, metavar="N",
+                   help=f"with --recreate-failed-workers: the replacements allowed (default {d.max_worker_restarts})")
+    t.add_argument("--sample-timeout", type=float, default=None, metavar="S", dest="sample_timeout_s",
+                   help="process or ray backend: a worker with no batch after S seconds of one sample counts as "
+                        "hung and is killed (then replaced with --recreate-failed-workers); default: no limit")
     t.add_argument("--envs-per-worker", type=int, default=None, help=PRESET_HELP % d.envs_per_worker)
     t.add_argument("--train-batch-size", type=int, default=None, help=PRESET_HELP % d.train_batch_size)
     t.add_argument("--minibatch-size", type=int, default=None, help=PRESET_HELP % d.sgd_minibatch_size)
@@ -147,6 +159,29 @@ def _one_line(e: BaseException) -> str:
     return msg
 
 
+def _worker_failure(e: WorkerError, trainer: Any, config: Any) -> str:
+    """What ``trajview train`` prints when a rollout worker failed and was not replaced: the worker's failure (its
+    env's traceback, when it raised), where the run stands, and the settings that would have gone on."""
+    lines = str(e).rstrip().splitlines()
+    if lines and (lines[-1].startswith("(WorkerSet(") or lines[-1].startswith("(all max_restarts=")):
+        lines = lines[:-1]  # the library's hint, in WorkerSet's terms: the flags' follows
+    msg = "\n".join(lines)
+    if trainer is not None and trainer.iteration > 0:
+        where = (f"the run stopped after iteration {trainer.iteration} ({trainer.env_steps} env steps); its "
+                 f"checkpoint {config.checkpoint_path} continues with --resume --out {config.out_dir}")
+    elif config is not None and config.checkpoint_path.exists():
+        where = (f"the run stopped before an iteration of this session; its checkpoint {config.checkpoint_path} "
+                 f"continues with --resume --out {config.out_dir}")
+    else:
+        where = "the run stopped before its first iteration (nothing written)"
+    if config is not None and config.recreate_failed_workers:
+        how = (f"all {config.max_worker_restarts} worker restarts allowed are used up: raise --max-worker-restarts "
+               f"for more")
+    else:
+        how = "--recreate-failed-workers replaces a failed worker and goes on"
+    return f"trajview train: error: {msg}\n{where}; {how}"
+
+
 def _train(args: argparse.Namespace) -> int:
     metrics_format, tensorboard = _loggers(args.loggers)
     missing = _missing(TRAIN_EXTRA + (("tensorboard",) if tensorboard else ()))
@@ -164,7 +199,10 @@ def _train(args: argparse.Namespace) -> int:
 
     if args.algo == "dqn" or (args.resume and args.out and is_dqn_run(args.out)):
         parallel = [flag for flag, given in (("--workers", args.workers != 1), ("--backend", args.backend != "auto"),
-                                             ("--async", args.async_sampling), ("--ray-address", args.ray_address))
+                                             ("--async", args.async_sampling), ("--ray-address", args.ray_address),
+                                             ("--recreate-failed-workers", args.recreate_failed_workers),
+                                             ("--max-worker-restarts", args.max_worker_restarts is not None),
+                                             ("--sample-timeout", args.sample_timeout_s is not None))
                     if given]
         if parallel:
             print(f"trajview train: error: --algo dqn samples with one worker in the trainer's process; "
@@ -186,11 +224,19 @@ def _train(args: argparse.Namespace) -> int:
         saved.setdefault("backend", "local")  # a run saved before --backend existed sampled in this process
         if args.ray_address is not None:  # the cluster's address may differ from the first session's
             saved["ray_address"] = args.ray_address
+        # A run stopped by a failed worker resumes with failed workers replaced, if asked.
+        if args.recreate_failed_workers:
+            saved["recreate_failed_workers"] = True
+        if args.max_worker_restarts is not None:
+            saved["max_worker_restarts"] = args.max_worker_restarts
+        if args.sample_timeout_s is not None:
+            saved["sample_timeout_s"] = args.sample_timeout_s
     # Setup errors (a bad setting, an unknown env id, a module that fails to import, a space no model reads,
     # and whatever the first iteration's sampling refuses) are one line and exit code 2; the run directory is
     # created by the first iteration's metrics, so such a run leaves none behind.
     setup_errors = (ValueError, TypeError, ImportError, NotImplementedError, gym.error.Error)
     trainer = None
+    config = None
     try:
         if args.resume:
             config = TrainConfig(**saved)
@@ -207,6 +253,10 @@ def _train(args: argparse.Namespace) -> int:
                 ray_address=args.ray_address,
                 async_sampling=args.async_sampling,
                 max_staleness=args.max_staleness,
+                recreate_failed_workers=args.recreate_failed_workers,
+                max_worker_restarts=(TrainConfig.max_worker_restarts if args.max_worker_restarts is None
+                                     else args.max_worker_restarts),
+                sample_timeout_s=args.sample_timeout_s,
                 envs_per_worker=args.envs_per_worker,
                 train_batch_size=args.train_batch_size,
                 sgd_minibatch_size=args.minibatch_size,
@@ -231,6 +281,11 @@ def _train(args: argparse.Namespace) -> int:
                  config.timesteps, config.workers, config.backend,
                  f", async, max staleness {config.max_staleness}" if config.async_sampling else "", out)
         summary = trainer.train(progress=not args.no_progress)
+    except WorkerError as e:
+        if args.traceback:
+            raise
+        print(_worker_failure(e, trainer, config), file=sys.stderr)
+        return 1
     except setup_errors as e:
         if args.traceback or (trainer is not None and trainer.iteration > trainer.start_iteration):
             raise

@@ -67,6 +67,14 @@ class TrainConfig:
     async_sampling: bool = False
     #: With ``async_sampling``: batches sampled with weights more than this many versions behind are dropped.
     max_staleness: int = 1
+    #: Replace a rollout worker whose process died, whose Ray actor was lost (its node gone) or whose env raised,
+    #: and go on (``--recreate-failed-workers``); else such a failure stops the run (its checkpoint stays).
+    recreate_failed_workers: bool = False
+    #: With ``recreate_failed_workers``: the replacements allowed in one trainer session.
+    max_worker_restarts: int = 10
+    #: Seconds a worker may take for one sample before it counts as hung and is killed (``--sample-timeout``);
+    #: None: no limit.
+    sample_timeout_s: float | None = None
     envs_per_worker: int = 8
     train_batch_size: int = 2000
     sgd_minibatch_size: int = 250
@@ -127,6 +135,21 @@ class TrainConfig:
                 raise ValueError(f"ray_address must be a non-empty string, got {self.ray_address!r}")
         if isinstance(self.max_staleness, bool) or not isinstance(self.max_staleness, int) or self.max_staleness < 0:
             raise ValueError(f"max_staleness must be an int >= 0, got {self.max_staleness!r}")
+        if not isinstance(self.recreate_failed_workers, bool):
+            raise ValueError(f"recreate_failed_workers must be a bool, got {self.recreate_failed_workers!r}")
+        if (isinstance(self.max_worker_restarts, bool) or not isinstance(self.max_worker_restarts, int)
+                or self.max_worker_restarts < 0):
+            raise ValueError(f"max_worker_restarts must be an int >= 0, got {self.max_worker_restarts!r}")
+        if self.sample_timeout_s is not None and (
+                isinstance(self.sample_timeout_s, bool) or not isinstance(self.sample_timeout_s, (int, float))
+                or not self.sample_timeout_s > 0 or self.sample_timeout_s == float("inf")):
+            raise ValueError(f"sample_timeout_s must be None or a finite number of seconds > 0, "
+                             f"got {self.sample_timeout_s!r}")
+        for name, flag, given in (("recreate_failed_workers", "--recreate-failed-workers", self.recreate_failed_workers),
+                                  ("sample_timeout_s", "--sample-timeout", self.sample_timeout_s is not None)):
+            if given and self.backend == "local":
+                raise ValueError(f"{name} ({flag}) needs backend 'process' or 'ray' (the local backend's workers "
+                                 f"run in the trainer's process: their failure is the trainer's), got 'local'")
         per = self.workers * self.envs_per_worker
         if self.train_batch_size % per:
             raise ValueError(

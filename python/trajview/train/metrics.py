@@ -38,6 +38,8 @@ METRIC_FIELDS = [
     "staleness_mean",
     "staleness_max",
     "stale_batches_dropped",
+    # Failed rollout workers replaced so far in this trainer session (--recreate-failed-workers).
+    "worker_restarts",
 ]
 
 
@@ -49,11 +51,15 @@ def append_metrics(path: str | Path, row: dict, metrics_format: str = "csv") -> 
             f.write(json.dumps(row) + "\n")
         return
     new = not path.exists()
+    fields = METRIC_FIELDS
+    if not new:  # a resumed run's file keeps its own columns (those of the trajview that started it)
+        with open(path, newline="") as f:
+            fields = next(csv.reader(f), []) or METRIC_FIELDS
     with open(path, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=METRIC_FIELDS)
+        w = csv.DictWriter(f, fieldnames=fields)
         if new:
             w.writeheader()
-        w.writerow({k: row.get(k, "") for k in METRIC_FIELDS})
+        w.writerow({k: row.get(k, "") for k in fields})
 
 
 def truncate_metrics(path: str | Path, iteration: int, metrics_format: str = "csv") -> None:

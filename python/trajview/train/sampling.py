@@ -102,6 +102,9 @@ class LocalSampler:
         idle = sum(t for _, t in timing.values())
         return Sampled(batch, len(batch), returns, lengths, timing, idle, [0] * len(batches))
 
+    #: Workers in the trainer's process are never replaced: their failure is the trainer's.
+    worker_restarts = 0
+
     def sync_weights(self, policy: Policy) -> tuple[int, float]:
         """Nothing to send: the workers act with the learner's policy object itself."""
         return 0, 0.0
@@ -212,6 +215,9 @@ class ParallelSampler:
                 num_envs=config.envs_per_worker,
                 rollout_fragment_length=fragment,
                 seed=seed,
+                recreate_failed_workers=config.recreate_failed_workers,
+                max_restarts=config.max_worker_restarts,
+                sample_timeout_s=config.sample_timeout_s,
             )
         except BaseException:
             self._shutdown_ray()
@@ -224,10 +230,17 @@ class ParallelSampler:
     def _sample_sync(self) -> Sampled:
         ws = self.workers
         t0 = time.perf_counter()
-        each = ws.sample_each()
+        batches: list[SampleBatch] = []
+        steps = 0
+        # One round of every worker's sample gives train_batch_size env steps; a worker that failed in it and was
+        # replaced (recreate_failed_workers) gave none, and another round tops the batch up (RLlib's
+        # synchronous_parallel_sample also samples on until it has the train batch size).
+        while steps < self.train_batch_size:
+            got = [b for b in ws.sample_each() if b is not None]
+            batches.extend(got)
+            steps += sum(len(b) for b in got)
         m = ws.get_metrics()
         idle = time.perf_counter() - t0
-        batches = [b for b in each if b is not None]
         timing: dict[int, tuple[int, float]] = {}
         for k, (steps, secs) in enumerate(zip(m["sample_env_steps"], m["sample_time_s"])):
             timing[k + 1] = (int(steps), float(secs))
@@ -263,6 +276,11 @@ class ParallelSampler:
             staleness.append(got.staleness)
             steps += len(got.batch)
         return Sampled(concat_samples(batches), sampled, returns, lengths, timing, idle, staleness, dropped)
+
+    @property
+    def worker_restarts(self) -> int:
+        """Failed workers replaced so far (``recreate_failed_workers``)."""
+        return self.workers.num_worker_restarts
 
     def sync_weights(self, policy: Policy) -> tuple[int, float]:
         """Sends the learner's weights to every worker (asynchronously: each takes them with its next sample);

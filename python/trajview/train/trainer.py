@@ -130,6 +130,7 @@ class Trainer(RunCounters):
             "staleness_mean": float(np.mean(got.staleness)) if got.staleness else math.nan,
             "staleness_max": max(got.staleness) if got.staleness else math.nan,
             "stale_batches_dropped": got.stale_batches_dropped,
+            "worker_restarts": self.sampler.worker_restarts,
         }
         self._prepare_out_dir()
         append_metrics(self.config.metrics_path, row, self.config.metrics_format)
