@@ -153,6 +153,12 @@ def part_a(timesteps: int, **overrides: Any) -> list[dict[str, Any]]:
     print(f"\n({load()} at the end)")
     print(f"goals: 2 workers >= 1.6x 1 worker: {out[1]['steps_per_s'] / base:.2f}x; "
           f"--async >= 1.3x 2 sync: {out[2]['steps_per_s'] / sync2:.2f}x")
+    # Amdahl: a synchronous loop samples (the 1-worker loop's wait for its batch), then trains; only the sampling
+    # divides over the workers.
+    sample1, sgd1 = out[0]["idle_s"], out[0]["learn_s"]
+    print(f"a synchronous loop's bound from the 1-worker loop's parts (sampling {sample1:.3f} s, SGD {sgd1:.3f} s "
+          f"per iteration): 2 workers at most {(sample1 + sgd1) / (sample1 / 2 + sgd1):.2f}x, any number "
+          f"{(sample1 + sgd1) / sgd1:.2f}x")
     return out
 
 
