@@ -14,20 +14,29 @@ class WorkerError(RuntimeError):
     ``"died"`` (its process exited or was killed, or its Ray actor was lost),
     ``"timeout"`` (no answer within ``sample_timeout_s``: it was killed) or
     ``"raised"`` (its command raised: ``detail`` holds the worker's
-    traceback). ``detail``: how it died, or the traceback. The message says
-    how to have failed workers replaced (``recreate_failed_workers=True``,
-    ``max_restarts``).
+    traceback). ``detail``: how it died, or the traceback. ``failure``: what
+    happened, the message without its ``hint``, which says how to have failed
+    workers replaced (``recreate_failed_workers=True``, ``max_restarts``).
+    ``restarts_used_up``: the worker would have been replaced but every
+    restart allowed was used.
     """
 
-    def __init__(self, message: str, *, worker_index: int, reason: str, detail: str = "") -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, worker_index: int, reason: str, detail: str = "", hint: str = "",
+                 restarts_used_up: bool = False) -> None:
+        super().__init__(f"{message}\n{hint}" if hint else message)
+        self.failure = message
+        self.hint = hint
         self.worker_index = worker_index
         self.reason = reason
         self.detail = detail
+        self.restarts_used_up = restarts_used_up
 
     def __reduce__(self) -> Any:
-        return _rebuild, (type(self), str(self), self.worker_index, self.reason, self.detail)
+        return _rebuild, (type(self), self.failure, self.worker_index, self.reason, self.detail, self.hint,
+                          self.restarts_used_up)
 
 
-def _rebuild(cls: type[WorkerError], message: str, worker_index: int, reason: str, detail: str) -> WorkerError:
-    return cls(message, worker_index=worker_index, reason=reason, detail=detail)
+def _rebuild(cls: type[WorkerError], message: str, worker_index: int, reason: str, detail: str, hint: str = "",
+             restarts_used_up: bool = False) -> WorkerError:
+    return cls(message, worker_index=worker_index, reason=reason, detail=detail, hint=hint,
+               restarts_used_up=restarts_used_up)

@@ -399,7 +399,7 @@ class WorkerSet(Generic[BatchT]):
                     self._kill(i)
                     self.num_worker_restarts += 1
                     f = failed[i]
-                    what = str(self._error(i, f, hint=False)).splitlines()[0]
+                    what = self._error(i, f, hint=False).failure.splitlines()[0]
                     if f.reason == "raised" and f.detail.strip():  # the worker's exception, its traceback's last line
                         what += " " + f.detail.strip().splitlines()[-1]
                     log.warning("%s; starting a replacement (restart %d of max_restarts=%d)", what,
@@ -470,11 +470,13 @@ class WorkerSet(Generic[BatchT]):
             msg = f"rollout worker {i + 1} gave no answer within sample_timeout_s={self.sample_timeout_s:g} s (killed)"
         else:
             msg = f"rollout worker {i + 1} failed:\n{f.detail.rstrip()}"
+        note = ""
         if hint and not self.recreate_failed_workers:
-            msg += "\n(WorkerSet(..., recreate_failed_workers=True) replaces a failed worker and goes on)"
+            note = "(WorkerSet(..., recreate_failed_workers=True) replaces a failed worker and goes on)"
         elif hint:
-            msg += f"\n(all max_restarts={self.max_restarts} worker restarts are used up: raise max_restarts for more)"
-        return WorkerError(msg, worker_index=i + 1, reason=f.reason, detail=f.detail)
+            note = f"(all max_restarts={self.max_restarts} worker restarts are used up: raise max_restarts for more)"
+        return WorkerError(msg, worker_index=i + 1, reason=f.reason, detail=f.detail, hint=note,
+                           restarts_used_up=hint and self.recreate_failed_workers)
 
     def _kill(self, i: int) -> None:
         w, self._workers[i] = self._workers[i], None

@@ -162,10 +162,7 @@ def _one_line(e: BaseException) -> str:
 def _worker_failure(e: WorkerError, trainer: Any, config: Any) -> str:
     """What ``trajview train`` prints when a rollout worker failed and was not replaced: the worker's failure (its
     env's traceback, when it raised), where the run stands, and the settings that would have gone on."""
-    lines = str(e).rstrip().splitlines()
-    if lines and (lines[-1].startswith("(WorkerSet(") or lines[-1].startswith("(all max_restarts=")):
-        lines = lines[:-1]  # the library's hint, in WorkerSet's terms: the flags' follows
-    msg = "\n".join(lines)
+    msg = e.failure.rstrip()  # without the library's hint, in WorkerSet's terms: the flags' follows
     if trainer is not None and trainer.iteration > 0:
         where = (f"the run stopped after iteration {trainer.iteration} ({trainer.env_steps} env steps); its "
                  f"checkpoint {config.checkpoint_path} continues with --resume --out {config.out_dir}")
@@ -174,12 +171,12 @@ def _worker_failure(e: WorkerError, trainer: Any, config: Any) -> str:
                  f"continues with --resume --out {config.out_dir}")
     else:
         where = "the run stopped before its first iteration (nothing written)"
-    if config is not None and config.recreate_failed_workers:
-        how = (f"all {config.max_worker_restarts} worker restarts allowed are used up: raise --max-worker-restarts "
-               f"for more")
-    else:
-        how = "--recreate-failed-workers replaces a failed worker and goes on"
-    return f"trajview train: error: {msg}\n{where}; {how}"
+    if e.restarts_used_up:
+        where += (f"; all {config.max_worker_restarts} worker restarts allowed are used up: raise "
+                  f"--max-worker-restarts for more")
+    elif config is None or not config.recreate_failed_workers:
+        where += "; --recreate-failed-workers replaces a failed worker and goes on"
+    return f"trajview train: error: {msg}\n{where}"
 
 
 def _train(args: argparse.Namespace) -> int:
