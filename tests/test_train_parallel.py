@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -287,7 +288,7 @@ FAILING = ["--env", "tvtest/Failing-v0", "--env-module", "failing_env", "--model
 
 def _fail(monkeypatch, tmp_path, how: str, once: bool = True) -> None:
     # Each worker steps its envs 100 times an iteration: the failure comes in a worker's second iteration.
-    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parent))  # failing_env, for spawned workers
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # --env-module failing_env
     monkeypatch.setenv("TV_FAIL_HOW", how)
     monkeypatch.setenv("TV_FAIL_AT", "150")
     if once:
