@@ -9,6 +9,7 @@ coming with asynchronous batches) are checked at the end.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 from pathlib import Path
 
@@ -93,12 +94,16 @@ def test_async_sampling_reports_staleness_bounded_by_max_staleness(tmp_path):
     assert main(["train", "--workers", "2", "--async", "--timesteps", "1000", "--out", str(out), *SMALL]) == 0
     rows = _rows(out / "metrics.csv")
     assert json.loads((out / "config.json").read_text())["async_sampling"] is True
-    assert [int(r["env_steps"]) for r in rows] == [200, 400, 600, 800, 1000]
     _check_sane(rows, 2, _weights_nbytes(out), asynchronous=True)
     assert float(rows[0]["staleness_mean"]) == 0  # the first batches: the weights the workers started with
-    for r in rows:
+    steps = [0] + [int(r["env_steps"]) for r in rows]
+    for k, r in enumerate(rows):
         assert 0 <= float(r["staleness_mean"]) <= int(r["staleness_max"]) <= 1
-        assert int(r["stale_batches_dropped"]) == 0
+        # Each iteration trains on 2 batches of 100 env steps (a worker's 2 envs x 50); a batch more than 1
+        # version behind (a worker the others outran twice while it was starved of CPU) is dropped, its env
+        # steps still counted.
+        assert steps[k + 1] - steps[k] == 200 + 100 * int(r["stale_batches_dropped"])
+    assert steps[-1] >= 1000
     # The workers sample while the learner trains: after the first update, batches one version behind come in.
     assert max(int(r["staleness_max"]) for r in rows) == 1
 
@@ -311,9 +316,13 @@ def test_a_failed_worker_is_replaced_and_the_run_goes_on(tmp_path, monkeypatch, 
     rows = _rows(out / "metrics.csv")
     # A lost sample is never counted. Synchronous: the failing iteration's round brought the other worker's 100
     # env steps, and a second round of both topped it up to 300 (at least the train batch size). Async: the
-    # batches of whichever worker is done, to 200.
-    steps = [200, 400, 600, 800] if "--async" in flags else [200, 500, 700, 900]
-    assert [int(r["env_steps"]) for r in rows] == steps
+    # batches of whichever worker is done, to 200, plus any dropped as stale (their env steps count).
+    steps = [int(r["env_steps"]) for r in rows]
+    if "--async" in flags:
+        assert steps == list(itertools.accumulate(200 + 100 * int(r["stale_batches_dropped"]) for r in rows))
+        assert steps[-1] >= 800
+    else:
+        assert steps == [200, 500, 700, 900]
     restarts = [int(r["worker_restarts"]) for r in rows]
     assert restarts[0] == 0 and restarts[-1] == 1 and restarts == sorted(restarts)
     assert (tmp_path / "failed-once").exists()
@@ -331,9 +340,8 @@ def test_without_recreation_a_failed_worker_stops_the_run_and_resume_goes_on(tmp
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0] in ("trajview train: error: rollout worker 1 died: exited with exit code 3",
                       "trajview train: error: rollout worker 2 died: exited with exit code 3"), err
-    assert err[1] == (f"the run stopped after iteration 1 (200 env steps); its checkpoint {out / 'checkpoint.pt'} "
-                      f"continues with --resume --out {out}; --recreate-failed-workers replaces a failed worker and "
-                      f"goes on"), err
+    assert err[1] == (f"the run's checkpoint {out / 'checkpoint.pt'} holds iteration 1 (200 env steps); --resume "
+                      f"--out {out} continues it; --recreate-failed-workers replaces a failed worker and goes on"), err
     assert len(err) == 2  # no traceback: the worker's failure is the message
     assert torch.load(out / "checkpoint.pt", weights_only=False)["iteration"] == 1
     # The failure does not come back (TV_FAIL_ONCE): the resumed run, its failed workers now replaced, ends.
@@ -385,3 +393,39 @@ def test_metrics_appended_to_an_earlier_runs_file_keep_its_columns(tmp_path):
     rows = _rows(path)
     assert list(rows[0]) == old and [r["iteration"] for r in rows] == ["1", "2"]
     assert all(v == "2" for v in rows[1].values())
+
+
+def test_ctrl_c_stops_the_workers_and_says_where_the_run_stands(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    # A process group of its own, as a terminal gives a command: Ctrl-C there is SIGINT to the whole group.
+    proc = subprocess.Popen([sys.executable, "-m", "trajview.train.cli", "train", "--workers", "2",
+                             "--timesteps", "10000000", "--out", str(out), *SMALL],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "metrics.csv").exists() or len(_rows(out / "metrics.csv")) < 3:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)  # the trainer and its worker processes
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    lines = err.strip().splitlines()
+    assert lines[-2] == "trajview train: interrupted", err
+    ckpt = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert lines[-1] == (f"the run's checkpoint {out / 'checkpoint.pt'} holds iteration {ckpt['iteration']} "
+                         f"({ckpt['env_steps']} env steps); --resume --out {out} continues it"), err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err  # the workers ignore it: the trainer stops them
+    deadline = time.monotonic() + 10  # the workers went with the trainer: nothing is left of its process group
+    while subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).returncode == 0:
+        assert time.monotonic() < deadline, subprocess.run(["ps", "-o", "pid,cmd", "-g", str(proc.pid)],
+                                                           capture_output=True, text=True).stdout
+        time.sleep(0.1)

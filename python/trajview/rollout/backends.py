@@ -221,8 +221,13 @@ def _serve(
 
     ``inherited``: the driver's pipe ends this process got by fork (closed at
     once). ``parent_pid``: the driver (``None``: this process's parent, e.g.
-    the forkserver); the process exits when its parent changes.
+    the forkserver); the process exits when its parent changes. Ctrl-C in a
+    terminal (SIGINT to the whole process group) is the driver's to handle:
+    the worker ignores it and is stopped by the driver, as
+    ``multiprocessing.Pool`` workers are (else each would die mid-command
+    with a traceback of its own).
     """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     for c in inherited:
         c.close()
     _exit_with(parent_pid if parent_pid is not None else os.getppid())
