@@ -159,25 +159,13 @@ def _one_line(e: BaseException) -> str:
     return msg
 
 
-def _where_it_stopped(trainer: Any, config: Any) -> str:
-    """Where a run that stopped early stands: the iteration its checkpoint holds (written after every iteration,
-    so an iteration cut short is not in it: read from the checkpoint itself), and how to go on."""
-    if config is None or not config.checkpoint_path.exists():
-        return "the run stopped before its first iteration (nothing written)"
-    import torch
-
-    saved = torch.load(config.checkpoint_path, weights_only=False)
-    session = "" if trainer is not None and saved["iteration"] > trainer.start_iteration else (
-        " (none of this session's)")
-    return (f"the run's checkpoint {config.checkpoint_path} holds iteration {saved['iteration']} "
-            f"({saved['env_steps']} env steps){session}; --resume --out {config.out_dir} continues it")
-
-
 def _worker_failure(e: WorkerError, trainer: Any, config: Any) -> str:
     """What ``trajview train`` prints when a rollout worker failed and was not replaced: the worker's failure (its
     env's traceback, when it raised), where the run stands, and the settings that would have gone on."""
+    from .loop import where_it_stopped
+
     msg = e.failure.rstrip()  # without the library's hint, in WorkerSet's terms: the flags' follows
-    where = _where_it_stopped(trainer, config)
+    where = where_it_stopped(trainer, config)
     if e.restarts_used_up:
         where += (f"; all {config.max_worker_restarts} worker restarts allowed are used up: raise "
                   f"--max-worker-restarts for more")
@@ -215,7 +203,7 @@ def _train(args: argparse.Namespace) -> int:
             return 2
         args.metrics_format = metrics_format  # DQN writes CSV/JSONL metrics (no TensorBoard events yet)
         return train_dqn_from_args(args, TrainConfig)
-    from .loop import saved_config
+    from .loop import saved_config, where_it_stopped
     from .trainer import Trainer  # torch: imported once the extra is known to be there
 
     out = args.out or f"runs/{args.model}-seed{args.seed}"
@@ -293,7 +281,7 @@ def _train(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # Ctrl-C: the workers are stopped (run_loop's close), the checkpoint stands
         if args.traceback:
             raise
-        print(f"trajview train: interrupted\n{_where_it_stopped(trainer, config)}", file=sys.stderr)
+        print(f"trajview train: interrupted\n{where_it_stopped(trainer, config)}", file=sys.stderr)
         return 130
     except setup_errors as e:
         if args.traceback or (trainer is not None and trainer.iteration > trainer.start_iteration):

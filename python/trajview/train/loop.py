@@ -15,7 +15,7 @@ import torch
 
 from .metrics import plot_learning_curve, read_metrics
 
-__all__ = ["RunCounters", "run_loop", "save_atomically", "saved_config", "summarize"]
+__all__ = ["RunCounters", "run_loop", "save_atomically", "saved_config", "summarize", "where_it_stopped"]
 
 log = logging.getLogger("trajview.train")
 
@@ -152,3 +152,15 @@ def summarize(run: _Run, title: str) -> dict[str, Any]:
         "plot": str(png),
         "checkpoint": str(c.checkpoint_path),
     }
+
+
+def where_it_stopped(trainer: Any, config: Any) -> str:
+    """Where a run that stopped early stands: the iteration its checkpoint holds (written after every iteration,
+    so an iteration cut short is not in it: read from the checkpoint itself), and how to go on."""
+    if config is None or not config.checkpoint_path.exists():
+        return "the run stopped before its first iteration (nothing written)"
+    saved = torch.load(config.checkpoint_path, weights_only=False)
+    session = "" if trainer is not None and saved["iteration"] > getattr(trainer, "start_iteration", 0) else (
+        " (none of this session's)")
+    return (f"the run's checkpoint {config.checkpoint_path} holds iteration {saved['iteration']} "
+            f"({saved['env_steps']} env steps){session}; --resume --out {config.out_dir} continues it")
