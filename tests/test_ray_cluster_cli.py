@@ -8,6 +8,7 @@ The head and every trainer run in processes of their own (Ray's authentication m
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import secrets
@@ -78,7 +79,7 @@ def head():
                 if time.monotonic() > deadline:
                     pytest.fail("`ray start --head` did not come up within 120 s")
                 time.sleep(0.5)
-        yield {"gcs": f"127.0.0.1:{gcs}", "client": f"ray://127.0.0.1:{client}", "token": token}
+        yield {"gcs": f"127.0.0.1:{gcs}", "client": f"ray://127.0.0.1:{client}", "token": token, "temp": temp}
     finally:
         # SIGINT to the head's process group: `ray start --block` and the Ray processes it started end within
         # seconds (SIGTERM: about 30 s). Never `ray stop`: that stops every Ray on the machine.
@@ -99,14 +100,25 @@ def _train(out, address: str, *flags: str, timeout: float = 240, **env: str) -> 
     )
 
 
-def _check_run(out, proc, address: str, asynchronous: bool) -> None:
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def _head_log(head, name: str = "ray_client_server.err") -> str:
+    """The end of the head's log ``name`` (for a failure's message: what the head saw)."""
+    logs = [os.path.join(d, name) for d, _, files in os.walk(head["temp"]) if name in files]
+    return "".join(f"\n--- {path}:\n" + open(path, errors="replace").read()[-3000:] for path in logs)
+
+
+def _check_run(out, proc, address: str, asynchronous: bool, head) -> None:
+    assert proc.returncode == 0, proc.stderr[-3000:] + _head_log(head)
     config = json.loads((out / "config.json").read_text())
     assert (config["backend"], config["ray_address"], config["async_sampling"]) == ("ray", address, asynchronous)
-    rows = (out / "metrics.csv").read_text().splitlines()
-    header = rows[0].split(",")
-    last = dict(zip(header, rows[-1].split(",")))
-    assert len(rows) - 1 == 3 and int(last["env_steps"]) == 1200  # 3 iterations of 400 env steps
+    with open(out / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    # 3 iterations of 400 env steps (2 workers' batches of 200); with --async, a batch more than 1 version
+    # behind (a worker the other outran twice) is dropped, its 200 env steps counted.
+    steps = [0] + [int(r["env_steps"]) for r in rows]
+    assert len(rows) == 3
+    for k, r in enumerate(rows):
+        assert steps[k + 1] - steps[k] == 400 + 200 * int(r["stale_batches_dropped"])
+    last = rows[-1]
     assert float(last["worker_steps_per_s"]) > 0 and int(last["weights_sync_bytes"]) > 0
     if asynchronous:
         assert 0 <= float(last["staleness_max"]) <= 1
@@ -119,7 +131,7 @@ def test_train_joins_a_started_cluster(head, tmp_path, via, asynchronous):
     out = tmp_path / "run"
     proc = _train(out, address, *(["--async"] if asynchronous else []), RAY_AUTH_MODE="token",
                   RAY_AUTH_TOKEN=head["token"])
-    _check_run(out, proc, address, asynchronous)
+    _check_run(out, proc, address, asynchronous, head)
 
 
 def test_a_trainer_without_the_clusters_token_is_told_about_ray_auth_mode(head, tmp_path):

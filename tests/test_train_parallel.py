@@ -471,3 +471,40 @@ def test_memory_models_train_on_async_process_workers(tmp_path, model):
     rows = _rows(out / "metrics.csv")
     _check_sane(rows, 2, _weights_nbytes(out), asynchronous=True)
     assert int(rows[-1]["env_steps"]) >= 600 and all(float(r["kl"]) == float(r["kl"]) for r in rows)  # no NaN
+
+
+class _FlakyRay:
+    """Stands in for the ``ray`` module: ``ray.init`` raises ``errors`` in turn, then connects."""
+
+    def __init__(self, *errors: str) -> None:
+        self.errors = list(errors)
+        self.inits = self.shutdowns = 0
+
+    def init(self, address, log_to_driver):
+        self.inits += 1
+        if self.errors:
+            raise ConnectionError(self.errors.pop(0))
+
+    def shutdown(self):
+        self.shutdowns += 1
+
+
+def test_a_ray_client_connection_whose_server_failed_to_start_is_tried_again(monkeypatch, caplog):
+    from trajview.train import sampling
+
+    monkeypatch.setattr(sampling.time, "sleep", lambda s: None)
+    start_failed = "Initialization failure from server: ... Starting Ray client server failed."
+    ray = _FlakyRay(start_failed, start_failed)
+    with caplog.at_level("WARNING", logger="trajview.train"):
+        sampling.join_ray_cluster(ray, "ray://127.0.0.1:10001")
+    assert (ray.inits, ray.shutdowns) == (3, 2)
+    assert len([r for r in caplog.records if "did not start (attempt" in r.getMessage()]) == 2
+    ray = _FlakyRay(*[start_failed] * 3)  # every attempt: the last failure is raised
+    with pytest.raises(ConnectionError, match="Initialization failure"):
+        sampling.join_ray_cluster(ray, "ray://127.0.0.1:10001")
+    assert ray.inits == sampling.RAY_CLIENT_ATTEMPTS
+    for address, error in (("127.0.0.1:6379", start_failed), ("ray://127.0.0.1:10001", "ray client connection timeout")):
+        ray = _FlakyRay(error)  # not Ray Client, or a failure that would come again: raised at once
+        with pytest.raises(ConnectionError):
+            sampling.join_ray_cluster(ray, address)
+        assert (ray.inits, ray.shutdowns) == (1, 0)

@@ -22,6 +22,7 @@ waited for it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 import socket
@@ -35,6 +36,8 @@ from ..rollout.worker import RolloutWorker
 from ..rollout.worker_set import WorkerSet
 from ..views import SampleBatch, concat_samples
 from .config import TrainConfig
+
+log = logging.getLogger("trajview.train")
 
 __all__ = ["Sampled", "LocalSampler", "ParallelSampler", "make_sampler", "check_ray_address"]
 
@@ -132,6 +135,29 @@ def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
                          "`ray start --head` and pass the address it prints") from None
 
 
+#: Attempts at a Ray Client connection (``ray://``) whose server-side start failed.
+RAY_CLIENT_ATTEMPTS = 3
+
+
+def join_ray_cluster(ray: Any, address: str, attempts: int = RAY_CLIENT_ATTEMPTS) -> None:
+    """``ray.init(address)``; through Ray Client (``ray://``), tried again when the head failed to start the
+    connection's server ("Initialization failure from server": Ray 2.60's proxy forks that server while gRPC
+    threads run, and it sometimes dies at once; here 1 fresh head in 6, the next attempt connected). Other
+    failures (no answer, a timeout, token authentication) are not retried: they would fail again."""
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(address=address, log_to_driver=False)
+            return
+        except ConnectionError as e:
+            if not address.startswith("ray://") or "Initialization failure from server" not in str(e) \
+                    or attempt == attempts:
+                raise
+            log.warning("--ray-address %s: the Ray Client server did not start (attempt %d of %d), trying again",
+                        address, attempt, attempts)
+            ray.shutdown()
+            time.sleep(1.0)
+
+
 def ray_auth_hint(environ: Any = None) -> str:
     """What to add to a failed connection's message about Ray's token authentication (Ray >= 2.52).
 
@@ -196,7 +222,7 @@ class ParallelSampler:
                 if config.ray_address is not None:
                     check_ray_address(config.ray_address)
                     try:
-                        ray.init(address=config.ray_address, log_to_driver=False)
+                        join_ray_cluster(ray, config.ray_address)
                     except ConnectionError as e:
                         raise ValueError(f"--ray-address {config.ray_address}: {' '.join(str(e).split())}"
                                          f"{ray_auth_hint()}") from None
