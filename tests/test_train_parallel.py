@@ -427,10 +427,27 @@ def test_ctrl_c_stops_the_workers_and_says_where_the_run_stands(tmp_path, algo):
                          f"({ckpt['env_steps']} env steps); --resume --out {out} continues it"), err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err  # the workers ignore it: the trainer stops them
     deadline = time.monotonic() + 10  # the workers went with the trainer: nothing is left of its process group
-    while subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).returncode == 0:
-        assert time.monotonic() < deadline, subprocess.run(["ps", "-o", "pid,cmd", "-g", str(proc.pid)],
-                                                           capture_output=True, text=True).stdout
+    while _processes_in_group(proc.pid):  # (read from /proc: a pgrep would inherit the ASan pass's LD_PRELOAD)
+        assert time.monotonic() < deadline, _processes_in_group(proc.pid)
         time.sleep(0.1)
+
+
+def _processes_in_group(pgid: int) -> list[str]:
+    """The live processes of process group ``pgid``: their pid and command line."""
+    import os
+
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, pgrp, ...
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+                found.append(f"{pid}: {cmdline}")
+        except (OSError, IndexError, ValueError):  # gone meanwhile
+            continue
+    return found
 
 
 @pytest.mark.parametrize("model", ["lstm", "attention"])
