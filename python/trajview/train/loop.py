@@ -33,6 +33,9 @@ class RunCounters:
     elapsed: float
     returns: deque[float]
     lengths: deque[int]
+    #: (iteration, env steps) of the run's checkpoint on disk: written by `run_loop` after each iteration, taken
+    #: back by `restore_counters`; None before the first.
+    checkpointed: tuple[int, int] | None
 
     def start_counters(self, seed: int, threads: int, smoothing_episodes: int) -> None:
         """Zero counters, empty windows of ``smoothing_episodes``, and torch and numpy seeded (torch on
@@ -44,6 +47,7 @@ class RunCounters:
         self.elapsed = 0.0
         self.returns = deque(maxlen=smoothing_episodes)
         self.lengths = deque(maxlen=smoothing_episodes)
+        self.checkpointed = None
 
     def counters_state(self) -> dict[str, Any]:
         """The counters, the windows and torch's RNG, for a checkpoint."""
@@ -57,6 +61,7 @@ class RunCounters:
         self.returns.extend(state["returns"])
         self.lengths.extend(state["lengths"])
         torch.set_rng_state(state["torch_rng"])
+        self.checkpointed = (self.iteration, self.env_steps)
 
 
 class _Run(Protocol):
@@ -64,6 +69,7 @@ class _Run(Protocol):
     env_steps: int
     iteration: int
     elapsed: float
+    checkpointed: tuple[int, int] | None
 
     @property
     def mean_return(self) -> float: ...
@@ -116,6 +122,7 @@ def run_loop(
         while not run.done():
             row = run.train_iteration()
             run.save_checkpoint()
+            run.checkpointed = (run.iteration, run.env_steps)
             bar.update(min(row["env_steps"], c.timesteps) - bar.n)
             post = {"ret": f"{row['episode_return_mean']:.1f}", "sps": f"{row['steps_per_s']:.0f}"}
             if "worker_steps_per_s" in row:  # PPO: each worker's sampling rate, the learner's wait for the batch
@@ -155,12 +162,14 @@ def summarize(run: _Run, title: str) -> dict[str, Any]:
 
 
 def where_it_stopped(trainer: Any, config: Any) -> str:
-    """Where a run that stopped early stands: the iteration its checkpoint holds (written after every iteration,
-    so an iteration cut short is not in it: read from the checkpoint itself), and how to go on."""
+    """Where a run that stopped early stands: the iteration its checkpoint holds (`RunCounters.checkpointed`:
+    written after every iteration, so an iteration cut short is not in it), and how to go on."""
     if config is None or not config.checkpoint_path.exists():
         return "the run stopped before its first iteration (nothing written)"
-    saved = torch.load(config.checkpoint_path, weights_only=False)
-    session = "" if trainer is not None and saved["iteration"] > getattr(trainer, "start_iteration", 0) else (
-        " (none of this session's)")
-    return (f"the run's checkpoint {config.checkpoint_path} holds iteration {saved['iteration']} "
-            f"({saved['env_steps']} env steps){session}; --resume --out {config.out_dir} continues it")
+    saved = getattr(trainer, "checkpointed", None)
+    if saved is None:  # the trainer did not get as far as its checkpoint's counters: a resumed run's start failed
+        return f"the run's checkpoint {config.checkpoint_path} is as it was; --resume --out {config.out_dir} continues it"
+    iteration, env_steps = saved
+    session = "" if iteration > getattr(trainer, "start_iteration", 0) else " (none of this session's)"
+    return (f"the run's checkpoint {config.checkpoint_path} holds iteration {iteration} "
+            f"({env_steps} env steps){session}; --resume --out {config.out_dir} continues it")
