@@ -463,10 +463,7 @@ def test_memory_models_sampled_on_process_workers_replay_their_logp_in_the_learn
         for _ in range(2):  # the second batch continues the first's episodes: state carried over a fragment edge
             got = t.sampler.sample()
             tensors = dict(t.policy._to_torch(got.batch).items())
-            with torch.no_grad():
-                t.policy.model.eval()
-                dist_inputs, _ = t.policy.model.forward_train(tensors)
-                logp = t.policy.model.action_dist(dist_inputs).logp(tensors["actions"]).float()
+            logp = t.policy.logp_of_actions(tensors)
             torch.testing.assert_close(logp, tensors["action_logp"].float(), atol=1e-5, rtol=1e-5)
             assert len(got.batch) == 200
         # The second batch has sequences that start mid-episode, with the state the worker carried in (not zeros).

@@ -164,13 +164,12 @@ class PPOPolicy(TorchPolicy):
         adv = (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8)
         clip = float(cfg["clip_param"])
         prox_logp = train_batch.get(PROX_LOGP) if isinstance(train_batch, Mapping) else None
-        if prox_logp is None:  # standard PPO: clipped against the behaviour policy
-            ratio = torch.exp(logp - old_logp)
-            surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
-        else:  # decoupled: clipped against the proximal policy, importance-weighted to the behaviour policy
-            ratio = torch.exp(logp - prox_logp)
-            weight = torch.exp(prox_logp - old_logp)
-            surrogate = weight * torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
+        # Standard PPO clips the ratio against the behaviour policy; the decoupled objective clips it against the
+        # proximal policy and importance-weights each row from the behaviour policy to the proximal one.
+        ratio = torch.exp(logp - (old_logp if prox_logp is None else prox_logp))
+        surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
+        if prox_logp is not None:
+            surrogate = torch.exp(prox_logp - old_logp) * surrogate
         targets = torch.as_tensor(train_batch[Postprocessing.VALUE_TARGETS]).float()
         vf_loss = torch.mean((values - targets) ** 2)
         entropy = dist.entropy().mean()
@@ -186,6 +185,14 @@ class PPOPolicy(TorchPolicy):
             }
         return total
 
+    def logp_of_actions(self, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Each row's action logp (float32) under the current weights, in eval mode and without gradients: a training
+        batch's tensors (`TorchPolicy._to_torch`) read by the model as in training (`ViewModel.forward_train`)."""
+        with torch.no_grad():
+            self.model.eval()
+            dist_inputs, _ = self.model.forward_train(tensors)
+            return self.model.action_dist(dist_inputs).logp(tensors[SampleBatch.ACTIONS]).float()
+
     def learn_on_batch(self, train_batch: SampleBatch) -> dict:
         """``num_sgd_iter`` epochs of shuffled minibatches (whole sequences for recurrent models)."""
         if self._optimizer is None:
@@ -194,10 +201,7 @@ class PPOPolicy(TorchPolicy):
             g["lr"] = float(self.config["lr"])
         tensors = dict(self._to_torch(train_batch).items())
         if self.config["decoupled_clip"]:
-            with torch.no_grad():
-                self.model.eval()
-                dist_inputs, _ = self.model.forward_train(tensors)
-                tensors[PROX_LOGP] = self.model.action_dist(dist_inputs).logp(tensors[SampleBatch.ACTIONS]).float()
+            tensors[PROX_LOGP] = self.logp_of_actions(tensors)
         size = int(self.config["sgd_minibatch_size"])
         grad_clip = self.config.get("grad_clip")
         sums: dict[str, float] = {}

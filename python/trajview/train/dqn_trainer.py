@@ -116,10 +116,6 @@ class DQNTrainer(RunCounters):
                                     rollout_fragment_length=c.rollout_fragment_length,
                                     seed=c.seed * 100_003 + self.iteration * 7_919, worker_index=self.resumes)
 
-    @property
-    def mean_return(self) -> float:
-        return float(np.mean(self.returns)) if self.returns else math.nan
-
     def _epsilon(self) -> float:
         c = self.config
         frac = min(1.0, self.env_steps / max(1, c.eps_steps))
@@ -155,13 +151,7 @@ class DQNTrainer(RunCounters):
         self.iteration += 1
         self.elapsed += dt
         row = {
-            "iteration": self.iteration,
-            "env_steps": self.env_steps,
-            "episodes": self.episodes,
-            "episode_return_mean": self.mean_return,
-            "episode_len_mean": float(np.mean(self.lengths)) if self.lengths else math.nan,
-            "time_s": round(self.elapsed, 3),
-            "steps_per_s": round(steps / dt, 1),
+            **self.progress_row(steps, dt),
             # The PPO job's columns, DQN's meaning: TD loss, mean Q, epsilon.
             "policy_loss": float(np.mean(stats["td_loss"])) if stats["td_loss"] else math.nan,
             "vf_loss": float(np.mean(stats["q_mean"])) if stats["q_mean"] else math.nan,

@@ -4,6 +4,7 @@ progress bar, the atomic checkpoint write, and the run's summary (metrics, learn
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections import deque
 from collections.abc import Callable
@@ -62,6 +63,26 @@ class RunCounters:
         self.lengths.extend(state["lengths"])
         torch.set_rng_state(state["torch_rng"])
         self.checkpointed = (self.iteration, self.env_steps)
+
+
+    @property
+    def mean_return(self) -> float:
+        """The mean return of the last ``smoothing_episodes`` episodes (NaN before the first)."""
+        return float(np.mean(self.returns)) if self.returns else math.nan
+
+    def progress_row(self, steps: int, seconds: float) -> dict[str, Any]:
+        """A metrics row's first columns, the same for every trainer: the counters (as they are after the
+        iteration), the last episodes' mean return and length, and the iteration's ``steps`` env steps per second
+        over its ``seconds``."""
+        return {
+            "iteration": self.iteration,
+            "env_steps": self.env_steps,
+            "episodes": self.episodes,
+            "episode_return_mean": self.mean_return,
+            "episode_len_mean": float(np.mean(self.lengths)) if self.lengths else math.nan,
+            "time_s": round(self.elapsed, 3),
+            "steps_per_s": round(steps / seconds, 1),
+        }
 
 
 class _Run(Protocol):

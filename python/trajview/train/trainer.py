@@ -88,10 +88,6 @@ class Trainer(RunCounters):
             config, env_creator(config.env, config.drop_obs_keys), self.policy, fragment, base
         )
 
-    @property
-    def mean_return(self) -> float:
-        return float(np.mean(self.returns)) if self.returns else math.nan
-
     # -- the loop ------------------------------------------------------------------
 
     def train_iteration(self) -> dict:
@@ -114,13 +110,7 @@ class Trainer(RunCounters):
         self.env_steps += got.env_steps
         self.elapsed += dt
         row = {
-            "iteration": self.iteration,
-            "env_steps": self.env_steps,
-            "episodes": self.episodes,
-            "episode_return_mean": self.mean_return,
-            "episode_len_mean": float(np.mean(self.lengths)) if self.lengths else math.nan,
-            "time_s": round(self.elapsed, 3),
-            "steps_per_s": round(got.env_steps / dt, 1),
+            **self.progress_row(got.env_steps, dt),
             **{k: stats.get(k, math.nan) for k in ("policy_loss", "vf_loss", "entropy", "kl")},
             "learn_s": round(t1 - t_learn, 4),
             "learner_idle_s": round(got.learner_idle_s, 4),
