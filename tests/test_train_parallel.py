@@ -151,6 +151,69 @@ def test_async_turns_on_the_decoupled_objective_and_sync_keeps_the_standard_one(
     assert TrainConfig().ppo_config()["decoupled_clip"] is False
 
 
+class _ArrivalOrder:
+    """A stand-in WorkerSet whose `sample_async` hands out the given batches in the given order (arrival order)."""
+
+    def __init__(self, arrivals):
+        self.arrivals = list(arrivals)
+
+    def sample_async(self, with_metrics=False):
+        return self.arrivals.pop(0)
+
+
+def _async_batch(worker, rows, staleness, first_value, returns):
+    batch = tv.SampleBatch({"actions": np.arange(first_value, first_value + rows), "eps_id": np.full(rows, worker)})
+    metrics = {"episode_returns": returns, "episode_lengths": [int(r) for r in returns],
+               "sample_env_steps": [rows], "sample_time_s": [0.01]}
+    return tv.AsyncBatch(batch, worker, 0, staleness, metrics)
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(3))))
+def test_async_iteration_puts_batches_and_episodes_in_worker_order_whatever_the_arrival(order):
+    """The OS decides which worker's batch arrives first; the train batch and the episodes' order (which the
+    return's window keeps) must not depend on it, or a seed's `--async` run would learn differently each time. A
+    stale batch dropped keeps its episodes, in its worker's place."""
+    from trajview.train.sampling import ParallelSampler
+
+    batches = [_async_batch(1, 3, 1, 0, [1.0]), _async_batch(2, 3, 1, 10, [2.0, 3.0]),
+               _async_batch(3, 3, 2, 20, [4.0])]  # worker 3's is 2 versions behind: dropped with max_staleness 1
+    sampler = object.__new__(ParallelSampler)
+    sampler.workers = _ArrivalOrder([batches[i] for i in order] + [_async_batch(1, 3, 0, 30, [5.0])])
+    sampler.max_staleness, sampler.train_batch_size = 1, 6
+    got = sampler._sample_async()
+    # The batches kept until 6 rows: workers 1 and 2, whatever came first; worker 3's (if it came before both)
+    # was dropped, and then only after both had come would the 6 rows be there.
+    assert list(got.batch["actions"]) == [0, 1, 2, 10, 11, 12]
+    assert got.staleness == [1, 1]
+    dropped = order.index(2) < max(order.index(0), order.index(1))
+    assert got.stale_batches_dropped == int(dropped) and got.env_steps == 6 + 3 * int(dropped)
+    assert got.episode_returns == ([1.0, 2.0, 3.0, 4.0] if dropped else [1.0, 2.0, 3.0])
+    assert got.episode_lengths == [int(r) for r in got.episode_returns]
+
+
+def test_async_runs_of_a_seed_learn_alike(tmp_path):
+    """Two `--async` runs of one seed, 2 process workers: the same metrics (time columns aside) when every
+    iteration took one batch, one version behind, from each worker (the usual case: each samples one fragment
+    while the learner trains). On a loaded machine a worker may send two while the other sends none, and the
+    runs then differ: such a pair is run again, up to 3 pairs."""
+
+    def run(out):
+        assert main(["train", *SMALL, "--workers", "2", "--async", "--timesteps", "1000", "--seed", "3",
+                     "--out", str(out)]) == 0
+        rows = _rows(out / "metrics.csv")
+        return rows, all(r["staleness_mean"] == "1.0" and r["stale_batches_dropped"] == "0" for r in rows[1:])
+
+    pairs = []
+    for attempt in range(3):
+        (a, a_ok), (b, b_ok) = run(tmp_path / f"a{attempt}"), run(tmp_path / f"b{attempt}")
+        pairs.append((a_ok, b_ok))
+        if a_ok and b_ok:
+            keep = [k for k in a[0] if k not in TIME_COLUMNS]
+            assert [{k: r[k] for k in keep} for r in a] == [{k: r[k] for k in keep} for r in b]
+            return
+    pytest.fail(f"no pair of runs in which each iteration took one batch from each worker: {pairs}")
+
+
 def test_low_priority_creator_nices_once_per_process_and_passes_the_config():
     from trajview.train.sampling import LowPriorityCreator
 

@@ -276,10 +276,8 @@ class ParallelSampler:
 
     def _sample_async(self) -> Sampled:
         ws = self.workers
-        batches: list[SampleBatch] = []
-        staleness: list[int] = []
-        returns: list[float] = []
-        lengths: list[int] = []
+        kept: list[tuple[int, int, SampleBatch, int]] = []  # (worker index, arrival, batch, staleness)
+        episodes: list[tuple[int, int, list[float], list[int]]] = []  # (worker index, arrival, returns, lengths)
         timing: dict[int, tuple[int, float]] = {}
         sampled = steps = dropped = 0
         idle = 0.0
@@ -289,8 +287,8 @@ class ParallelSampler:
             got = ws.sample_async(with_metrics=True)
             idle += time.perf_counter() - t0
             m = got.metrics or {}
-            returns.extend(m.get("episode_returns", []))
-            lengths.extend(m.get("episode_lengths", []))
+            episodes.append((got.worker_index, len(episodes), list(m.get("episode_returns", [])),
+                             list(m.get("episode_lengths", []))))
             _timing(m, timing, got.worker_index)
             sampled += len(got.batch)
             if got.staleness > self.max_staleness:
@@ -298,9 +296,18 @@ class ParallelSampler:
                 continue
             if not isinstance(got.batch, SampleBatch):  # gymnasium envs give single-agent batches
                 raise TypeError(f"PPO trains on single-agent batches, got {type(got.batch).__name__}")
-            batches.append(got.batch)
-            staleness.append(got.staleness)
+            kept.append((got.worker_index, len(kept), got.batch, got.staleness))
             steps += len(got.batch)
+        # Batches and episodes in worker order, not in arrival order (which the OS's scheduling decides): when each
+        # worker sent one batch (the usual case: each samples one fragment while the learner trains), the train
+        # batch and the episodes' order (which of them the return's window keeps) are the same in every run of the
+        # seed, and so is the learning.
+        kept.sort(key=lambda k: k[:2])
+        episodes.sort(key=lambda e: e[:2])
+        batches = [k[2] for k in kept]
+        staleness = [k[3] for k in kept]
+        returns = [r for e in episodes for r in e[2]]
+        lengths = [n for e in episodes for n in e[3]]
         return Sampled(concat_samples(batches), sampled, returns, lengths, timing, idle, staleness, dropped)
 
     @property
