@@ -197,6 +197,19 @@ def part_c(seeds: list[int], target: float, max_steps: int) -> list[dict[str, An
     print()
     for v in verdicts:
         print(v)
+    # Per seed, against the 1-worker run of the same seed, in train batches. An async loop trains on
+    # batches sampled with the weights before the last update, so even if each update learned as much as a
+    # synchronous one, its returns (and its env steps to the target) would trail by one batch.
+    from trajview.train import TrainConfig
+
+    batch = TrainConfig.with_model_presets().train_batch_size  # every loop here keeps the preset's
+    base = {r["seed"]: r["steps"] for r in out if r["label"] == LOOPS[0][0] and r["steps"]}
+    for label, settings in LOOPS[1:]:
+        extra = [r["steps"] - base[r["seed"]] for r in out if r["label"] == label and r["steps"] and r["seed"] in base]
+        if extra:
+            lag = " (its batches' inherent lag: 1)" if settings.get("async_sampling") else ""
+            print(f"{label}: env steps beyond the 1-worker run of the same seed: mean {statistics.mean(extra):+,.0f}, "
+                  f"{statistics.mean(extra) / batch:+.1f} batches{lag}")
     if spread is None:
         print("a 1-worker run did not reach the target: no spread to compare with")
     return out
