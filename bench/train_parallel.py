@@ -139,6 +139,16 @@ def load() -> str:
         return "load average unknown"
 
 
+def spend(kind: str, seconds: float) -> None:
+    """An env step's cost: ``seconds`` asleep (``kind="sleep"``: the core free) or in a busy loop on the CPU."""
+    if kind == "sleep":
+        time.sleep(seconds)
+        return
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 #: The gymnasium id of Stateless CartPole whose step costs ``env_step_us`` more (part (a) with ``--env-step-us``).
 COSTLY_ENV_ID = "trajview-bench/CostlyStatelessCartPole-v1"
 
@@ -153,12 +163,7 @@ class CostlyStep(gym.Wrapper):
         self.step_s, self.kind = step_us * 1e-6, kind
 
     def step(self, action):
-        if self.kind == "sleep":
-            time.sleep(self.step_s)
-        else:
-            end = time.perf_counter() + self.step_s
-            while time.perf_counter() < end:
-                pass
+        spend(self.kind, self.step_s)
         return self.env.step(action)
 
 
@@ -287,12 +292,7 @@ class TimedEnv(gym.Env):
         return self._obs, {}
 
     def step(self, action):
-        if self.kind == "sleep":
-            time.sleep(self.step_s)
-        else:
-            end = time.perf_counter() + self.step_s
-            while time.perf_counter() < end:
-                pass
+        spend(self.kind, self.step_s)
         self._t += 1
         return self._obs, 1.0, self._t >= EPISODE_LEN, False, {}
 

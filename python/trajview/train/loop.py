@@ -64,7 +64,6 @@ class RunCounters:
         torch.set_rng_state(state["torch_rng"])
         self.checkpointed = (self.iteration, self.env_steps)
 
-
     @property
     def mean_return(self) -> float:
         """The mean return of the last ``smoothing_episodes`` episodes (NaN before the first)."""
