@@ -203,7 +203,7 @@ def _train(args: argparse.Namespace) -> int:
             return 2
         args.metrics_format = metrics_format  # DQN writes CSV/JSONL metrics (no TensorBoard events yet)
         return train_dqn_from_args(args, TrainConfig)
-    from .loop import saved_config, where_it_stopped
+    from .loop import interrupted, saved_config
     from .trainer import Trainer  # torch: imported once the extra is known to be there
 
     out = args.out or f"runs/{args.model}-seed{args.seed}"
@@ -281,8 +281,7 @@ def _train(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # Ctrl-C: the workers are stopped (run_loop's close), the checkpoint stands
         if args.traceback:
             raise
-        print(f"trajview train: interrupted\n{where_it_stopped(trainer, config)}", file=sys.stderr)
-        return 130
+        return interrupted(trainer, config)
     except setup_errors as e:
         if args.traceback or (trainer is not None and trainer.iteration > trainer.start_iteration):
             raise

@@ -9,7 +9,6 @@ import dataclasses
 import json
 import logging
 import math
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +23,7 @@ from ..algorithms.dqn import DQNPolicy
 from ..replay import PrioritizedSampler, RandomSampler, ReplayBuffer, Sampler
 from ..rollout.worker import RolloutWorker
 from ..views import SampleBatch
-from .loop import RunCounters, run_loop, save_atomically, saved_config, summarize, where_it_stopped
+from .loop import RunCounters, interrupted, run_loop, save_atomically, saved_config, summarize
 from .metrics import append_metrics, truncate_metrics
 
 __all__ = ["DQNConfig", "DQNTrainer", "is_dqn_run", "train_dqn_from_args"]
@@ -227,8 +226,7 @@ def train_dqn_from_args(args: argparse.Namespace, ppo_defaults: object) -> int:
     except KeyboardInterrupt:  # Ctrl-C: as for PPO, where the run stands instead of a traceback
         if getattr(args, "traceback", False):
             raise
-        print(f"trajview train: interrupted\n{where_it_stopped(trainer, config)}", file=sys.stderr)
-        return 130
+        return interrupted(trainer, config)
     log.info("final mean return %.1f after %d env steps, %.1f s", summary["episode_return_mean"],
              summary["env_steps"], summary["time_s"])
     print(json.dumps(summary))

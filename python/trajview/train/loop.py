@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +17,7 @@ import torch
 
 from .metrics import plot_learning_curve, read_metrics
 
-__all__ = ["RunCounters", "run_loop", "save_atomically", "saved_config", "summarize", "where_it_stopped"]
+__all__ = ["RunCounters", "interrupted", "run_loop", "save_atomically", "saved_config", "summarize", "where_it_stopped"]
 
 log = logging.getLogger("trajview.train")
 
@@ -193,3 +194,10 @@ def where_it_stopped(trainer: Any, config: Any) -> str:
     session = "" if iteration > getattr(trainer, "start_iteration", 0) else " (none of this session's)"
     return (f"the run's checkpoint {config.checkpoint_path} holds iteration {iteration} "
             f"({env_steps} env steps){session}; --resume --out {config.out_dir} continues it")
+
+
+def interrupted(trainer: Any, config: Any) -> int:
+    """``trajview train`` stopped by Ctrl-C (PPO or DQN): prints where the run stands (`where_it_stopped`) instead
+    of a traceback; the exit code, 130."""
+    print(f"trajview train: interrupted\n{where_it_stopped(trainer, config)}", file=sys.stderr)
+    return 130

@@ -268,16 +268,16 @@ class ParallelSampler:
         m = ws.get_metrics()
         idle = time.perf_counter() - t0
         timing: dict[int, tuple[int, float]] = {}
-        for k, (steps, secs) in enumerate(zip(m["sample_env_steps"], m["sample_time_s"])):
-            timing[k + 1] = (int(steps), float(secs))
+        for k, (worker_steps, secs) in enumerate(zip(m["sample_env_steps"], m["sample_time_s"])):
+            timing[k + 1] = (int(worker_steps), float(secs))
         batch = concat_samples(batches)
         return Sampled(batch, len(batch), list(m["episode_returns"]), list(m["episode_lengths"]), timing, idle,
                        [0] * len(batches))
 
     def _sample_async(self) -> Sampled:
         ws = self.workers
-        kept: list[tuple[int, int, SampleBatch, int]] = []  # (worker index, arrival, batch, staleness)
-        episodes: list[tuple[int, int, list[float], list[int]]] = []  # (worker index, arrival, returns, lengths)
+        kept: list[tuple[int, SampleBatch, int]] = []  # (worker index, batch, staleness), in arrival order
+        episodes: list[tuple[int, list[float], list[int]]] = []  # (worker index, returns, lengths), in arrival order
         timing: dict[int, tuple[int, float]] = {}
         sampled = steps = dropped = 0
         idle = 0.0
@@ -287,8 +287,7 @@ class ParallelSampler:
             got = ws.sample_async(with_metrics=True)
             idle += time.perf_counter() - t0
             m = got.metrics or {}
-            episodes.append((got.worker_index, len(episodes), list(m.get("episode_returns", [])),
-                             list(m.get("episode_lengths", []))))
+            episodes.append((got.worker_index, list(m.get("episode_returns", [])), list(m.get("episode_lengths", []))))
             _timing(m, timing, got.worker_index)
             sampled += len(got.batch)
             if got.staleness > self.max_staleness:
@@ -296,18 +295,18 @@ class ParallelSampler:
                 continue
             if not isinstance(got.batch, SampleBatch):  # gymnasium envs give single-agent batches
                 raise TypeError(f"PPO trains on single-agent batches, got {type(got.batch).__name__}")
-            kept.append((got.worker_index, len(kept), got.batch, got.staleness))
+            kept.append((got.worker_index, got.batch, got.staleness))
             steps += len(got.batch)
         # Batches and episodes in worker order, not in arrival order (which the OS's scheduling decides): when each
         # worker sent one batch (the usual case: each samples one fragment while the learner trains), the train
         # batch and the episodes' order (which of them the return's window keeps) are the same in every run of the
-        # seed, and so is the learning.
-        kept.sort(key=lambda k: k[:2])
-        episodes.sort(key=lambda e: e[:2])
-        batches = [k[2] for k in kept]
-        staleness = [k[3] for k in kept]
-        returns = [r for e in episodes for r in e[2]]
-        lengths = [n for e in episodes for n in e[3]]
+        # seed, and so is the learning. (The sorts are stable: one worker's batches stay in the order they came.)
+        kept.sort(key=lambda k: k[0])
+        episodes.sort(key=lambda e: e[0])
+        batches = [k[1] for k in kept]
+        staleness = [k[2] for k in kept]
+        returns = [r for e in episodes for r in e[1]]
+        lengths = [n for e in episodes for n in e[2]]
         return Sampled(concat_samples(batches), sampled, returns, lengths, timing, idle, staleness, dropped)
 
     @property
