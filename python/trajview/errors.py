@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["WorkerError"]
+__all__ = ["FileIntegrityError", "PathInUseError", "WorkerError"]
 
 
 class WorkerError(RuntimeError):
@@ -40,3 +40,33 @@ def _rebuild(cls: type[WorkerError], message: str, worker_index: int, reason: st
              restarts_used_up: bool = False) -> WorkerError:
     return cls(message, worker_index=worker_index, reason=reason, detail=detail, hint=hint,
                restarts_used_up=restarts_used_up)
+
+
+class FileIntegrityError(ValueError):
+    """A file trajview reads is damaged, truncated, mixed with another dump's, of another format, or crafted:
+    refused before anything is changed. ``path``: the file; ``problem``: what differs from what was expected."""
+
+    def __init__(self, path: Any, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = str(path)
+        self.problem = problem
+
+    def __reduce__(self) -> Any:
+        return type(self), (self.path, self.problem)
+
+
+class PathInUseError(RuntimeError):
+    """A path (a memory-mapped replay folder, a `trajview train --out` folder) is held by another owner.
+    ``path``, ``holder`` (the pid holding it, as the lock file says) and ``what`` (which kind of owner)."""
+
+    def __init__(self, path: Any, holder: str, what: str) -> None:
+        super().__init__(
+            f"{path} is in use by process {holder} ({what}); one owner per path: stop that process or use another "
+            f"path (a lock left by a process that died is released with it)"
+        )
+        self.path = str(path)
+        self.holder = holder
+        self.what = what
+
+    def __reduce__(self) -> Any:
+        return type(self), (self.path, self.holder, self.what)

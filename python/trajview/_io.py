@@ -1,0 +1,359 @@
+"""Files that survive a crash and are verified when read: every file trajview writes goes through here.
+
+- `atomic_write`: a whole file, written to a temporary sibling, fsynced, renamed over the target, and the
+  folder fsynced: a process killed at any byte leaves the old complete file or the new complete one.
+- `append_line`: one line appended and fsynced (metrics rows); `read_lines` drops a partial last line.
+- `Manifest` / `commit_folder` / `read_manifest`: a folder of several files written as one unit. The files go
+  into a new generation sub-folder; ``manifest.json`` (each file's size and crc32, a format name and version,
+  and any JSON metadata) is replaced atomically last, and only then are older generations removed. Whatever
+  byte a writer is killed at, the manifest names the old complete set or the new complete one; a file whose
+  size or checksum differs from its manifest entry is refused, naming the file.
+- `PathLock`: one owner per path (an exclusive ``fcntl.flock`` on ``<folder>/.lock`` holding the owner's pid).
+  The kernel drops the lock when its process dies, so a lock left by a killed process never blocks the next.
+
+Errors: `FileIntegrityError` (a damaged, truncated, mixed or foreign file: names the file and what differs),
+`PathInUseError` (names the path and the holder's pid), and `OSError` from the system (a full disk) naming
+the path, with the earlier complete state left in place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from .errors import FileIntegrityError, PathInUseError
+
+__all__ = [
+    "CHUNK",
+    "Manifest",
+    "PathLock",
+    "append_line",
+    "atomic_write",
+    "commit_folder",
+    "crc32_of",
+    "fsync_dir",
+    "read_json",
+    "read_lines",
+    "read_manifest",
+    "read_verified",
+]
+
+#: Bytes per read/write/checksum step (large enough to run at memory speed, small enough to show progress).
+CHUNK = 1 << 24
+MANIFEST = "manifest.json"
+_GEN_PREFIX = "gen-"
+
+
+def fsync_dir(folder: str | os.PathLike[str]) -> None:
+    """Makes a rename or a new file in ``folder`` durable."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def crc32_of(data: Any, crc: int = 0) -> int:
+    """zlib's crc32 of a bytes-like object (any contiguous buffer: a numpy array's memory, no copy)."""
+    view = memoryview(data).cast("B")
+    for i in range(0, len(view), CHUNK):
+        crc = zlib.crc32(view[i:i + CHUNK], crc)
+    return crc & 0xFFFFFFFF
+
+
+class _CrcFile:
+    """A binary file being written that keeps its size and crc32 (what a manifest records)."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self._f = f
+        self.size = 0
+        self.crc = 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            part = view[done:done + CHUNK]
+            n = self._f.write(part) or 0
+            self.crc = zlib.crc32(part[:n], self.crc)
+            done += n
+        self.size += done
+        return done
+
+
+def _tmp_sibling(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes | Callable[[Any], None]) -> tuple[int, int]:
+    """Writes ``path`` whole or not at all: ``data`` (bytes, or a function that writes to the file object it is
+    given) goes to a temporary sibling, which is fsynced and renamed over ``path``; then the folder is fsynced.
+    Returns the file's ``(size, crc32)``. On any error (a full disk: `OSError` naming ``path``) the temporary
+    file is removed and ``path`` is as it was."""
+    path = Path(path)
+    tmp = _tmp_sibling(path)
+    try:
+        with open(tmp, "wb") as raw:
+            f = _CrcFile(raw)
+            if callable(data):
+                data(f)
+            else:
+                f.write(data)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if e.filename is None:
+            raise OSError(e.errno, f"{e.strerror or e}: writing {path}", str(path)) from e
+        raise
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    fsync_dir(path.parent)
+    return f.size, f.crc
+
+
+def append_line(path: str | os.PathLike[str], line: str) -> None:
+    """Appends one line (``line`` without its newline) and fsyncs: a kill mid-write leaves at most a partial
+    last line, which `read_lines` drops. A file whose last line was left partial gets a newline first."""
+    path = Path(path)
+    with open(path, "a+b") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell() > 0:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+        f.write(line.encode() + b"\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_lines(path: str | os.PathLike[str]) -> tuple[list[str], bool]:
+    """The complete lines of a text file, and whether a partial last line (no newline: a write killed midway)
+    was dropped."""
+    data = Path(path).read_bytes()
+    if not data:
+        return [], False
+    partial = not data.endswith(b"\n")
+    lines = data.split(b"\n")[:-1]
+    try:
+        return [ln.decode() for ln in lines], partial
+    except UnicodeDecodeError as e:
+        raise FileIntegrityError(path, f"not UTF-8 text ({e})") from None
+
+
+def read_json(path: str | os.PathLike[str], what: str) -> Any:
+    """A JSON file's value; `FileIntegrityError` naming the file (``what`` says what it should be) when it is
+    missing, empty, or not JSON. (Parsing JSON runs no code.)"""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise FileIntegrityError(path, f"missing ({what})") from None
+    except UnicodeDecodeError as e:
+        raise FileIntegrityError(path, f"not UTF-8 text ({what}): {e}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise FileIntegrityError(path, f"not valid JSON ({what}): {e}") from None
+
+
+@dataclass
+class Manifest:
+    """What a committed folder holds: its format and version, each file's ``(size, crc32)`` and JSON
+    metadata."""
+
+    format: str
+    version: int
+    files: dict[str, tuple[int, int]] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    #: The generation sub-folder the files sit in (set by `read_manifest` / `commit_folder`).
+    folder: Path | None = None
+
+    def path(self, name: str) -> Path:
+        """A file of the committed set (`KeyError`-free: a name the manifest lacks is a `FileIntegrityError`)."""
+        assert self.folder is not None
+        if name not in self.files:
+            raise FileIntegrityError(self.folder.parent / MANIFEST, f"names no file {name!r}")
+        return self.folder / name
+
+
+def _valid_name(name: str) -> bool:
+    return bool(name) and "/" not in name and "\\" not in name and name not in (".", "..") and "\0" not in name
+
+
+def commit_folder(
+    folder: str | os.PathLike[str],
+    fmt: str,
+    version: int,
+    files: Mapping[str, Callable[[Any], None]],
+    meta: Mapping[str, Any] | None = None,
+) -> Manifest:
+    """Writes a set of files into ``folder`` as one unit (see the module's doc): ``files`` maps each file name
+    to a function that writes its bytes to the file object it is given. Returns the new `Manifest`. On any
+    error the new generation is removed and ``folder`` holds its previous committed set, untouched."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    gen = f"{_GEN_PREFIX}{secrets.token_hex(8)}"
+    gdir = folder / gen
+    man = Manifest(fmt, int(version), {}, dict(meta or {}), gdir)
+    try:
+        gdir.mkdir()
+        for name, write in files.items():
+            if not _valid_name(name):
+                raise ValueError(f"commit_folder: bad file name {name!r}")
+            target = gdir / name
+            try:
+                with open(target, "wb") as raw:
+                    f = _CrcFile(raw)
+                    write(f)
+                    raw.flush()
+                    os.fsync(raw.fileno())
+            except OSError as e:
+                if e.filename is None:
+                    raise OSError(e.errno, f"{e.strerror or e}: writing {target}", str(target)) from e
+                raise
+            man.files[name] = (f.size, f.crc)
+        fsync_dir(gdir)
+        body = {"format": fmt, "version": int(version), "generation": gen,
+                "files": {k: {"size": s, "crc32": c} for k, (s, c) in man.files.items()}, "meta": man.meta}
+        atomic_write(folder / MANIFEST, json.dumps(body, indent=1, sort_keys=True).encode())
+    except BaseException:
+        shutil.rmtree(gdir, ignore_errors=True)
+        raise
+    # The new set is the committed one: older generations (and temporaries of killed writers) go.
+    for p in folder.iterdir():
+        if p.name != gen and p.name.startswith(_GEN_PREFIX) and p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+    return man
+
+
+def read_manifest(folder: str | os.PathLike[str], fmt: str, versions: tuple[int, ...]) -> Manifest:
+    """The committed set of ``folder``: its manifest parsed and checked (format, a known version, well-formed
+    entries, every file present with its recorded size). Checksums are checked by `read_verified`."""
+    folder = Path(folder)
+    mpath = folder / MANIFEST
+    if not folder.is_dir():
+        raise FileNotFoundError(errno.ENOENT, f"no such folder: {folder}", str(folder))
+    body = read_json(mpath, f"a {fmt} manifest")
+    if not isinstance(body, dict):
+        raise FileIntegrityError(mpath, f"expected a JSON object, got {type(body).__name__}")
+    if body.get("format") != fmt:
+        raise FileIntegrityError(mpath, f"format is {body.get('format')!r}, expected {fmt!r}")
+    version = body.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version not in versions:
+        raise FileIntegrityError(mpath, f"version {version!r} is not one this trajview reads ({list(versions)})")
+    gen = body.get("generation")
+    if not isinstance(gen, str) or not gen.startswith(_GEN_PREFIX) or not _valid_name(gen):
+        raise FileIntegrityError(mpath, f"bad generation {gen!r}")
+    files = body.get("files")
+    meta = body.get("meta", {})
+    if not isinstance(files, dict) or not isinstance(meta, dict):
+        raise FileIntegrityError(mpath, "'files' and 'meta' must be JSON objects")
+    out: dict[str, tuple[int, int]] = {}
+    for name, ent in files.items():
+        if not _valid_name(name) or not isinstance(ent, dict):
+            raise FileIntegrityError(mpath, f"bad entry {name!r}")
+        size, crc = ent.get("size"), ent.get("crc32")
+        if (not isinstance(size, int) or isinstance(size, bool) or size < 0 or not isinstance(crc, int)
+                or isinstance(crc, bool) or not 0 <= crc <= 0xFFFFFFFF):
+            raise FileIntegrityError(mpath, f"entry {name!r}: bad size or crc32 ({ent!r})")
+        p = folder / gen / name
+        try:
+            got = p.stat().st_size
+        except FileNotFoundError:
+            raise FileIntegrityError(p, "missing (the manifest lists it)") from None
+        if got != size:
+            raise FileIntegrityError(p, f"holds {got} bytes, the manifest says {size} (truncated or replaced)")
+        out[name] = (size, crc)
+    return Manifest(fmt, version, out, meta, folder / gen)
+
+
+def read_verified(man: Manifest, name: str, into: Any | None = None) -> Any:
+    """A committed file's bytes, checked against the manifest's size and crc32 (`FileIntegrityError` naming
+    the file otherwise). ``into``: a writable contiguous buffer of exactly the file's size to read into (no
+    copy), returned; else a new ``bytearray``."""
+    p = man.path(name)
+    size, crc = man.files[name]
+    buf = bytearray(size) if into is None else into
+    view = memoryview(buf).cast("B")
+    if len(view) != size:
+        raise ValueError(f"read_verified: {p}: the buffer holds {len(view)} bytes, the file {size}")
+    got_crc = 0
+    done = 0
+    with open(p, "rb", buffering=0) as f:
+        while done < size:
+            n = f.readinto(view[done:done + CHUNK])
+            if not n:
+                break
+            got_crc = zlib.crc32(view[done:done + n], got_crc)
+            done += n
+        extra = f.read(1)
+    if done != size or extra:
+        raise FileIntegrityError(p, f"holds {'more than ' if extra else ''}{done} bytes, the manifest says {size}")
+    if got_crc & 0xFFFFFFFF != crc:
+        raise FileIntegrityError(p, f"crc32 {got_crc & 0xFFFFFFFF:#010x} differs from the manifest's {crc:#010x} "
+                                    f"(the file is damaged or from another dump)")
+    return buf
+
+
+class PathLock:
+    """An exclusive lock on a folder (``<folder>/.lock``, holding the owner's pid), for as long as the object
+    lives or until `release`. A second owner, in this process or another, gets a `PathInUseError` naming the
+    path and the holder's pid. The kernel drops the lock when its process dies."""
+
+    NAME = ".lock"
+
+    def __init__(self, folder: str | os.PathLike[str], what: str) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / self.NAME
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            finally:
+                os.close(fd)
+            raise PathInUseError(self.folder, holder, what) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd: int | None = fd
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            os.close(fd)  # closing drops the flock
+
+    def __enter__(self) -> PathLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        self.release()
+
