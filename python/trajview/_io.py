@@ -318,6 +318,7 @@ class PathLock:
     NAME = ".lock"
 
     def __init__(self, folder: str | os.PathLike[str], what: str) -> None:
+        self._fd: int | None = None
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / self.NAME
@@ -335,7 +336,7 @@ class PathLock:
             raise
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd: int | None = fd
+        self._fd = fd
 
     @property
     def held(self) -> bool:

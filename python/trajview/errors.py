@@ -61,7 +61,7 @@ class PathInUseError(RuntimeError):
 
     def __init__(self, path: Any, holder: str, what: str) -> None:
         super().__init__(
-            f"{path} is in use by process {holder} ({what}); one owner per path: stop that process or use another "
+            f"{path} is in use by process {holder}: cannot open it as {what}; one owner per path: stop that process or use another "
             f"path (a lock left by a process that died is released with it)"
         )
         self.path = str(path)
