@@ -1,0 +1,206 @@
+"""trajview._io: atomic files, committed folders verified by their manifest, fsynced lines, one owner per path.
+
+The oracle is the plain statement of each guarantee: after a writer is killed at any point, a reader sees the
+old complete content or the new complete content; a damaged file is refused naming it; a lock names its holder
+and dies with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trajview import _io
+from trajview.errors import FileIntegrityError, PathInUseError
+
+FMT = "trajview.test"
+
+
+def _files(contents: dict[str, bytes]) -> dict:
+    return {name: (lambda f, b=data: f.write(b)) for name, data in contents.items()}
+
+
+def _read_all(folder: Path) -> dict[str, bytes]:
+    man = _io.read_manifest(folder, FMT, (1,))
+    return {name: bytes(_io.read_verified(man, name)) for name in man.files}
+
+
+names = st.sampled_from(["a.npy", "b.npy", "state.json", "x"])
+contents = st.dictionaries(names, st.binary(max_size=300), min_size=1, max_size=4)
+
+
+@settings(max_examples=30, deadline=None)
+@given(first=contents, second=contents)
+def test_commit_folder_round_trip_and_replace(tmp_path_factory, first, second):
+    folder = tmp_path_factory.mktemp("c")
+    _io.commit_folder(folder, FMT, 1, _files(first), {"n": 1})
+    assert _read_all(folder) == first
+    _io.commit_folder(folder, FMT, 1, _files(second), {"n": 2})
+    assert _read_all(folder) == second
+    assert _io.read_manifest(folder, FMT, (1,)).meta == {"n": 2}
+    # one generation left: the old one is removed once the new one is committed
+    assert len([p for p in folder.iterdir() if p.name.startswith("gen-")]) == 1
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.binary(min_size=1, max_size=200), pos=st.integers(0, 10_000), bit=st.integers(0, 7))
+def test_flipped_or_truncated_file_is_refused_naming_it(tmp_path_factory, data, pos, bit):
+    folder = tmp_path_factory.mktemp("f")
+    man = _io.commit_folder(folder, FMT, 1, _files({"a.bin": data}))
+    p = man.path("a.bin")
+    raw = bytearray(p.read_bytes())
+    raw[pos % len(raw)] ^= 1 << bit
+    p.write_bytes(bytes(raw))
+    with pytest.raises(FileIntegrityError, match="a.bin"):
+        _read_all(folder)
+    p.write_bytes(data[: pos % len(data)])
+    with pytest.raises(FileIntegrityError, match="a.bin"):
+        _read_all(folder)
+
+
+def test_manifest_damage_is_refused(tmp_path):
+    _io.commit_folder(tmp_path, FMT, 1, _files({"a": b"123"}))
+    mpath = tmp_path / _io.MANIFEST
+    good = mpath.read_bytes()
+    for i in range(len(good)):
+        for cut in (True, False):
+            mpath.write_bytes(good[:i] if cut else good[:i] + bytes([good[i] ^ 0x20]) + good[i + 1:])
+            try:
+                got = _read_all(tmp_path)
+            except (FileIntegrityError, FileNotFoundError):
+                continue
+            assert got == {"a": b"123"}  # a change JSON does not see (whitespace, key case that still parses)
+    mpath.write_bytes(good)
+    with pytest.raises(FileIntegrityError, match="format"):
+        _io.read_manifest(tmp_path, "other.format", (1,))
+    with pytest.raises(FileIntegrityError, match="version"):
+        _io.read_manifest(tmp_path, FMT, (2,))
+
+
+def test_mixed_generations_are_refused(tmp_path):
+    """A file of one dump copied under another dump's manifest (same name, same size) is caught by its crc."""
+    a = tmp_path / "a"
+    b = tmp_path / "b"
+    man_a = _io.commit_folder(a, FMT, 1, _files({"x": b"\x00" * 64}))
+    man_b = _io.commit_folder(b, FMT, 1, _files({"x": b"\x01" * 64}))
+    man_a.path("x").write_bytes(man_b.path("x").read_bytes())
+    with pytest.raises(FileIntegrityError, match="crc32"):
+        _read_all(a)
+
+
+def test_failed_write_leaves_the_old_state(tmp_path, monkeypatch):
+    _io.commit_folder(tmp_path, FMT, 1, _files({"a": b"old"}))
+    _io.atomic_write(tmp_path / "single", b"old")
+
+    def full(f):
+        f.write(b"partial")
+        raise OSError(28, "No space left on device")  # what a full disk raises
+
+    with pytest.raises(OSError, match="No space left"):
+        _io.commit_folder(tmp_path, FMT, 1, {"a": full})
+    with pytest.raises(OSError) as e:
+        _io.atomic_write(tmp_path / "single", full)
+    assert "single" in str(e.value)
+    assert _read_all(tmp_path) == {"a": b"old"}
+    assert (tmp_path / "single").read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["single", _io.MANIFEST, _io.read_manifest(
+        tmp_path, FMT, (1,)).folder.name])  # no temporaries left
+
+
+_WRITER = textwrap.dedent("""
+    import sys
+    from trajview import _io
+    folder, single = sys.argv[1], sys.argv[2]
+    i = 0
+    print("ready", flush=True)
+    while True:
+        i += 1
+        body = str(i).encode() * 20000
+        _io.commit_folder(folder, "trajview.test", 1, {"a": lambda f: f.write(body), "b": lambda f: f.write(body)})
+        _io.atomic_write(single, body)
+""")
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.01, 0.03, 0.07, 0.15])
+def test_killed_writer_leaves_a_complete_state(tmp_path, delay):
+    folder, single = tmp_path / "dump", tmp_path / "single"
+    env = dict(os.environ)
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(folder), str(single)], stdout=subprocess.PIPE, env=env)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == b"ready"
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    if not (folder / _io.MANIFEST).exists():
+        return  # killed before the first commit: nothing was ever committed
+    got = _read_all(folder)
+    assert got["a"] == got["b"]  # one generation, never a mix
+    body = got["a"]
+    n = body[: len(body) // 20000]
+    assert body == n * 20000
+    if single.exists():
+        s = single.read_bytes()
+        assert s == s[: len(s) // 20000] * 20000
+
+
+def test_lines_survive_a_partial_last_line(tmp_path):
+    p = tmp_path / "m.csv"
+    _io.append_line(p, "a,b")
+    _io.append_line(p, "1,2")
+    with open(p, "ab") as f:
+        f.write(b"3,")  # a write killed midway
+    assert _io.read_lines(p) == (["a,b", "1,2"], True)
+    _io.append_line(p, "4,5")  # the partial line is closed first: never glued to the next row
+    lines, partial = _io.read_lines(p)
+    assert lines[-1] == "4,5" and not partial
+
+
+def test_read_json_names_the_file(tmp_path):
+    p = tmp_path / "config.json"
+    with pytest.raises(FileIntegrityError, match="config.json.*missing"):
+        _io.read_json(p, "a run's settings")
+    p.write_text('{"a": ')
+    with pytest.raises(FileIntegrityError, match="config.json.*not valid JSON"):
+        _io.read_json(p, "a run's settings")
+    p.write_text(json.dumps({"a": 1}))
+    assert _io.read_json(p, "x") == {"a": 1}
+
+
+_HOLDER = textwrap.dedent("""
+    import sys, time
+    from trajview import _io
+    lock = _io.PathLock(sys.argv[1], "a test holder")
+    print("held", flush=True)
+    time.sleep(60)
+""")
+
+
+def test_path_lock_names_the_holder_and_dies_with_it(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path)], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"held"
+        with pytest.raises(PathInUseError, match=f"process {proc.pid}") as e:
+            _io.PathLock(tmp_path, "a second owner")
+        assert e.value.path == str(tmp_path) and e.value.holder == str(proc.pid)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+    with _io.PathLock(tmp_path, "the next run") as lock:  # the killed holder's lock is gone with it
+        assert lock.held
+        with pytest.raises(PathInUseError):
+            _io.PathLock(tmp_path, "same process, second owner")
+    assert not lock.held
+    _io.PathLock(tmp_path, "after release").release()
