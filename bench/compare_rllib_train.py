@@ -38,7 +38,7 @@ penalty, 2 env runners):
   ``vf_loss_coeff=1e-5``, ``gamma=0.99``.
 
 trajview's side is ``trajview train --model MODEL --seed SEED`` with its
-presets (the README's "Results" command).
+presets (the "Results" command of docs/guides/training.md).
 """
 
 from __future__ import annotations

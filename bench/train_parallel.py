@@ -2,7 +2,7 @@
 
 Three measurements, side by side in one run (tables printed as markdown):
 
-* **(a) the PPO loop**: `trajview.train.Trainer` with the main job's settings
+* **(a) the PPO loop**: `trajview.train.PPOTrainer` with the main job's settings
   (PPO, the frame-stack model, Stateless CartPole, 20 envs per worker, train
   batch 2000, 5 SGD epochs of minibatches of 250, fused Adam, 1 torch thread: its preset), no stop
   reward, ``--loop-steps`` env steps (default 30,000) for 1 worker (the
@@ -92,16 +92,16 @@ def cpu_seconds(pids: list[int]) -> float:
 
 def train_run(settings: dict[str, Any], timesteps: int, seed: int = 0, stop_reward: float | None = None,
               **overrides: Any) -> list[dict]:
-    """One `Trainer` run in a temporary directory; its metrics rows, each with ``cpu_s``: the CPU seconds so far
+    """One `PPOTrainer` run in a temporary directory; its metrics rows, each with ``cpu_s``: the CPU seconds so far
     of the trainer's process and its workers' processes (or Ray actors') since the run started."""
-    from trajview.train import TrainConfig, Trainer
+    from trajview.train import TrainConfig, PPOTrainer
 
     with tempfile.TemporaryDirectory(prefix="tv-bench-train-") as out:
         # The settings `trajview train` runs with: the model's preset (the frame stack's: fused Adam) under these.
         cfg = TrainConfig.with_model_presets(seed=seed, timesteps=timesteps, stop_reward=stop_reward, out_dir=out,
                                              **{**settings, **overrides})
-        trainer = Trainer(cfg)
-        ws = getattr(trainer.sampler, "workers", None)
+        trainer = PPOTrainer(cfg)
+        ws = getattr(trainer.rollouts, "workers", None)
         pids = [os.getpid()] + ([p for p in ws.worker_pids() if p is not None] if isinstance(ws, tv.WorkerSet) else [])
         c0 = cpu_seconds(pids)
         rows: list[dict] = []

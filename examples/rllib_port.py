@@ -51,6 +51,7 @@ import torch
 from torch import nn
 
 import trajview as tv
+from trajview.algorithms import postprocessing
 
 VR = tv.ViewRequirement
 
@@ -118,7 +119,7 @@ class A2CPolicy(tv.TorchPolicy):
                 x = self.model.features(torch.as_tensor(stack)[None], torch.as_tensor(acts)[None])
                 return float(self.model.vf(x)[0, 0])
 
-        return tv.postprocessing.compute_gae_for_sample_batch(sample_batch, next_value, gamma=0.99, lambda_=0.95)
+        return postprocessing.compute_gae_for_sample_batch(sample_batch, next_value, gamma=0.99, lambda_=0.95)
 
     def loss(self, train_batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         logits, value = self.model(train_batch)

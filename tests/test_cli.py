@@ -42,9 +42,9 @@ def test_train_writes_metrics_plot_checkpoint_and_resumes(tmp_path, capsys):
     assert cfg["seed"] == 3 and cfg["model_config"]["cell_size"] == 8
 
     # Resume: the run's own settings, more steps; iterations and steps go on, the weights are the checkpoint's.
-    from trajview.train import Trainer, TrainConfig
+    from trajview.train import PPOTrainer, TrainConfig
 
-    t = Trainer(TrainConfig(**{**ckpt["config"], "timesteps": 800}), resume=True)
+    t = PPOTrainer(TrainConfig(**{**ckpt["config"], "timesteps": 800}), resume=True)
     for k, v in t.policy.model.state_dict().items():
         assert torch.equal(v, weights[k]), k
     assert main(["train", "--resume", "--timesteps", "800", "--out", str(out), "--no-progress"]) == 0
@@ -204,7 +204,7 @@ def test_setup_errors_are_one_line_exit_2_and_leave_no_run_folder(tmp_path, caps
 def test_a_run_that_fails_in_its_first_iteration_leaves_no_folder_even_with_tensorboard(tmp_path, capsys,
                                                                                          monkeypatch):
     pytest.importorskip("tensorboard")
-    from trajview.train.trainer import Trainer
+    from trajview.train.trainer import PPOTrainer
 
     out = tmp_path / "run"
     assert main(["train", "--env", "Pendulum-v1", "--model", "mlp", "--logger", "tensorboard", "--out", str(out),
@@ -214,7 +214,7 @@ def test_a_run_that_fails_in_its_first_iteration_leaves_no_folder_even_with_tens
     def first_sample_fails(self):
         raise ValueError("the first sample failed")
 
-    monkeypatch.setattr(Trainer, "train_iteration", first_sample_fails)
+    monkeypatch.setattr(PPOTrainer, "train_iteration", first_sample_fails)
     out2 = tmp_path / "run2"
     assert main(["train", "--env", "Pendulum-v1", "--model", "mlp", "--logger", "tensorboard", "--out", str(out2),
                  *TINY]) == 2
@@ -265,7 +265,7 @@ def test_box_actions_on_pendulum_and_a_negative_stop_reward(tmp_path, capsys):
 
 
 def test_image_observations_get_a_four_frame_stack_preset(tmp_path):
-    from trajview.train import TrainConfig, Trainer
+    from trajview.train import TrainConfig, PPOTrainer
 
     class _Img(gym.Env):
         observation_space = gym.spaces.Box(0, 255, (6, 6, 3), np.uint8)
@@ -273,12 +273,12 @@ def test_image_observations_get_a_four_frame_stack_preset(tmp_path):
 
     if "tvtest/Img-v0" not in gym.registry:
         gym.register("tvtest/Img-v0", entry_point=_Img)
-    t = Trainer(TrainConfig(env="tvtest/Img-v0", model="framestack", out_dir=str(tmp_path / "a")))
+    t = PPOTrainer(TrainConfig(env="tvtest/Img-v0", model="framestack", out_dir=str(tmp_path / "a")))
     assert t.policy.model.num_frames == 4 and t.config.model_config["num_frames"] == 4
-    t = Trainer(TrainConfig(env="tvtest/Img-v0", model="framestack", model_config={"num_frames": 6},
+    t = PPOTrainer(TrainConfig(env="tvtest/Img-v0", model="framestack", model_config={"num_frames": 6},
                             out_dir=str(tmp_path / "b")))
     assert t.policy.model.num_frames == 6  # a model_config given by the user is kept
-    t = Trainer(TrainConfig(env="Pendulum-v1", model="framestack", out_dir=str(tmp_path / "c")))
+    t = PPOTrainer(TrainConfig(env="Pendulum-v1", model="framestack", out_dir=str(tmp_path / "c")))
     assert t.policy.model.num_frames == 16  # no image: the preset's 16
     assert not any((tmp_path / d).exists() for d in "abc")  # no iteration ran: no run folders
 

@@ -1,6 +1,6 @@
 """Fuzz test of trajview._core: bad input must be an error, never a crash.
 
-``_Store`` and ``_Replay`` are driven straight through the bindings (no
+``_TrajectoryStore`` and ``_Replay`` are driven straight through the bindings (no
 Python checks in front) with random specs — dtypes, shapes (negative, absurd,
 too many dims), view shifts including int64-extreme and beyond-int64 values,
 batch_repeat_value, chunk_rows, num_envs, capacity — and random call orders of
@@ -350,7 +350,7 @@ def check_sample(res, spec, views, pad, slice_len, num_slices):
             assert cols[v[0]].shape == shape and cols[v[0]].dtype == dtype
 
 
-# ---------------------------------------------------------------- _Store
+# ---------------------------------------------------------------- _TrajectoryStore
 
 
 @FUZZ_SETTINGS
@@ -367,7 +367,7 @@ def test_store_calls_work_or_raise_cleanly(data):
     if one_in(draw, 8):
         eps_start = draw(st.sampled_from([INT64_MAX, INT64_MAX - 1, INT64_MIN]))
     lazy = draw(st.sampled_from([0, 0, 1, 8, 2**64 - 1]))
-    ok, store = attempt(_core._Store, num_slots, columns, views, chunk_rows, eps_start, boundary, True, lazy)
+    ok, store = attempt(_core._TrajectoryStore, num_slots, columns, views, chunk_rows, eps_start, boundary, True, lazy)
     event(f"store built: {ok}")
     if not ok:
         return

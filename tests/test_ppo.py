@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 import trajview as tv  # noqa: E402
 from trajview.algorithms.ppo import PPOPolicy, minibatches  # noqa: E402
-from trajview.train import TrainConfig, Trainer  # noqa: E402
+from trajview.train import TrainConfig, PPOTrainer  # noqa: E402
 
 
 def test_torch_sample_batch_with_seq_lens():
@@ -170,7 +170,7 @@ def _train(tmp_path, model, steps, seed=0, lr=3e-3, **kw):
     cfg = TrainConfig(env="trajview/RepeatPrevious-v0", model=model, seed=seed, timesteps=steps, envs_per_worker=8,
                       train_batch_size=400, sgd_minibatch_size=100, num_sgd_iter=6, lr=lr, stop_reward=None,
                       out_dir=str(tmp_path / model), **kw)
-    t = Trainer(cfg)
+    t = PPOTrainer(cfg)
     t.train(progress=False)
     return t
 

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trajview.train import TrainConfig, Trainer  # noqa: E402
+from trajview.train import TrainConfig, PPOTrainer  # noqa: E402
 
 S = gym.spaces
 STEPS = 10
@@ -115,7 +115,7 @@ def _train(tmp_path, env, steps, model="mlp", lr=3e-3, **kw):
     cfg = TrainConfig(env=f"tvtest/{env}-v0", model=model, seed=0, timesteps=steps, envs_per_worker=8,
                       train_batch_size=400, sgd_minibatch_size=100, num_sgd_iter=6, lr=lr, gamma=0.5,
                       stop_reward=None, out_dir=str(tmp_path / env), **kw)
-    t = Trainer(cfg)
+    t = PPOTrainer(cfg)
     t.train(progress=False)
     return t
 

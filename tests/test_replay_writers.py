@@ -198,7 +198,7 @@ def test_worker_set_workers_write_complete_trajectories():
     counter = iter(range(1000))
     with tv.WorkerSet(lambda cfg: ScriptedEnv((7, 13, 4), env_index=next(counter)), ObsActionPolicy, num_workers=2,
                       num_envs=2, rollout_fragment_length=10,
-                      callbacks=tv.WriteToReplay(server.writer(trajs_per_batch=2))) as ws:
+                      callbacks=tv.ReplayWritingCallbacks(server.writer(trajs_per_batch=2))) as ws:
         server.start()
         for _ in range(6):
             ws.sample()

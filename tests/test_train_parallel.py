@@ -20,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import trajview as tv  # noqa: E402
-from trajview.train import TrainConfig, Trainer  # noqa: E402
+from trajview.train import TrainConfig, PPOTrainer  # noqa: E402
 from trajview.train.cli import main  # noqa: E402
 from trajview.train.metrics import METRIC_FIELDS  # noqa: E402
 
@@ -113,7 +113,7 @@ def test_async_max_staleness_zero_drops_every_stale_batch(tmp_path):
                       train_batch_size=200, sgd_minibatch_size=50, num_sgd_iter=2, timesteps=800,
                       async_sampling=True, max_staleness=0, stop_reward=None, out_dir=str(tmp_path / "run"))
     assert cfg.backend == "process"
-    t = Trainer(cfg)
+    t = PPOTrainer(cfg)
     rows: list[dict] = []
     t.train(progress=False, on_iteration=rows.append)
     assert all(r["staleness_max"] == 0 for r in rows)
@@ -133,11 +133,11 @@ def test_async_workers_sample_at_a_lower_cpu_priority_than_the_learner(tmp_path,
                       train_batch_size=200, sgd_minibatch_size=50, num_sgd_iter=1, timesteps=400,
                       async_sampling=asynchronous, stop_reward=None, out_dir=str(tmp_path / "run"))
     mine = os.getpriority(os.PRIO_PROCESS, 0)
-    t = Trainer(cfg)
+    t = PPOTrainer(cfg)
     seen = []
 
     def look(_row):  # while the workers run (train() stops them at its end)
-        seen.append([os.getpriority(os.PRIO_PROCESS, p) for p in t.sampler.workers.worker_pids()])
+        seen.append([os.getpriority(os.PRIO_PROCESS, p) for p in t.rollouts.workers.worker_pids()])
 
     t.train(progress=False, on_iteration=look)
     want = min(mine + 19, 19) if asynchronous else mine
@@ -173,11 +173,11 @@ def test_async_iteration_puts_batches_and_episodes_in_worker_order_whatever_the_
     """The OS decides which worker's batch arrives first; the train batch and the episodes' order (which the
     return's window keeps) must not depend on it, or a seed's `--async` run would learn differently each time. A
     stale batch dropped keeps its episodes, in its worker's place."""
-    from trajview.train.sampling import ParallelSampler
+    from trajview.train.sampling import ParallelRollouts
 
     batches = [_async_batch(1, 3, 1, 0, [1.0]), _async_batch(2, 3, 1, 10, [2.0, 3.0]),
                _async_batch(3, 3, 2, 20, [4.0])]  # worker 3's is 2 versions behind: dropped with max_staleness 1
-    sampler = object.__new__(ParallelSampler)
+    sampler = object.__new__(ParallelRollouts)
     sampler.workers = _ArrivalOrder([batches[i] for i in order] + [_async_batch(1, 3, 0, 30, [5.0])])
     sampler.max_staleness, sampler.train_batch_size = 1, 6
     got = sampler._sample_async()
@@ -521,10 +521,10 @@ def test_memory_models_sampled_on_process_workers_replay_their_logp_in_the_learn
     cfg = TrainConfig.with_model_presets(env="trajview/StatelessCartPole-v1", model=model, workers=2,
                                          envs_per_worker=2, train_batch_size=200, timesteps=400, stop_reward=None,
                                          out_dir="unused")
-    t = Trainer(cfg)
+    t = PPOTrainer(cfg)
     try:
         for _ in range(2):  # the second batch continues the first's episodes: state carried over a fragment edge
-            got = t.sampler.sample()
+            got = t.rollouts.sample()
             tensors = dict(t.policy._to_torch(got.batch).items())
             logp = t.policy.logp_of_actions(tensors)
             torch.testing.assert_close(logp, tensors["action_logp"].float(), atol=1e-5, rtol=1e-5)

@@ -1,4 +1,4 @@
-// Bindings of TrajectoryStore as trajview._core._Store.
+// Bindings of TrajectoryStore as trajview._core._TrajectoryStore (the compiled class keeps the C++ name, private).
 //
 // Policies kept here: one mutex (mu_) serializes the calls that read or change
 // episodes; build_batch always releases the GIL, add_step and input_dict only
@@ -390,7 +390,7 @@ class PyStore {
 }  // namespace
 
 void register_store(py::module_& m) {
-  py::class_<PyStore>(m, "_Store", "The C++ trajectory store; use trajview.Collector.")
+  py::class_<PyStore>(m, "_TrajectoryStore", "The C++ trajectory store; use trajview.Collector.")
       .def(py::init<std::int64_t, const py::list&, const py::list&, std::int64_t, std::int64_t,
                     const std::vector<std::string>&, bool, std::size_t>(),
            py::arg("num_slots"), py::arg("columns"), py::arg("views"), py::arg("chunk_rows"), py::arg("eps_id_start"),

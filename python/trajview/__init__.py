@@ -3,15 +3,20 @@
 The package is layered; each layer imports only the layers below it
 (docs/architecture.md)::
 
-    train/        the `trajview` command and its Trainer                  (application)
+    train/        the `trajview` command, PPOTrainer and DQNTrainer     (application)
     algorithms/   PPO, GAE postprocessing, view-based torch models        (learning)
     rollout/      RolloutWorker, WorkerSet, callbacks: envs + policies -> batches
     collect/ replay/ policy/ envs/
                   the C++ stores' faces, Policy and its pruning pass, env adapters
     views/        ViewRequirement, SampleBatch, LazyView: the data model (numpy only)
 
-Every public name is re-exported here; torch-based ones (`TorchPolicy`,
-`PPOPolicy`, `models`) are imported on first use, so torch stays optional.
+Every public class and function is re-exported here, one name per concept
+(`docs/api.md`); the torch-based ones (`TorchPolicy`, `PPOPolicy`,
+`DQNPolicy`) are imported on first use, so torch stays optional. Modules are
+reached by their canonical paths (`trajview.envs`,
+`trajview.algorithms.postprocessing`, `trajview.algorithms.models`). Old names
+and module paths still work and warn (`trajview._compat`; removal planned
+for 1.0).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -31,6 +36,8 @@ from .replay import (
     RandomSampler,
     ReplayBuffer,
     ReplayServer,
+    ReplayWriter,
+    Sampler,
     SamplerWithoutReplacement,
     SliceSampler,
     SliceSamplerWithoutReplacement,
@@ -39,15 +46,24 @@ from .policy import Policy
 from . import envs
 
 # Layer 3: rollouts.
-from .rollout import AsyncBatch, Callbacks, Episode, MeanStdFilter, RolloutWorker, WorkerSet, WriteToReplay
+from .rollout import (
+    AsyncBatch,
+    Callbacks,
+    Episode,
+    Filter,
+    MeanStdFilter,
+    ReplayWritingCallbacks,
+    RolloutWorker,
+    WorkerSet,
+)
 
 # Layer 4: learning (numpy part; the torch part is lazy, below).
-from .algorithms import postprocessing
+from . import algorithms
 
 from ._version import __version__
 
 if TYPE_CHECKING:  # what the lazy __getattr__ below hands out, visible to type checkers
-    from .algorithms import models
+    from .algorithms.dqn import DQNPolicy
     from .algorithms.ppo import PPOPolicy
     from .policy.torch_policy import TorchPolicy
 
@@ -57,7 +73,7 @@ _compat.install()
 _LAZY = {
     "TorchPolicy": ("trajview.policy.torch_policy", "TorchPolicy"),
     "PPOPolicy": ("trajview.algorithms.ppo", "PPOPolicy"),
-    "models": ("trajview.algorithms.models", None),
+    "DQNPolicy": ("trajview.algorithms.dqn", "DQNPolicy"),
 }
 
 
@@ -66,9 +82,8 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         module_name, attr = _LAZY[name]
-        module = importlib.import_module(module_name)
-        return module if attr is None else getattr(module, attr)
-    raise AttributeError(f"module 'trajview' has no attribute {name!r}")
+        return getattr(importlib.import_module(module_name), attr)
+    return _compat.renamed(__name__, name)  # a deprecated name (warns), or AttributeError
 
 
 def __dir__() -> list[str]:
@@ -84,30 +99,32 @@ __all__ = [
     "concat_samples",
     # the stores, policies and envs
     "Collector",
-    "Policy",
-    "NStep",
+    "ReplayBuffer",
+    "Sampler",
+    "RandomSampler",
+    "SliceSampler",
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
-    "RandomSampler",
-    "ReplayBuffer",
-    "ReplayServer",
     "SamplerWithoutReplacement",
-    "SliceSampler",
     "SliceSamplerWithoutReplacement",
+    "NStep",
+    "ReplayServer",
+    "ReplayWriter",
+    "Policy",
     "TorchPolicy",
     "envs",
     # rollouts
-    "Callbacks",
-    "MeanStdFilter",
-    "Episode",
     "RolloutWorker",
     "WorkerSet",
-    "WorkerError",
     "AsyncBatch",
-    "WriteToReplay",
+    "Callbacks",
+    "Episode",
+    "Filter",
+    "MeanStdFilter",
+    "ReplayWritingCallbacks",
+    "WorkerError",
     # learning
     "PPOPolicy",
-    "models",
-    "postprocessing",
+    "DQNPolicy",
     "__version__",
 ]

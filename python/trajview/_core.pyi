@@ -17,7 +17,7 @@ class _Buffer:
 
 def _live_buffers() -> int: ...
 
-class _Store:
+class _TrajectoryStore:
     def __init__(
         self,
         num_slots: int,

@@ -64,7 +64,7 @@ struct StoreOptions {
 ///   freed.
 ///
 /// Thread safety: none inside; callers serialize the calls that change the
-/// store (the _Store binding holds one mutex around every call).
+/// store (the _TrajectoryStore binding holds one mutex around every call).
 class TrajectoryStore {
  public:
   TrajectoryStore(std::int64_t num_slots, std::vector<ColumnSpec> columns, std::vector<ViewSpec> views,

@@ -138,7 +138,7 @@ class Collector:
         self.num_envs = int(num_envs)
         self.columns: dict[str, tuple[np.dtype, tuple[int, ...]]] = specs
         self.obs_columns = obs_columns
-        self._impl = _core._Store(
+        self._impl = _core._TrajectoryStore(
             int(num_envs),
             col_list,
             views,

@@ -1,9 +1,11 @@
 """Layer 3, envs + policies + collectors -> batches: `RolloutWorker` (RLlib's rollout semantics), `WorkerSet`, callbacks."""
 
+from typing import Any
+
 from .callbacks import Callbacks, Episode
 from .filter import Filter, MeanStdFilter, NoFilter, RunningStat
 from .worker import RolloutWorker
-from .replay_writing import WriteToReplay
+from .replay_writing import ReplayWritingCallbacks
 from .worker_set import AsyncBatch, WorkerSet
 
 __all__ = [
@@ -13,8 +15,14 @@ __all__ = [
     "Filter",
     "MeanStdFilter",
     "NoFilter",
+    "ReplayWritingCallbacks",
     "RolloutWorker",
     "RunningStat",
     "WorkerSet",
-    "WriteToReplay",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    from .._compat import renamed
+
+    return renamed(__name__, name)  # a deprecated name (warns), or AttributeError

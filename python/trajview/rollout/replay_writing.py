@@ -1,5 +1,5 @@
-"""`WriteToReplay`: callbacks that send every batch a worker samples to a replay buffer's writer, from inside
-the worker (a `WorkerSet` process or an in-process `RolloutWorker`)."""
+"""`ReplayWritingCallbacks` (formerly `WriteToReplay`): callbacks that send every batch a worker samples to a
+replay buffer's writer, from inside the worker (a `WorkerSet` process or an in-process `RolloutWorker`)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from typing import Any
 from ..replay import ReplayWriter
 from .callbacks import Callbacks
 
-__all__ = ["WriteToReplay"]
+__all__ = ["ReplayWritingCallbacks"]
 
 
-class WriteToReplay(Callbacks):
-    """``WorkerSet(..., callbacks=tv.WriteToReplay(server.writer(trajs_per_batch=8)))``: each worker sends
+class ReplayWritingCallbacks(Callbacks):
+    """``WorkerSet(..., callbacks=tv.ReplayWritingCallbacks(server.writer(trajs_per_batch=8)))``: each worker sends
     its sampled batches (``on_sample_end``) to the learner's `tv.ReplayServer` itself, with the ``process``
     backend and its default ``fork`` start method (the writer's queue is inherited). With
     ``trajs_per_batch`` only complete trajectories are sent (TorchRL's collector option), so the buffer never

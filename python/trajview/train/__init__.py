@@ -1,9 +1,11 @@
-"""Layer 5, the application: the `trajview` command (`trajview train`, `trajview report`) and the `Trainer` it runs.
+"""Layer 5, the application: the `trajview` command (`trajview train`, `trajview report`) and the trainers it runs.
 
 The top layer: it may import every layer below, none imports it. Training
 needs the ``train`` extra (torch, tqdm, matplotlib: ``pip install
-'trajview[train]'``); `Trainer` is imported on first use, so the command's
-parser, `TrainConfig` and the metrics readers load without torch.
+'trajview[train]'``); `PPOTrainer` and `DQNTrainer` are imported on first
+use, so the command's parser, `TrainConfig` and the metrics readers load
+without torch. ``Trainer``, PPOTrainer's old name, still works and warns
+(removal planned for 1.0).
 """
 
 from __future__ import annotations
@@ -14,17 +16,35 @@ from .config import MODEL_PRESETS, TrainConfig
 from .metrics import plot_learning_curve, read_metrics
 
 if TYPE_CHECKING:
-    from .trainer import Trainer
+    from .dqn_trainer import DQNConfig, DQNTrainer
+    from .trainer import PPOTrainer
 
-__all__ = ["MODEL_PRESETS", "TrainConfig", "Trainer", "plot_learning_curve", "read_metrics"]
+__all__ = [
+    "MODEL_PRESETS",
+    "DQNConfig",
+    "DQNTrainer",
+    "PPOTrainer",
+    "TrainConfig",
+    "plot_learning_curve",
+    "read_metrics",
+]
+
+#: Names that need torch: imported by `__getattr__` on first use.
+_LAZY = {
+    "PPOTrainer": "trajview.train.trainer",
+    "DQNTrainer": "trajview.train.dqn_trainer",
+    "DQNConfig": "trajview.train.dqn_trainer",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "Trainer":  # needs torch
-        from .trainer import Trainer
+    import importlib
 
-        return Trainer
-    raise AttributeError(f"module 'trajview.train' has no attribute {name!r}")
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    from .._compat import renamed
+
+    return renamed(__name__, name)  # a deprecated name (warns), or AttributeError
 
 
 def __dir__() -> list[str]:

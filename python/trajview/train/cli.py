@@ -204,7 +204,7 @@ def _train(args: argparse.Namespace) -> int:
         args.metrics_format = metrics_format  # DQN writes CSV/JSONL metrics (no TensorBoard events yet)
         return train_dqn_from_args(args, TrainConfig)
     from .loop import interrupted, saved_config
-    from .trainer import Trainer  # torch: imported once the extra is known to be there
+    from .trainer import PPOTrainer  # torch: imported once the extra is known to be there
 
     out = args.out or f"runs/{args.model}-seed{args.seed}"
     saved: dict = {}
@@ -267,7 +267,7 @@ def _train(args: argparse.Namespace) -> int:
                 tensorboard=tensorboard,
                 threads=args.threads,
             )
-        trainer = Trainer(config, resume=args.resume)
+        trainer = PPOTrainer(config, resume=args.resume)
         log.info("%s %s: PPO %s on %s, seed %d, up to %d env steps, %d worker(s) (%s%s) -> %s",
                  "resuming" if args.resume else "training", out, config.model, config.env, config.seed,
                  config.timesteps, config.workers, config.backend,

@@ -26,7 +26,7 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
     # wider policy calls while sampling). LSTM: cells of 32 (oneDNN's LSTM time grows with the cell size squared),
     # 1,000 env steps per iteration in minibatches of 250 rows; GTrXL: 40 envs, minibatches of 500 rows. Env steps
     # to a mean return of 150 on StatelessCartPole, seeds 0-9, are as with the earlier presets (cells of 64, 10
-    # epochs, Adam 1e-3) at a third of the wall-clock (bench/README.md, "Training passes").
+    # epochs, Adam 1e-3) at a third of the wall-clock (bench/HISTORY.md, "Training passes").
     "lstm": {"model_config": {"max_seq_len": 20, "cell_size": 32, "prev_action": True},
              "ppo": {"train_batch_size": 1000, "sgd_minibatch_size": 250, "num_sgd_iter": 5, "envs_per_worker": 20,
                      "lr": 2e-3, "grad_clip": None, "adam_fused": True}},

@@ -1,4 +1,4 @@
-"""What the trainers of ``trajview train`` (PPO's `Trainer`, `DQNTrainer`) share: the iteration loop with its
+"""What the trainers of ``trajview train`` (`PPOTrainer`, `DQNTrainer`) share: the iteration loop with its
 progress bar, the atomic checkpoint write, and the run's summary (metrics, learning-curve plot)."""
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Where a PPO run's rollout workers sample (``trajview train --backend``): the samplers behind `Trainer`.
+"""Where a PPO run's rollout workers sample (``trajview train --backend``): the rollout sources behind `PPOTrainer`.
 
-* `LocalSampler` (``--backend local``): the workers are `RolloutWorker` s in
+* `LocalRollouts` (``--backend local``): the workers are `RolloutWorker` s in
   the trainer's process, sharing the learner's policy object (no weights to
   send), sampled one after another. One worker this way is the fastest
   setup on one core (nothing crosses a process boundary).
-* `ParallelSampler` (``--backend process`` / ``ray``): the workers are a
+* `ParallelRollouts` (``--backend process`` / ``ray``): the workers are a
   `tv.WorkerSet`, each in a process or a Ray actor of its own, sampled in
   parallel. Synchronously: each iteration every worker samples its share
   with the learner's newest weights, while the learner waits. With
@@ -14,7 +14,7 @@
   ``max_staleness`` versions behind are dropped here (their env steps and
   episodes still count).
 
-Every sampler returns one `Sampled` per iteration: the train batch, the
+Each returns one `Sampled` per iteration: the train batch, the
 episodes finished, each worker's sampling throughput, and how long the learner
 waited for it.
 """
@@ -39,7 +39,7 @@ from .config import TrainConfig
 
 log = logging.getLogger("trajview.train")
 
-__all__ = ["Sampled", "LocalSampler", "ParallelSampler", "make_sampler", "check_ray_address"]
+__all__ = ["Sampled", "LocalRollouts", "ParallelRollouts", "make_rollouts", "check_ray_address"]
 
 
 @dataclasses.dataclass
@@ -53,7 +53,7 @@ class Sampled:
     episode_lengths: list[int]
     #: Per worker that reported: (env steps, seconds in ``RolloutWorker.sample``).
     worker_timing: dict[int, tuple[int, float]]
-    #: Seconds the learner waited for the batch (sampling it, for the synchronous samplers).
+    #: Seconds the learner waited for the batch (sampling it, for the synchronous sources).
     learner_idle_s: float
     #: Per batch in ``batch``: how many policy versions behind the learner's newest weights it was.
     staleness: list[int]
@@ -71,7 +71,7 @@ def _timing(metrics: dict, timing: dict[int, tuple[int, float]], index: int) -> 
         timing[index] = (s0 + int(steps), t0 + float(secs))
 
 
-class LocalSampler:
+class LocalRollouts:
     """``config.workers`` `RolloutWorker` s in this process, sampled in turn, acting with the learner's policy."""
 
     def __init__(self, config: TrainConfig, env_creator: Any, policy: Policy, fragment: int, seed: int) -> None:
@@ -204,7 +204,7 @@ class LowPriorityCreator:
         return self.creator(env_config)
 
 
-class ParallelSampler:
+class ParallelRollouts:
     """The workers of a `WorkerSet` (processes or Ray actors), sampled in parallel, synchronously or not."""
 
     def __init__(self, config: TrainConfig, env_creator: Any, policy: Policy, fragment: int, seed: int) -> None:
@@ -339,9 +339,9 @@ class ParallelSampler:
             self._started_ray = False
 
 
-def make_sampler(config: TrainConfig, env_creator: Any, policy: Policy, fragment: int,
-                 seed: int) -> LocalSampler | ParallelSampler:
-    """The sampler of ``config.backend``."""
+def make_rollouts(config: TrainConfig, env_creator: Any, policy: Policy, fragment: int,
+                 seed: int) -> LocalRollouts | ParallelRollouts:
+    """The rollout source of ``config.backend``."""
     if config.backend == "local":
-        return LocalSampler(config, env_creator, policy, fragment, seed)
-    return ParallelSampler(config, env_creator, policy, fragment, seed)
+        return LocalRollouts(config, env_creator, policy, fragment, seed)
+    return ParallelRollouts(config, env_creator, policy, fragment, seed)

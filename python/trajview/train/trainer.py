@@ -1,4 +1,4 @@
-"""`Trainer`, the loop behind ``trajview train``: PPO driving rollout workers (sample, then learn), checkpoints."""
+"""`PPOTrainer`, the loop behind ``trajview train``: PPO driving rollout workers (sample, then learn), checkpoints."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from .config import IMAGE_MODEL_PRESETS, TrainConfig
 from .envs import env_creator, import_env_modules, make_env
 from .loop import RunCounters, run_loop, save_atomically, summarize
 from .metrics import append_metrics, truncate_metrics
-from .sampling import LocalSampler, ParallelSampler, make_sampler
+from .sampling import LocalRollouts, ParallelRollouts, make_rollouts
 
-__all__ = ["Trainer", "TENSORBOARD_SCALARS"]
+__all__ = ["PPOTrainer", "TENSORBOARD_SCALARS"]
 
 #: The metrics written as TensorBoard scalars (tag ``trajview/<name>``, step = env steps) with ``config.tensorboard``.
 TENSORBOARD_SCALARS = ("episode_return_mean", "episode_len_mean", "episodes", "time_s", "steps_per_s",
@@ -32,7 +32,7 @@ TENSORBOARD_SCALARS = ("episode_return_mean", "episode_len_mean", "episodes", "t
 log = logging.getLogger("trajview.train")
 
 
-class Trainer(RunCounters):
+class PPOTrainer(RunCounters):
     """PPO on ``config.env`` with ``config.workers`` rollout workers.
 
     ``config.backend``: "local" (RolloutWorkers in this process, sampled in
@@ -84,7 +84,7 @@ class Trainer(RunCounters):
         self._weights_version = 0
         self._synced_version = 0
         # Last: worker processes or Ray actors start here (`stop` or the end of `train` ends them).
-        self.sampler: LocalSampler | ParallelSampler = make_sampler(
+        self.rollouts: LocalRollouts | ParallelRollouts = make_rollouts(
             config, env_creator(config.env, config.drop_obs_keys), self.policy, fragment, base
         )
 
@@ -95,9 +95,9 @@ class Trainer(RunCounters):
         # The learner's newest weights to the workers, only when they changed since the last sync.
         sync_bytes, sync_s = 0, 0.0
         if self._synced_version != self._weights_version:
-            sync_bytes, sync_s = self.sampler.sync_weights(self.policy)
+            sync_bytes, sync_s = self.rollouts.sync_weights(self.policy)
             self._synced_version = self._weights_version
-        got = self.sampler.sample()
+        got = self.rollouts.sample()
         self.returns.extend(got.episode_returns)
         self.lengths.extend(got.episode_lengths)
         self.episodes += len(got.episode_returns)
@@ -120,7 +120,7 @@ class Trainer(RunCounters):
             "staleness_mean": float(np.mean(got.staleness)) if got.staleness else math.nan,
             "staleness_max": max(got.staleness) if got.staleness else math.nan,
             "stale_batches_dropped": got.stale_batches_dropped,
-            "worker_restarts": self.sampler.worker_restarts,
+            "worker_restarts": self.rollouts.worker_restarts,
         }
         self._prepare_out_dir()
         append_metrics(self.config.metrics_path, row, self.config.metrics_format)
@@ -165,9 +165,9 @@ class Trainer(RunCounters):
 
     def stop(self) -> None:
         """Ends the workers (their processes or Ray actors) and closes the TensorBoard writer; `train` does this
-        when it ends. For a Trainer made and not trained."""
+        when it ends. For a PPOTrainer made and not trained."""
         try:
-            self.sampler.stop()
+            self.rollouts.stop()
         finally:
             if self.tb_writer is not None:
                 self.tb_writer.close()
@@ -176,7 +176,7 @@ class Trainer(RunCounters):
     def train(self, progress: bool = True, on_iteration: Callable[[dict], None] | None = None) -> dict:
         """Runs until ``timesteps`` env steps or the mean return reaches ``stop_reward``; returns a summary.
 
-        The workers are stopped at the end: a Trainer trains once."""
+        The workers are stopped at the end: a PPOTrainer trains once."""
         c = self.config
 
         def log_line(row: dict) -> str:

@@ -638,14 +638,9 @@ class SampleBatch(dict):
         return f"{type(self).__name__}({self.count} rows{seqs}: {list(self.keys())})"
 
 
-#: Names that lived here before the split, importable from here for one release: new code imports them from
-#: `trajview.views` (their modules import this one, so they are resolved on first use, not at import).
-_MOVED = {"MultiAgentBatch": "trajview.views.multi_agent_batch", "concat_samples": "trajview.views.concat"}
-
-
 def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        import importlib
+    # `MultiAgentBatch` and `concat_samples` lived here before the split: deprecated (`trajview._compat.RENAMED`),
+    # resolved on first use (their modules import this one)
+    from .._compat import renamed
 
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return renamed(__name__, name)
