@@ -105,7 +105,7 @@ class Nest:
             ok = "(type({0}) is dict or isinstance({0}, Mapping))" if self.kinds[path] is dict else \
                 "(type({0}) is tuple or type({0}) is list)"
             lines.append(f"    if not {ok.format(var)} or len({var}) != {n}: raise _Mismatch")
-        return lines, [f"{names[leaf.path[:-1]]}[{leaf.path[-1]!r}]" for leaf in self.leaves]
+        return lines, [f"{names[leaf.path[:-1]]}[{leaf.path[-1]!r}]" if leaf.path else "v" for leaf in self.leaves]
 
     def _exec(self, lines: list[str], name: str, extra: dict[str, Any] | None = None) -> Any:
         scope: dict[str, Any] = {"Mapping": Mapping, "_Mismatch": _Mismatch, **(extra or {})}
@@ -127,8 +127,9 @@ class Nest:
         A leaf that is an ndarray of exactly the leaf's dtype and shape is
         written as it is; any other goes through ``check(k, leaf)``, which
         returns it checked (or raises). A value not of the space's structure
-        raises (`leaf_values` names the problem). Generated code, no loops:
-        this is every step of every env.
+        raises (`leaf_values` names the problem). A flat space is one leaf
+        (``outs[0]``, the value itself). Generated code, no loops: this is
+        every step of every env.
         """
         lines, gets = self._structure_code()
         body = ["def write(v, j, outs, check):", *lines]
