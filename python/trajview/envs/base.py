@@ -291,9 +291,10 @@ class MultiAgentEnvList(MultiAgentEnvAdapter):
     """``envs[i]`` is env ``i``, stepped one after the other; agents, their order and their spaces are ``envs[0]``'s.
 
     The shared part of the adapters for lists of multi-agent envs (PettingZoo
-    parallel and AEC envs, RLlib-style dict envs): each implements `_agents`
-    and `_step_one` (and the spaces and `reset`); ``moved_on`` knows which envs
-    a step that raised reached.
+    parallel and AEC envs, RLlib-style dict envs): each implements `_step_one`
+    and `reset` (and `_agents` and the spaces where they are not PettingZoo's,
+    ``envs[0].possible_agents`` and ``envs[0].observation_space(agent)``);
+    ``moved_on`` knows which envs a step that raised reached.
     """
 
     def __init__(
@@ -310,6 +311,14 @@ class MultiAgentEnvList(MultiAgentEnvAdapter):
     def _agents(self, env: Any) -> list:
         """Every agent id ``env`` may have, in a fixed order."""
         return list(env.possible_agents)
+
+    def observation_space(self, agent: Any) -> Any:
+        """``envs[0].observation_space(agent)`` (PettingZoo's API)."""
+        return self.envs[0].observation_space(agent)
+
+    def action_space(self, agent: Any) -> Any:
+        """``envs[0].action_space(agent)``."""
+        return self.envs[0].action_space(agent)
 
     @abstractmethod
     def _step_one(self, i: int, env: Any, actions: dict) -> MultiAgentStep:

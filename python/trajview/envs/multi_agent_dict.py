@@ -16,7 +16,8 @@ from typing import Any
 import gymnasium as gym
 
 from .base import MultiAgentEnvList, MultiAgentStep
-from .pettingzoo_parallel import _checked, _step_all
+from .checks import check_reset
+from .pettingzoo_parallel import _RESET, _checked, _step_all
 
 __all__ = ["MultiAgentDictEnv", "MultiAgentEnv", "is_multi_agent_dict_env", "is_multi_agent_env_class"]
 
@@ -102,10 +103,7 @@ class MultiAgentDictEnv(MultiAgentEnvList):
         return _space_of(self.envs[0], "action", agent)
 
     def reset(self, env_index: int, seed: int | None = None) -> tuple[dict, dict]:
-        out = self.envs[env_index].reset(seed=seed)
-        if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], dict)):
-            raise ValueError(f"env {env_index}: reset() must return (observations dict, infos dict), got {out!r}")
-        return out[0], out[1] if isinstance(out[1], dict) else {}
+        return check_reset(self.envs[env_index].reset(seed=seed), f"env {env_index}", _RESET, dict_obs=True)
 
     def _step_one(self, i: int, env: Any, actions: dict) -> MultiAgentStep:
         return _checked(i, env.step(actions))
