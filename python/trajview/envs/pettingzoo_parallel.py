@@ -21,12 +21,10 @@ def is_parallel_env(env: Any) -> bool:
     )
 
 
-class PettingZooParallelEnv(MultiAgentEnvList):
-    """``envs[i]`` is env ``i``; agents, their order and their spaces are ``envs[0]``'s.
-
-    A ParallelEnv's ``step`` returns an observation for every agent still in
-    the episode, which is the adapter contract's "agents that need an action".
-    """
+class DictStepEnvList(MultiAgentEnvList):
+    """Envs whose ``reset()`` returns ``(observations, infos)`` and ``step(actions)`` the five dicts
+    ``(observations, rewards, terminations, truncations, infos)``, all by agent id: PettingZoo's ParallelEnv
+    and RLlib's MultiAgentEnv (`MultiAgentDictEnv`). Both are checked (`trajview.envs.checks`)."""
 
     def reset(self, env_index: int, seed: int | None = None) -> tuple[dict, dict]:
         return check_reset(self.envs[env_index].reset(seed=seed), f"env {env_index}", _RESET, dict_obs=True)
@@ -36,6 +34,14 @@ class PettingZooParallelEnv(MultiAgentEnvList):
 
     def step(self, actions: list[dict]) -> list[MultiAgentStep]:
         return _step_all(self, actions)
+
+
+class PettingZooParallelEnv(DictStepEnvList):
+    """``envs[i]`` is env ``i``; agents, their order and their spaces are ``envs[0]``'s.
+
+    A ParallelEnv's ``step`` returns an observation for every agent still in
+    the episode, which is the adapter contract's "agents that need an action".
+    """
 
 
 def _step_all(adapter: MultiAgentEnvList, actions: list[dict]) -> list[MultiAgentStep]:
