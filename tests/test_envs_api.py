@@ -132,7 +132,7 @@ class OldMultiAgent:
 @pytest.mark.parametrize("adapter_cls", [PettingZooParallelEnv, MultiAgentDictEnv])
 def test_multi_agent_old_api(adapter_cls):
     adapter = adapter_cls([OldMultiAgent()])
-    with pytest.raises(ValueError, match="env 0: " + re.escape("reset() returned a dict alone, expected "
+    with pytest.raises(ValueError, match="env 0: " + re.escape("reset() returned one dict value, expected "
                                                                 "(observations dict, infos dict)")):
         adapter.reset(0)
     with pytest.raises(ValueError, match="env 0: " + re.escape("step() returned a tuple of 4") + ".*" + re.escape(

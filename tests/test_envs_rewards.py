@@ -149,3 +149,46 @@ def test_vector_env_rewards_follow_the_same_rule(dtype, want):
 
     w = tv.RolloutWorker(lambda c: V([lambda: gym.make("CartPole-v1")] * 2), ReadsRewards, rollout_fragment_length=5)
     assert w.sample()["rewards"].dtype == want
+
+
+class TwoAgentRewardEnv:
+    """A PettingZoo-style parallel env of two agents, each given the rewards of its ``script`` in turn."""
+
+    possible_agents = ["x", "y"]
+
+    def __init__(self, scripts, log):
+        self.scripts, self.log, self.k = scripts, log, 0
+
+    def observation_space(self, agent):
+        return spaces.Discrete(2)
+
+    def action_space(self, agent):
+        return spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        return {a: 0 for a in self.possible_agents}, {a: {} for a in self.possible_agents}
+
+    def step(self, actions):
+        rew = {}
+        for a, script in zip(self.possible_agents, self.scripts):
+            kind, value = script[self.k % len(script)]
+            rew[a] = KINDS[kind](value)
+            self.log.append(rew[a])
+        self.k += 1
+        keys = self.possible_agents
+        return {a: 0 for a in keys}, rew, {a: False for a in keys}, {a: False for a in keys}, {a: {} for a in keys}
+
+
+@settings(**SETTINGS)
+@given(agent_scripts=st.lists(scripts, min_size=2, max_size=2), num_envs=st.integers(1, 2), steps=st.integers(1, 5))
+def test_multi_agent_adapters_note_rewards_by_the_same_rule(agent_scripts, num_envs, steps):
+    from trajview.envs import MultiAgentDictEnv, PettingZooParallelEnv
+
+    for cls in (PettingZooParallelEnv, MultiAgentDictEnv):
+        log: list = []
+        adapter = cls([TwoAgentRewardEnv(agent_scripts, log) for _ in range(num_envs)])
+        for i in range(num_envs):
+            adapter.reset(i)
+        for _ in range(steps):
+            adapter.step([{"x": 0, "y": 0}] * num_envs)
+            assert adapter.reward_dtype == reference_dtype(log)

@@ -328,9 +328,17 @@ class MultiAgentEnvList(MultiAgentEnvAdapter):
         out = []
         for i, env in enumerate(self.envs):
             self._stepping = i
-            out.append(self._step_one(i, env, actions[i]))
+            res = self._step_one(i, env, actions[i])
+            if not self.saw_other_rewards:
+                self.note_rewards(res.rewards)
+            out.append(res)
         self._stepping = -1
         return out
+
+    def note_rewards(self, rewards: dict) -> None:
+        """`note_reward` of each of one env step's checked rewards (by agent), until one is not a float32."""
+        for r in rewards.values():
+            self.note_reward(r)
 
     def moved_on(self) -> list[int]:
         return list(range(self._stepping + 1))

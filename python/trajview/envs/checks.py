@@ -39,7 +39,7 @@ def _got(result: Any) -> str:
     """What a call returned, in a few words (not its repr: an observation may be big)."""
     if isinstance(result, (tuple, list)):
         return f"a {type(result).__name__} of {len(result)} ({', '.join(type(v).__name__ for v in result)})"
-    return f"a {type(result).__name__} alone"
+    return f"one {type(result).__name__} value"
 
 
 def check_reset(result: Any, where: str, expected: str = "(obs, info)", dict_obs: bool = False) -> tuple[Any, dict]:

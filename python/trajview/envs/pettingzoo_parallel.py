@@ -49,7 +49,10 @@ def _step_all(adapter: MultiAgentEnvList, actions: list[dict]) -> list[MultiAgen
     out = []
     for i, env in enumerate(adapter.envs):
         adapter._stepping = i
-        out.append(_checked(i, env.step(actions[i])))
+        res = _checked(i, env.step(actions[i]))
+        if not adapter.saw_other_rewards:
+            adapter.note_rewards(res.rewards)
+        out.append(res)
     adapter._stepping = -1
     return out
 
