@@ -155,8 +155,9 @@ class GymEnvList(VectorEnvAdapter):
         envs = self.envs
         write = self._write_row
         check = self._check_leaf
-        # Until the env returned a reward that is not a float32 (reward_dtype's rule), every reward is noted.
-        noting = not self.saw_other_rewards
+        # Until the env returned a reward that is not a float32 (reward_dtype's rule), every reward is noted (once
+        # the step succeeded: a step that raises changes nothing of the adapter's).
+        noted: list | None = None if self.saw_other_rewards else []
         any_done = False
         failed: list[int] = []
         errors: list[BaseException] = []
@@ -174,16 +175,13 @@ class GymEnvList(VectorEnvAdapter):
                     except Exception:
                         self._write_obs(new_obs, j, i, o)  # the slow path: writes it, or names what does not fit
                     # Inline fast paths of check_reward / check_flag (a float that is not NaN, a Python bool).
-                    if type(r) is float and r == r and not noting:
-                        rew[j] = r
-                    else:
-                        rew[j] = check_reward(r, i)
-                        if noting:
-                            self.note_reward(r)
+                    rew[j] = r if type(r) is float and r == r and noted is None else check_reward(r, i)
                     if te is not True and te is not False:
                         te = check_flag(te, "terminateds", i)
                     if tr is not True and tr is not False:
                         tr = check_flag(tr, "truncateds", i)
+                    if noted is not None:
+                        noted.append(r)
                 except Exception as e:
                     if not isolate:
                         raise
@@ -200,6 +198,8 @@ class GymEnvList(VectorEnvAdapter):
         except BaseException:
             self._ids, self._pos = ids, j  # for moved_on: envs ids[0..j] may have stepped
             raise
+        for r in noted or ():
+            self.note_reward(r)
         return any_done, failed, errors
 
     def moved_on(self) -> np.ndarray:

@@ -10,6 +10,10 @@ presents the leaves in the space's structure again: ``batch["obs"]`` is a
 dict (a tuple for a ``Tuple`` space) of the leaf arrays, ``batch["obs.image"]``
 one leaf (see docs/spaces.md).
 
+Nested values meet plain names in one place, `flatten_columns`: a plain name
+that is also a leaf (``"obs.a"`` beside ``"obs": {"a": ...}``) is an error
+naming both, never a silent replacement.
+
 The structure is read back from the names: a node whose children are named
 ``0 .. n-1`` is a tuple, any other node a dict. (So a ``Dict`` whose keys are
 exactly ``"0" .. "n-1"`` reads back as a tuple.)
