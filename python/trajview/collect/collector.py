@@ -169,6 +169,7 @@ class Collector:
         return flatten_columns(data, self._leaves_of)
 
     def _leaves_of(self, k: str, v: Any) -> dict[str, Any] | None:
+        """``{leaf column: leaf}`` of a nested value of ``data`` (`flatten_columns`); None for a column's own."""
         return flatten_value(k, v) if is_nested_value(v) and k not in self.columns else None
 
     def _nested(self, d: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
