@@ -139,7 +139,8 @@ def test_batch_reward_dtype_is_the_rule_for_every_space(space, kind, other, num_
 
 
 @pytest.mark.parametrize(
-    "dtype, want", [(np.float32, np.float32), (np.float16, np.float32), (np.float64, np.float64), (np.int64, np.float64)]
+    "dtype, want",
+    [(np.float32, np.float32), (np.float16, np.float32), (np.float64, np.float64), (np.int64, np.float64)],
 )
 def test_vector_env_rewards_follow_the_same_rule(dtype, want):
     class V(gym.vector.SyncVectorEnv):

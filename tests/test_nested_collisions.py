@@ -100,7 +100,8 @@ def test_collector_columns_and_steps_refuse_the_collision():
 def test_replay_add_refuses_the_collision():
     rb = tv.ReplayBuffer(16)
     with pytest.raises(ValueError, match=re.escape("column 'obs.a' is given twice")):
-        rb.add({"obs": {"a": np.ones(2)}, "obs.a": np.zeros(2), "rewards": np.zeros(2), "eps_id": np.zeros(2, np.int64)})
+        rb.add({"obs": {"a": np.ones(2)}, "obs.a": np.zeros(2), "rewards": np.zeros(2),
+                "eps_id": np.zeros(2, np.int64)})
     assert len(rb) == 0
 
 

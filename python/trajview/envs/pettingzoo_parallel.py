@@ -59,6 +59,8 @@ def _step_all(adapter: MultiAgentEnvList, actions: list[dict]) -> list[MultiAgen
 
 #: What a multi-agent env's reset() returns (PettingZoo's ParallelEnv, RLlib's MultiAgentEnv).
 _RESET = "(observations dict, infos dict)"
+#: What its step() returns.
+_STEP = "(observations, rewards, terminations, truncations, infos)"
 
 _REAL = (float, np.float64, np.float32)  # reward types the fast path takes (NaN aside)
 
@@ -91,7 +93,7 @@ def _checked_fully(i: int, result: Any) -> MultiAgentStep:
     try:
         obs, rew, term, trunc, infos = result
     except (TypeError, ValueError):
-        raise step_result_error(result, f"env {i}", "(observations, rewards, terminations, truncations, infos)") from None
+        raise step_result_error(result, f"env {i}", _STEP) from None
     for name, d in (("observations", obs), ("rewards", rew), ("terminateds", term), ("truncateds", trunc), ("infos", infos)):
         if not isinstance(d, dict):
             raise ValueError(f"column '{name}': env {i} returned {type(d).__name__} {d!r}, expected a dict by agent id")
