@@ -11,7 +11,7 @@ from .. import _core
 from .._validate import lazy_row_bytes, positive_int
 from ..views.columns import BOUNDARY_COLUMNS, column_spec_from_space, column_specs
 from ..views.lazy_view import LazyView
-from ..views.nest import SEP, expand_views, flatten_value, is_nested_value, leaf_names, space_specs
+from ..views.nest import SEP, expand_views, flatten_columns, flatten_value, is_nested_value, leaf_names, space_specs
 from ..views.sample_batch import SampleBatch
 from ..views.view_requirement import ViewRequirement
 
@@ -166,13 +166,11 @@ class Collector:
         """``data`` with nested values (``{"obs": {"image": ...}}``) given by leaf (``obs.image``)."""
         if not self.nested:
             return dict(data)
-        out: dict[str, Any] = {}
-        for k, v in data.items():
-            if is_nested_value(v) and k not in self.columns:
-                out.update(flatten_value(k, v))
-            else:
-                out[k] = v
-        return out
+        return flatten_columns(data, self._leaves_of)
+
+    def _leaves_of(self, k: str, v: Any) -> dict[str, Any] | None:
+        """``{leaf column: leaf}`` of a nested value of ``data`` (`flatten_columns`); None for a column's own."""
+        return flatten_value(k, v) if is_nested_value(v) and k not in self.columns else None
 
     def _nested(self, d: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
         """An input dict whose nested views read as their structure (``d["obs"]["image"]``); keys stay flat."""

@@ -125,21 +125,25 @@ class EnvAdapter(ABC):
     num_envs: int
     #: The env object(s) as the user made them (``base_env`` in callbacks).
     base_env: Any
-    #: Set once the env returned numpy float32 (or float16) rewards and no other kind: batches then carry
-    #: float32 rewards (the store keeps float64, which holds them exactly).
+    #: Set once the env returned a numpy float32 (or float16) reward, and once it returned any other kind
+    #: (a Python float or int, a numpy float64 or int, ...): see `reward_dtype`. Only `note_reward` sets them.
     saw_f32_rewards: bool = False
     saw_other_rewards: bool = False
 
     @property
     def reward_dtype(self) -> np.dtype:
-        """The dtype of the env's rewards: float32 when it returned numpy float32 rewards only, else float64."""
+        """The dtype of the env's rewards, the one rule for every adapter and space: float32 when every reward
+        the env returned so far was a numpy float32 (or float16), else float64 (one other reward is enough:
+        float32 would round it). Batches carry their rewards in it; the store keeps float64, which holds
+        float32 rewards exactly."""
         if self.saw_f32_rewards and not self.saw_other_rewards:
             return np.dtype(np.float32)
         return np.dtype(np.float64)
 
     def note_reward(self, r: Any) -> None:
-        """Records the kind of a reward that took the slow path of the checks (not a Python float)."""
-        if type(r) is np.float32 or type(r) is np.float16:
+        """Records the kind of a checked reward ``r`` (an array, e.g. a VectorEnv's rewards: its dtype's)."""
+        kind = r.dtype.type if isinstance(r, np.ndarray) else type(r)
+        if kind is np.float32 or kind is np.float16:
             self.saw_f32_rewards = True
         else:
             self.saw_other_rewards = True
@@ -164,21 +168,23 @@ class VectorEnvAdapter(EnvAdapter):
     #: Whether `step` can step some envs only (``env_ids``): envs stepped one by one can, a VectorEnv cannot.
     can_step_some: bool = False
 
+    def _nest(self, attr: str) -> Nest:
+        """The `Nest` of the space ``self.<attr>``, made once per space."""
+        space = getattr(self, attr)
+        nest = self.__dict__.get("_nest_" + attr)
+        if nest is None or nest.space is not space:
+            nest = self.__dict__["_nest_" + attr] = Nest.from_space(space, attr)
+        return nest
+
     @property
     def obs_nest(self) -> Nest:
         """The leaves of the observation space (`Nest.flat` for one array per step)."""
-        nest = self.__dict__.get("_obs_nest")
-        if nest is None or nest.space is not self.observation_space:
-            nest = self.__dict__["_obs_nest"] = Nest.from_space(self.observation_space, "observation_space")
-        return nest
+        return self._nest("observation_space")
 
     @property
     def action_nest(self) -> Nest:
         """The leaves of the action space."""
-        nest = self.__dict__.get("_action_nest")
-        if nest is None or nest.space is not self.action_space:
-            nest = self.__dict__["_action_nest"] = Nest.from_space(self.action_space, "action_space")
-        return nest
+        return self._nest("action_space")
 
     @abstractmethod
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, list[dict]]:
@@ -285,9 +291,10 @@ class MultiAgentEnvList(MultiAgentEnvAdapter):
     """``envs[i]`` is env ``i``, stepped one after the other; agents, their order and their spaces are ``envs[0]``'s.
 
     The shared part of the adapters for lists of multi-agent envs (PettingZoo
-    parallel and AEC envs, RLlib-style dict envs): each implements `_agents`
-    and `_step_one` (and the spaces and `reset`); ``moved_on`` knows which envs
-    a step that raised reached.
+    parallel and AEC envs, RLlib-style dict envs): each implements `_step_one`
+    and `reset` (and `_agents` and the spaces where they are not PettingZoo's,
+    ``envs[0].possible_agents`` and ``envs[0].observation_space(agent)``);
+    ``moved_on`` knows which envs a step that raised reached.
     """
 
     def __init__(
@@ -305,6 +312,14 @@ class MultiAgentEnvList(MultiAgentEnvAdapter):
         """Every agent id ``env`` may have, in a fixed order."""
         return list(env.possible_agents)
 
+    def observation_space(self, agent: Any) -> Any:
+        """``envs[0].observation_space(agent)`` (PettingZoo's API)."""
+        return self.envs[0].observation_space(agent)
+
+    def action_space(self, agent: Any) -> Any:
+        """``envs[0].action_space(agent)``."""
+        return self.envs[0].action_space(agent)
+
     @abstractmethod
     def _step_one(self, i: int, env: Any, actions: dict) -> MultiAgentStep:
         """Steps env ``i`` with its agents' ``actions``; its result, checked."""
@@ -313,9 +328,17 @@ class MultiAgentEnvList(MultiAgentEnvAdapter):
         out = []
         for i, env in enumerate(self.envs):
             self._stepping = i
-            out.append(self._step_one(i, env, actions[i]))
+            res = self._step_one(i, env, actions[i])
+            if not self.saw_other_rewards:
+                self.note_rewards(res.rewards)
+            out.append(res)
         self._stepping = -1
         return out
+
+    def note_rewards(self, rewards: dict) -> None:
+        """`note_reward` of each of one env step's checked rewards (by agent), until one is not a float32."""
+        for r in rewards.values():
+            self.note_reward(r)
 
     def moved_on(self) -> list[int]:
         return list(range(self._stepping + 1))

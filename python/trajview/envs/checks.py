@@ -1,5 +1,11 @@
 """Checks of what an env returns, before anything of it is stored (as gymnasium's env checker asks).
 
+``reset()`` must return ``(obs, info)`` and ``step()`` the five values
+``(obs, reward, terminated, truncated, info)`` (gymnasium's API, and
+PettingZoo's and RLlib's with dicts by agent): the old gym API (``reset()``
+returning the observation alone, ``step()`` returning ``(obs, reward, done,
+info)``) is a ValueError naming the call, the env and what was expected.
+
 Rewards must be real numbers (Python or numpy ints and floats; not bools,
 strings, None, NaN, complex numbers or arrays; ints only where float64 holds
 them exactly). ``terminated`` / ``truncated`` must be bools (Python or numpy). A
@@ -13,13 +19,54 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_flag", "check_reward", "check_vector_flags", "check_vector_rewards"]
+__all__ = [
+    "check_flag",
+    "check_reset",
+    "check_reward",
+    "check_vector_flags",
+    "check_vector_rewards",
+    "step_result_error",
+]
 
 _MAX_EXACT_INT = 2**53  # ints beyond this do not all have a float64
 
 
 def _where(env_index: int, agent: Any) -> str:
     return f"env {env_index}" if agent is None else f"env {env_index}, agent {agent!r}"
+
+
+def _got(result: Any) -> str:
+    """What a call returned, in a few words (not its repr: an observation may be big)."""
+    if isinstance(result, (tuple, list)):
+        return f"a {type(result).__name__} of {len(result)} ({', '.join(type(v).__name__ for v in result)})"
+    return f"one {type(result).__name__} value"
+
+
+def check_reset(result: Any, where: str, expected: str = "(obs, info)", dict_obs: bool = False) -> tuple[Any, dict]:
+    """``(obs, info)`` of what ``reset()`` returned, if it is that pair (``info`` a dict; ``obs`` too with
+    ``dict_obs``); else a ValueError naming ``where`` (``"env 3"``) and ``expected``."""
+    if (
+        isinstance(result, tuple)
+        and len(result) == 2
+        and isinstance(result[1], dict)
+        and (not dict_obs or isinstance(result[0], dict))
+    ):
+        return result[0], result[1]
+    raise ValueError(
+        f"{where}: reset() returned {_got(result)}, expected {expected} (gymnasium's API; the old gym API's "
+        f"reset() returning the observation alone is not supported)"
+    )
+
+
+def step_result_error(
+    result: Any, where: str, expected: str = "(obs, reward, terminated, truncated, info)"
+) -> ValueError:
+    """The error for a ``step()`` result that is not the five values ``expected`` (e.g. the old gym API's
+    ``(obs, reward, done, info)``), naming ``where`` (``"env 3"``)."""
+    return ValueError(
+        f"{where}: step() returned {_got(result)}, expected the 5-tuple {expected} (gymnasium's API; the old gym "
+        f"API's (obs, reward, done, info) is not supported: split done into terminated and truncated)"
+    )
 
 
 def check_reward(value: Any, env_index: int, agent: Any = None) -> float:

@@ -8,10 +8,9 @@ from typing import Any, cast
 import gymnasium as gym
 import numpy as np
 
-from ..views.columns import cast_exactly
-from ..views.columns import ACTIONS, OBS
+from ..views.columns import ACTIONS, OBS, cast_exactly
 from .base import VectorEnvAdapter, VectorStep, empty_rows
-from .checks import check_flag, check_reward
+from .checks import check_flag, check_reset, check_reward, step_result_error
 
 __all__ = ["GymEnvList"]
 
@@ -47,20 +46,17 @@ class GymEnvList(VectorEnvAdapter):
         self.action_space = first.action_space
         self._discrete = isinstance(self.action_space, gym.spaces.Discrete)
         n = self.num_envs
-        #: (column, dtype, shape) of each leaf of a nested observation space; [] for one array per step.
-        self._leaves = [] if self.obs_nest.flat else [(c, dt, shp) for c, (dt, shp) in self.obs_nest.specs(OBS).items()]
+        nest = self.obs_nest
+        self._flat = nest.flat
+        #: (column, dtype, shape) of each leaf of the observation space (one, ``obs``, for a flat space).
+        self._leaves = [(c, dt, shp) for c, (dt, shp) in nest.specs(OBS).items()]
         self._act_cols = [] if self.action_nest.flat else self.action_nest.names(ACTIONS)
-        self._obs_leaves: Any = self.obs_nest._fast
-        self._write_row: Any = None if self.obs_nest.flat else self.obs_nest.row_writer()
-        # Reused every step (VectorStep's contract): rewards and flags, and the observation rows when no obs_out is given.
-        self._obs: Any
-        self._obs_shape: tuple[int, ...]
-        if self._leaves:
-            self._obs_dtype, self._obs_shape = np.dtype(np.bool_), ()
-            self._obs = {c: np.empty((n,) + shp, dtype=dt) for c, dt, shp in self._leaves}
-        else:
-            self._obs_dtype, self._obs_shape = next(iter(self.obs_nest.specs(OBS).values()))
-            self._obs = np.empty((n,) + self._obs_shape, dtype=self._obs_dtype)
+        #: write(o, j, outs, check): every leaf of one observation into row j of its rows (`Nest.row_writer`).
+        self._write_row: Any = nest.row_writer()
+        # Reused every step (VectorStep's contract): rewards and flags, and the observation rows when no obs_out is
+        # given: one array for a flat space, {leaf column: rows} for a nested one.
+        rows = {c: np.empty((n,) + shp, dtype=dt) for c, dt, shp in self._leaves}
+        self._obs: Any = rows[OBS] if self._flat else rows
         self._rew = np.empty(n, dtype=np.float64)
         self._term = np.empty(n, dtype=bool)
         self._trunc = np.empty(n, dtype=bool)
@@ -71,39 +67,35 @@ class GymEnvList(VectorEnvAdapter):
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, list[dict]]:
         return self.reset_envs(np.arange(self.num_envs), seed=seed)
 
-    def _check_obs(self, i: int, o: Any, col: str = OBS, obs_dtype: Any = None, obs_shape: Any = None) -> np.ndarray:
-        if obs_dtype is None:
-            obs_dtype, obs_shape = self._obs_dtype, self._obs_shape
-        if type(o) is not np.ndarray or (o.dtype is not obs_dtype and o.dtype != obs_dtype) or o.shape != obs_shape:
-            a = np.asarray(o)
-            if a.shape != obs_shape or not np.can_cast(a.dtype, obs_dtype, "safe"):
-                raise ValueError(
-                    f"column {col!r}: env {i} returned an observation of dtype {a.dtype} and shape {a.shape}, expected "
-                    f"dtype {obs_dtype} and shape {obs_shape} (the observation space; casting would lose data)"
-                )
-            try:
-                return cast_exactly(col, a, obs_dtype)  # what the row assignment would otherwise round
-            except ValueError as e:
-                raise ValueError(f"env {i}: {e}") from None
-        return o
+    def _check_leaf(self, k: int, o: Any, i: int = -1) -> np.ndarray:
+        """Leaf ``k`` of env ``i``'s observation as its column's dtype (a safe, exact cast), else a ValueError.
+
+        (`Nest.row_writer`'s ``check``, there without the env: what it refuses, `_write_obs` checks again and
+        names the env.)"""
+        col, obs_dtype, obs_shape = self._leaves[k]
+        a = o if type(o) is np.ndarray else np.asarray(o)
+        if a.shape != obs_shape or not np.can_cast(a.dtype, obs_dtype, "safe"):
+            raise ValueError(
+                f"column {col!r}: env {i} returned an observation of dtype {a.dtype} and shape {a.shape}, expected "
+                f"dtype {obs_dtype} and shape {obs_shape} (the observation space; casting would lose data)"
+            )
+        try:
+            return cast_exactly(col, a, obs_dtype)  # what the row assignment would otherwise round
+        except ValueError as e:
+            raise ValueError(f"env {i}: {e}") from None
 
     def _write_obs(self, out: Any, j: int, i: int, o: Any) -> None:
-        """Env ``i``'s observation ``o``, checked, into row ``j`` of ``out`` (every leaf's row, if nested)."""
-        if not self._leaves:
-            out[j] = self._check_obs(i, o)
+        """Env ``i``'s observation ``o``, checked, into row ``j`` of ``out`` (every leaf's row, if nested); what
+        does not fit is a ValueError naming the env and the leaf."""
+        if self._flat:
+            out[j] = self._check_leaf(0, o, i)
             return
         try:
-            values = self._obs_leaves(o)
-        except Exception:
-            try:
-                values = self.obs_nest.leaf_values(o, f"env {i}'s observation")
-            except ValueError as e:
-                raise ValueError(f"column 'obs': {e}") from None
-        for (c, dt, shp), v in zip(self._leaves, values):
-            if type(v) is np.ndarray and v.dtype is dt and v.shape == shp:
-                out[c][j] = v
-            else:
-                out[c][j] = self._check_obs(i, v, c, dt, shp)
+            values = self.obs_nest.leaf_values(o, f"env {i}'s observation")
+        except ValueError as e:
+            raise ValueError(f"column 'obs': {e}") from None
+        for k, ((c, _, _), v) in enumerate(zip(self._leaves, values)):
+            out[c][j] = self._check_leaf(k, v, i)
 
     def _env_actions(self, actions: Any, m: int) -> Any:
         """Per env (row), the action it is handed: a nested action in the space's structure."""
@@ -123,7 +115,7 @@ class GymEnvList(VectorEnvAdapter):
             ids: Any = range(self.num_envs)
             if obs_out is None:
                 new_obs = self._obs
-            elif self._leaves:  # the leaves the caller has rows for (the big ones), the adapter's own for the rest
+            elif not self._flat:  # the leaves the caller has rows for (the big ones), the adapter's own for the rest
                 new_obs = {**self._obs, **cast(dict, obs_out)}
             else:
                 new_obs = obs_out
@@ -132,31 +124,71 @@ class GymEnvList(VectorEnvAdapter):
             ids = [int(i) for i in env_ids]
             m = len(ids)
             rew, term, trunc = self._rew[:m], self._term[:m], self._trunc[:m]
-            new_obs = self._obs[:m] if not self._leaves else {c: a[:m] for c, a in self._obs.items()}
-        infos: list[dict] | None = [] if need_infos else None
-        acts = self._env_actions(actions, len(ids))
-        envs = self.envs
-        obs_dtype, obs_shape = self._obs_dtype, self._obs_shape
-        any_done = False
+            new_obs = self._obs[:m] if self._flat else {c: a[:m] for c, a in self._obs.items()}
         self._pos = -1
-        if isolate_failures:
-            return self._step_checked(ids, acts, new_obs, rew, term, trunc, infos, isolate_failures)
-        if self._leaves:
-            return self._step_nested(ids, acts, new_obs, rew, term, trunc, infos)
+        infos: list[dict] | None = [] if need_infos else None
+        outs = [new_obs] if self._flat else [new_obs[c] for c, _, _ in self._leaves]
+        any_done, failed, errors = self._step_rows(ids, self._env_actions(actions, len(ids)), new_obs, outs, rew,
+                                                   term, trunc, infos, isolate_failures)
+        if not isolate_failures:
+            return _NEW(VectorStep, (new_obs, rew, term, trunc, infos, any_done, None, ()))  # VectorStep(...), faster
+        return VectorStep(new_obs, rew, term, trunc, infos, any_done, np.array(failed, np.int64), tuple(errors))
+
+    def _step_rows(
+        self,
+        ids: Any,
+        acts: Any,
+        new_obs: Any,
+        outs: list[np.ndarray],
+        rew: np.ndarray,
+        term: np.ndarray,
+        trunc: np.ndarray,
+        infos: list | None,
+        isolate: bool,
+    ) -> tuple[bool, list[int], list[BaseException]]:
+        """The step loop, one body for every observation space: env ``ids[j]`` steps with ``acts[j]`` and its
+        result goes, checked, into row ``j`` (each leaf of the observation into its rows ``outs[k]``).
+
+        Returns (any episode ended, the failed rows, their exceptions): with ``isolate``, an env's Exception is
+        recorded (its row: reward 0, not done) and the others step on; else it raises (see `moved_on`).
+        """
+        envs = self.envs
+        write = self._write_row
+        check = self._check_leaf
+        # Until the env returned a reward that is not a float32 (reward_dtype's rule), every reward is noted (once
+        # the step succeeded: a step that raises changes nothing of the adapter's).
+        noted: list | None = None if self.saw_other_rewards else []
+        any_done = False
+        failed: list[int] = []
+        errors: list[BaseException] = []
         j = -1
         try:
             for j, i in enumerate(ids):
-                o, r, te, tr, info = envs[i].step(acts[j])
-                if type(o) is np.ndarray and o.dtype is obs_dtype and o.shape == obs_shape:
-                    new_obs[j] = o
-                else:
-                    new_obs[j] = self._check_obs(i, o)
-                # Inline fast paths of check_reward / check_flag (a float that is not NaN, a Python bool).
-                rew[j] = r if type(r) is float and r == r else self._slow_reward(r, i)
-                if te is not True and te is not False:
-                    te = check_flag(te, "terminateds", i)
-                if tr is not True and tr is not False:
-                    tr = check_flag(tr, "truncateds", i)
+                try:
+                    result = envs[i].step(acts[j])
+                    try:
+                        o, r, te, tr, info = result
+                    except (TypeError, ValueError):
+                        raise step_result_error(result, f"env {i}") from None
+                    try:
+                        write(o, j, outs, check)
+                    except Exception:
+                        self._write_obs(new_obs, j, i, o)  # the slow path: writes it, or names what does not fit
+                    # Inline fast paths of check_reward / check_flag (a float that is not NaN, a Python bool).
+                    rew[j] = r if type(r) is float and r == r and noted is None else check_reward(r, i)
+                    if te is not True and te is not False:
+                        te = check_flag(te, "terminateds", i)
+                    if tr is not True and tr is not False:
+                        tr = check_flag(tr, "truncateds", i)
+                    if noted is not None:
+                        noted.append(r)
+                except Exception as e:
+                    if not isolate:
+                        raise
+                    failed.append(j)
+                    errors.append(e)
+                    r, te, tr, info = 0.0, False, False, {}
+                    rew[j] = r
                 term[j] = te
                 trunc[j] = tr
                 if te or tr:
@@ -166,95 +198,9 @@ class GymEnvList(VectorEnvAdapter):
         except BaseException:
             self._ids, self._pos = ids, j  # for moved_on: envs ids[0..j] may have stepped
             raise
-        return _NEW(VectorStep, (new_obs, rew, term, trunc, infos, any_done, None, ()))  # VectorStep(...), faster
-
-    def _slow_reward(self, r: Any, i: int) -> float:
-        """`check_reward` for a reward that is not a Python float, noting its kind (see `reward_dtype`)."""
-        self.note_reward(r)
-        return check_reward(r, i)
-
-    def _step_nested(
-        self, ids: Any, acts: Any, new_obs: dict, rew: np.ndarray, term: np.ndarray, trunc: np.ndarray, infos: list | None
-    ) -> VectorStep:
-        """`step` for a nested observation space: each leaf written into its rows (the fast path of `_write_obs`)."""
-        envs = self.envs
-        write = self._write_row
-        outs = [new_obs[c] for c, _, _ in self._leaves]
-        leaves = self._leaves
-        any_done = False
-        j = -1
-        i = -1
-
-        def check(k: int, v: Any) -> np.ndarray:
-            c, dt, shp = leaves[k]
-            return self._check_obs(i, v, c, dt, shp)
-
-        try:
-            for j, i in enumerate(ids):
-                o, r, te, tr, info = envs[i].step(acts[j])
-                try:
-                    write(o, j, outs, check)
-                except Exception:
-                    self._write_obs(new_obs, j, i, o)  # the slow path: writes it, or names what does not fit
-                rew[j] = r if type(r) is float and r == r else check_reward(r, i)
-                if te is not True and te is not False:
-                    te = check_flag(te, "terminateds", i)
-                if tr is not True and tr is not False:
-                    tr = check_flag(tr, "truncateds", i)
-                term[j] = te
-                trunc[j] = tr
-                if te or tr:
-                    any_done = True
-                if infos is not None:
-                    infos.append(info)
-        except BaseException:
-            self._ids, self._pos = ids, j
-            raise
-        return VectorStep(new_obs, rew, term, trunc, infos, any_done)
-
-    def _step_checked(
-        self,
-        ids: Any,
-        acts: Any,
-        new_obs: Any,
-        rew: np.ndarray,
-        term: np.ndarray,
-        trunc: np.ndarray,
-        infos: list | None,
-        isolate: bool,
-    ) -> VectorStep:
-        """`step` one env at a time with every check (nested spaces); with ``isolate``, an env's Exception is
-        recorded and the others step on."""
-        any_done = False
-        failed: list[int] = []
-        errors: list[BaseException] = []
-        j = -1
-        try:
-            for j, i in enumerate(ids):
-                try:
-                    o, r, te, tr, info = self.envs[i].step(acts[j])
-                    self._write_obs(new_obs, j, i, o)
-                    rew[j] = self._slow_reward(r, i)
-                    term[j] = check_flag(te, "terminateds", i)
-                    trunc[j] = check_flag(tr, "truncateds", i)
-                except Exception as e:
-                    if not isolate:
-                        raise
-                    failed.append(j)
-                    errors.append(e)
-                    rew[j] = 0.0
-                    term[j] = trunc[j] = False
-                    info = {}
-                if term[j] or trunc[j]:
-                    any_done = True
-                if infos is not None:
-                    infos.append(info)
-        except BaseException:
-            self._ids, self._pos = ids, j
-            raise
-        if not isolate:
-            return VectorStep(new_obs, rew, term, trunc, infos, any_done)
-        return VectorStep(new_obs, rew, term, trunc, infos, any_done, np.array(failed, np.int64), tuple(errors))
+        for r in noted or ():
+            self.note_reward(r)
+        return any_done, failed, errors
 
     def moved_on(self) -> np.ndarray:
         return np.array(sorted(self._ids[: self._pos + 1]), dtype=np.int64) if self._pos >= 0 else np.zeros(0, np.int64)
@@ -264,7 +210,7 @@ class GymEnvList(VectorEnvAdapter):
         infos = []
         for j, i in enumerate(env_ids):
             i = int(i)
-            o, info = self.envs[i].reset(seed=None if seed is None else seed + i)
+            o, info = check_reset(self.envs[i].reset(seed=None if seed is None else seed + i), f"env {i}")
             self._write_obs(obs, j, i, o)
             infos.append(info)
         return obs, infos

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..views.columns import ACTIONS, OBS
 from .base import VectorEnvAdapter, VectorStep, take_rows
-from .checks import check_vector_flags, check_vector_rewards
+from .checks import check_reset, check_vector_flags, check_vector_rewards, step_result_error
 
 __all__ = ["GymVectorEnv", "vector_info"]
 
@@ -97,7 +97,7 @@ class GymVectorEnv(VectorEnvAdapter):
             obs[c][k] = v
 
     def reset(self, seed: int | None = None) -> tuple[Any, list[dict]]:
-        obs, info = self.env.reset(seed=seed)
+        obs, info = check_reset(self.env.reset(seed=seed), "the VectorEnv")
         return self._obs(obs), [vector_info(info, i) for i in range(self.num_envs)]
 
     def step(
@@ -115,15 +115,17 @@ class GymVectorEnv(VectorEnvAdapter):
         if not self.action_nest.flat:
             actions = self.action_nest.unflatten(actions[c] for c in self.action_nest.names(ACTIONS))
         try:
-            obs, rew, term, trunc, info = self.env.step(actions)
+            result = self.env.step(actions)
+            try:
+                obs, rew, term, trunc, info = result
+            except (TypeError, ValueError):
+                raise step_result_error(result, "the VectorEnv") from None
             obs = self._obs(obs)
-            if getattr(rew, "dtype", None) in (np.float32, np.float16):
-                self.saw_f32_rewards = True
-            else:
-                self.saw_other_rewards = True
-            rew = check_vector_rewards(rew, n)
+            checked = check_vector_rewards(rew, n)
             term = check_vector_flags(term, "terminateds", n)
             trunc = check_vector_flags(trunc, "truncateds", n)
+            self.note_reward(rew if isinstance(rew, np.ndarray) else checked)
+            rew = checked
         except Exception as e:
             if not isolate_failures:
                 raise
@@ -179,11 +181,11 @@ class GymVectorEnv(VectorEnvAdapter):
         if self._reset_obs is not None:  # SAME_STEP: the env already reset them
             return take_rows(self._reset_obs, ids), [self._reset_infos[int(i)] for i in ids]
         if len(ids) == self.num_envs:  # all of them (e.g. after a failed step): a plain reset
-            obs, info = self.env.reset()
+            obs, info = check_reset(self.env.reset(), "the VectorEnv")
             return take_rows(self._obs(obs), ids), [vector_info(info, int(i)) for i in ids]
         mask = np.zeros(self.num_envs, dtype=bool)
         mask[ids] = True
-        obs, info = self.env.reset(options={"reset_mask": mask})
+        obs, info = check_reset(self.env.reset(options={"reset_mask": mask}), "the VectorEnv")
         obs = self._obs(obs)
         first = next(iter(obs.values())) if isinstance(obs, dict) else obs
         if len(first) == self.num_envs:  # gymnasium: every env's row (the others unchanged)

@@ -15,8 +15,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from .base import MultiAgentEnvList, MultiAgentStep
-from .pettingzoo_parallel import _checked, _step_all
+from .pettingzoo_parallel import DictStepEnvList
 
 __all__ = ["MultiAgentDictEnv", "MultiAgentEnv", "is_multi_agent_dict_env", "is_multi_agent_env_class"]
 
@@ -89,7 +88,7 @@ def _space_of(env: Any, kind: str, agent: Any) -> Any:
     raise ValueError(f"{type(env).__name__}: no {kind} space for agent {agent!r}")
 
 
-class MultiAgentDictEnv(MultiAgentEnvList):
+class MultiAgentDictEnv(DictStepEnvList):
     """``envs[i]`` is env ``i`` (RLlib's dict API); agents, their order and their spaces are ``envs[0]``'s."""
 
     def _agents(self, env: Any) -> list:
@@ -101,14 +100,3 @@ class MultiAgentDictEnv(MultiAgentEnvList):
     def action_space(self, agent: Any) -> Any:
         return _space_of(self.envs[0], "action", agent)
 
-    def reset(self, env_index: int, seed: int | None = None) -> tuple[dict, dict]:
-        out = self.envs[env_index].reset(seed=seed)
-        if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], dict)):
-            raise ValueError(f"env {env_index}: reset() must return (observations dict, infos dict), got {out!r}")
-        return out[0], out[1] if isinstance(out[1], dict) else {}
-
-    def _step_one(self, i: int, env: Any, actions: dict) -> MultiAgentStep:
-        return _checked(i, env.step(actions))
-
-    def step(self, actions: list[dict]) -> list[MultiAgentStep]:
-        return _step_all(self, actions)

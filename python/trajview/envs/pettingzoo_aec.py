@@ -32,12 +32,6 @@ def is_aec_env(env: Any) -> bool:
 class PettingZooAECEnv(MultiAgentEnvList):
     """``envs[i]`` is env ``i``; agents, their order and their spaces are ``envs[0]``'s."""
 
-    def observation_space(self, agent: Any) -> Any:
-        return self.envs[0].observation_space(agent)
-
-    def action_space(self, agent: Any) -> Any:
-        return self.envs[0].action_space(agent)
-
     def reset(self, env_index: int, seed: int | None = None) -> tuple[dict, dict]:
         env = self.envs[env_index]
         env.reset(seed=seed)

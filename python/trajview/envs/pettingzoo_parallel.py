@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from .base import MultiAgentEnvList, MultiAgentStep
-from .checks import check_flag, check_reward
+from .checks import check_flag, check_reset, check_reward, step_result_error
 
 __all__ = ["PettingZooParallelEnv", "is_parallel_env"]
 
@@ -21,22 +21,13 @@ def is_parallel_env(env: Any) -> bool:
     )
 
 
-class PettingZooParallelEnv(MultiAgentEnvList):
-    """``envs[i]`` is env ``i``; agents, their order and their spaces are ``envs[0]``'s.
-
-    A ParallelEnv's ``step`` returns an observation for every agent still in
-    the episode, which is the adapter contract's "agents that need an action".
-    """
-
-    def observation_space(self, agent: Any) -> Any:
-        return self.envs[0].observation_space(agent)
-
-    def action_space(self, agent: Any) -> Any:
-        return self.envs[0].action_space(agent)
+class DictStepEnvList(MultiAgentEnvList):
+    """Envs whose ``reset()`` returns ``(observations, infos)`` and ``step(actions)`` the five dicts
+    ``(observations, rewards, terminations, truncations, infos)``, all by agent id: PettingZoo's ParallelEnv
+    and RLlib's MultiAgentEnv (`MultiAgentDictEnv`). Both are checked (`trajview.envs.checks`)."""
 
     def reset(self, env_index: int, seed: int | None = None) -> tuple[dict, dict]:
-        obs, infos = self.envs[env_index].reset(seed=seed)
-        return obs, infos
+        return check_reset(self.envs[env_index].reset(seed=seed), f"env {env_index}", _RESET, dict_obs=True)
 
     def _step_one(self, i: int, env: Any, actions: dict) -> MultiAgentStep:
         return _checked(i, env.step(actions))
@@ -45,15 +36,31 @@ class PettingZooParallelEnv(MultiAgentEnvList):
         return _step_all(self, actions)
 
 
+class PettingZooParallelEnv(DictStepEnvList):
+    """``envs[i]`` is env ``i``; agents, their order and their spaces are ``envs[0]``'s.
+
+    A ParallelEnv's ``step`` returns an observation for every agent still in
+    the episode, which is the adapter contract's "agents that need an action".
+    """
+
+
 def _step_all(adapter: MultiAgentEnvList, actions: list[dict]) -> list[MultiAgentStep]:
     """`MultiAgentEnvList.step` for adapters whose `_step_one` is ``_checked(i, env.step(actions))``, inlined."""
     out = []
     for i, env in enumerate(adapter.envs):
         adapter._stepping = i
-        out.append(_checked(i, env.step(actions[i])))
+        res = _checked(i, env.step(actions[i]))
+        if not adapter.saw_other_rewards:
+            adapter.note_rewards(res.rewards)
+        out.append(res)
     adapter._stepping = -1
     return out
 
+
+#: What a multi-agent env's reset() returns (PettingZoo's ParallelEnv, RLlib's MultiAgentEnv).
+_RESET = "(observations dict, infos dict)"
+#: What its step() returns.
+_STEP = "(observations, rewards, terminations, truncations, infos)"
 
 _REAL = (float, np.float64, np.float32)  # reward types the fast path takes (NaN aside)
 
@@ -86,9 +93,7 @@ def _checked_fully(i: int, result: Any) -> MultiAgentStep:
     try:
         obs, rew, term, trunc, infos = result
     except (TypeError, ValueError):
-        raise ValueError(
-            f"env {i}: step() must return (observations, rewards, terminations, truncations, infos), got {result!r}"
-        ) from None
+        raise step_result_error(result, f"env {i}", _STEP) from None
     for name, d in (("observations", obs), ("rewards", rew), ("terminateds", term), ("truncateds", trunc), ("infos", infos)):
         if not isinstance(d, dict):
             raise ValueError(f"column '{name}': env {i} returned {type(d).__name__} {d!r}, expected a dict by agent id")

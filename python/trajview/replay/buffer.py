@@ -51,7 +51,7 @@ from ..views.columns import (
     TRUNCATEDS,
     column_specs,
 )
-from ..views.nest import SEP, expand_views, is_nested_value, leaf_names, space_specs
+from ..views.nest import SEP, expand_views, is_nested_value, leaf_names
 from .nstep import NStep
 from .samplers import RandomSampler, Sampler
 
@@ -194,10 +194,7 @@ class ReplayBuffer:
         self._explicit_columns: tuple[str, ...] | None = None
         self._specs: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None
         if isinstance(columns, Mapping):
-            self._specs = {}
-            for k, v in columns.items():
-                leaves = space_specs(str(k), v)  # a nested space: its leaves
-                self._specs.update(leaves if leaves is not None else column_specs({k: v}, spaces=False))
+            self._specs = column_specs(columns, spaces=False)  # a nested space: its leaves
             self._explicit_columns = tuple(self._specs)
         elif columns is not None:
             if isinstance(columns, str):

@@ -109,19 +109,15 @@ def column_spec(name: str, spec: Any, *, spaces: bool = True) -> ColumnSpec:
 def column_specs(columns: Mapping[Any, Any], *, spaces: bool = True) -> dict[str, ColumnSpec]:
     """`column_spec` of every entry of ``{name: (dtype, shape) or space}``, names as str.
 
-    With ``spaces``, a nested space (``Dict`` / ``Tuple``) gives one column per leaf (``name.key``, see
-    `trajview.views.nest`).
+    A nested space (``Dict`` / ``Tuple``) gives one column per leaf (``name.key``, see `trajview.views.nest`);
+    a leaf also given by name is a ValueError naming both (`flatten_columns`). ``spaces=False`` refuses a
+    space that is one column (``(dtype, shape)`` only).
     """
-    from .nest import space_specs
+    from .nest import flatten_columns, space_specs
 
-    out: dict[str, ColumnSpec] = {}
-    for k, v in columns.items():
-        leaves = space_specs(str(k), v) if spaces else None
-        if leaves is not None:
-            out.update(leaves)
-        else:
-            out[str(k)] = column_spec(str(k), v, spaces=spaces)
-    return out
+    named = {str(k): v for k, v in columns.items()}
+    flat = flatten_columns(named, space_specs)
+    return {k: column_spec(k, v, spaces=spaces) if k in named else v for k, v in flat.items()}
 
 
 def cast_exactly(name: str, arr: np.ndarray, dtype: np.dtype) -> np.ndarray:

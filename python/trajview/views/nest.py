@@ -10,6 +10,10 @@ presents the leaves in the space's structure again: ``batch["obs"]`` is a
 dict (a tuple for a ``Tuple`` space) of the leaf arrays, ``batch["obs.image"]``
 one leaf (see docs/spaces.md).
 
+Nested values meet plain names in one place, `flatten_columns`: a plain name
+that is also a leaf (``"obs.a"`` beside ``"obs": {"a": ...}``) is an error
+naming both, never a silent replacement.
+
 The structure is read back from the names: a node whose children are named
 ``0 .. n-1`` is a tuple, any other node a dict. (So a ``Dict`` whose keys are
 exactly ``"0" .. "n-1"`` reads back as a tuple.)
@@ -31,6 +35,7 @@ __all__ = [
     "assemble",
     "build_nest",
     "expand_views",
+    "flatten_columns",
     "flatten_value",
     "has_leaves",
     "is_nested_value",
@@ -105,7 +110,7 @@ class Nest:
             ok = "(type({0}) is dict or isinstance({0}, Mapping))" if self.kinds[path] is dict else \
                 "(type({0}) is tuple or type({0}) is list)"
             lines.append(f"    if not {ok.format(var)} or len({var}) != {n}: raise _Mismatch")
-        return lines, [f"{names[leaf.path[:-1]]}[{leaf.path[-1]!r}]" for leaf in self.leaves]
+        return lines, [f"{names[leaf.path[:-1]]}[{leaf.path[-1]!r}]" if leaf.path else "v" for leaf in self.leaves]
 
     def _exec(self, lines: list[str], name: str, extra: dict[str, Any] | None = None) -> Any:
         scope: dict[str, Any] = {"Mapping": Mapping, "_Mismatch": _Mismatch, **(extra or {})}
@@ -127,8 +132,9 @@ class Nest:
         A leaf that is an ndarray of exactly the leaf's dtype and shape is
         written as it is; any other goes through ``check(k, leaf)``, which
         returns it checked (or raises). A value not of the space's structure
-        raises (`leaf_values` names the problem). Generated code, no loops:
-        this is every step of every env.
+        raises (`leaf_values` names the problem). A flat space is one leaf
+        (``outs[0]``, the value itself). Generated code, no loops: this is
+        every step of every env.
         """
         lines, gets = self._structure_code()
         body = ["def write(v, j, outs, check):", *lines]
@@ -343,6 +349,59 @@ def _flatten_into(out: dict[str, Any], prefix: str, v: Any) -> None:
             _flatten_into(out, prefix + SEP + str(i), sub)
     else:
         out[prefix] = v
+
+
+def flatten_columns(
+    columns: Mapping[str, Any], leaves: Callable[[str, Any], Mapping[str, Any] | None]
+) -> dict[str, Any]:
+    """``columns`` with each nested entry given by its leaves, in order: ``leaves(name, value)`` is
+    ``{leaf column: leaf}`` for a nested entry (`flatten_value`, `space_specs`) and None for a plain one.
+
+    The one place where nested values meet plain names: a column given both as a plain name and as a leaf
+    of a nested entry (``"obs.a"`` beside ``"obs": {"a": ...}``), or as a plain name and a node above or
+    below a leaf (``"obs.a"`` beside ``"obs": {"a": {"b": ...}}``), is a ValueError naming both entries;
+    nothing is silently replaced.
+    """
+    out: dict[str, Any] = {}
+    source: dict[str, str] = {}  # column -> the entry that gave it, for nested entries' leaves
+    for name, value in columns.items():
+        sub = leaves(name, value)
+        if sub is None:
+            if name in out:  # (a mapping has each name once: this one is a leaf of an earlier nested entry)
+                raise _collision(name, source[name], name)
+            out[name] = value
+            continue
+        for leaf, v in sub.items():
+            if leaf in out:
+                raise _collision(leaf, source.get(leaf, leaf), name)
+            out[leaf] = v
+            source[leaf] = name
+    if source:
+        for col in out:  # a column above another: which is the leaf would depend on the order
+            cut = col.rfind(SEP)
+            while cut > 0:
+                above = col[:cut]
+                if above in out and (col in source or above in source):
+                    raise _collision(above, source.get(above, above), source.get(col, col), col)
+                cut = above.rfind(SEP)
+    return out
+
+
+def _collision(col: str, first: str, second: str, below: str | None = None) -> ValueError:
+    """The error for column ``col`` given by the entries ``first`` and ``second`` (an entry is the column itself
+    or the nested column it is a leaf of), or, with ``below``, for ``col`` (from ``first``) standing above
+    ``below`` (from ``second``)."""
+
+    def entry(e: str, c: str) -> str:
+        return "a column of its own" if e == c else f"a leaf of the nested column {e!r}"
+
+    if below is None:
+        what = f"column {col!r} is given twice: as {entry(first, col)} and as {entry(second, col)}"
+    else:
+        what = (f"column {col!r} ({entry(first, col)}) would have column {below!r} ({entry(second, below)}) "
+                f"under it, and a column is a leaf or a node, not both")
+    return ValueError(f"{what} (a nested value is stored by leaf: {{'a': x}} under 'obs' is column 'obs.a'); "
+                      f"give each column once")
 
 
 def has_leaves(name: str, keys: Iterable[str]) -> bool:

@@ -24,7 +24,7 @@ from . import columns as _c
 from . import interop
 from .layout import _check_key, _layout, _to_array
 from .lazy_view import LazyView
-from .nest import SEP, assemble, flatten_value, is_nested_value, leaf_names
+from .nest import SEP, assemble, flatten_columns, flatten_value, is_nested_value, leaf_names
 
 __all__ = ["SampleBatch"]
 
@@ -55,6 +55,11 @@ def _rebuild(
     out._pruned = pruned
     out.view_columns = view_columns
     return out
+
+
+def _nested_leaves(key: str, value: Any) -> dict[str, Any] | None:
+    """``{leaf column: leaf}`` of a nested column's value, None for a plain one (``infos`` is always plain)."""
+    return flatten_value(key, value) if key != _c.INFOS and is_nested_value(value) else None
 
 
 def pruned_message(key: str) -> str:
@@ -135,14 +140,9 @@ class SampleBatch(dict):
             extra |= data._extra_seq_keys
         merged = dict(data) if data is not None else {}
         merged.update(columns)
-        cols: dict[str, Any] = {}
-        for k, v in merged.items():
+        for k in merged:
             _check_key(k)
-            if k != _c.INFOS and is_nested_value(v):
-                for leaf, lv in flatten_value(k, v).items():
-                    cols[leaf] = _to_array(leaf, lv)
-                continue
-            cols[k] = _to_array(k, v)
+        cols = {k: _to_array(k, v) for k, v in flatten_columns(merged, _nested_leaves).items()}
         count, seq = _layout(cols, extra)
         dict.update(self, cols)
         self._init_attrs(count, seq, extra)
