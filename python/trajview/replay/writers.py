@@ -45,7 +45,8 @@ from .buffer import ReplayBuffer
 
 __all__ = ["ReplayServer", "ReplayWriter", "ray_replay_buffer"]
 
-_CHUNK = 1 << 20  # bytes read per recv
+_CHUNK = 1 << 22  # most bytes read per recv
+_STAGING = 1 << 18  # a connection's read-ahead buffer (many small frames per recv)
 _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 _WRITERS: weakref.WeakSet[ReplayWriter] = weakref.WeakSet()
 _SERVERS: weakref.WeakSet[ReplayServer] = weakref.WeakSet()
@@ -231,7 +232,7 @@ class ReplayWriter:
             link = self._connect()
             assert link.sock is not None
             try:
-                if kind == wire.BATCH:
+                if kind == wire.BATCH and link.sent - link.acked >= max(1, self.maxsize // 2):
                     link.read_acks(block=False)
                     while link.sent - link.acked >= self.maxsize:
                         link.read_acks(block=True)
@@ -254,7 +255,7 @@ class ReplayWriter:
             if offset > pos:
                 parts.append(bytes(offset - pos))
             if arr.nbytes:
-                parts.append(memoryview(arr.reshape(-1).view(np.uint8)))
+                parts.append(arr.reshape(-1).view(np.uint8).data)
             pos = offset + arr.nbytes
         if size > pos:
             parts.append(bytes(size - pos))
@@ -277,7 +278,9 @@ class _Peer:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.pid: Any = None
-        self.hello = self.bye = False
+        self.hello = self.bye = self.eof = False
+        self.error: wire.ProtocolError | None = None
+        self._staging = bytearray(_STAGING)
         self.held = 0
         self.handled = 0
         self.out = b""  # acknowledgements not yet sent
@@ -296,21 +299,46 @@ class _Peer:
         """Whether the frame cut off here is a batch (its kind byte arrived)."""
         return self.kind == wire.BATCH if self.stage else self.got > 4 and self.buf[4] == wire.BATCH
 
-    def feed(self) -> tuple[int, dict[str, Any], Any] | None | bool:
-        """Reads what is there: False when the writer is gone, a whole frame (kind, header, payload), or None."""
-        view = memoryview(self.buf)[self.got:]
+    def feed(self, closing: bool) -> list[tuple[int, dict[str, Any], Any]]:
+        """Reads what is there and returns the frames it completes (kind, header, payload); sets ``eof`` when
+        the writer is gone, ``error`` at bytes that are no frame. Small frames are read many at a time; a big
+        payload straight into its array. Closing, it reads no further than the bytes sent before close() and
+        the frame they end in."""
+        want = len(self.buf) - self.got
+        limit = _STAGING if not closing else self.must_read if self.must_read > 0 else want
+        direct = self.stage == 2 and want >= _STAGING // 4
+        target = memoryview(self.buf)[self.got:] if direct else memoryview(self._staging)
         try:
-            n = self.sock.recv_into(view[:_CHUNK] if len(view) > _CHUNK else view)
+            n = self.sock.recv_into(target, min(len(target), limit, _CHUNK))
         except BlockingIOError:
-            return None
+            return []
         except OSError:
             n = 0
         if n == 0:
-            return False
+            self.eof = True
+            return []
         self.must_read -= n
-        self.got += n
-        if self.got < len(self.buf):
-            return None
+        if direct:
+            self.got += n
+            return [self._next()] if self.got == len(self.buf) else []
+        frames = []
+        pos = 0
+        try:
+            while pos < n:
+                take = min(len(self.buf) - self.got, n - pos)
+                memoryview(self.buf)[self.got:self.got + take] = target[pos:pos + take]
+                self.got += take
+                pos += take
+                if self.got == len(self.buf):
+                    frame = self._next()
+                    if frame is not None:
+                        frames.append(frame)
+        except wire.ProtocolError as e:
+            self.error = e
+        return frames
+
+    def _next(self) -> tuple[int, dict[str, Any], Any] | None:
+        """The current stage's bytes are all there: the next stage, or a whole frame."""
         if self.stage == 0:
             self.kind, hlen, plen = wire.parse_prefix(bytes(self.buf))
             self._plen = plen
@@ -452,7 +480,7 @@ class ReplayServer:
                     elif key.data is self._wake_r:
                         self._wake_r.recv(64)
                     elif not (closing and key.data.must_read <= 0 and not key.data.partial()):
-                        self._read(sel, key.data)
+                        self._read(sel, key.data, closing)
                 for p in self._peers:
                     if p.out:
                         self._flush(p)
@@ -474,15 +502,22 @@ class ReplayServer:
                 self._peers.append(peer)
             sel.register(sock, selectors.EVENT_READ, peer)
 
-    def _read(self, sel: selectors.BaseSelector, peer: _Peer) -> None:
+    def _read(self, sel: selectors.BaseSelector, peer: _Peer, closing: bool) -> None:
         try:
-            got = peer.feed()
-            if got is False:
-                self._end(sel, peer)
-            elif got is not None:
-                self._handle(peer, *got)
+            frames = peer.feed(closing)
         except wire.ProtocolError as e:
-            self.errors.append(wire.ProtocolError(f"ReplayServer: writer pid {peer.pid}: {e}; dropped it"))
+            frames, peer.error = [], e
+        try:
+            for frame in frames:
+                self._handle(peer, *frame)
+        except wire.ProtocolError as e:
+            peer.error = e
+        if peer.out:
+            self._flush(peer)
+        if peer.error is not None:
+            self.errors.append(wire.ProtocolError(f"ReplayServer: writer pid {peer.pid}: {peer.error}; dropped it"))
+            self._end(sel, peer)
+        elif peer.eof:
             self._end(sel, peer)
 
     def _handle(self, peer: _Peer, kind: int, header: dict[str, Any], payload: np.ndarray) -> None:
@@ -511,8 +546,7 @@ class ReplayServer:
                 self.steps_added += steps
                 self.batches_added += 1
         peer.handled += 1
-        peer.out = wire.ACK.pack(peer.handled)  # only the newest count matters
-        self._flush(peer)
+        peer.out = wire.ACK.pack(peer.handled)  # only the newest count matters: sent after the read
 
     @staticmethod
     def _flush(peer: _Peer) -> None:
