@@ -5,13 +5,17 @@ the payload: every column's bytes, each at an offset aligned to 64 bytes. Nothin
 rebuilt from its dtype string (no object dtype), shape and offset, checked against the payload's length. A
 frame whose bytes stop early (the writer died mid-send) is never decoded. The server answers each batch with
 an acknowledgement: the number of that writer's batches it has handled (added, or refused with an error).
+`Peer` is the server's side of one connection: it parses frames as their bytes arrive, never blocking.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
+import socket
 import struct
+import termios
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +36,8 @@ ALIGN = 64
 MAX_HEADER = 1 << 24
 #: Payloads this small are joined into one send.
 SMALL = 1 << 16
+_CHUNK = 1 << 22  # most bytes read per recv
+_STAGING = 1 << 18  # a connection's read-ahead buffer (many small frames per recv)
 _INFOS = SampleBatch.INFOS
 
 
@@ -170,3 +176,106 @@ def decode_batch(header: Mapping[str, Any], payload: np.ndarray) -> SampleBatch 
         return cols
     return _rebuild(SampleBatch, cols, _names(header, "seq_keys"), _names(header, "pruned"),
                     _names(header, "view_columns"))
+
+
+def unread(sock: socket.socket) -> int:
+    """Bytes waiting in a socket's receive queue."""
+    raw = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    return int(struct.unpack("i", raw)[0])
+
+
+class Peer:
+    """The server's side of one writer's connection: frames parsed as their bytes arrive."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.pid: Any = None
+        self.hello = self.bye = self.eof = False
+        self.error: ProtocolError | None = None
+        self._staging = bytearray(_STAGING)
+        self.held = 0
+        self.handled = 0
+        self.out = b""  # acknowledgements not yet sent
+        self.must_read = 0  # at close: bytes that were sent before close() and must be read
+        self.kind = 0
+        self.header: dict[str, Any] = {}
+        self._start(0, bytearray(PREFIX.size))
+
+    def _start(self, stage: int, buf: Any) -> None:
+        self.stage, self.buf, self.got = stage, buf, 0
+
+    def partial(self) -> bool:
+        return self.stage != 0 or self.got > 0
+
+    def torn_batch(self) -> bool:
+        """Whether the frame cut off here is a batch (its kind byte arrived)."""
+        return self.kind == BATCH if self.stage else self.got > 4 and self.buf[4] == BATCH
+
+    def feed(self, closing: bool) -> list[tuple[int, dict[str, Any], Any]]:
+        """Reads what is there and returns the frames it completes (kind, header, payload); sets ``eof`` when
+        the writer is gone, ``error`` at bytes that are no frame. Small frames are read many at a time; a big
+        payload straight into its array. Closing, it reads no further than the bytes sent before close() and
+        the frame they end in."""
+        want = len(self.buf) - self.got
+        limit = _STAGING if not closing else self.must_read if self.must_read > 0 else want
+        direct = self.stage == 2 and want >= _STAGING // 4
+        target = memoryview(self.buf)[self.got:] if direct else memoryview(self._staging)
+        try:
+            n = self.sock.recv_into(target, min(len(target), limit, _CHUNK))
+        except BlockingIOError:
+            return []
+        except OSError:
+            n = 0
+        if n == 0:
+            self.eof = True
+            return []
+        self.must_read -= n
+        if direct:
+            self.got += n
+            whole = self._next() if self.got == len(self.buf) else None
+            return [] if whole is None else [whole]
+        frames = []
+        pos = 0
+        try:
+            while pos < n:
+                take = min(len(self.buf) - self.got, n - pos)
+                memoryview(self.buf)[self.got:self.got + take] = target[pos:pos + take]
+                self.got += take
+                pos += take
+                if self.got == len(self.buf):
+                    frame = self._next()
+                    if frame is not None:
+                        frames.append(frame)
+        except ProtocolError as e:
+            self.error = e
+        return frames
+
+    def _next(self) -> tuple[int, dict[str, Any], Any] | None:
+        """The current stage's bytes are all there: the next stage, or a whole frame."""
+        if self.stage == 0:
+            self.kind, hlen, plen = parse_prefix(bytes(self.buf))
+            self._plen = plen
+            self._start(1, bytearray(hlen))
+            return None
+        if self.stage == 1:
+            self.header = parse_header(self.buf)
+            if self.kind == BATCH:
+                size = payload_size(self.header)
+                if size != self._plen:
+                    raise ProtocolError(f"a batch's columns take {size} bytes, its frame says {self._plen}")
+                if size:
+                    self._start(2, np.empty(size, np.uint8))
+                    return None
+            done = (self.kind, self.header, np.empty(0, np.uint8))
+        else:
+            done = (self.kind, self.header, self.buf)
+        self._start(0, bytearray(PREFIX.size))
+        return done
+
+
+def held(header: Mapping[str, Any]) -> int:
+    """The trajectories a writer says it holds unsent (its frames carry the count)."""
+    n = header.get("held", 0)
+    if type(n) is not int or n < 0:
+        raise ProtocolError(f"'held' must be an int >= 0, got {n!r}")
+    return n

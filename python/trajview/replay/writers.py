@@ -19,7 +19,6 @@ token, a socket in a folder only this user can open), and decodes raw array byte
 
 from __future__ import annotations
 
-import fcntl
 import hmac
 import multiprocessing.util
 import os
@@ -27,9 +26,7 @@ import secrets
 import selectors
 import shutil
 import socket
-import struct
 import tempfile
-import termios
 import threading
 import time
 import weakref
@@ -45,8 +42,6 @@ from .buffer import ReplayBuffer
 
 __all__ = ["ReplayServer", "ReplayWriter", "ray_replay_buffer"]
 
-_CHUNK = 1 << 22  # most bytes read per recv
-_STAGING = 1 << 18  # a connection's read-ahead buffer (many small frames per recv)
 _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 _WRITERS: weakref.WeakSet[ReplayWriter] = weakref.WeakSet()
 _SERVERS: weakref.WeakSet[ReplayServer] = weakref.WeakSet()
@@ -222,6 +217,8 @@ class ReplayWriter:
             sock.close()
             raise ConnectionError(f"ReplayWriter: cannot reach the ReplayServer at {self.address!r} ({e}); it is "
                                   f"closed, or this handle comes from another machine") from e
+        if self._fin is not None:
+            self._fin.cancel()
         self._link = link = _Link(sock, self._held())
         self._fin = multiprocessing.util.Finalize(self, _Link.goodbye, args=(link,), exitpriority=0)
         return link
@@ -264,107 +261,6 @@ class ReplayWriter:
             return
         for part in parts:
             sock.sendall(part, _NOSIGNAL)
-
-
-def _unread(sock: socket.socket) -> int:
-    """Bytes waiting in a socket's receive queue."""
-    raw = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
-    return int(struct.unpack("i", raw)[0])
-
-
-class _Peer:
-    """The server's side of one writer's connection: frames parsed as their bytes arrive."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.pid: Any = None
-        self.hello = self.bye = self.eof = False
-        self.error: wire.ProtocolError | None = None
-        self._staging = bytearray(_STAGING)
-        self.held = 0
-        self.handled = 0
-        self.out = b""  # acknowledgements not yet sent
-        self.must_read = 0  # at close: bytes that were sent before close() and must be read
-        self.kind = 0
-        self.header: dict[str, Any] = {}
-        self._start(0, bytearray(wire.PREFIX.size))
-
-    def _start(self, stage: int, buf: Any) -> None:
-        self.stage, self.buf, self.got = stage, buf, 0
-
-    def partial(self) -> bool:
-        return self.stage != 0 or self.got > 0
-
-    def torn_batch(self) -> bool:
-        """Whether the frame cut off here is a batch (its kind byte arrived)."""
-        return self.kind == wire.BATCH if self.stage else self.got > 4 and self.buf[4] == wire.BATCH
-
-    def feed(self, closing: bool) -> list[tuple[int, dict[str, Any], Any]]:
-        """Reads what is there and returns the frames it completes (kind, header, payload); sets ``eof`` when
-        the writer is gone, ``error`` at bytes that are no frame. Small frames are read many at a time; a big
-        payload straight into its array. Closing, it reads no further than the bytes sent before close() and
-        the frame they end in."""
-        want = len(self.buf) - self.got
-        limit = _STAGING if not closing else self.must_read if self.must_read > 0 else want
-        direct = self.stage == 2 and want >= _STAGING // 4
-        target = memoryview(self.buf)[self.got:] if direct else memoryview(self._staging)
-        try:
-            n = self.sock.recv_into(target, min(len(target), limit, _CHUNK))
-        except BlockingIOError:
-            return []
-        except OSError:
-            n = 0
-        if n == 0:
-            self.eof = True
-            return []
-        self.must_read -= n
-        if direct:
-            self.got += n
-            return [self._next()] if self.got == len(self.buf) else []
-        frames = []
-        pos = 0
-        try:
-            while pos < n:
-                take = min(len(self.buf) - self.got, n - pos)
-                memoryview(self.buf)[self.got:self.got + take] = target[pos:pos + take]
-                self.got += take
-                pos += take
-                if self.got == len(self.buf):
-                    frame = self._next()
-                    if frame is not None:
-                        frames.append(frame)
-        except wire.ProtocolError as e:
-            self.error = e
-        return frames
-
-    def _next(self) -> tuple[int, dict[str, Any], Any] | None:
-        """The current stage's bytes are all there: the next stage, or a whole frame."""
-        if self.stage == 0:
-            self.kind, hlen, plen = wire.parse_prefix(bytes(self.buf))
-            self._plen = plen
-            self._start(1, bytearray(hlen))
-            return None
-        if self.stage == 1:
-            self.header = wire.parse_header(self.buf)
-            if self.kind == wire.BATCH:
-                size = wire.payload_size(self.header)
-                if size != self._plen:
-                    raise wire.ProtocolError(f"a batch's columns take {size} bytes, its frame says {self._plen}")
-                if size:
-                    self._start(2, np.empty(size, np.uint8))
-                    return None
-            done = (self.kind, self.header, np.empty(0, np.uint8))
-        else:
-            done = (self.kind, self.header, self.buf)
-        self._start(0, bytearray(wire.PREFIX.size))
-        return done
-
-
-def _held(header: Mapping[str, Any]) -> int:
-    held = header.get("held", 0)
-    if type(held) is not int or held < 0:
-        raise wire.ProtocolError(f"'held' must be an int >= 0, got {held!r}")
-    return held
 
 
 def _release(listener: socket.socket, folder: str, owner: int) -> None:
@@ -411,7 +307,7 @@ class ReplayServer:
         self._token = secrets.token_hex(16)
         self._wake_r, self._wake_w = socket.socketpair()
         self._thread: threading.Thread | None = None
-        self._peers: list[_Peer] = []
+        self._peers: list[wire.Peer] = []
         self._close_at: float | None = None
         self._cut = 0
         self._closed = False
@@ -466,7 +362,7 @@ class ReplayServer:
                         self._accept(sel)  # connections made before close(): their batches count
                         sel.unregister(self._listener)
                         for p in self._peers:
-                            p.must_read = _unread(p.sock)
+                            p.must_read = wire.unread(p.sock)
                     if all(p.must_read <= 0 and not p.partial() for p in self._peers):
                         return
                     timeout = self._close_at - time.monotonic()
@@ -497,12 +393,12 @@ class ReplayServer:
             except (BlockingIOError, InterruptedError):
                 return
             sock.setblocking(False)
-            peer = _Peer(sock)
+            peer = wire.Peer(sock)
             with self._mlock:
                 self._peers.append(peer)
             sel.register(sock, selectors.EVENT_READ, peer)
 
-    def _read(self, sel: selectors.BaseSelector, peer: _Peer, closing: bool) -> None:
+    def _read(self, sel: selectors.BaseSelector, peer: wire.Peer, closing: bool) -> None:
         try:
             frames = peer.feed(closing)
         except wire.ProtocolError as e:
@@ -520,18 +416,18 @@ class ReplayServer:
         elif peer.eof:
             self._end(sel, peer)
 
-    def _handle(self, peer: _Peer, kind: int, header: dict[str, Any], payload: np.ndarray) -> None:
+    def _handle(self, peer: wire.Peer, kind: int, header: dict[str, Any], payload: np.ndarray) -> None:
         if not peer.hello:
             if kind != wire.HELLO:
                 raise wire.ProtocolError(f"the first frame is a {wire.KINDS[kind]}, expected a hello")
             if not hmac.compare_digest(str(header.get("token", "")).encode(), self._token.encode()):
                 raise wire.ProtocolError("a connection with a wrong token (not this server's writer)")
-            peer.pid, peer.held, peer.hello = header.get("pid"), _held(header), True
+            peer.pid, peer.held, peer.hello = header.get("pid"), wire.held(header), True
             self._count(writers_connected=1)
             return
         if kind == wire.HELLO:
             raise wire.ProtocolError("a second hello")
-        peer.held = _held(header)
+        peer.held = wire.held(header)
         if kind == wire.BYE:
             peer.bye = True
         if kind != wire.BATCH:
@@ -549,7 +445,7 @@ class ReplayServer:
         peer.out = wire.ACK.pack(peer.handled)  # only the newest count matters: sent after the read
 
     @staticmethod
-    def _flush(peer: _Peer) -> None:
+    def _flush(peer: wire.Peer) -> None:
         try:
             n = peer.sock.send(peer.out, _NOSIGNAL)
         except BlockingIOError:
@@ -558,7 +454,7 @@ class ReplayServer:
             n = len(peer.out)
         peer.out = peer.out[n:]
 
-    def _end(self, sel: selectors.BaseSelector, peer: _Peer) -> None:
+    def _end(self, sel: selectors.BaseSelector, peer: wire.Peer) -> None:
         """A writer's connection ended: a frame cut off is dropped and counted."""
         sel.unregister(peer.sock)
         peer.sock.close()
@@ -619,7 +515,7 @@ class ReplayServer:
         with self._mlock:
             peers = list(self._peers)
         try:
-            return any(p.partial() or _unread(p.sock) > 0 for p in peers)
+            return any(p.partial() or wire.unread(p.sock) > 0 for p in peers)
         except (OSError, ValueError):
             return False
 
