@@ -112,13 +112,13 @@ def test_writers_killed_at_random_points(tpb, big, seed, plan):
     returned (a fraction of its adds), plus a delay (mid-add, often mid-batch with big batches)."""
     rb = tv.ReplayBuffer(2_000, sampler=tv.SliceSampler(slice_len=2, seed=0))  # never wraps
     server = tv.ReplayServer(rb, maxsize=4)
+    refs = [reference_messages(w, seed, n, big, tpb) for w, (n, _) in enumerate(plan)]
     adds = [CTX.Value("i", 0) for _ in plan]
     procs = [CTX.Process(target=write, args=(w, server.writer(tpb), seed, n, big, adds[w]))
              for w, (n, _) in enumerate(plan)]
     for p in procs:  # fork before any thread of this process starts
         p.start()
     server.start()
-    refs = [reference_messages(w, seed, n, big, tpb) for w, (n, _) in enumerate(plan)]
     lengths: dict[int, int] = {}  # with trajs_per_batch, every episode sent is sent whole
     for ref in refs:
         for msg in ref:
@@ -183,7 +183,8 @@ def test_writers_killed_at_random_points(tpb, big, seed, plan):
     mt = server.metrics
     assert mt["batches_added"] == added and mt["batches_failed"] == 0, (mt, added, killed)
     assert mt["steps_added"] == sum(len(v) for v in rows.values())
-    assert mt["writers_closed"] == sum(not k for k in killed)
+    # A writer killed after its goodbye (on its way out) counts as closed.
+    assert sum(not k for k in killed) <= mt["writers_closed"] <= len(procs)
     assert mt["writers_lost"] == mt["writers_connected"] - mt["writers_closed"] <= sum(killed)
     assert mt["batches_torn"] <= mt["writers_lost"] and mt["writers_active"] == 0
 
