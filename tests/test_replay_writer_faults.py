@@ -356,3 +356,47 @@ def test_decoding_checks_the_header():
             wire.payload_size(bad)
     with pytest.raises(wire.ProtocolError, match="starts with"):
         wire.parse_prefix(b"\x80\x04" + bytes(wire.PREFIX.size - 2))
+
+
+def _spawned_writer(handle, w: int) -> None:
+    for e in range(1, 4):
+        handle.add(tv.SampleBatch(make_fragment(w, (w + 1) << 20 | e, 0, 3, True)))
+    handle.close()  # goodbye before exit (exit says it too)
+
+
+def test_spawned_writers_and_goodbyes():
+    """A handle pickles (spawn): it connects from the process that uses it; close() and exit say goodbye."""
+    rb = tv.ReplayBuffer(100)
+    server = tv.ReplayServer(rb).start()
+    procs = [multiprocessing.get_context("spawn").Process(target=_spawned_writer, args=(server.writer(), w))
+             for w in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    server.close(timeout=10)
+    assert server.errors == [] and rb.num_trajectories() == 6
+    m = server.metrics
+    assert (m["writers_connected"], m["writers_closed"], m["writers_lost"], m["batches_added"]) == (2, 2, 0, 6)
+
+
+@pytest.mark.parametrize("rows", [1 << 47, 1 << 60])  # 1 PiB (MemoryError), 8 EiB (more than an array holds)
+def test_a_batch_too_big_for_memory_is_refused(rows):
+    rb = tv.ReplayBuffer(100)
+    server = tv.ReplayServer(rb).start()
+    header = {"type": "dict", "columns": [["x", "<f8", [rows], 0]]}
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(server.address)
+    s.sendall(wire.frame(wire.HELLO, {"token": server._token, "pid": 1})
+              + wire.frame(wire.BATCH, header, wire.payload_size(header)))
+    try:
+        assert s.recv(10) == b""
+    except ConnectionResetError:
+        pass
+    s.close()
+    server.writer().add(make_fragment(0, 3, 0, 2, True))  # the server goes on
+    server.close()
+    assert [str(e) for e in server.errors] == [
+        f"ReplayServer: writer pid 1: a batch of {8 * rows} bytes does not fit in memory; dropped it"]
+    assert rb.num_trajectories() == 1

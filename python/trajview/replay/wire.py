@@ -264,7 +264,11 @@ class Peer:
                 if size != self._plen:
                     raise ProtocolError(f"a batch's columns take {size} bytes, its frame says {self._plen}")
                 if size:
-                    self._start(2, np.empty(size, np.uint8))
+                    try:
+                        payload = np.empty(size, np.uint8)
+                    except (MemoryError, ValueError):  # too big for this machine, or for an array
+                        raise ProtocolError(f"a batch of {size} bytes does not fit in memory") from None
+                    self._start(2, payload)
                     return None
             done = (self.kind, self.header, np.empty(0, np.uint8))
         else:
