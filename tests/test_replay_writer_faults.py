@@ -128,16 +128,20 @@ def test_writers_killed_at_random_points(tpb, big, seed, plan):
     stop = threading.Event()
 
     def sampler() -> None:  # with trajs_per_batch, a partial trajectory must never be sampled
-        while not stop.is_set():
-            if len(rb) == 0:
-                time.sleep(0.002)
-                continue
-            b, info = rb.sample(32, return_info=True)
-            trajs = {tr["uid"]: tr for tr in rb.trajectories()}
-            for uid in info["slices"][:, 0].tolist():
-                tr = trajs[uid]
-                if tpb is not None and (tr["open"] or not tr["starts_episode"] or tr["steps"] != lengths[tr["key"]]):
-                    problems.append(f"partial trajectory sampled: {tr}")
+        try:
+            while not stop.is_set():
+                if len(rb) == 0:
+                    time.sleep(0.002)
+                    continue
+                b, info = rb.sample(32, return_info=True)
+                trajs = {tr["uid"]: tr for tr in rb.trajectories()}
+                for uid in info["slices"][:, 0].tolist():
+                    tr = trajs[uid]
+                    if tpb is not None and (tr["open"] or not tr["starts_episode"]
+                                            or tr["steps"] != lengths[tr["key"]]):
+                        problems.append(f"partial trajectory sampled: {tr}")
+        except Exception as e:  # a sampler that stopped checks nothing: a failure
+            problems.append(f"sampler: {e!r}")
 
     th = threading.Thread(target=sampler)
     th.start()
@@ -220,7 +224,7 @@ def _start_stuck(server):
     good.start()
     good.join(30)
     _wait(flag, "the stuck writer never began its big batch")
-    time.sleep(0.5)
+    time.sleep(1.0)  # encoding the batch takes milliseconds; sending it blocks until the server reads
     assert flag.value == 1 and stuck.is_alive()  # blocked mid-send
     return stuck
 

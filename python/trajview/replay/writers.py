@@ -105,9 +105,10 @@ class _Link:
 class ReplayWriter:
     """A writer's handle (pass it to a `multiprocessing.Process`, any start method): `add` sends a batch whole
     to the learner's `ReplayServer`. ``add`` blocks while ``maxsize`` of this writer's batches are sent but not
-    yet added (back-pressure). A batch that cannot be sent (an ``object`` column, something that is not an
-    array) raises a `TypeError` in ``add``, before anything is sent or held; a server that is closed or gone
-    raises a `ConnectionError`. The handle connects on its first ``add`` from each process that uses it.
+    yet added (back-pressure). A batch that cannot be sent (an ``object`` or structured column, something
+    that is not an array; ``infos`` is never sent, as no buffer stores it) raises a `TypeError` in ``add``,
+    before anything is sent or held; a server that is closed or gone raises a `ConnectionError`. The handle
+    connects on its first ``add`` from each process that uses it.
 
     ``trajs_per_batch=N`` (TorchRL's collector option): only complete trajectories are sent, N per batch.
     The writer keeps each trajectory's rows (by ``traj_key``, default ``eps_id``) until a row with an end
@@ -284,9 +285,9 @@ class ReplayServer:
     ``batches_failed``: refused by ``buffer.add``, in ``errors``; ``batches_torn``: cut off), and
     ``trajectories_lost`` (trajectories writers went away holding, unsent, plus those of torn batches).
 
-    Trust: like `multiprocessing` itself, the server takes data from its own writer processes (holders of the
-    handle's random token; the socket lives in a folder only this user can open). It never unpickles: arrays
-    come as raw bytes with a JSON header of dtypes and shapes.
+    Writers connect over a Unix socket (POSIX). Trust: like `multiprocessing` itself, the server takes data
+    from its own writer processes (holders of the handle's random token; the socket lives in a folder only
+    this user can open). It never unpickles: arrays come as raw bytes with a JSON header of dtypes and shapes.
     """
 
     def __init__(self, buffer: ReplayBuffer, *, context: Any = None, maxsize: int = 64) -> None:
