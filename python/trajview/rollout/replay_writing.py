@@ -14,7 +14,7 @@ __all__ = ["ReplayWritingCallbacks"]
 class ReplayWritingCallbacks(Callbacks):
     """``WorkerSet(..., callbacks=tv.ReplayWritingCallbacks(server.writer(trajs_per_batch=8)))``: each worker sends
     its sampled batches (``on_sample_end``) to the learner's `tv.ReplayServer` itself, with the ``process``
-    backend and its default ``fork`` start method (the writer's queue is inherited). With
+    backend (each worker process opens its own connection on its first batch). With
     ``trajs_per_batch`` only complete trajectories are sent (TorchRL's collector option), so the buffer never
     holds a partial episode; the batches still come back from ``sample()`` as usual."""
 
