@@ -468,7 +468,10 @@ def test_metrics_appended_to_an_earlier_runs_file_keep_its_columns(tmp_path):
 
 @pytest.mark.parametrize("algo", [["--workers", "2", *SMALL], ["--algo", "dqn", "--no-progress"]],
                          ids=["ppo-2-workers", "dqn"])
-def test_ctrl_c_stops_the_workers_and_says_where_the_run_stands(tmp_path, algo):
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
+def test_ctrl_c_and_sigterm_stop_the_workers_and_say_where_the_run_stands(tmp_path, algo, stop):
+    """Ctrl-C in a terminal (SIGINT to the whole process group) and SIGTERM to the trainer (``kill PID``, a
+    scheduler's stop): the workers stopped, the checkpoint named, exit code 130 or 143, no traceback."""
     import os
     import signal
     import subprocess
@@ -485,14 +488,17 @@ def test_ctrl_c_stops_the_workers_and_says_where_the_run_stands(tmp_path, algo):
         while not (out / "metrics.csv").exists() or len(_rows(out / "metrics.csv")) < 2:
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
             time.sleep(0.1)
-        os.killpg(proc.pid, signal.SIGINT)  # the trainer and its worker processes
+        if stop == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)  # the trainer and its worker processes
+        else:
+            os.kill(proc.pid, signal.SIGTERM)  # the trainer alone: it stops its workers
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, err
+    assert proc.returncode == (130 if stop == "ctrl-c" else 143), err
     lines = err.strip().splitlines()
-    assert lines[-2] == "trajview train: interrupted", err
+    assert lines[-2] == ("trajview train: interrupted" if stop == "ctrl-c" else "trajview train: terminated (SIGTERM)"), err
     ckpt = _ckpt(out)
     assert lines[-1] == (f"the run's checkpoint {out / 'checkpoint'} holds iteration {ckpt['iteration']} "
                          f"({ckpt['env_steps']} env steps); --resume --out {out} continues it"), err

@@ -385,15 +385,25 @@ def _run(args: argparse.Namespace, algo: str, out: str, ck: Any, metrics_format:
 
 
 def _report(args: argparse.Namespace) -> int:
-    print(f"| run | model | seed | env steps to mean return {args.target:g} | wall-clock to it (s) | best mean return | final mean return | env steps run | wall-clock (s) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    from .._io import read_json
+    from ..errors import FileIntegrityError
+
+    lines = [f"| run | model | seed | env steps to mean return {args.target:g} | wall-clock to it (s) | best mean return "
+             f"| final mean return | env steps run | wall-clock (s) |", "|---|---|---|---|---|---|---|---|---|"]
     for run in args.runs:
         d = Path(run)
-        cfg = json.loads((d / "config.json").read_text()) if (d / "config.json").exists() else {}
-        path = d / ("metrics.jsonl" if cfg.get("metrics_format") == "jsonl" else "metrics.csv")
-        rows = read_metrics(path)
+        try:
+            cfg = read_json(d / "config.json", "the run's settings") if (d / "config.json").exists() else {}
+            if not isinstance(cfg, dict):
+                raise FileIntegrityError(d / "config.json", f"expected a JSON object of the run's settings, got "
+                                                            f"{type(cfg).__name__}")
+            path = d / ("metrics.jsonl" if cfg.get("metrics_format") == "jsonl" else "metrics.csv")
+            rows = read_metrics(path)
+        except FileIntegrityError as e:
+            print(f"trajview report: error: {' '.join(str(e).split())}", file=sys.stderr)
+            return 2
         if not rows:
-            print(f"| {d.name} | {cfg.get('model', '?')} | {cfg.get('seed', '?')} | no metrics | | | | | |")
+            lines.append(f"| {d.name} | {cfg.get('model', '?')} | {cfg.get('seed', '?')} | no metrics | | | | | |")
             continue
         hit = next((r for r in rows if r["episode_return_mean"] >= args.target), None)
         last = rows[-1]
@@ -401,8 +411,9 @@ def _report(args: argparse.Namespace) -> int:
         secs = f"{hit['time_s']:.0f}" if hit else "–"
         ret = last["episode_return_mean"]
         best = max((r["episode_return_mean"] for r in rows if not math.isnan(r["episode_return_mean"])), default=math.nan)
-        print(f"| {d.name} | {cfg.get('model', '?')} | {cfg.get('seed', '?')} | {steps} | {secs} | {best:.1f} | "
-              f"{'nan' if math.isnan(ret) else f'{ret:.1f}'} | {int(last['env_steps']):,} | {last['time_s']:.0f} |")
+        lines.append(f"| {d.name} | {cfg.get('model', '?')} | {cfg.get('seed', '?')} | {steps} | {secs} | {best:.1f} | "
+                     f"{'nan' if math.isnan(ret) else f'{ret:.1f}'} | {int(last['env_steps']):,} | {last['time_s']:.0f} |")
+    print("\n".join(lines))
     return 0
 
 

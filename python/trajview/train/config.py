@@ -161,15 +161,12 @@ class TrainConfig:
         check_common(self)
         for name in ("workers", "envs_per_worker", "train_batch_size", "sgd_minibatch_size", "num_sgd_iter"):
             int_at_least(setting(name), getattr(self, name), 1)
-        if self.sgd_minibatch_size > self.train_batch_size:
-            raise ValueError(f"{setting('sgd_minibatch_size')} ({self.sgd_minibatch_size}) must be at most "
-                             f"{setting('train_batch_size')} ({self.train_batch_size})")
         finite_number(setting("lambda_"), self.lambda_, 0, 1)
         finite_number(setting("clip_param"), self.clip_param, 0, lo_open=True)
         finite_number(setting("vf_loss_coeff"), self.vf_loss_coeff, 0)
         finite_number(setting("entropy_coeff"), self.entropy_coeff, 0)
         if self.grad_clip is not None:
-            finite_number(setting("grad_clip") + " (None: no clip)", self.grad_clip, 0, lo_open=True)
+            finite_number(setting("grad_clip"), self.grad_clip, 0, lo_open=True)  # None: no clip
         for name in ("adam_fused", "tensorboard"):
             boolean(name, getattr(self, name))
         if not isinstance(self.model_config, dict):
