@@ -210,33 +210,50 @@ def _killed_at(nbytes: int, step: str, work) -> None:
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
 
 
-@settings(max_examples=12, deadline=None)
-@given(frac=st.floats(0.0, 1.0), step=st.sampled_from(["bytes", "bytes", "replaced"]))
-def test_a_checkpoint_killed_at_any_byte_leaves_the_old_or_the_new_one(tmp_path_factory, frac, step):
+def _trainer(algo: str, out: Path, timesteps: int, resume: bool = False):
+    if algo == "ppo":
+        return Trainer(_tiny(out, timesteps=timesteps), resume=resume)
+    from trajview.train.dqn_trainer import DQNTrainer
+
+    return DQNTrainer(DQNConfig(timesteps=timesteps, iteration_steps=100, envs=2, learning_starts=50,
+                                gradient_steps=1, batch_size=16, buffer_size=1000, hidden=16, stop_reward=None,
+                                out_dir=str(out)), resume=resume)
+
+
+def _stop(t) -> None:
+    t.stop() if hasattr(t, "stop") else t.worker.stop()
+
+
+@settings(max_examples=16, deadline=None)
+@given(frac=st.floats(0.0, 1.0), step=st.sampled_from(["bytes", "bytes", "replaced"]),
+       algo=st.sampled_from(["ppo", "dqn"]))
+def test_a_checkpoint_killed_at_any_byte_leaves_the_old_or_the_new_one(tmp_path_factory, frac, step, algo):
+    """PPO's checkpoint (weights, optimizer, counters) and DQN's (the same and the replay buffer's files): a
+    writer killed at any byte of it leaves the previous checkpoint or the new one, complete, and the run goes on."""
     out = tmp_path_factory.mktemp("kill") / "run"
-    t = Trainer(_tiny(out, timesteps=100))
-    t.train(progress=False)
+    _trainer(algo, out, 100).train(progress=False)
     old = read_checkpoint(out / FOLDER)
     assert old.counters["iteration"] == 1
     sizes = sum(s for s, _ in old.manifest.files.values()) + (out / FOLDER / "manifest.json").stat().st_size
 
     def second_iteration():
-        t2 = Trainer(_tiny(out, timesteps=200), resume=True)
+        t2 = _trainer(algo, out, 200, resume=True)
         try:
             t2.train_iteration()
             t2.save_checkpoint()
         finally:
-            t2.stop()
+            _stop(t2)
 
     _killed_at(int(frac * sizes * 1.1), step, second_iteration)
     ck = read_checkpoint(out / FOLDER)  # complete and verified, whichever it is
     assert ck.counters["iteration"] in (1, 2)
     if ck.counters["iteration"] == 1:
-        assert all(torch.equal(a, b) for a, b in zip(ck.weights["policy"]["model"].values(),
-                                                     old.weights["policy"]["model"].values()))
-    # And the run goes on from it.
-    t3 = Trainer(_tiny(out, timesteps=400), resume=True)
+        assert ck.manifest.files == old.manifest.files
+    # And the run goes on from it (DQN: its replay buffer restored from the same committed set).
+    t3 = _trainer(algo, out, 400, resume=True)
     assert t3.iteration == ck.counters["iteration"]
+    if algo == "dqn":
+        assert len(t3.buffer) == ck.counters["env_steps"]
     t3.train(progress=False)
     assert [r["iteration"] for r in read_metrics(out / "metrics.csv")] == [1, 2, 3, 4]
 

@@ -120,7 +120,7 @@ def _check_counters(c: Any, mpath: Path) -> dict[str, Any]:
     for name, (kind, lo) in _COUNTERS.items():
         v = c.get(name)
         ok = not isinstance(v, bool) and isinstance(v, (int, float) if kind is float else int)
-        if not ok or not math.isfinite(v) or v < lo:
+        if not ok or not math.isfinite(v) or v < lo:  # type: ignore[arg-type, operator]
             raise FileIntegrityError(mpath, f"counter {name!r} must be {'an int' if kind is int else 'a number'} "
                                             f">= {lo}, got {v!r}")
         out[name] = kind(v)

@@ -23,6 +23,7 @@ from .._validate import boolean, finite_number, int_at_least
 from ..algorithms.dqn import DQNPolicy
 from ..errors import FileIntegrityError
 from ..replay import PrioritizedSampler, RandomSampler, ReplayBuffer, Sampler
+from ..replay.persistence import dump_parts, load_parts
 from ..rollout.worker import RolloutWorker
 from ..views import SampleBatch
 from .checkpoint import Checkpoint, fitting, tensor_state
@@ -141,8 +142,6 @@ class DQNTrainer(RunCounters):
                                                        f"(epsilon, grad_steps, rng), got {extra!r:.200}")
         tensors = {k: tensor_state(ck, k) for k in ("q", "target", "optimizer")}
         fitting(ck, "the policy's state", lambda: self.policy.set_state({**tensors, **pol}))
-        from ..replay.persistence import load_parts  # TODO(merge persist): top-level
-
         replay = ck.manifest.meta.get("replay")
         load_parts(self.buffer, ck.manifest, replay, REPLAY_PREFIX)
         self.restore_counters(ck)  # and the metrics rows written after the checkpoint go
@@ -208,8 +207,6 @@ class DQNTrainer(RunCounters):
         """Commits the checkpoint (`trajview.train.checkpoint`) as one unit: the networks and optimizer, the
         settings and counters, epsilon, gradient steps and the exploration RNG, and the replay buffer's files
         (`trajview.replay.persistence.dump_parts`)."""
-        from ..replay.persistence import dump_parts  # TODO(merge persist): top-level
-
         p = self.policy.get_state()
         weights = {k: p[k] for k in ("q", "target", "optimizer")}
         extra = {"resumes": self.resumes, "policy": {"epsilon": float(p["epsilon"]), "grad_steps": int(p["grad_steps"]),

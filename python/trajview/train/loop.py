@@ -9,6 +9,7 @@ import logging
 import math
 import signal
 import sys
+import threading
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -214,13 +215,21 @@ class Terminated(KeyboardInterrupt):
 
 def on_sigterm() -> Callable[[], None]:
     """Makes SIGTERM raise `Terminated` in the main thread (once: a second SIGTERM while the run stops is
-    ignored; SIGKILL still ends it). Returns the function that puts the previous handler back."""
+    ignored; SIGKILL still ends it). Returns the function that puts the previous handler back. Called from
+    another thread (where Python sets no handlers), it changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
     def handler(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise Terminated()
 
     previous = signal.signal(signal.SIGTERM, handler)
-    return lambda: signal.signal(signal.SIGTERM, previous)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
 
 
 def interrupted(trainer: Any, config: Any, stop: BaseException | None = None) -> int:
