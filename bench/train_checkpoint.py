@@ -1,0 +1,117 @@
+"""A checkpoint's share of an iteration of ``trajview train`` (issue 23): PPO's default run (the frame stack on
+Stateless CartPole, its preset) and DQN's (``--algo dqn``, its replay buffer in the checkpoint).
+
+Each iteration is timed in two parts, as `trajview.train.loop.run_loop` runs them: ``train_iteration()``
+(sampling, learning, the fsynced metrics row) and ``save_checkpoint()`` (the committed folder: ``weights.pt``
+via ``torch.save``, the replay buffer's files for DQN, each fsynced with its crc32, the manifest replaced
+atomically, the folder fsynced). Side by side, in the same run on the same state: the earlier format (one
+``torch.save`` pickle to a temporary file and a rename, no fsync, no checksum) and reading the checkpoint back
+(`read_checkpoint`: manifest, crc32, ``torch.load(weights_only=True)``). Median and [min, max] over the
+iterations after the first (warm-up).
+
+    python bench/train_checkpoint.py [--iterations 10] [--algo ppo dqn] [--dir /tmp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trajview.train import TrainConfig, Trainer
+from trajview.train.checkpoint import read_checkpoint
+from trajview.train.dqn_trainer import DQNConfig, DQNTrainer
+
+
+def make_trainer(algo: str, out: Path, overrides: dict[str, Any] | None = None) -> Any:
+    """``trajview train``'s default run of ``algo`` (no stop reward: every iteration runs), into ``out``."""
+    kw = {"stop_reward": None, "timesteps": 10**9, "out_dir": str(out), **(overrides or {})}
+    if algo == "ppo":
+        return Trainer(TrainConfig.with_model_presets(model="framestack", **kw))
+    return DQNTrainer(DQNConfig(**kw))
+
+
+def _earlier_format(t: Any, algo: str, path: Path) -> float:
+    """Seconds to write what trajview 0.1.0 wrote: one torch.save pickle to a temporary file, renamed."""
+    t0 = time.perf_counter()
+    state = {"config": dataclasses.asdict(t.config), "policy": t.policy.get_state(), **t.counters_state(),
+             "torch_rng": torch.get_rng_state()}
+    if algo == "dqn":
+        state["buffer"] = t.buffer.state_dict()
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+    return time.perf_counter() - t0
+
+
+def measure(algo: str, iterations: int, folder: Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    out = folder / f"{algo}-run"
+    t = make_trainer(algo, out, overrides)
+    it_s, ck_s, old_s, read_s, share = [], [], [], [], []
+    try:
+        for _ in range(iterations):
+            t0 = time.perf_counter()
+            t.train_iteration()
+            t1 = time.perf_counter()
+            t.save_checkpoint()
+            t2 = time.perf_counter()
+            old = _earlier_format(t, algo, folder / f"{algo}-earlier.pt")
+            t3 = time.perf_counter()
+            read_checkpoint(t.config.checkpoint_path)
+            t4 = time.perf_counter()
+            it_s.append(t1 - t0)
+            ck_s.append(t2 - t1)
+            old_s.append(old)
+            read_s.append(t4 - t3)
+            share.append((t2 - t1) / (t2 - t0))
+    finally:
+        t.stop() if hasattr(t, "stop") else t.worker.stop()
+    ck = read_checkpoint(t.config.checkpoint_path, weights=False)
+    keep = slice(1, None) if iterations > 1 else slice(None)  # the first iteration warms up
+    return {"algo": algo, "iterations": len(it_s[keep]), "iteration_s": it_s[keep], "checkpoint_s": ck_s[keep],
+            "share": share[keep], "earlier_s": old_s[keep], "read_s": read_s[keep], "env_steps": t.env_steps,
+            "checkpoint_bytes": sum(s for s, _ in ck.manifest.files.values()),
+            "earlier_bytes": (folder / f"{algo}-earlier.pt").stat().st_size}
+
+
+def _fmt(xs: list[float], scale: float, unit: str, digits: int = 1) -> str:
+    return (f"{statistics.median(xs) * scale:.{digits}f} {unit} "
+            f"[{min(xs) * scale:.{digits}f}, {max(xs) * scale:.{digits}f}]")
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| run | iterations | iteration (train_iteration) | checkpoint (committed, fsynced) | checkpoint's share "
+             "of the iteration | earlier format (torch.save pickle, no fsync) | read back (verified, weights_only) "
+             "| checkpoint bytes (earlier) |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['algo']} default ({r['env_steps']:,} env steps) | {r['iterations']} | "
+                     f"{_fmt(r['iteration_s'], 1, 's', 2)} | {_fmt(r['checkpoint_s'], 1e3, 'ms')} | "
+                     f"{_fmt(r['share'], 100, '%', 2)} | {_fmt(r['earlier_s'], 1e3, 'ms')} | "
+                     f"{_fmt(r['read_s'], 1e3, 'ms')} | {r['checkpoint_bytes']:,} ({r['earlier_bytes']:,}) |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--iterations", type=int, default=10)
+    p.add_argument("--algo", nargs="+", choices=("ppo", "dqn"), default=["ppo", "dqn"])
+    p.add_argument("--dir", default=None, help="where the runs are written (default: a temporary folder)")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory(dir=args.dir) as d:
+        rows = [measure(algo, args.iterations, Path(d)) for algo in args.algo]
+    print(f"# a checkpoint's share of a trajview train iteration ({os.cpu_count()} cores, torch {torch.__version__}; "
+          f"median [min, max] over the iterations after the first)\n")
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
