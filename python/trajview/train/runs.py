@@ -103,8 +103,12 @@ class RunFolder:
         try:
             self.checkpoint = ck = read_checkpoint(self.out / FOLDER, weights=False)
         except FileNotFoundError:
+            left = [name for name in RUN_FILES if (self.out / name).exists()]
+            how = (f"start the run afresh without --resume in another --out (or remove {self.out}: it holds "
+                   f"{', '.join(left)} of a run killed before its first checkpoint)" if left
+                   else "start the run without --resume")
             raise RunFolderError(f"--resume: no checkpoint in {self.out} ({self.out / FOLDER}): nothing to continue; "
-                                 f"start the run without --resume") from None
+                                 f"{how}") from None
         cfg = self.out / CONFIG_FILE
         if cfg.exists():
             value = read_json(cfg, "the run's settings")
