@@ -454,3 +454,10 @@ def test_resume_without_a_checkpoint_says_so(tmp_path, capsys):
     err = _one_line_error(capsys.readouterr().err)
     assert "no checkpoint in" in err and "start the run without --resume" in err
     assert not (tmp_path / "none").exists()
+    # A run killed in its first iteration: its metrics row and an uncommitted checkpoint generation, no manifest.
+    out = tmp_path / "killed"
+    (out / FOLDER / "gen-0123456789abcdef").mkdir(parents=True)
+    append_metrics(out / "metrics.csv", _row(1))
+    assert main(["train", "--resume", "--out", str(out), "--no-progress"]) == 2
+    err = _one_line_error(capsys.readouterr().err)
+    assert "no checkpoint in" in err and f"remove {out}" in err and "checkpoint, metrics.csv" in err
