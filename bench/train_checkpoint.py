@@ -4,7 +4,8 @@ Stateless CartPole, its preset) and DQN's (``--algo dqn``, its replay buffer in 
 Each iteration is timed in two parts, as `trajview.train.loop.run_loop` runs them: ``train_iteration()``
 (sampling, learning, the fsynced metrics row) and ``save_checkpoint()`` (the committed folder: ``weights.pt``
 via ``torch.save``, the replay buffer's files for DQN, each fsynced with its crc32, the manifest replaced
-atomically, the folder fsynced). Side by side, in the same run on the same state: the earlier format (one
+atomically, the folder fsynced). PPO's loop writes the checkpoint in a thread while the next iteration runs:
+measured both ways (synchronous, and what the loop waits in the background mode). Side by side, in the same run on the same state: the earlier format (one
 ``torch.save`` pickle to a temporary file and a rename, no fsync, no checksum) and reading the checkpoint back
 (`read_checkpoint`: manifest, crc32, ``torch.load(weights_only=True)``). Median and [min, max] over the
 iterations after the first (warm-up).
@@ -51,8 +52,12 @@ def _earlier_format(t: Any, algo: str, path: Path) -> float:
     return time.perf_counter() - t0
 
 
-def measure(algo: str, iterations: int, folder: Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    out = folder / f"{algo}-run"
+def measure(algo: str, iterations: int, folder: Path, overrides: dict[str, Any] | None = None,
+            background: bool = False) -> dict[str, Any]:
+    """``iterations`` iterations of a fresh run, each followed by its checkpoint as `run_loop` takes it
+    (``background``: PPO's is written by a thread while the next iteration runs; the time counted is what the
+    loop waits: the state's serialization, and the previous checkpoint's write if it is not done)."""
+    out = folder / f"{algo}-{'bg' if background else 'sync'}-run"
     t = make_trainer(algo, out, overrides)
     it_s, ck_s, old_s, read_s, share = [], [], [], [], []
     try:
@@ -60,8 +65,9 @@ def measure(algo: str, iterations: int, folder: Path, overrides: dict[str, Any] 
             t0 = time.perf_counter()
             t.train_iteration()
             t1 = time.perf_counter()
-            t.save_checkpoint()
+            t.save_checkpoint(background=background)
             t2 = time.perf_counter()
+            t.wait_checkpoint()  # (not timed: with background, the write overlaps the next iteration in the loop)
             old = _earlier_format(t, algo, folder / f"{algo}-earlier.pt")
             t3 = time.perf_counter()
             read_checkpoint(t.config.checkpoint_path)
@@ -75,9 +81,9 @@ def measure(algo: str, iterations: int, folder: Path, overrides: dict[str, Any] 
         t.stop() if hasattr(t, "stop") else t.worker.stop()
     ck = read_checkpoint(t.config.checkpoint_path, weights=False)
     keep = slice(1, None) if iterations > 1 else slice(None)  # the first iteration warms up
-    return {"algo": algo, "iterations": len(it_s[keep]), "iteration_s": it_s[keep], "checkpoint_s": ck_s[keep],
-            "share": share[keep], "earlier_s": old_s[keep], "read_s": read_s[keep], "env_steps": t.env_steps,
-            "checkpoint_bytes": sum(s for s, _ in ck.manifest.files.values()),
+    return {"algo": algo, "background": background, "iterations": len(it_s[keep]), "iteration_s": it_s[keep],
+            "checkpoint_s": ck_s[keep], "share": share[keep], "earlier_s": old_s[keep], "read_s": read_s[keep],
+            "env_steps": t.env_steps, "checkpoint_bytes": sum(s for s, _ in ck.manifest.files.values()),
             "earlier_bytes": (folder / f"{algo}-earlier.pt").stat().st_size}
 
 
@@ -87,11 +93,12 @@ def _fmt(xs: list[float], scale: float, unit: str, digits: int = 1) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| run | iterations | iteration (train_iteration) | checkpoint (committed, fsynced) | checkpoint's share "
+    lines = ["| run | iterations | iteration (train_iteration) | checkpoint: the loop waits | checkpoint's share "
              "of the iteration | earlier format (torch.save pickle, no fsync) | read back (verified, weights_only) "
              "| checkpoint bytes (earlier) |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['algo']} default ({r['env_steps']:,} env steps) | {r['iterations']} | "
+        how = "in the background, as trajview train" if r["background"] else "synchronous"
+        lines.append(f"| {r['algo']} default, checkpoint {how} ({r['env_steps']:,} env steps) | {r['iterations']} | "
                      f"{_fmt(r['iteration_s'], 1, 's', 2)} | {_fmt(r['checkpoint_s'], 1e3, 'ms')} | "
                      f"{_fmt(r['share'], 100, '%', 2)} | {_fmt(r['earlier_s'], 1e3, 'ms')} | "
                      f"{_fmt(r['read_s'], 1e3, 'ms')} | {r['checkpoint_bytes']:,} ({r['earlier_bytes']:,}) |")
@@ -106,7 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
-        rows = [measure(algo, args.iterations, Path(d)) for algo in args.algo]
+        rows = []
+        for algo in args.algo:
+            rows.append(measure(algo, args.iterations, Path(d)))
+            if algo == "ppo":  # DQN's is always synchronous (its replay files are written under the buffer's lock)
+                rows.append(measure(algo, args.iterations, Path(d), background=True))
     print(f"# a checkpoint's share of a trajview train iteration ({os.cpu_count()} cores, torch {torch.__version__}; "
           f"median [min, max] over the iterations after the first)\n")
     print(table(rows))

@@ -461,3 +461,50 @@ def test_resume_without_a_checkpoint_says_so(tmp_path, capsys):
     assert main(["train", "--resume", "--out", str(out), "--no-progress"]) == 2
     err = _one_line_error(capsys.readouterr().err)
     assert "no checkpoint in" in err and f"remove {out}" in err and "checkpoint, metrics.csv" in err
+
+
+# -- the checkpoint written while the next iteration runs ---------------------------------------------------------
+
+
+def test_a_background_checkpoint_holds_the_state_it_was_taken_at(tmp_path):
+    t = Trainer(_tiny(tmp_path / "run", timesteps=300))
+    try:
+        t.train_iteration()
+        before = {k: v.clone() for k, v in t.policy.model.state_dict().items()}
+        t.save_checkpoint(background=True)
+        with torch.no_grad():  # the run goes on and changes the weights while the checkpoint is written
+            for p in t.policy.model.parameters():
+                p.add_(1.0)
+        t.train_iteration()
+        t.wait_checkpoint()
+        assert t.checkpointed == (1, 100)
+        ck = read_checkpoint(tmp_path / "run" / FOLDER)
+        assert ck.counters["iteration"] == 1 and ck.counters["env_steps"] == 100
+        for k, v in ck.weights["policy"]["model"].items():
+            assert torch.equal(v, before[k]), k
+    finally:
+        t.stop()
+
+
+def test_a_failed_background_write_is_raised_and_the_last_checkpoint_stands(tmp_path, monkeypatch, capsys):
+    from trajview.train import checkpoint as checkpoint_module
+
+    out = tmp_path / "run"
+    real = checkpoint_module.commit_folder
+    calls = []
+
+    def full_disk_on_the_third(folder, *a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError(28, f"No space left on device: writing {folder}/gen-x/weights.pt")
+        return real(folder, *a, **k)
+
+    monkeypatch.setattr(checkpoint_module, "commit_folder", full_disk_on_the_third)
+    assert main(["train", "--timesteps", "1000", "--out", str(out), *SMALL]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-2] == f"trajview train: error: [Errno 28] No space left on device: writing {out / FOLDER}/gen-x/weights.pt"
+    assert err[-1] == (f"the run's checkpoint {out / FOLDER} holds iteration 2 (200 env steps); --resume --out {out} "
+                       f"continues it")
+    monkeypatch.setattr(checkpoint_module, "commit_folder", real)
+    assert main(["train", "--resume", "--timesteps", "400", "--out", str(out), "--no-progress"]) == 0
+    assert [r["iteration"] for r in read_metrics(out / "metrics.csv")] == [1, 2, 3, 4]

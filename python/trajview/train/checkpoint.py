@@ -20,6 +20,7 @@ reads, and that can run code from the file) is not read: `read_checkpoint` says 
 from __future__ import annotations
 
 import io
+import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from .._version import __version__
 from ..errors import FileIntegrityError
 
 __all__ = ["ALGOS", "Checkpoint", "FOLDER", "FORMAT", "LEGACY_FILE", "VERSION", "WEIGHTS", "has_checkpoint",
-           "read_checkpoint", "write_checkpoint"]
+           "prepare_checkpoint", "read_checkpoint", "write_checkpoint"]
 
 FORMAT = "trajview-train-checkpoint"
 VERSION = 1
@@ -78,6 +79,32 @@ def has_checkpoint(folder: str | Path) -> bool:
     return (Path(folder) / MANIFEST).is_file()
 
 
+def prepare_checkpoint(
+    folder: str | Path,
+    algo: str,
+    config: Mapping[str, Any],
+    counters: Mapping[str, Any],
+    weights: Mapping[str, Any],
+    extra: Mapping[str, Any] | None = None,
+    files: Mapping[str, Callable[[Any], None]] | None = None,
+    extra_meta: Mapping[str, Any] | None = None,
+) -> Callable[[], Manifest]:
+    """What `write_checkpoint` commits, taken now (``weights`` serialized, the JSON copied), and the function
+    that commits it: called later (in another thread), it writes exactly this state."""
+    if algo not in ALGOS:
+        raise ValueError(f"algo must be one of {ALGOS}, got {algo!r}")
+    meta = json.loads(json.dumps({"algo": algo, "trajview": __version__, "config": dict(config),
+                                  "counters": dict(counters), "extra": dict(extra or {}), **dict(extra_meta or {})}))
+    data = io.BytesIO()  # torch's zip writer needs a seekable file with flush: in memory, then written whole
+    torch.save(dict(weights), data)
+    writers: dict[str, Callable[[Any], None]] = {WEIGHTS: lambda f: f.write(data.getbuffer())}
+    for name, w in (files or {}).items():
+        if name == WEIGHTS:
+            raise ValueError(f"write_checkpoint: {WEIGHTS!r} is the weights' file name")
+        writers[name] = w
+    return lambda: commit_folder(folder, FORMAT, VERSION, writers, meta)
+
+
 def write_checkpoint(
     folder: str | Path,
     algo: str,
@@ -91,18 +118,7 @@ def write_checkpoint(
     """Commits a checkpoint into ``folder`` (see the module's doc): ``weights`` (tensors and plain containers)
     into ``weights.pt``, ``files`` (name -> a function writing the file's bytes) beside it, the rest (JSON) into
     the manifest. The previous checkpoint stays until the new one is complete."""
-    if algo not in ALGOS:
-        raise ValueError(f"algo must be one of {ALGOS}, got {algo!r}")
-    meta = {"algo": algo, "trajview": __version__, "config": dict(config), "counters": dict(counters),
-            "extra": dict(extra or {}), **dict(extra_meta or {})}
-    data = io.BytesIO()  # torch's zip writer needs a seekable file with flush: in memory, then written whole
-    torch.save(dict(weights), data)
-    writers: dict[str, Callable[[Any], None]] = {WEIGHTS: lambda f: f.write(data.getbuffer())}
-    for name, w in (files or {}).items():
-        if name == WEIGHTS:
-            raise ValueError(f"write_checkpoint: {WEIGHTS!r} is the weights' file name")
-        writers[name] = w
-    return commit_folder(folder, FORMAT, VERSION, writers, meta)
+    return prepare_checkpoint(folder, algo, config, counters, weights, extra, files, extra_meta)()
 
 
 def legacy_error(path: Path) -> FileIntegrityError:

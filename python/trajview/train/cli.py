@@ -367,6 +367,14 @@ def _run(args: argparse.Namespace, algo: str, out: str, ck: Any, metrics_format:
         return interrupted(trainer, config, e)
     except FileIntegrityError:
         raise  # the caller's: what to do about the damaged file
+    except OSError as e:  # a write failed (a full disk): the last complete checkpoint stands
+        if args.traceback or trainer is None:
+            raise
+        from .loop import where_it_stopped
+
+        print(f"trajview train: error: {' '.join(str(e).split())}\n{where_it_stopped(trainer, config)}",
+              file=sys.stderr)
+        return 1
     except setup_errors as e:
         if args.traceback or (trainer is not None and trainer.iteration > trainer.start_iteration):
             raise

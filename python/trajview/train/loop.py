@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..errors import FileIntegrityError
-from .checkpoint import Checkpoint, fitting, has_checkpoint, read_checkpoint, tensor_state, write_checkpoint
+from .checkpoint import Checkpoint, fitting, has_checkpoint, prepare_checkpoint, read_checkpoint, tensor_state
 from .metrics import plot_learning_curve, read_metrics, truncate_metrics
 
 __all__ = ["RunCounters", "Terminated", "interrupted", "on_sigterm", "run_loop", "summarize", "where_it_stopped"]
@@ -57,6 +57,8 @@ class RunCounters:
         self.returns = deque(maxlen=smoothing_episodes)
         self.lengths = deque(maxlen=smoothing_episodes)
         self.checkpointed = None
+        self._committing: tuple[threading.Thread, tuple[int, int]] | None = None
+        self._commit_error: BaseException | None = None
 
     def counters_state(self) -> dict[str, Any]:
         """The counters and the windows, for a checkpoint's JSON (torch's RNG state goes with the tensors:
@@ -85,11 +87,42 @@ class RunCounters:
 
     def commit_checkpoint(self, algo: str, weights: dict[str, Any], extra: dict[str, Any] | None = None,
                           files: dict[str, Callable[[Any], None]] | None = None,
-                          extra_meta: dict[str, Any] | None = None) -> None:
+                          extra_meta: dict[str, Any] | None = None, background: bool = False) -> None:
         """Commits the run's checkpoint (`trajview.train.checkpoint.write_checkpoint`): the settings, the counters,
-        ``weights`` with torch's RNG state, the trainer's ``extra`` JSON and ``files``."""
-        write_checkpoint(self.config.checkpoint_path, algo, dataclasses.asdict(self.config), self.counters_state(),
-                         {**weights, "torch_rng": torch.get_rng_state()}, extra, files, extra_meta)
+        ``weights`` with torch's RNG state, the trainer's ``extra`` JSON and ``files``. With ``background``, the
+        state is taken now (serialized: ``files`` must not change after) and written by a thread while the run goes
+        on (its fsyncs off the iteration's path); `wait_checkpoint` waits for it, and the next commit first."""
+        self.wait_checkpoint()
+        commit = prepare_checkpoint(self.config.checkpoint_path, algo, dataclasses.asdict(self.config),
+                                    self.counters_state(), {**weights, "torch_rng": torch.get_rng_state()}, extra,
+                                    files, extra_meta)
+        at = (self.iteration, self.env_steps)
+        if not background:
+            commit()
+            self.checkpointed = at
+            return
+
+        def write() -> None:
+            try:
+                commit()
+            except BaseException as e:  # raised by wait_checkpoint, in the run's thread
+                self._commit_error = e
+
+        self._commit_error = None
+        self._committing = (threading.Thread(target=write, name="trajview-checkpoint"), at)
+        self._committing[0].start()
+
+    def wait_checkpoint(self) -> None:
+        """Waits for a checkpoint written in the background (`commit_checkpoint`) and raises its error, if any."""
+        pending = self._committing
+        if pending is None:
+            return
+        pending[0].join()
+        self._committing = None
+        err, self._commit_error = self._commit_error, None
+        if err is not None:
+            raise err
+        self.checkpointed = pending[1]
 
     def load_checkpoint(self, algo: str) -> Checkpoint:
         """The run's checkpoint, read and checked (`read_checkpoint`), of ``algo``'s trainer."""
@@ -132,7 +165,9 @@ class _Run(Protocol):
 
     def train_iteration(self) -> dict: ...
 
-    def save_checkpoint(self) -> None: ...
+    def save_checkpoint(self, background: bool = False) -> None: ...
+
+    def wait_checkpoint(self) -> None: ...
 
 
 def run_loop(
@@ -144,8 +179,9 @@ def run_loop(
     on_iteration: Callable[[dict], None] | None,
     close: Callable[[], None],
 ) -> None:
-    """Iterations until ``run.done()``, a checkpoint after each; a progress bar (or, without, ``log_line(row)``
-    logged per iteration); ``close()`` at the end, whatever happened."""
+    """Iterations until ``run.done()``, a checkpoint after each (written while the next iteration runs, where the
+    trainer can: `RunCounters.commit_checkpoint`; waited for before the loop ends, however it ends); a progress
+    bar (or, without, ``log_line(row)`` logged per iteration); ``close()`` at the end, whatever happened."""
     from tqdm import tqdm
 
     c = run.config
@@ -154,8 +190,7 @@ def run_loop(
     try:
         while not run.done():
             row = run.train_iteration()
-            run.save_checkpoint()
-            run.checkpointed = (run.iteration, run.env_steps)
+            run.save_checkpoint(background=True)  # written while the next iteration runs (PPO)
             bar.update(min(row["env_steps"], c.timesteps) - bar.n)
             post = {"ret": f"{row['episode_return_mean']:.1f}", "sps": f"{row['steps_per_s']:.0f}"}
             if "worker_steps_per_s" in row:  # PPO: each worker's sampling rate, the learner's wait for the batch
@@ -167,8 +202,11 @@ def run_loop(
             if not progress:
                 log.info("%s", log_line(row))
     finally:
-        bar.close()
-        close()
+        try:
+            run.wait_checkpoint()  # the last iteration's checkpoint complete (or its error raised)
+        finally:
+            bar.close()
+            close()
 
 
 def summarize(run: _Run, title: str) -> dict[str, Any]:
