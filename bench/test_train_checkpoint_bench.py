@@ -11,6 +11,7 @@ def test_both_runs_are_measured(tmp_path):
                                      background=True),
             train_checkpoint.measure("dqn", 2, tmp_path, {"iteration_steps": 200, "learning_starts": 100})]
     for r in rows:
-        assert r["iterations"] == 1 and r["checkpoint_bytes"] > 0 and r["earlier_bytes"] > 0
+        assert r["iterations"] == 1 and r["checkpoint_bytes"] > 0 and (r["earlier_bytes"] > 0) != r["background"]
         assert all(0 < s < 1 for s in r["share"]) and all(x > 0 for x in r["checkpoint_s"] + r["read_s"])
+        assert len(r["read_s"]) == (0 if r["background"] else 1)
     assert "| dqn default" in train_checkpoint.table(rows)

@@ -65,18 +65,18 @@ def measure(algo: str, iterations: int, folder: Path, overrides: dict[str, Any] 
             t0 = time.perf_counter()
             t.train_iteration()
             t1 = time.perf_counter()
-            t.save_checkpoint(background=background)
+            t.save_checkpoint(background=background)  # background: first waits for the previous one's write
             t2 = time.perf_counter()
-            t.wait_checkpoint()  # (not timed: with background, the write overlaps the next iteration in the loop)
-            old = _earlier_format(t, algo, folder / f"{algo}-earlier.pt")
-            t3 = time.perf_counter()
-            read_checkpoint(t.config.checkpoint_path)
-            t4 = time.perf_counter()
             it_s.append(t1 - t0)
             ck_s.append(t2 - t1)
-            old_s.append(old)
-            read_s.append(t4 - t3)
             share.append((t2 - t1) / (t2 - t0))
+            if background:  # the write goes on during the next iteration, as in the loop
+                continue
+            old_s.append(_earlier_format(t, algo, folder / f"{algo}-earlier.pt"))
+            t3 = time.perf_counter()
+            read_checkpoint(t.config.checkpoint_path)
+            read_s.append(time.perf_counter() - t3)
+        t.wait_checkpoint()
     finally:
         t.stop() if hasattr(t, "stop") else t.worker.stop()
     ck = read_checkpoint(t.config.checkpoint_path, weights=False)
@@ -84,7 +84,7 @@ def measure(algo: str, iterations: int, folder: Path, overrides: dict[str, Any] 
     return {"algo": algo, "background": background, "iterations": len(it_s[keep]), "iteration_s": it_s[keep],
             "checkpoint_s": ck_s[keep], "share": share[keep], "earlier_s": old_s[keep], "read_s": read_s[keep],
             "env_steps": t.env_steps, "checkpoint_bytes": sum(s for s, _ in ck.manifest.files.values()),
-            "earlier_bytes": (folder / f"{algo}-earlier.pt").stat().st_size}
+            "earlier_bytes": (folder / f"{algo}-earlier.pt").stat().st_size if old_s else 0}
 
 
 def _fmt(xs: list[float], scale: float, unit: str, digits: int = 1) -> str:
@@ -98,10 +98,12 @@ def table(rows: list[dict[str, Any]]) -> str:
              "| checkpoint bytes (earlier) |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         how = "in the background, as trajview train" if r["background"] else "synchronous"
+        earlier = _fmt(r["earlier_s"], 1e3, "ms") if r["earlier_s"] else "–"
+        read = _fmt(r["read_s"], 1e3, "ms") if r["read_s"] else "–"
+        nbytes = f"{r['checkpoint_bytes']:,}" + (f" ({r['earlier_bytes']:,})" if r["earlier_bytes"] else "")
         lines.append(f"| {r['algo']} default, checkpoint {how} ({r['env_steps']:,} env steps) | {r['iterations']} | "
                      f"{_fmt(r['iteration_s'], 1, 's', 2)} | {_fmt(r['checkpoint_s'], 1e3, 'ms')} | "
-                     f"{_fmt(r['share'], 100, '%', 2)} | {_fmt(r['earlier_s'], 1e3, 'ms')} | "
-                     f"{_fmt(r['read_s'], 1e3, 'ms')} | {r['checkpoint_bytes']:,} ({r['earlier_bytes']:,}) |")
+                     f"{_fmt(r['share'], 100, '%', 2)} | {earlier} | {read} | {nbytes} |")
     return "\n".join(lines)
 
 
