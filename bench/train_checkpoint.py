@@ -57,7 +57,7 @@ def measure(algo: str, iterations: int, folder: Path, overrides: dict[str, Any] 
     """``iterations`` iterations of a fresh run, each followed by its checkpoint as `run_loop` takes it
     (``background``: PPO's is written by a thread while the next iteration runs; the time counted is what the
     loop waits: the state's serialization, and the previous checkpoint's write if it is not done)."""
-    out = folder / f"{algo}-{'bg' if background else 'sync'}-run"
+    out = Path(tempfile.mkdtemp(prefix=f"{algo}-{'bg' if background else 'sync'}-", dir=folder)) / "run"
     t = make_trainer(algo, out, overrides)
     it_s, ck_s, old_s, read_s, share = [], [], [], [], []
     try:
@@ -81,7 +81,9 @@ def measure(algo: str, iterations: int, folder: Path, overrides: dict[str, Any] 
         t.stop() if hasattr(t, "stop") else t.worker.stop()
     ck = read_checkpoint(t.config.checkpoint_path, weights=False)
     keep = slice(1, None) if iterations > 1 else slice(None)  # the first iteration warms up
+    total = [a + b for a, b in zip(it_s, ck_s)]
     return {"algo": algo, "background": background, "iterations": len(it_s[keep]), "iteration_s": it_s[keep],
+            "total_s": total[keep],
             "checkpoint_s": ck_s[keep], "share": share[keep], "earlier_s": old_s[keep], "read_s": read_s[keep],
             "env_steps": t.env_steps, "checkpoint_bytes": sum(s for s, _ in ck.manifest.files.values()),
             "earlier_bytes": (folder / f"{algo}-earlier.pt").stat().st_size if old_s else 0}
@@ -94,8 +96,8 @@ def _fmt(xs: list[float], scale: float, unit: str, digits: int = 1) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| run | iterations | iteration (train_iteration) | checkpoint: the loop waits | checkpoint's share "
-             "of the iteration | earlier format (torch.save pickle, no fsync) | read back (verified, weights_only) "
-             "| checkpoint bytes (earlier) |", "|---|---|---|---|---|---|---|---|"]
+             "of the iteration | wall-clock per iteration (both) | earlier format (torch.save pickle, no fsync) | read back (verified, weights_only) "
+             "| checkpoint bytes (earlier) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         how = "in the background, as trajview train" if r["background"] else "synchronous"
         earlier = _fmt(r["earlier_s"], 1e3, "ms") if r["earlier_s"] else "–"
@@ -103,7 +105,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         nbytes = f"{r['checkpoint_bytes']:,}" + (f" ({r['earlier_bytes']:,})" if r["earlier_bytes"] else "")
         lines.append(f"| {r['algo']} default, checkpoint {how} ({r['env_steps']:,} env steps) | {r['iterations']} | "
                      f"{_fmt(r['iteration_s'], 1, 's', 2)} | {_fmt(r['checkpoint_s'], 1e3, 'ms')} | "
-                     f"{_fmt(r['share'], 100, '%', 2)} | {earlier} | {read} | {nbytes} |")
+                     f"{_fmt(r['share'], 100, '%', 2)} | {_fmt(r['total_s'], 1, 's', 3)} | {earlier} | {read} | "
+                     f"{nbytes} |")
     return "\n".join(lines)
 
 
@@ -111,15 +114,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--iterations", type=int, default=10)
     p.add_argument("--algo", nargs="+", choices=("ppo", "dqn"), default=["ppo", "dqn"])
+    p.add_argument("--repeats", type=int, default=1, help="PPO's two modes measured this many times, alternating")
     p.add_argument("--dir", default=None, help="where the runs are written (default: a temporary folder)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         rows = []
         for algo in args.algo:
-            rows.append(measure(algo, args.iterations, Path(d)))
-            if algo == "ppo":  # DQN's is always synchronous (its replay files are written under the buffer's lock)
-                rows.append(measure(algo, args.iterations, Path(d), background=True))
+            for _ in range(args.repeats if algo == "ppo" else 1):
+                rows.append(measure(algo, args.iterations, Path(d)))
+                if algo == "ppo":  # DQN's is always synchronous (its replay files are written under the buffer's lock)
+                    rows.append(measure(algo, args.iterations, Path(d), background=True))
     print(f"# a checkpoint's share of a trajview train iteration ({os.cpu_count()} cores, torch {torch.__version__}; "
           f"median [min, max] over the iterations after the first)\n")
     print(table(rows))
