@@ -5,12 +5,13 @@ Each iteration is timed in two parts, as `trajview.train.loop.run_loop` runs the
 (sampling, learning, the fsynced metrics row) and ``save_checkpoint()`` (the committed folder: ``weights.pt``
 via ``torch.save``, the replay buffer's files for DQN, each fsynced with its crc32, the manifest replaced
 atomically, the folder fsynced). PPO's loop writes the checkpoint in a thread while the next iteration runs:
-measured both ways (synchronous, and what the loop waits in the background mode). Side by side, in the same run on the same state: the earlier format (one
+measured both ways (synchronous, and what the loop waits in the background mode, with the wall-clock per
+iteration of both). Side by side, in the synchronous runs on the same state: the earlier format (one
 ``torch.save`` pickle to a temporary file and a rename, no fsync, no checksum) and reading the checkpoint back
 (`read_checkpoint`: manifest, crc32, ``torch.load(weights_only=True)``). Median and [min, max] over the
 iterations after the first (warm-up).
 
-    python bench/train_checkpoint.py [--iterations 10] [--algo ppo dqn] [--dir /tmp]
+    python bench/train_checkpoint.py [--iterations 10] [--repeats 1] [--algo ppo dqn] [--dir /tmp]
 """
 
 from __future__ import annotations
