@@ -14,9 +14,18 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from trajview.train.cli import main  # noqa: E402
+from trajview.train.metrics import METRIC_FIELDS  # noqa: E402
 
 SMALL = ["--env", "trajview/RepeatPrevious-v0", "--envs-per-worker", "4", "--train-batch-size", "200",
          "--minibatch-size", "50", "--num-sgd-iter", "2", "--no-progress"]
+
+
+def _ckpt(out):
+    """The run's checkpoint as one dict: its counters, settings (``config``) and tensors (read as trajview does)."""
+    from trajview.train.checkpoint import read_checkpoint
+
+    ck = read_checkpoint(out / "checkpoint")
+    return {**ck.counters, "config": ck.config, "algo": ck.algo, "extra": ck.extra, **ck.weights}
 
 
 def _rows(path):
@@ -35,7 +44,7 @@ def test_train_writes_metrics_plot_checkpoint_and_resumes(tmp_path, capsys):
     assert [int(r["env_steps"]) for r in rows] == [200, 400]
     assert all(float(r["steps_per_s"]) > 0 for r in rows) and float(rows[-1]["episode_return_mean"]) >= 0
     assert (out / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    ckpt = torch.load(out / "checkpoint.pt", weights_only=False)
+    ckpt = _ckpt(out)
     assert ckpt["iteration"] == 2 and ckpt["env_steps"] == 400 and ckpt["config"]["model"] == "lstm"
     weights = {k: v.clone() for k, v in ckpt["policy"]["model"].items()}
     cfg = json.loads((out / "config.json").read_text())
@@ -52,7 +61,7 @@ def test_train_writes_metrics_plot_checkpoint_and_resumes(tmp_path, capsys):
     assert [int(r["iteration"]) for r in rows] == [1, 2, 3, 4]
     assert [int(r["env_steps"]) for r in rows] == [200, 400, 600, 800]
     assert float(rows[2]["time_s"]) > float(rows[1]["time_s"])
-    assert torch.load(out / "checkpoint.pt", weights_only=False)["iteration"] == 4
+    assert _ckpt(out)["iteration"] == 4
 
     capsys.readouterr()
     assert main(["report", str(out), "--target", "1"]) == 0
@@ -64,7 +73,7 @@ def test_resume_drops_metric_rows_written_after_the_checkpoint(tmp_path):
     out = tmp_path / "run"
     assert main(["train", "--model", "mlp", "--timesteps", "400", "--out", str(out), *SMALL]) == 0
     with open(out / "metrics.csv", "a") as f:  # a row from an iteration whose checkpoint was never written
-        f.write("3,600,0,1.0,1.0,1.0,1.0,0,0,0,0\n")
+        f.write("3,600,0,1.0,1.0,1.0,1.0" + ",0" * (len(METRIC_FIELDS) - 7) + "\n")
     assert main(["train", "--resume", "--timesteps", "600", "--out", str(out), "--no-progress"]) == 0
     rows = _rows(out / "metrics.csv")
     assert [int(r["iteration"]) for r in rows] == [1, 2, 3]
@@ -115,7 +124,7 @@ def test_console_script(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout.strip().splitlines()[-1])["env_steps"] == 200
-    assert (out / "metrics.csv").exists() and (out / "checkpoint.pt").exists()
+    assert (out / "metrics.csv").exists() and (out / "checkpoint").exists()
     r = subprocess.run([exe, "train", "--help"], capture_output=True, text=True, timeout=60)
     for flag in ("--env", "--model", "--seed", "--timesteps", "--workers", "--resume"):
         assert flag in r.stdout
@@ -254,7 +263,7 @@ def test_box_actions_on_pendulum_and_a_negative_stop_reward(tmp_path, capsys):
     cfg = json.loads((out / "config.json").read_text())
     assert (cfg["gamma"], cfg["lambda_"], cfg["clip_param"], cfg["vf_loss_coeff"], cfg["grad_clip"]) == (
         0.9, 0.9, 0.3, 1.0, None)
-    ckpt = torch.load(out / "checkpoint.pt", weights_only=False)
+    ckpt = _ckpt(out)
     assert "action_dist.log_std" in ckpt["policy"]["model"]
     # 'none': never stop early.
     out2 = tmp_path / "run2"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -13,8 +14,16 @@ pytest.importorskip("matplotlib")
 
 import torch  # noqa: E402
 
+from trajview import _io  # noqa: E402
+from trajview.train.checkpoint import read_checkpoint  # noqa: E402
 from trajview.train.cli import main  # noqa: E402
 from trajview.train.dqn_trainer import DQNConfig, DQNTrainer  # noqa: E402
+
+
+def _replay_state(out):
+    """The replay buffer's state.json in the run's checkpoint (read as trajview does: verified)."""
+    ck = read_checkpoint(out / "checkpoint", weights=False)
+    return ck, json.loads(bytes(_io.read_verified(ck.manifest, "replay.state.json")))
 
 
 def test_dqn_train_writes_metrics_plot_checkpoint_and_resumes(tmp_path, capsys):
@@ -23,19 +32,63 @@ def test_dqn_train_writes_metrics_plot_checkpoint_and_resumes(tmp_path, capsys):
     assert main(args) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["env_steps"] >= 1000
-    for name in ("metrics.csv", "learning_curve.png", "checkpoint.pt", "config.json"):
+    for name in ("metrics.csv", "learning_curve.png", "checkpoint", "config.json"):
         assert (out / name).exists()
-    state = torch.load(out / "checkpoint.pt", weights_only=False)
-    buf = state["buffer"]
+    ck, buf = _replay_state(out)
+    # One committed unit: the weights and the replay buffer's files under one manifest.
+    assert ck.algo == "dqn" and {"weights.pt", "replay.state.json", "replay.col.0.npy"} <= set(ck.manifest.files)
+    assert ck.extra["resumes"] == 0 and set(ck.extra["policy"]) == {"epsilon", "grad_steps", "rng"}
     # The buffer stores each observation once: no frame stack column, the stack is a view.
-    assert "stack" not in buf["config"]["specs"] and "obs" in buf["config"]["specs"]
-    assert set(buf["config"]["views"]) == {"stack", "next_stack"}
+    columns = [c[0] for c in buf["columns"]]
+    assert "stack" not in columns and "obs" in columns
+    assert set(buf["views"]) == {"stack", "next_stack"}
     # --resume finds the DQN run without --algo dqn.
     assert main(["train", "--timesteps", "3000", "--out", str(out), "--no-progress", "--resume"]) == 0
-    state2 = torch.load(out / "checkpoint.pt", weights_only=False)
-    assert state2["env_steps"] > state["env_steps"] and state2["resumes"] == 1
+    ck2, buf2 = _replay_state(out)
+    assert ck2.counters["env_steps"] > ck.counters["env_steps"] and ck2.extra["resumes"] == 1
     # The restored buffer kept the earlier steps and took the new ones.
-    assert state2["buffer"]["meta"]["head"] > buf["meta"]["head"]
+    assert buf2["store"]["head"] > buf["store"]["head"]
+
+
+def test_dqn_resume_restores_policy_buffer_and_counters_exactly(tmp_path):
+    """A DQN run resumed from its checkpoint holds what the run held when it wrote it: the networks, optimizer,
+    epsilon, gradient steps, exploration RNG, the replay buffer (its samples the same) and the counters."""
+    c = DQNConfig(timesteps=1000, iteration_steps=500, learning_starts=200, gradient_steps=2, out_dir=str(tmp_path),
+                  stop_reward=None, prioritized=True, buffer_size=2000)
+    a = DQNTrainer(c)
+    a.train(progress=False)
+    b = DQNTrainer(DQNConfig(**{**dataclasses.asdict(c), "timesteps": 2000}), resume=True)
+    try:
+        assert (b.iteration, b.env_steps, b.episodes, list(b.returns)) == (a.iteration, a.env_steps, a.episodes,
+                                                                            list(a.returns))
+        sa, sb = a.policy.get_state(), b.policy.get_state()
+        for k in ("q", "target"):
+            assert all(torch.equal(sa[k][n], sb[k][n]) for n in sa[k])
+        assert (sa["epsilon"], sa["grad_steps"], sa["rng"]) == (sb["epsilon"], sb["grad_steps"], sb["rng"])
+        assert len(a.buffer) == len(b.buffer)
+        x, y = a.buffer.sample(16), b.buffer.sample(16)
+        for k in ("obs", "stack", "next_stack", "actions", "rewards"):
+            np.testing.assert_array_equal(x[k], y[k])
+    finally:
+        b.worker.stop()
+
+
+def test_dqn_resume_refuses_a_damaged_replay_file_and_resume_as_ppo_is_refused(tmp_path, capsys):
+    out = tmp_path / "dqn"
+    assert main(["train", "--algo", "dqn", "--timesteps", "500", "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", "--algo", "ppo", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"--out {out} holds a DQN run" in err and "leave out --algo ppo" in err
+    ck = read_checkpoint(out / "checkpoint", weights=False)
+    col = ck.manifest.path("replay.col.0.npy")
+    data = bytearray(col.read_bytes())
+    data[-1] ^= 0x01
+    col.write_bytes(bytes(data))
+    assert main(["train", "--resume", "--timesteps", "1000", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("trajview train: error: ") and str(col) in err, err
+    assert "crc32" in err and "put back a copy" in err
 
 
 def test_dqn_learns_from_stack_views(tmp_path):

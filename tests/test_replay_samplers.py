@@ -427,7 +427,8 @@ def test_memmap_storage_same_api_and_samples(tmp_path):
     envs2 = Envs(3, 0)
     for _ in range(9):
         mm.add(envs2.fragment(5))
-    assert mm.storage == "memmap" and sorted(p.name for p in (tmp_path / "mm").iterdir())[0] == "ring_0.bin"
+    assert mm.storage == "memmap" and sorted(p.name for p in (tmp_path / "mm").iterdir()) == [
+        ".lock", "columns.json", *(f"ring_{i}.bin" for i in range(len(COLUMNS)))]
     assert mm.trajectories() == rb.trajectories()
     _same_future(rb, mm)
     batch, info = mm.sample(16, views=VIEWS, return_info=True)

@@ -34,13 +34,21 @@ PARALLEL_COLUMNS = ("learn_s", "learner_idle_s", "worker_steps_per_s", "weights_
                     "staleness_mean", "staleness_max", "stale_batches_dropped")
 
 
+def _ckpt(out):
+    """The run's checkpoint as one dict: its counters, settings (``config``) and tensors (read as trajview does)."""
+    from trajview.train.checkpoint import read_checkpoint
+
+    ck = read_checkpoint(out / "checkpoint")
+    return {**ck.counters, "config": ck.config, "algo": ck.algo, "extra": ck.extra, **ck.weights}
+
+
 def _rows(path):
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
 
 
 def _weights_nbytes(out) -> int:
-    ckpt = torch.load(out / "checkpoint.pt", weights_only=False)
+    ckpt = _ckpt(out)
     return sum(v.numel() * v.element_size() for v in ckpt["policy"]["model"].values())
 
 
@@ -226,7 +234,7 @@ def test_low_priority_creator_nices_once_per_process_and_passes_the_config():
 def test_resume_a_multi_worker_run(tmp_path):
     out = tmp_path / "run"
     assert main(["train", "--workers", "2", "--timesteps", "400", "--seed", "1", "--out", str(out), *SMALL]) == 0
-    ckpt = torch.load(out / "checkpoint.pt", weights_only=False)
+    ckpt = _ckpt(out)
     assert ckpt["config"]["backend"] == "process" and ckpt["config"]["workers"] == 2
     assert main(["train", "--resume", "--timesteps", "800", "--out", str(out), "--no-progress"]) == 0
     rows = _rows(out / "metrics.csv")
@@ -235,7 +243,7 @@ def test_resume_a_multi_worker_run(tmp_path):
     # The re-created workers start with the checkpoint's weights: nothing to send in the first resumed iteration.
     nbytes = _weights_nbytes(out)
     assert [int(r["weights_sync_bytes"]) for r in rows] == [0, 2 * nbytes, 0, 2 * nbytes]
-    assert torch.load(out / "checkpoint.pt", weights_only=False)["iteration"] == 4
+    assert _ckpt(out)["iteration"] == 4
 
 
 @pytest.mark.ray
@@ -403,14 +411,14 @@ def test_without_recreation_a_failed_worker_stops_the_run_and_resume_goes_on(tmp
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0] in ("trajview train: error: rollout worker 1 died: exited with exit code 3",
                       "trajview train: error: rollout worker 2 died: exited with exit code 3"), err
-    assert err[1] == (f"the run's checkpoint {out / 'checkpoint.pt'} holds iteration 1 (200 env steps); --resume "
+    assert err[1] == (f"the run's checkpoint {out / 'checkpoint'} holds iteration 1 (200 env steps); --resume "
                       f"--out {out} continues it; --recreate-failed-workers replaces a failed worker and goes on"), err
     assert len(err) == 2  # no traceback: the worker's failure is the message
-    assert torch.load(out / "checkpoint.pt", weights_only=False)["iteration"] == 1
+    assert _ckpt(out)["iteration"] == 1
     # The failure does not come back (TV_FAIL_ONCE): the resumed run, its failed workers now replaced, ends.
     assert main(["train", "--resume", "--out", str(out), "--recreate-failed-workers", "--no-progress"]) == 0
     assert [int(r["env_steps"]) for r in _rows(out / "metrics.csv")] == [200, 400, 600, 800]
-    assert torch.load(out / "checkpoint.pt", weights_only=False)["config"]["recreate_failed_workers"] is True
+    assert _ckpt(out)["config"]["recreate_failed_workers"] is True
 
 
 def test_an_env_that_keeps_failing_uses_up_the_restarts(tmp_path, monkeypatch, capsys):
@@ -460,7 +468,10 @@ def test_metrics_appended_to_an_earlier_runs_file_keep_its_columns(tmp_path):
 
 @pytest.mark.parametrize("algo", [["--workers", "2", *SMALL], ["--algo", "dqn", "--no-progress"]],
                          ids=["ppo-2-workers", "dqn"])
-def test_ctrl_c_stops_the_workers_and_says_where_the_run_stands(tmp_path, algo):
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
+def test_ctrl_c_and_sigterm_stop_the_workers_and_say_where_the_run_stands(tmp_path, algo, stop):
+    """Ctrl-C in a terminal (SIGINT to the whole process group) and SIGTERM to the trainer (``kill PID``, a
+    scheduler's stop): the workers stopped, the checkpoint named, exit code 130 or 143, no traceback."""
     import os
     import signal
     import subprocess
@@ -477,16 +488,19 @@ def test_ctrl_c_stops_the_workers_and_says_where_the_run_stands(tmp_path, algo):
         while not (out / "metrics.csv").exists() or len(_rows(out / "metrics.csv")) < 2:
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
             time.sleep(0.1)
-        os.killpg(proc.pid, signal.SIGINT)  # the trainer and its worker processes
+        if stop == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)  # the trainer and its worker processes
+        else:
+            os.kill(proc.pid, signal.SIGTERM)  # the trainer alone: it stops its workers
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, err
+    assert proc.returncode == (130 if stop == "ctrl-c" else 143), err
     lines = err.strip().splitlines()
-    assert lines[-2] == "trajview train: interrupted", err
-    ckpt = torch.load(out / "checkpoint.pt", weights_only=False)
-    assert lines[-1] == (f"the run's checkpoint {out / 'checkpoint.pt'} holds iteration {ckpt['iteration']} "
+    assert lines[-2] == ("trajview train: interrupted" if stop == "ctrl-c" else "trajview train: terminated (SIGTERM)"), err
+    ckpt = _ckpt(out)
+    assert lines[-1] == (f"the run's checkpoint {out / 'checkpoint'} holds iteration {ckpt['iteration']} "
                          f"({ckpt['env_steps']} env steps); --resume --out {out} continues it"), err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err  # the workers ignore it: the trainer stops them
     deadline = time.monotonic() + 10  # the workers went with the trainer: nothing is left of its process group

@@ -285,22 +285,28 @@ def read_manifest(folder: str | os.PathLike[str], fmt: str, versions: tuple[int,
 def read_verified(man: Manifest, name: str, into: Any | None = None) -> Any:
     """A committed file's bytes, checked against the manifest's size and crc32 (`FileIntegrityError` naming
     the file otherwise). ``into``: a writable contiguous buffer of exactly the file's size to read into (no
-    copy), returned; else a new ``bytearray``."""
+    copy), or a list of such buffers filled one after the other (together the file's size: e.g. a header and
+    the rows it describes); returned as given. Else a new ``bytearray``."""
     p = man.path(name)
     size, crc = man.files[name]
     buf = bytearray(size) if into is None else into
-    view = memoryview(buf).cast("B")
-    if len(view) != size:
-        raise ValueError(f"read_verified: {p}: the buffer holds {len(view)} bytes, the file {size}")
+    views = [memoryview(b).cast("B") for b in (buf if isinstance(buf, list) else [buf])]
+    if sum(len(v) for v in views) != size:
+        raise ValueError(f"read_verified: {p}: the buffer holds {sum(len(v) for v in views)} bytes, the file {size}")
     got_crc = 0
     done = 0
     with open(p, "rb", buffering=0) as f:
-        while done < size:
-            n = f.readinto(view[done:done + CHUNK])
-            if not n:
+        for view in views:
+            at = 0
+            while at < len(view):
+                n = f.readinto(view[at:at + CHUNK])
+                if not n:
+                    break
+                got_crc = zlib.crc32(view[at:at + n], got_crc)
+                at += n
+            done += at
+            if at < len(view):
                 break
-            got_crc = zlib.crc32(view[done:done + n], got_crc)
-            done += n
         extra = f.read(1)
     if done != size or extra:
         raise FileIntegrityError(p, f"holds {'more than ' if extra else ''}{done} bytes, the manifest says {size}")

@@ -27,3 +27,42 @@ def lazy_row_bytes(lazy_views: Any) -> int:
     if isinstance(lazy_views, (int, np.integer)) and lazy_views >= 0:
         return int(lazy_views)
     raise ValueError(f"lazy_views must be True, False or a number of row bytes >= 0, got {lazy_views!r}")
+
+
+def int_at_least(name: str, value: Any, lo: int, hi: int | None = None) -> int:
+    """``value`` as an int, if it is an int (not a bool) in ``[lo, hi]`` (no upper bound when ``hi`` is None)."""
+    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < lo
+            or (hi is not None and value > hi)):
+        want = f"an int >= {lo}" if hi is None else f"an int in [{lo}, {hi}]"
+        raise ValueError(f"{name} must be {want}, got {value!r}")
+    return int(value)
+
+
+def finite_number(name: str, value: Any, lo: float | None = None, hi: float | None = None, *,
+                  lo_open: bool = False, hi_open: bool = False) -> float:
+    """``value`` as a float, if it is a finite real number (not a bool) within the bounds given (``lo_open`` /
+    ``hi_open``: that bound excluded)."""
+    ok = (not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, np.integer, np.floating))
+          and bool(np.isfinite(value)))
+    if ok and lo is not None:
+        ok = value > lo if lo_open else value >= lo
+    if ok and hi is not None:
+        ok = value < hi if hi_open else value <= hi
+    if not ok:
+        if lo is not None and hi is not None:
+            want = f"a finite number in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+        elif lo is not None:
+            want = f"a finite number {'>' if lo_open else '>='} {lo:g}"
+        elif hi is not None:
+            want = f"a finite number {'<' if hi_open else '<='} {hi:g}"
+        else:
+            want = "a finite number"
+        raise ValueError(f"{name} must be {want}, got {value!r}")
+    return float(value)
+
+
+def boolean(name: str, value: Any) -> bool:
+    """``value``, if it is a bool."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be a bool, got {value!r}")
+    return bool(value)

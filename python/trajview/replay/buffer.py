@@ -28,7 +28,6 @@ row per piece when the batches carry ``new_obs``.
 from __future__ import annotations
 
 import os
-import pickle
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -36,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _core
+from .. import _core, _io
 from .._validate import positive_int
 from ..views import MultiAgentBatch, SampleBatch, ViewRequirement
 from ..views.columns import (
@@ -52,6 +51,7 @@ from ..views.columns import (
     column_specs,
 )
 from ..views.nest import SEP, expand_views, is_nested_value, leaf_names
+from . import persistence
 from .nstep import NStep
 from .samplers import RandomSampler, Sampler
 
@@ -68,30 +68,6 @@ _DEFAULT_NEXT_OBS = {OBS: NEXT_OBS}
 _END_FLAGS = (TERMINATEDS, TRUNCATEDS, DONES)
 #: Trajectory-id columns tried in order when the sampler names no ``traj_key``.
 _TRAJ_KEYS = (EPS_ID, "traj_ids")
-
-
-def _write_all(path: Path, data: np.ndarray) -> None:
-    """Writes a contiguous uint8 array to a new file, from its memory (no copy), however large."""
-    view = memoryview(data).cast("B")  # type: ignore[arg-type]
-    with open(path, "wb", buffering=0) as f:
-        done = 0
-        while done < len(view):
-            done += f.write(view[done:]) or 0
-
-
-def _read_into(path: Path, out: np.ndarray) -> int:
-    """Reads a file into a contiguous uint8 array (no copy); returns the bytes read (the file's size at most)."""
-    view = memoryview(out).cast("B")  # type: ignore[arg-type]
-    with open(path, "rb", buffering=0) as f:
-        done = 0
-        while done < len(view):
-            got = f.readinto(view[done:])
-            if not got:
-                break
-            done += got
-        if done == len(view) and f.read(1):
-            return done + 1  # longer than expected
-    return done
 
 
 def _as_numpy(x: Any) -> Any:
@@ -177,6 +153,10 @@ class ReplayBuffer:
         self._storage = storage
         self._path = None if path is None else Path(path)
         self._rings: list[np.ndarray] | None = None
+        self._closed = False
+        self._staging = False  # a load building its rings beside the live ones (persistence)
+        #: storage="memmap": one owner per folder, for the buffer's lifetime (`close`).
+        self._path_lock = None if self._path is None else _io.PathLock(self._path, "a memory-mapped ReplayBuffer")
         if sampler is None:
             sampler = RandomSampler()
         if not isinstance(sampler, Sampler):
@@ -247,6 +227,8 @@ class ReplayBuffer:
 
     def _create(self) -> None:
         assert self._specs is not None
+        if self._closed:
+            raise ValueError("the ReplayBuffer was closed (close()); make a new one")
         for name, (dt, shape) in self._specs.items():
             if not dt.isnative or dt.kind not in "biuf" or dt.itemsize > 8:
                 raise ValueError(
@@ -679,148 +661,51 @@ class ReplayBuffer:
     # -- storage and persistence -----------------------------------------------
 
     def _make_rings(self) -> list[np.ndarray] | None:
-        """``storage="memmap"``: one memory-mapped file per column under ``path`` (``ring_<i>.bin``, sparse
-        until written), handed to the C++ store as its rows; ``None``: the store allocates them in RAM."""
+        """``storage="memmap"``: one memory-mapped file per column under ``path`` (`persistence.open_rings`),
+        handed to the C++ store as its rows; ``None``: the store allocates them in RAM."""
         if self._storage != "memmap":
             return None
-        assert self._specs is not None and self._path is not None
-        self._path.mkdir(parents=True, exist_ok=True)
-        rings = []
-        for i in range(len(self._specs)):
-            nbytes = self._capacity * self._row_bytes(i)
-            if nbytes == 0:
-                rings.append(np.zeros(0, np.uint8))
-                continue
-            rings.append(np.memmap(self._path / f"ring_{i}.bin", dtype=np.uint8, mode="w+", shape=(nbytes,)))
-        self._rings = rings
-        return rings
-
-    def _config(self) -> dict[str, Any]:
-        """What the constructor and the first add decided (not the rows)."""
-        return {
-            "capacity": self._capacity,
-            "batch_size": self.batch_size,
-            "next_obs": dict(self._next_obs),
-            "explicit_columns": self._explicit_columns,
-            "specs": None if self._specs is None else {k: (np.dtype(dt).str, tuple(sh)) for k, (dt, sh) in
-                                                       self._specs.items()},
-            "views": None if self._views is None else dict(self._views),
-            "nsteps": dict(self._nsteps),
-            "default_views": self._default_views,
-            "has_next": self._has_next,
-            "open": dict(self._open),
-            "fallback_key": self._fallback_key,
-        }
-
-    def _used_rows(self) -> int:
-        assert self._impl is not None
-        return min(int(self._impl.rows_written()), self._capacity)
-
-    def _state(self, with_rows: bool) -> dict[str, Any]:
-        state: dict[str, Any] = {"version": 1, "config": self._config(), "sampler": self.sampler.state_dict(),
-                                 "sampler_type": type(self.sampler).__name__}
-        if self._impl is not None:
-            state["meta"] = self._impl.meta()
-            if with_rows:
-                used = self._used_rows()
-                state["rows"] = [np.array(self._ring(i)[: used * self._row_bytes(i)]) for i in range(len(self._specs or ()))]
-        return state
-
-    def _row_bytes(self, i: int) -> int:
-        assert self._specs is not None
-        dt, shape = list(self._specs.values())[i]
-        return int(np.dtype(dt).itemsize) * int(np.prod(shape, dtype=np.int64))
-
-    def _ring(self, i: int) -> np.ndarray:
-        assert self._impl is not None
-        return self._impl.column_view(i)
+        self._rings = persistence.open_rings(self, staging=self._staging)
+        return self._rings
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything the buffer holds: settings, the stored rows in use, trajectories, write position, priorities
-        and the sampler's state (its generator included). `load_state_dict` restores it exactly: the same
-        samples follow. Adds wait while it runs."""
-        with self._lock:
-            return self._state(with_rows=True)
+        """Everything the buffer holds, as plain data: ``{"state": JSON-able dict, "arrays": {name: numpy
+        array}}`` (the stored rows in use, trajectories, priorities; settings, views, the sampler's state
+        with its generator in ``state``). `load_state_dict` restores it exactly: the same samples follow. Adds
+        wait while it runs."""
+        return persistence.state_dict(self)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restores a `state_dict` (of a buffer with the same capacity and sampler type) into this buffer."""
-        self._load(state, rows=state.get("rows"))
-
-    def _load(self, state: Mapping[str, Any], rows: list[np.ndarray] | None = None, row_files: Path | None = None
-              ) -> None:
-        if state.get("version") != 1:
-            raise ValueError(f"load_state_dict: unknown state version {state.get('version')!r}")
-        cfg = state["config"]
-        if cfg["capacity"] != self._capacity:
-            raise ValueError(f"load_state_dict: the state has capacity {cfg['capacity']}, this buffer {self._capacity}")
-        if state["sampler_type"] != type(self.sampler).__name__:
-            raise ValueError(f"load_state_dict: the state's sampler is a {state['sampler_type']}, this buffer's a "
-                             f"{type(self.sampler).__name__}")
-        with self._lock:
-            self.batch_size = cfg["batch_size"]
-            self._next_obs = dict(cfg["next_obs"])
-            self._explicit_columns = cfg["explicit_columns"]
-            self._views = None if cfg["views"] is None else dict(cfg["views"])
-            self._nsteps = dict(cfg["nsteps"])
-            self._default_views = cfg["default_views"]
-            self._has_next = cfg["has_next"]
-            self._open = {int(k): (int(v[0]), int(v[1])) for k, v in cfg["open"].items()}
-            self._fallback_key = cfg["fallback_key"]
-            self.sampler.load_state_dict(state["sampler"])
-            self._impl = None
-            if cfg["specs"] is None:
-                self._specs = None
-                return
-            self._specs = {k: (np.dtype(dt), tuple(sh)) for k, (dt, sh) in cfg["specs"].items()}
-            views = self._views
-            self._create()
-            self._views = views if views is not None else self._views
-            assert self._impl is not None
-            self._impl.restore(state["meta"])
-            used = min(int(state["meta"]["head"]), self._capacity)
-            for i in range(len(self._specs)):
-                n = used * self._row_bytes(i)
-                if n == 0:
-                    continue
-                dst = self._ring(i)[:n]
-                if rows is not None:
-                    src = np.asarray(rows[i], dtype=np.uint8).reshape(-1)
-                    if len(src) != n:
-                        raise ValueError(f"load_state_dict: column {i} holds {len(src)} bytes, expected {n}")
-                    dst[:] = src
-                else:
-                    assert row_files is not None
-                    got = _read_into(row_files / f"{i}.bin", dst)  # straight into the store's rows
-                    if got != n:
-                        raise ValueError(f"loads: {row_files / f'{i}.bin'} holds {got} bytes, expected {n}")
+        """Restores a `state_dict` (of a buffer with the same capacity and sampler type), checked as a file
+        would be (`ValueError` naming the entry); a state that is refused changes nothing."""
+        persistence.load_state_dict(self, state)
 
     def dumps(self, path: str | os.PathLike[str]) -> None:
-        """Writes the buffer to the directory ``path`` (TorchRL's name): ``state.pkl`` (settings, trajectories,
-        priorities, sampler state) and ``rows/<i>.bin``, each column's rows in use, written straight from the
-        store's memory. `loads` reads it back exactly. Adds wait while it runs."""
-        p = Path(path)
-        (p / "rows").mkdir(parents=True, exist_ok=True)
-        with self._lock:
-            state = self._state(with_rows=False)
-            if self._impl is not None:
-                used = self._used_rows()
-                for i in range(len(self._specs or ())):
-                    _write_all(p / "rows" / f"{i}.bin", self._ring(i)[: used * self._row_bytes(i)])
-            with open(p / "state.pkl", "wb") as f:
-                pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+        """Writes the buffer to the folder ``path`` (TorchRL's name) as one committed unit (see
+        `trajview.replay.persistence`): a kill or a full disk at any byte leaves the previous dump there whole.
+        `loads` reads it back exactly. Adds wait while it runs."""
+        persistence.dumps(self, path)
 
     def loads(self, path: str | os.PathLike[str]) -> None:
-        """Reads a `dumps` directory into this buffer (same capacity and sampler type)."""
-        p = Path(path)
-        with open(p / "state.pkl", "rb") as f:
-            state = pickle.load(f)
-        self._load(state, row_files=p / "rows")
+        """Reads a `dumps` folder into this buffer (same capacity and sampler type), verifying every file
+        (`trajview.errors.FileIntegrityError` naming a damaged, truncated or mixed one); a load that raises
+        changes nothing."""
+        persistence.loads(self, path)
+
+    def close(self) -> None:
+        """Frees the rows and, with ``storage="memmap"``, the lock on ``path`` (also released when the buffer is
+        garbage-collected). The buffer then holds nothing and takes no more adds."""
+        with self._lock:
+            self._impl = None
+            self._rings = None
+            if self._path_lock is not None:
+                self._path_lock.release()
+            self._closed = True
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickling: the constructor's settings, the sampler and `state_dict` (a memory-mapped buffer unpickles
         as an in-memory one, so that it never writes over its files)."""
-        with self._lock:
-            return {"capacity": self._capacity, "sampler": self.sampler, "state": self._state(with_rows=True)}
+        return {"capacity": self._capacity, "sampler": self.sampler, "state": self.state_dict()}
 
     def __setstate__(self, d: dict[str, Any]) -> None:
         self.__init__(d["capacity"], sampler=d["sampler"])  # type: ignore[misc]

@@ -108,19 +108,77 @@ class Sampler:
         return _copy_state(state)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        state = _copy_state(dict(state))
-        rng_state = state.pop("_rng_state")
+        """Restores a `state_dict` of a sampler of this type; checked whole first (`ValueError` / `TypeError`
+        naming the entry), so a state that is refused changes nothing."""
+        self._apply_state(self._checked_state(state))
+
+    def _checked_state(self, state: Any) -> dict[str, Any]:
+        """``state`` checked against this sampler's own (the same entries, each of the type this sampler's holds
+        or ``None`` where either may be, settings in range, a valid generator state): a copy ready for
+        `_apply_state`. Nothing in it runs code (plain values, arrays of numbers)."""
+        mine = self.state_dict()
+        if not isinstance(state, dict) or set(state) != set(mine):
+            got = sorted(state) if isinstance(state, dict) else type(state).__name__
+            raise ValueError(f"{type(self).__name__} state: expected the entries {sorted(mine)}, got {got}")
+        out = _copy_state(state)
+        for k, v in out.items():
+            cur = mine[k]
+            if k == "_rng_state":
+                continue
+            plain = (bool, int, float, str, np.ndarray)
+            if v is None or cur is None:
+                ok = v is None or type(v) in plain
+            else:
+                ok = type(v) is type(cur) or {type(v), type(cur)} == {int, float}
+            if isinstance(v, np.ndarray):
+                ok = ok and v.ndim == 1 and v.dtype == np.int64
+            if not ok:
+                raise TypeError(f"{type(self).__name__} state[{k!r}]: expected {type(cur).__name__}, got {v!r:.80}")
+        for k in ("num_slices", "slice_len", "max_capacity"):
+            v = out.get(k)
+            if v is not None and (type(v) is not int or v < 1):
+                raise ValueError(f"{type(self).__name__} state[{k!r}] must be an int >= 1 or None, got {v!r}")
+        if "num_slices" in out and (out["num_slices"] is None) == (out.get("slice_len") is None):
+            raise ValueError(f"{type(self).__name__} state: exactly one of num_slices and slice_len must be set")
+        if out.get("strict_length") and out.get("pad_output"):
+            raise ValueError(f"{type(self).__name__} state: strict_length and pad_output cannot both be set")
+        for k in ("_alpha", "_beta", "_eps"):
+            if k in out:
+                out[k] = _real(type(self).__name__, k.lstrip("_"), out[k])
+        if "_pos" in out:
+            n = 0 if out.get("_epoch") is None else len(out["_epoch"])
+            if type(out["_pos"]) is not int or not 0 <= out["_pos"] <= n:
+                raise ValueError(f"{type(self).__name__} state['_pos'] must be an int in [0, {n}], got {out['_pos']!r}")
+        rng = np.random.default_rng()
+        try:
+            rs = out["_rng_state"]
+            if not isinstance(rs, dict) or rs.get("bit_generator") != type(rng.bit_generator).__name__:
+                raise ValueError(f"expected a {type(rng.bit_generator).__name__} state")
+            rng.bit_generator.state = rs
+        except (TypeError, ValueError, KeyError) as e:
+            raise ValueError(f"{type(self).__name__} state['_rng_state']: not a generator state ({e})") from None
+        out["_rng_state"] = rng  # the generator, ready
+        return out
+
+    def _apply_state(self, checked: dict[str, Any]) -> None:
+        """Sets a state `_checked_state` returned (cannot fail)."""
+        state = dict(checked)
+        rng = state.pop("_rng_state")
         with self._lock:
             self.__dict__.update(state)
-            self._rng = np.random.default_rng()
-            self._rng.bit_generator.state = rng_state
+            self._rng = rng
 
     def __getstate__(self) -> dict[str, Any]:
         return self.state_dict()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        # Unpickling (pickle runs code anyway: nothing to check): the state `__getstate__` gave.
+        state = _copy_state(dict(state))
+        rng = np.random.default_rng()
+        rng.bit_generator.state = state.pop("_rng_state")
+        self.__dict__.update(state)
         self._lock = threading.Lock()
-        self.load_state_dict(state)
+        self._rng = rng
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

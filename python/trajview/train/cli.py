@@ -57,6 +57,17 @@ def _stop_reward(text: str) -> float | None:
     return v
 
 
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object of the model's keyword arguments, e.g. "
+                                         f"'{{\"num_frames\": 4}}', got {type(value).__name__} {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     d = TrainConfig()
     # "%(default).0s" prints nothing: it keeps ArgumentDefaultsHelpFormatter from adding "(default: None)".
@@ -70,16 +81,17 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Train PPO with a view-fed model. Writes metrics, a learning-curve PNG and a checkpoint to --out.",
     )
-    t.add_argument("--algo", choices=("ppo", "dqn"), default="ppo",
+    t.add_argument("--algo", choices=("ppo", "dqn"), default=None,
                    help="ppo (the options below) or dqn (double DQN from replay with a frame-stack view; "
-                        "see trajview.train.dqn_trainer.DQNConfig)")
+                        "see trajview.train.dqn_trainer.DQNConfig); with --resume: the run's own. "
+                        "default: ppo%(default).0s")
     t.add_argument("--env", default=d.env,
                    help="any registered gymnasium env id (trajview's ids are registered; others with --env-module)")
     t.add_argument("--env-module", dest="env_modules", action="append", default=[], metavar="MODULE",
                    help="import MODULE first: it registers env ids (e.g. minigrid, ale_py); repeatable")
     t.add_argument("--drop-obs-keys", nargs="+", default=[], metavar="KEY",
                    help="leave these top-level keys out of a Dict observation (e.g. MiniGrid's text 'mission')")
-    t.add_argument("--model", default=d.model, choices=sorted(MODEL_PRESETS))
+    t.add_argument("--model", default=None, choices=sorted(MODEL_PRESETS), help=f"default: {d.model}%(default).0s")
     t.add_argument("--seed", type=int, default=d.seed)
     t.add_argument("--timesteps", type=int, default=d.timesteps, help="stop after this many env steps")
     t.add_argument("--workers", type=int, default=d.workers,
@@ -122,18 +134,23 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--num-sgd-iter", type=int, default=None, help=PRESET_HELP % d.num_sgd_iter)
     t.add_argument("--lr", type=float, default=None, help=PRESET_HELP % d.lr)
     t.add_argument("--entropy-coeff", type=float, default=None, help=PRESET_HELP % d.entropy_coeff)
-    t.add_argument("--gamma", type=float, default=d.gamma, help="discount")
-    t.add_argument("--lambda", dest="lambda_", type=float, default=d.lambda_, help="GAE lambda")
-    t.add_argument("--clip-param", type=float, default=d.clip_param, help="PPO's ratio clip")
+    t.add_argument("--gamma", type=float, default=None, help=f"discount (PPO and DQN), in [0, 1]; default: {d.gamma}"
+                                                                 "%(default).0s")
+    t.add_argument("--lambda", dest="lambda_", type=float, default=None,
+                   help=f"GAE lambda, in [0, 1]; default: {d.lambda_}%(default).0s")
+    t.add_argument("--clip-param", type=float, default=None,
+                   help=f"PPO's ratio clip, > 0; default: {d.clip_param}%(default).0s")
     t.add_argument("--vf-loss-coeff", type=float, default=None, help=PRESET_HELP % d.vf_loss_coeff)
     t.add_argument("--grad-clip", type=float, default=None,
                    help="global gradient norm clip (<= 0: none); " + PRESET_HELP % d.grad_clip)
     t.add_argument("--stop-reward", type=_stop_reward, default=d.stop_reward,
                    help="stop once the mean return of the last 100 episodes reaches it (any number, e.g. -300 on "
                         "Pendulum; 'none': never)")
-    t.add_argument("--model-config", type=json.loads, default=None,
+    t.add_argument("--model-config", type=_json_object, default=None,
                    help="JSON keyword arguments of the model (default: the model's preset)")
-    t.add_argument("--out", default=None, help="run directory (default: runs/<model>-seed<seed>)")
+    t.add_argument("--out", default=None,
+                   help="run directory (default: runs/<model>-seed<seed>, DQN's runs/dqn-seed<seed>); one run at a "
+                        "time holds it (a second gets an error naming the first's pid)")
     t.add_argument("--logger", "--metrics-format", dest="loggers", action="append", choices=LOGGERS, default=None,
                    help="where metrics go: a csv or jsonl file in --out (default csv), and with tensorboard also "
                    "TensorBoard event files in --out/tensorboard (needs the tensorboard package); repeat to combine, "
@@ -174,6 +191,84 @@ def _worker_failure(e: WorkerError, trainer: Any, config: Any) -> str:
     return f"trajview train: error: {msg}\n{where}"
 
 
+#: PPO's options, which ``--algo dqn`` refuses when given (DQN's settings are `DQNConfig`'s): (flag, dest).
+PPO_ONLY = (("--workers", "workers"), ("--backend", "backend"), ("--async", "async_sampling"),
+            ("--ray-address", "ray_address"), ("--recreate-failed-workers", "recreate_failed_workers"),
+            ("--max-worker-restarts", "max_worker_restarts"), ("--sample-timeout", "sample_timeout_s"),
+            ("--max-staleness", "max_staleness"), ("--env-module", "env_modules"),
+            ("--drop-obs-keys", "drop_obs_keys"), ("--model", "model"), ("--envs-per-worker", "envs_per_worker"),
+            ("--train-batch-size", "train_batch_size"), ("--minibatch-size", "minibatch_size"),
+            ("--num-sgd-iter", "num_sgd_iter"), ("--entropy-coeff", "entropy_coeff"), ("--lambda", "lambda_"),
+            ("--clip-param", "clip_param"), ("--vf-loss-coeff", "vf_loss_coeff"), ("--grad-clip", "grad_clip"),
+            ("--model-config", "model_config"))
+
+
+def _given(args: argparse.Namespace, parser_defaults: dict, dests: tuple[tuple[str, str], ...]) -> list[str]:
+    return [flag for flag, dest in dests if getattr(args, dest) != parser_defaults[dest]]
+
+
+def _ppo_config(args: argparse.Namespace, out: str, metrics_format: str, tensorboard: bool) -> TrainConfig:
+    """A new PPO run's settings: the options given over the model's preset over `TrainConfig`'s defaults."""
+    d = TrainConfig()
+    model = args.model or d.model
+    return TrainConfig.with_model_presets(
+        env=args.env,
+        env_modules=list(args.env_modules),
+        drop_obs_keys=list(args.drop_obs_keys),
+        model=model,
+        seed=args.seed,
+        timesteps=args.timesteps,
+        workers=args.workers,
+        backend=None if args.backend == "auto" else args.backend,
+        ray_address=args.ray_address,
+        async_sampling=args.async_sampling,
+        max_staleness=args.max_staleness,
+        recreate_failed_workers=args.recreate_failed_workers,
+        max_worker_restarts=(d.max_worker_restarts if args.max_worker_restarts is None
+                             else args.max_worker_restarts),
+        sample_timeout_s=args.sample_timeout_s,
+        envs_per_worker=args.envs_per_worker,
+        train_batch_size=args.train_batch_size,
+        sgd_minibatch_size=args.minibatch_size,
+        num_sgd_iter=args.num_sgd_iter,
+        lr=args.lr,
+        gamma=d.gamma if args.gamma is None else args.gamma,
+        lambda_=d.lambda_ if args.lambda_ is None else args.lambda_,
+        clip_param=d.clip_param if args.clip_param is None else args.clip_param,
+        vf_loss_coeff=args.vf_loss_coeff,
+        grad_clip=args.grad_clip,  # None: the preset's; <= 0: none
+        entropy_coeff=args.entropy_coeff,
+        stop_reward=args.stop_reward,
+        model_config=args.model_config or {},
+        out_dir=out,
+        metrics_format=metrics_format,
+        tensorboard=tensorboard,
+        threads=args.threads,
+    )
+
+
+def _resumed_ppo_config(args: argparse.Namespace, ck: Any, out: str) -> TrainConfig:
+    """A resumed PPO run's settings: its checkpoint's, with --timesteps (when given), the cluster's address and the
+    failed-worker options of this session."""
+    from .runs import config_from
+
+    saved: dict[str, Any] = {}
+    if args.ray_address is not None:  # the cluster's address may differ from the first session's
+        saved["ray_address"] = args.ray_address
+    # A run stopped by a failed worker resumes with failed workers replaced, if asked.
+    if args.recreate_failed_workers:
+        saved["recreate_failed_workers"] = True
+    if args.max_worker_restarts is not None:
+        saved["max_worker_restarts"] = args.max_worker_restarts
+    if args.sample_timeout_s is not None:
+        saved["sample_timeout_s"] = args.sample_timeout_s
+    return config_from(TrainConfig, ck, out, _timesteps_given(args), saved)
+
+
+def _timesteps_given(args: argparse.Namespace) -> int | None:
+    return None if args.timesteps == TrainConfig.timesteps else args.timesteps
+
+
 def _train(args: argparse.Namespace) -> int:
     metrics_format, tensorboard = _loggers(args.loggers)
     missing = _missing(TRAIN_EXTRA + (("tensorboard",) if tensorboard else ()))
@@ -185,103 +280,101 @@ def _train(args: argparse.Namespace) -> int:
         print(f"trajview train needs {', '.join(missing)}: pip install 'trajview[train]' "
               "(torch's CPU build first: pip install torch==2.13.0)", file=sys.stderr)
         return 1
+    from ..errors import FileIntegrityError
+    from .loop import on_sigterm
+    from .runs import RunFolder, RunFolderError, damaged_advice
+
+    out = args.out or (f"runs/dqn-seed{args.seed}" if args.algo == "dqn"
+                       else f"runs/{args.model or TrainConfig.model}-seed{args.seed}")
+    try:
+        folder = RunFolder(out, resume=args.resume)
+    except RunFolderError as e:
+        print(f"trajview train: error: {e}", file=sys.stderr)
+        return 2
+    except FileIntegrityError as e:
+        if args.traceback:
+            raise
+        print(f"trajview train: error: {damaged_advice(e, out)}", file=sys.stderr)
+        return 2
+    restore = on_sigterm()  # SIGTERM stops the run as Ctrl-C does (exit code 143)
+    try:
+        algo = folder.algo or args.algo or "ppo"
+        if args.resume and args.algo is not None and args.algo != algo:
+            print(f"trajview train: error: --out {out} holds a {algo.upper()} run (its checkpoint says so): --resume "
+                  f"continues it as {algo.upper()}; leave out --algo {args.algo}", file=sys.stderr)
+            return 2
+        if algo == "dqn":
+            parser_defaults = vars(build_parser().parse_args(["train"]))
+            ppo_only = _given(args, parser_defaults, PPO_ONLY)
+            if tensorboard:
+                ppo_only.append("--logger tensorboard")
+            if ppo_only:
+                print(f"trajview train: error: --algo dqn samples with one worker in the trainer's process and takes "
+                      f"DQNConfig's settings; {', '.join(ppo_only)} {'is' if len(ppo_only) == 1 else 'are'} "
+                      f"PPO's, got {' '.join(ppo_only)}", file=sys.stderr)
+                return 2
+        return _run(args, algo, out, folder.checkpoint, metrics_format, tensorboard)
+    except FileIntegrityError as e:  # a damaged file met after the start (the metrics, read by the summary)
+        if args.traceback:
+            raise
+        print(f"trajview train: error: {damaged_advice(e, out)}", file=sys.stderr)
+        return 2
+    finally:
+        restore()
+        folder.close()
+
+
+def _run(args: argparse.Namespace, algo: str, out: str, ck: Any, metrics_format: str, tensorboard: bool) -> int:
+    """Makes the run's config and trainer and trains; setup errors are one line (exit code 2), Ctrl-C and SIGTERM
+    say where the run stands (130, 143), a failed worker what failed (1)."""
     import gymnasium as gym
 
-    from .dqn_trainer import is_dqn_run, train_dqn_from_args
+    from ..errors import FileIntegrityError
+    from .loop import interrupted
 
-    if args.algo == "dqn" or (args.resume and args.out and is_dqn_run(args.out)):
-        parallel = [flag for flag, given in (("--workers", args.workers != 1), ("--backend", args.backend != "auto"),
-                                             ("--async", args.async_sampling), ("--ray-address", args.ray_address),
-                                             ("--recreate-failed-workers", args.recreate_failed_workers),
-                                             ("--max-worker-restarts", args.max_worker_restarts is not None),
-                                             ("--sample-timeout", args.sample_timeout_s is not None))
-                    if given]
-        if parallel:
-            print(f"trajview train: error: --algo dqn samples with one worker in the trainer's process; "
-                  f"{', '.join(parallel)} {'is' if len(parallel) == 1 else 'are'} PPO's, got {' '.join(parallel)}",
-                  file=sys.stderr)
-            return 2
-        args.metrics_format = metrics_format  # DQN writes CSV/JSONL metrics (no TensorBoard events yet)
-        return train_dqn_from_args(args, TrainConfig)
-    from .loop import interrupted, saved_config
-    from .trainer import PPOTrainer  # torch: imported once the extra is known to be there
-
-    out = args.out or f"runs/{args.model}-seed{args.seed}"
-    saved: dict = {}
-    if args.resume:
-        loaded = saved_config(out, args.timesteps, TrainConfig.timesteps)
-        if loaded is None:
-            return 2
-        saved = loaded
-        saved.setdefault("backend", "local")  # a run saved before --backend existed sampled in this process
-        if args.ray_address is not None:  # the cluster's address may differ from the first session's
-            saved["ray_address"] = args.ray_address
-        # A run stopped by a failed worker resumes with failed workers replaced, if asked.
-        if args.recreate_failed_workers:
-            saved["recreate_failed_workers"] = True
-        if args.max_worker_restarts is not None:
-            saved["max_worker_restarts"] = args.max_worker_restarts
-        if args.sample_timeout_s is not None:
-            saved["sample_timeout_s"] = args.sample_timeout_s
     # Setup errors (a bad setting, an unknown env id, a module that fails to import, a space no model reads,
     # and whatever the first iteration's sampling refuses) are one line and exit code 2; the run directory is
     # created by the first iteration's metrics, so such a run leaves none behind.
     setup_errors = (ValueError, TypeError, ImportError, NotImplementedError, gym.error.Error)
-    trainer = None
-    config = None
+    trainer: Any = None
+    config: Any = None
     try:
-        if args.resume:
-            config = TrainConfig(**saved)
+        if algo == "dqn":
+            from .dqn_trainer import DQNTrainer, dqn_config
+
+            config = dqn_config(args, ck, out, metrics_format, _timesteps_given(args))
+            trainer = DQNTrainer(config, resume=ck is not None)
+            what = f"DQN on {config.env}"
         else:
-            config = TrainConfig.with_model_presets(
-                env=args.env,
-                env_modules=list(args.env_modules),
-                drop_obs_keys=list(args.drop_obs_keys),
-                model=args.model,
-                seed=args.seed,
-                timesteps=args.timesteps,
-                workers=args.workers,
-                backend=None if args.backend == "auto" else args.backend,
-                ray_address=args.ray_address,
-                async_sampling=args.async_sampling,
-                max_staleness=args.max_staleness,
-                recreate_failed_workers=args.recreate_failed_workers,
-                max_worker_restarts=(TrainConfig.max_worker_restarts if args.max_worker_restarts is None
-                                     else args.max_worker_restarts),
-                sample_timeout_s=args.sample_timeout_s,
-                envs_per_worker=args.envs_per_worker,
-                train_batch_size=args.train_batch_size,
-                sgd_minibatch_size=args.minibatch_size,
-                num_sgd_iter=args.num_sgd_iter,
-                lr=args.lr,
-                gamma=args.gamma,
-                lambda_=args.lambda_,
-                clip_param=args.clip_param,
-                vf_loss_coeff=args.vf_loss_coeff,
-                grad_clip=args.grad_clip,  # None: the preset's; <= 0: none
-                entropy_coeff=args.entropy_coeff,
-                stop_reward=args.stop_reward,
-                model_config=args.model_config or {},
-                out_dir=out,
-                metrics_format=metrics_format,
-                tensorboard=tensorboard,
-                threads=args.threads,
-            )
-        trainer = PPOTrainer(config, resume=args.resume)
-        log.info("%s %s: PPO %s on %s, seed %d, up to %d env steps, %d worker(s) (%s%s) -> %s",
-                 "resuming" if args.resume else "training", out, config.model, config.env, config.seed,
-                 config.timesteps, config.workers, config.backend,
-                 f", async, max staleness {config.max_staleness}" if config.async_sampling else "", out)
+            from .trainer import PPOTrainer  # torch: imported once the extra is known to be there
+
+            config = (_resumed_ppo_config(args, ck, out) if ck is not None
+                      else _ppo_config(args, out, metrics_format, tensorboard))
+            trainer = PPOTrainer(config, resume=ck is not None)
+            what = (f"PPO {config.model} on {config.env}, {config.workers} worker(s) ({config.backend}"
+                    f"{f', async, max staleness {config.max_staleness}' if config.async_sampling else ''})")
+        log.info("%s %s: %s, seed %d, up to %d env steps -> %s", "resuming" if ck is not None else "training", out,
+                 what, config.seed, config.timesteps, out)
         summary = trainer.train(progress=not args.no_progress)
     except WorkerError as e:
         if args.traceback:
             raise
         print(_worker_failure(e, trainer, config), file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # Ctrl-C: the workers are stopped (run_loop's close), the checkpoint stands
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the workers are stopped (run_loop's close), the checkpoint stands
         if args.traceback:
             raise
-        return interrupted(trainer, config)
+        return interrupted(trainer, config, e)
+    except FileIntegrityError:
+        raise  # the caller's: what to do about the damaged file
+    except OSError as e:  # a write failed (a full disk): the last complete checkpoint stands
+        if args.traceback or trainer is None:
+            raise
+        from .loop import where_it_stopped
+
+        print(f"trajview train: error: {' '.join(str(e).split())}\n{where_it_stopped(trainer, config)}",
+              file=sys.stderr)
+        return 1
     except setup_errors as e:
         if args.traceback or (trainer is not None and trainer.iteration > trainer.start_iteration):
             raise
@@ -300,15 +393,25 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    print(f"| run | model | seed | env steps to mean return {args.target:g} | wall-clock to it (s) | best mean return | final mean return | env steps run | wall-clock (s) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    from .._io import read_json
+    from ..errors import FileIntegrityError
+
+    lines = [f"| run | model | seed | env steps to mean return {args.target:g} | wall-clock to it (s) | best mean return "
+             f"| final mean return | env steps run | wall-clock (s) |", "|---|---|---|---|---|---|---|---|---|"]
     for run in args.runs:
         d = Path(run)
-        cfg = json.loads((d / "config.json").read_text()) if (d / "config.json").exists() else {}
-        path = d / ("metrics.jsonl" if cfg.get("metrics_format") == "jsonl" else "metrics.csv")
-        rows = read_metrics(path)
+        try:
+            cfg = read_json(d / "config.json", "the run's settings") if (d / "config.json").exists() else {}
+            if not isinstance(cfg, dict):
+                raise FileIntegrityError(d / "config.json", f"expected a JSON object of the run's settings, got "
+                                                            f"{type(cfg).__name__}")
+            path = d / ("metrics.jsonl" if cfg.get("metrics_format") == "jsonl" else "metrics.csv")
+            rows = read_metrics(path)
+        except FileIntegrityError as e:
+            print(f"trajview report: error: {' '.join(str(e).split())}", file=sys.stderr)
+            return 2
         if not rows:
-            print(f"| {d.name} | {cfg.get('model', '?')} | {cfg.get('seed', '?')} | no metrics | | | | | |")
+            lines.append(f"| {d.name} | {cfg.get('model', '?')} | {cfg.get('seed', '?')} | no metrics | | | | | |")
             continue
         hit = next((r for r in rows if r["episode_return_mean"] >= args.target), None)
         last = rows[-1]
@@ -316,8 +419,9 @@ def _report(args: argparse.Namespace) -> int:
         secs = f"{hit['time_s']:.0f}" if hit else "–"
         ret = last["episode_return_mean"]
         best = max((r["episode_return_mean"] for r in rows if not math.isnan(r["episode_return_mean"])), default=math.nan)
-        print(f"| {d.name} | {cfg.get('model', '?')} | {cfg.get('seed', '?')} | {steps} | {secs} | {best:.1f} | "
-              f"{'nan' if math.isnan(ret) else f'{ret:.1f}'} | {int(last['env_steps']):,} | {last['time_s']:.0f} |")
+        lines.append(f"| {d.name} | {cfg.get('model', '?')} | {cfg.get('seed', '?')} | {steps} | {secs} | {best:.1f} | "
+                     f"{'nan' if math.isnan(ret) else f'{ret:.1f}'} | {int(last['env_steps']):,} | {last['time_s']:.0f} |")
+    print("\n".join(lines))
     return 0
 
 

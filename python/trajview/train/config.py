@@ -6,7 +6,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TrainConfig", "MODEL_PRESETS", "IMAGE_MODEL_PRESETS", "PRESET_KEYS", "BACKENDS"]
+from .._validate import boolean, finite_number, int_at_least
+
+__all__ = ["TrainConfig", "MODEL_PRESETS", "IMAGE_MODEL_PRESETS", "PRESET_KEYS", "BACKENDS", "FLAGS", "setting",
+           "check_common"]
 
 #: Where a run's rollout workers sample (``--backend``): in the trainer's process one after another, in a
 #: process each, or in a Ray actor each (on any node of the Ray cluster).
@@ -42,6 +45,48 @@ PRESET_KEYS = ("envs_per_worker", "train_batch_size", "sgd_minibatch_size", "num
 #: What changes in a model's preset when the observation has an image leaf (applied only to a preset's
 #: model_config, never to one given with --model-config): the frame stack holds 4 frames (DQN's), not 16.
 IMAGE_MODEL_PRESETS: dict[str, dict[str, Any]] = {"framestack": {"num_frames": 4}}
+
+
+#: The ``trajview train`` option of each setting (PPO's `TrainConfig` and DQN's `DQNConfig`): errors name both.
+FLAGS = {
+    "env": "--env", "env_modules": "--env-module", "drop_obs_keys": "--drop-obs-keys", "model": "--model",
+    "seed": "--seed", "timesteps": "--timesteps", "workers": "--workers", "backend": "--backend",
+    "ray_address": "--ray-address", "async_sampling": "--async", "max_staleness": "--max-staleness",
+    "recreate_failed_workers": "--recreate-failed-workers", "max_worker_restarts": "--max-worker-restarts",
+    "sample_timeout_s": "--sample-timeout", "envs_per_worker": "--envs-per-worker",
+    "train_batch_size": "--train-batch-size", "sgd_minibatch_size": "--minibatch-size",
+    "num_sgd_iter": "--num-sgd-iter", "lr": "--lr", "gamma": "--gamma", "lambda_": "--lambda",
+    "clip_param": "--clip-param", "vf_loss_coeff": "--vf-loss-coeff", "entropy_coeff": "--entropy-coeff",
+    "grad_clip": "--grad-clip", "stop_reward": "--stop-reward", "model_config": "--model-config", "out_dir": "--out",
+    "metrics_format": "--logger", "threads": "--threads",
+}
+
+#: The largest seed: numpy's seeding takes 32-bit seeds.
+MAX_SEED = 2**32 - 1
+
+
+def setting(name: str) -> str:
+    """A setting's name as errors give it: with its ``trajview train`` option when it has one."""
+    flag = FLAGS.get(name)
+    return f"{name} ({flag})" if flag else name
+
+
+def check_common(c: Any) -> None:
+    """The checks PPO's and DQN's configs share (the fields both have): ValueError naming the setting."""
+    if c.metrics_format not in ("csv", "jsonl"):
+        raise ValueError(f"metrics_format must be 'csv' or 'jsonl', got {c.metrics_format!r}")
+    for name in ("env", "model", "out_dir"):
+        v = getattr(c, name)
+        if not isinstance(v, str) or not v:
+            raise ValueError(f"{setting(name)} must be a non-empty string, got {v!r}")
+    int_at_least(setting("seed"), c.seed, 0, MAX_SEED)
+    int_at_least(setting("timesteps"), c.timesteps, 1)
+    int_at_least(setting("threads"), c.threads, 1)
+    int_at_least(setting("smoothing_episodes"), c.smoothing_episodes, 1)
+    finite_number(setting("lr"), c.lr, 0, lo_open=True)
+    finite_number(setting("gamma"), c.gamma, 0, 1)
+    if c.stop_reward is not None:
+        finite_number(setting("stop_reward"), c.stop_reward)
 
 
 @dataclasses.dataclass
@@ -113,12 +158,20 @@ class TrainConfig:
         return cls(**kw)
 
     def __post_init__(self) -> None:
-        if self.metrics_format not in ("csv", "jsonl"):
-            raise ValueError(f"metrics_format must be 'csv' or 'jsonl', got {self.metrics_format!r}")
-        for name in ("timesteps", "workers", "envs_per_worker", "train_batch_size", "sgd_minibatch_size", "num_sgd_iter"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        check_common(self)
+        for name in ("workers", "envs_per_worker", "train_batch_size", "sgd_minibatch_size", "num_sgd_iter"):
+            int_at_least(setting(name), getattr(self, name), 1)
+        finite_number(setting("lambda_"), self.lambda_, 0, 1)
+        finite_number(setting("clip_param"), self.clip_param, 0, lo_open=True)
+        finite_number(setting("vf_loss_coeff"), self.vf_loss_coeff, 0)
+        finite_number(setting("entropy_coeff"), self.entropy_coeff, 0)
+        if self.grad_clip is not None:
+            finite_number(setting("grad_clip"), self.grad_clip, 0, lo_open=True)  # None: no clip
+        for name in ("adam_fused", "tensorboard"):
+            boolean(name, getattr(self, name))
+        if not isinstance(self.model_config, dict):
+            raise ValueError(f"{setting('model_config')} must be a JSON object (a dict of the model's keyword "
+                             f"arguments), got {type(self.model_config).__name__} {self.model_config!r}")
         if not isinstance(self.async_sampling, bool):
             raise ValueError(f"async_sampling must be a bool, got {self.async_sampling!r}")
         if self.backend is None:
@@ -177,7 +230,8 @@ class TrainConfig:
 
     @property
     def checkpoint_path(self) -> Path:
-        return Path(self.out_dir) / "checkpoint.pt"
+        """The run's checkpoint: a folder (`trajview.train.checkpoint`)."""
+        return Path(self.out_dir) / "checkpoint"
 
     def ppo_config(self) -> dict:
         return {

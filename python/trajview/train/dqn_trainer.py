@@ -16,19 +16,28 @@ from typing import cast
 
 import gymnasium as gym
 import numpy as np
-import torch
 
 from .. import envs as _envs  # noqa: F401  (registers trajview's gymnasium ids)
+from .._io import atomic_write
+from .._validate import boolean, finite_number, int_at_least
 from ..algorithms.dqn import DQNPolicy
+from ..errors import FileIntegrityError
 from ..replay import PrioritizedSampler, RandomSampler, ReplayBuffer, Sampler
+from ..replay.persistence import dump_parts, load_parts
 from ..rollout.worker import RolloutWorker
 from ..views import SampleBatch
-from .loop import RunCounters, interrupted, run_loop, save_atomically, saved_config, summarize
-from .metrics import append_metrics, truncate_metrics
+from .checkpoint import Checkpoint, fitting, tensor_state
+from .loop import RunCounters, run_loop, summarize
+from .config import check_common, setting
+from .metrics import append_metrics
+from .runs import config_from
 
-__all__ = ["DQNConfig", "DQNTrainer", "is_dqn_run", "train_dqn_from_args"]
+__all__ = ["DQNConfig", "DQNTrainer", "REPLAY_PREFIX", "dqn_config"]
 
 log = logging.getLogger("trajview.train")
+
+#: The replay buffer's files in a DQN checkpoint are named with this prefix.
+REPLAY_PREFIX = "replay."
 
 
 @dataclasses.dataclass
@@ -65,13 +74,21 @@ class DQNConfig:
     threads: int = 1
 
     def __post_init__(self) -> None:
-        if self.metrics_format not in ("csv", "jsonl"):
-            raise ValueError(f"metrics_format must be 'csv' or 'jsonl', got {self.metrics_format!r}")
-        for name in ("timesteps", "num_frames", "envs", "rollout_fragment_length", "buffer_size", "batch_size",
+        check_common(self)
+        for name in ("envs", "rollout_fragment_length", "buffer_size", "batch_size", "hidden", "gradient_steps",
                      "iteration_steps", "target_update_interval"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+            int_at_least(setting(name), getattr(self, name), 1)
+        int_at_least(setting("num_frames"), self.num_frames, 2)
+        int_at_least(setting("learning_starts"), self.learning_starts, 0)
+        int_at_least(setting("eps_steps"), self.eps_steps, 0)
+        if self.batch_size > self.buffer_size:
+            raise ValueError(f"batch_size ({self.batch_size}) must be at most buffer_size ({self.buffer_size})")
+        finite_number(setting("eps_start"), self.eps_start, 0, 1)
+        finite_number(setting("eps_end"), self.eps_end, 0, 1)
+        finite_number(setting("per_alpha"), self.per_alpha, 0)
+        finite_number(setting("per_beta"), self.per_beta, 0, 1)
+        for name in ("dueling", "prioritized"):
+            boolean(name, getattr(self, name))
 
     @property
     def metrics_path(self) -> Path:
@@ -79,7 +96,8 @@ class DQNConfig:
 
     @property
     def checkpoint_path(self) -> Path:
-        return Path(self.out_dir) / "checkpoint.pt"
+        """The run's checkpoint: a folder (`trajview.train.checkpoint`), the replay buffer's files in it."""
+        return Path(self.out_dir) / "checkpoint"
 
     def policy_config(self) -> dict:
         return {"num_frames": self.num_frames, "hidden": self.hidden, "dueling": self.dueling, "lr": self.lr,
@@ -91,7 +109,8 @@ class DQNTrainer(RunCounters):
 
     def __init__(self, config: DQNConfig, resume: bool = False) -> None:
         self.config = c = config
-        Path(c.out_dir).mkdir(parents=True, exist_ok=True)
+        self.resume = resume
+        self._out_ready = False
         self.start_counters(c.seed, c.threads, c.smoothing_episodes)
         self.resumes = 0
         probe = gym.make(c.env)
@@ -102,18 +121,31 @@ class DQNTrainer(RunCounters):
         # Each observation is stored once; the stacks are views built at sample time.
         self.buffer = ReplayBuffer(c.buffer_size, sampler=sampler, views=self.policy.replay_views())
         if resume:
-            state = torch.load(c.checkpoint_path, weights_only=False)
-            self.policy.set_state(state["policy"])
-            self.buffer.load_state_dict(state["buffer"])
-            self.restore_counters(state)
-            self.resumes = state["resumes"] + 1
-            truncate_metrics(c.metrics_path, self.iteration, c.metrics_format)
+            self._restore(self.load_checkpoint("dqn"))
+        #: The iteration this process started from (0, or the checkpoint's on resume).
+        self.start_iteration = self.iteration
         env_id = c.env
         # On resume: fresh env seeds and a new worker_index, so new episode ids never meet the open
         # trajectories of the restored buffer.
         self.worker = RolloutWorker(lambda cfg: gym.make(env_id), self.policy, num_envs=c.envs,
                                     rollout_fragment_length=c.rollout_fragment_length,
                                     seed=c.seed * 100_003 + self.iteration * 7_919, worker_index=self.resumes)
+
+    def _restore(self, ck: Checkpoint) -> None:
+        """The policy (networks and optimizer from ``weights.pt``; epsilon, gradient steps and the exploration RNG
+        from the manifest), the replay buffer (its files, checked) and the counters of a checkpoint."""
+        extra = ck.extra
+        resumes, pol = extra.get("resumes"), extra.get("policy")
+        if (isinstance(resumes, bool) or not isinstance(resumes, int) or resumes < 0 or not isinstance(pol, dict)
+                or not isinstance(pol.get("rng"), dict)):
+            raise FileIntegrityError(ck.manifest_path, f"'extra' must hold 'resumes' (an int >= 0) and 'policy' "
+                                                       f"(epsilon, grad_steps, rng), got {extra!r:.200}")
+        tensors = {k: tensor_state(ck, k) for k in ("q", "target", "optimizer")}
+        fitting(ck, "the policy's state", lambda: self.policy.set_state({**tensors, **pol}))
+        replay = ck.manifest.meta.get("replay")
+        load_parts(self.buffer, ck.manifest, replay, REPLAY_PREFIX)
+        self.restore_counters(ck)  # and the metrics rows written after the checkpoint go
+        self.resumes = resumes + 1
 
     def _epsilon(self) -> float:
         c = self.config
@@ -157,6 +189,11 @@ class DQNTrainer(RunCounters):
             "entropy": self.policy.epsilon,
             "kl": math.nan,
         }
+        if not self._out_ready:  # the run folder and (a new run) its config.json, at the first metrics row
+            Path(c.out_dir).mkdir(parents=True, exist_ok=True)
+            if not self.resume:
+                atomic_write(Path(c.out_dir) / "config.json", json.dumps(dataclasses.asdict(c), indent=2).encode())
+            self._out_ready = True
         append_metrics(c.metrics_path, row, c.metrics_format)
         return row
 
@@ -166,16 +203,18 @@ class DQNTrainer(RunCounters):
             return True
         return c.stop_reward is not None and len(self.returns) > 0 and self.mean_return >= c.stop_reward
 
-    def save_checkpoint(self) -> None:
-        state = {
-            "algo": "dqn",
-            "config": dataclasses.asdict(self.config),
-            "policy": self.policy.get_state(),
-            "buffer": self.buffer.state_dict(),
-            "resumes": self.resumes,
-            **self.counters_state(),
-        }
-        save_atomically(state, self.config.checkpoint_path)
+    def save_checkpoint(self, background: bool = False) -> None:
+        """Commits the checkpoint (`trajview.train.checkpoint`) as one unit: the networks and optimizer, the
+        settings and counters, epsilon, gradient steps and the exploration RNG, and the replay buffer's files
+        (`trajview.replay.persistence.dump_parts`). Always written before it returns (``background`` is not
+        taken: the replay files are written from the buffer's memory, under its lock, which the next iteration's
+        adds need)."""
+        p = self.policy.get_state()
+        weights = {k: p[k] for k in ("q", "target", "optimizer")}
+        extra = {"resumes": self.resumes, "policy": {"epsilon": float(p["epsilon"]), "grad_steps": int(p["grad_steps"]),
+                                                     "rng": p["rng"]}}
+        with dump_parts(self.buffer, REPLAY_PREFIX) as (files, replay):
+            self.commit_checkpoint("dqn", weights, extra, files=files, extra_meta={"replay": replay})
 
     def train(self, progress: bool = True, on_iteration: Callable[[dict], None] | None = None) -> dict:
         """Runs until ``timesteps`` env steps or the mean return reaches ``stop_reward``; returns a summary."""
@@ -189,45 +228,16 @@ class DQNTrainer(RunCounters):
         return summary
 
 
-def is_dqn_run(out: str) -> bool:
-    """Whether the run directory ``out`` holds a DQN run (its ``config.json``), so ``--resume`` finds it
-    without ``--algo dqn``."""
-    try:
-        cfg = json.loads((Path(out) / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(cfg, dict) and cfg.get("model") == DQNConfig.model and "buffer_size" in cfg
-
-
-def train_dqn_from_args(args: argparse.Namespace, ppo_defaults: object) -> int:
-    """``trajview train --algo dqn``: the shared options that apply (env, seed, timesteps, lr when given,
-    stop reward, out, metrics format, threads, resume, progress); the rest are `DQNConfig`'s defaults."""
-    out = args.out or f"runs/dqn-seed{args.seed}"
-    if args.resume:
-        saved = saved_config(out, args.timesteps, getattr(ppo_defaults, "timesteps"))
-        if saved is None:
-            return 2
-        config = DQNConfig(**saved)
-    else:
-        kw = dict(env=args.env, seed=args.seed, timesteps=args.timesteps, out_dir=out,
-                  metrics_format=args.metrics_format, threads=args.threads,
-                  stop_reward=args.stop_reward)  # a number, or None ('none': never)
-        if args.lr is not None:
-            kw["lr"] = args.lr
-        config = DQNConfig(**kw)
-    trainer = DQNTrainer(config, resume=args.resume)
-    if not args.resume:
-        with open(Path(out) / "config.json", "w") as f:
-            json.dump(dataclasses.asdict(config), f, indent=2)
-    log.info("%s %s: DQN on %s, seed %d, up to %d env steps", "resuming" if args.resume else "training", out,
-             config.env, config.seed, config.timesteps)
-    try:
-        summary = trainer.train(progress=not args.no_progress)
-    except KeyboardInterrupt:  # Ctrl-C: as for PPO, where the run stands instead of a traceback
-        if getattr(args, "traceback", False):
-            raise
-        return interrupted(trainer, config)
-    log.info("final mean return %.1f after %d env steps, %.1f s", summary["episode_return_mean"],
-             summary["env_steps"], summary["time_s"])
-    print(json.dumps(summary))
-    return 0
+def dqn_config(args: argparse.Namespace, ck: Checkpoint | None, out: str, metrics_format: str,
+               timesteps: int | None) -> DQNConfig:
+    """``trajview train --algo dqn``'s settings: a resumed run's checkpoint's (``timesteps`` when given), else the
+    shared options that apply (env, seed, timesteps, lr and gamma when given, stop reward, out, metrics format,
+    threads) over `DQNConfig`'s defaults."""
+    if ck is not None:
+        return config_from(DQNConfig, ck, out, timesteps)
+    kw = dict(env=args.env, seed=args.seed, timesteps=args.timesteps, out_dir=out, metrics_format=metrics_format,
+              threads=args.threads, stop_reward=args.stop_reward)  # a number, or None ('none': never)
+    for name in ("lr", "gamma"):
+        if getattr(args, name) is not None:
+            kw[name] = getattr(args, name)
+    return DQNConfig(**kw)

@@ -1,12 +1,15 @@
-"""What the trainers of ``trajview train`` (`PPOTrainer`, `DQNTrainer`) share: the iteration loop with its
-progress bar, the atomic checkpoint write, and the run's summary (metrics, learning-curve plot)."""
+"""What the trainers of ``trajview train`` (`PPOTrainer`, `DQNTrainer`) share: the counters and how they go
+into a checkpoint and come back, the iteration loop with its progress bar, the run's summary (metrics,
+learning-curve plot), and what a run stopped early (Ctrl-C, SIGTERM, a failed worker) says."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
-import os
+import signal
 import sys
+import threading
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -15,9 +18,11 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from .metrics import plot_learning_curve, read_metrics
+from ..errors import FileIntegrityError
+from .checkpoint import Checkpoint, fitting, has_checkpoint, prepare_checkpoint, read_checkpoint, tensor_state
+from .metrics import plot_learning_curve, read_metrics, truncate_metrics
 
-__all__ = ["RunCounters", "interrupted", "run_loop", "save_atomically", "saved_config", "summarize", "where_it_stopped"]
+__all__ = ["RunCounters", "Terminated", "interrupted", "on_sigterm", "run_loop", "summarize", "where_it_stopped"]
 
 log = logging.getLogger("trajview.train")
 
@@ -26,8 +31,10 @@ class RunCounters:
     """A run's counters (iterations, env steps, episodes, seconds, the last episodes' returns and lengths), set
     up, checkpointed and restored the same way for every trainer."""
 
-    #: What `counters_state` holds besides the return and length windows and torch's RNG.
+    #: What `counters_state` holds besides the return and length windows.
     COUNTERS = ("iteration", "env_steps", "episodes", "elapsed")
+
+    config: Any
 
     iteration: int
     env_steps: int
@@ -50,20 +57,79 @@ class RunCounters:
         self.returns = deque(maxlen=smoothing_episodes)
         self.lengths = deque(maxlen=smoothing_episodes)
         self.checkpointed = None
+        self._committing: tuple[threading.Thread, tuple[int, int]] | None = None
+        self._commit_error: BaseException | None = None
 
     def counters_state(self) -> dict[str, Any]:
-        """The counters, the windows and torch's RNG, for a checkpoint."""
-        return {**{k: getattr(self, k) for k in self.COUNTERS}, "returns": list(self.returns),
-                "lengths": list(self.lengths), "torch_rng": torch.get_rng_state()}
+        """The counters and the windows, for a checkpoint's JSON (torch's RNG state goes with the tensors:
+        ``torch.get_rng_state()`` under ``"torch_rng"``)."""
+        return {"iteration": int(self.iteration), "env_steps": int(self.env_steps), "episodes": int(self.episodes),
+                "elapsed": float(self.elapsed), "returns": [float(x) for x in self.returns],
+                "lengths": [int(x) for x in self.lengths]}
 
-    def restore_counters(self, state: dict[str, Any]) -> None:
-        """Takes back what `counters_state` saved (from a checkpoint)."""
+    def restore_counters(self, ck: Checkpoint) -> None:
+        """Takes back what `counters_state` saved (the checkpoint's counters, checked when read) and torch's RNG
+        state; drops the metrics rows written after the checkpoint (a run killed between the two) and a partial
+        last row (a run killed mid-write)."""
+        rng = tensor_state(ck, "torch_rng")
+        fitting(ck, "torch_rng (torch's RNG state)", lambda: torch.set_rng_state(rng))
         for k in self.COUNTERS:
-            setattr(self, k, state[k])
-        self.returns.extend(state["returns"])
-        self.lengths.extend(state["lengths"])
-        torch.set_rng_state(state["torch_rng"])
+            setattr(self, k, ck.counters[k])
+        self.returns.extend(ck.counters["returns"])
+        self.lengths.extend(ck.counters["lengths"])
         self.checkpointed = (self.iteration, self.env_steps)
+        c = self.config  # type: ignore[attr-defined]
+        rows, partial = truncate_metrics(c.metrics_path, self.iteration, c.metrics_format)
+        if rows or partial:
+            log.warning("%s: dropped %s written after the checkpoint's iteration %d", c.metrics_path,
+                        " and ".join(([f"{rows} row(s)"] if rows else []) + (["a partial last line"] if partial
+                                                                             else [])), self.iteration)
+
+    def commit_checkpoint(self, algo: str, weights: dict[str, Any], extra: dict[str, Any] | None = None,
+                          files: dict[str, Callable[[Any], None]] | None = None,
+                          extra_meta: dict[str, Any] | None = None, background: bool = False) -> None:
+        """Commits the run's checkpoint (`trajview.train.checkpoint.write_checkpoint`): the settings, the counters,
+        ``weights`` with torch's RNG state, the trainer's ``extra`` JSON and ``files``. With ``background``, the
+        state is taken now (serialized: ``files`` must not change after) and written by a thread while the run goes
+        on (its fsyncs off the iteration's path); `wait_checkpoint` waits for it, and the next commit first."""
+        self.wait_checkpoint()
+        commit = prepare_checkpoint(self.config.checkpoint_path, algo, dataclasses.asdict(self.config),
+                                    self.counters_state(), {**weights, "torch_rng": torch.get_rng_state()}, extra,
+                                    files, extra_meta)
+        at = (self.iteration, self.env_steps)
+        if not background:
+            commit()
+            self.checkpointed = at
+            return
+
+        def write() -> None:
+            try:
+                commit()
+            except BaseException as e:  # raised by wait_checkpoint, in the run's thread
+                self._commit_error = e
+
+        self._commit_error = None
+        self._committing = (threading.Thread(target=write, name="trajview-checkpoint"), at)
+        self._committing[0].start()
+
+    def wait_checkpoint(self) -> None:
+        """Waits for a checkpoint written in the background (`commit_checkpoint`) and raises its error, if any."""
+        pending = self._committing
+        if pending is None:
+            return
+        pending[0].join()
+        self._committing = None
+        err, self._commit_error = self._commit_error, None
+        if err is not None:
+            raise err
+        self.checkpointed = pending[1]
+
+    def load_checkpoint(self, algo: str) -> Checkpoint:
+        """The run's checkpoint, read and checked (`read_checkpoint`), of ``algo``'s trainer."""
+        ck = read_checkpoint(self.config.checkpoint_path)
+        if ck.algo != algo:
+            raise FileIntegrityError(ck.manifest_path, f"a {ck.algo.upper()} run's checkpoint, not {algo.upper()}'s")
+        return ck
 
     @property
     def mean_return(self) -> float:
@@ -99,28 +165,9 @@ class _Run(Protocol):
 
     def train_iteration(self) -> dict: ...
 
-    def save_checkpoint(self) -> None: ...
+    def save_checkpoint(self, background: bool = False) -> None: ...
 
-
-def save_atomically(state: dict, path: Path) -> None:
-    """``torch.save`` to a temporary file, then renamed: a run killed meanwhile keeps its last checkpoint."""
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
-def saved_config(out: str, timesteps: int, default_timesteps: int) -> dict | None:
-    """For ``--resume``: the settings saved in ``out``'s checkpoint (``timesteps`` replaced when it was given,
-    i.e. differs from ``default_timesteps``; ``out_dir`` = ``out``), or None (logged) when there is none."""
-    ckpt = Path(out) / "checkpoint.pt"
-    if not ckpt.exists():
-        log.error("--resume: no checkpoint at %s", ckpt)
-        return None
-    saved: dict = torch.load(ckpt, weights_only=False)["config"]
-    if timesteps != default_timesteps:
-        saved["timesteps"] = timesteps
-    saved["out_dir"] = out
-    return saved
+    def wait_checkpoint(self) -> None: ...
 
 
 def run_loop(
@@ -132,8 +179,9 @@ def run_loop(
     on_iteration: Callable[[dict], None] | None,
     close: Callable[[], None],
 ) -> None:
-    """Iterations until ``run.done()``, a checkpoint after each; a progress bar (or, without, ``log_line(row)``
-    logged per iteration); ``close()`` at the end, whatever happened."""
+    """Iterations until ``run.done()``, a checkpoint after each (written while the next iteration runs, where the
+    trainer can: `RunCounters.commit_checkpoint`; waited for before the loop ends, however it ends); a progress
+    bar (or, without, ``log_line(row)`` logged per iteration); ``close()`` at the end, whatever happened."""
     from tqdm import tqdm
 
     c = run.config
@@ -142,8 +190,7 @@ def run_loop(
     try:
         while not run.done():
             row = run.train_iteration()
-            run.save_checkpoint()
-            run.checkpointed = (run.iteration, run.env_steps)
+            run.save_checkpoint(background=True)  # written while the next iteration runs (PPO)
             bar.update(min(row["env_steps"], c.timesteps) - bar.n)
             post = {"ret": f"{row['episode_return_mean']:.1f}", "sps": f"{row['steps_per_s']:.0f}"}
             if "worker_steps_per_s" in row:  # PPO: each worker's sampling rate, the learner's wait for the batch
@@ -155,8 +202,11 @@ def run_loop(
             if not progress:
                 log.info("%s", log_line(row))
     finally:
-        bar.close()
-        close()
+        try:
+            run.wait_checkpoint()  # the last iteration's checkpoint complete (or its error raised)
+        finally:
+            bar.close()
+            close()
 
 
 def summarize(run: _Run, title: str) -> dict[str, Any]:
@@ -185,7 +235,7 @@ def summarize(run: _Run, title: str) -> dict[str, Any]:
 def where_it_stopped(trainer: Any, config: Any) -> str:
     """Where a run that stopped early stands: the iteration its checkpoint holds (`RunCounters.checkpointed`:
     written after every iteration, so an iteration cut short is not in it), and how to go on."""
-    if config is None or not config.checkpoint_path.exists():
+    if config is None or not has_checkpoint(config.checkpoint_path):
         return "the run stopped before its first iteration (nothing written)"
     saved = getattr(trainer, "checkpointed", None)
     if saved is None:  # the trainer did not get as far as its checkpoint's counters: a resumed run's start failed
@@ -196,8 +246,34 @@ def where_it_stopped(trainer: Any, config: Any) -> str:
             f"({env_steps} env steps){session}; --resume --out {config.out_dir} continues it")
 
 
-def interrupted(trainer: Any, config: Any) -> int:
-    """``trajview train`` stopped by Ctrl-C (PPO or DQN): prints where the run stands (`where_it_stopped`) instead
-    of a traceback; the exit code, 130."""
-    print(f"trajview train: interrupted\n{where_it_stopped(trainer, config)}", file=sys.stderr)
-    return 130
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread by `on_sigterm`'s handler: a KeyboardInterrupt, so that it stops a run
+    the way Ctrl-C does (the workers stopped, the checkpoint kept)."""
+
+
+def on_sigterm() -> Callable[[], None]:
+    """Makes SIGTERM raise `Terminated` in the main thread (once: a second SIGTERM while the run stops is
+    ignored; SIGKILL still ends it). Returns the function that puts the previous handler back. Called from
+    another thread (where Python sets no handlers), it changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
+
+
+def interrupted(trainer: Any, config: Any, stop: BaseException | None = None) -> int:
+    """``trajview train`` stopped by Ctrl-C or SIGTERM (PPO or DQN): prints where the run stands
+    (`where_it_stopped`) instead of a traceback; the exit code, 130 (SIGINT) or 143 (SIGTERM, ``stop`` a
+    `Terminated`), as a shell gives a command a signal ended."""
+    what = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
+    print(f"trajview train: {what}\n{where_it_stopped(trainer, config)}", file=sys.stderr)
+    return 143 if isinstance(stop, Terminated) else 130

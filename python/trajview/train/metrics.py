@@ -7,11 +7,15 @@ No torch here: ``trajview report`` reads runs with the core dependencies only
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from pathlib import Path
 
-__all__ = ["METRIC_FIELDS", "append_metrics", "truncate_metrics", "read_metrics", "plot_learning_curve"]
+from .._io import append_line, atomic_write, read_lines
+from ..errors import FileIntegrityError
+
+__all__ = ["METRIC_FIELDS", "REQUIRED_FIELDS", "append_metrics", "truncate_metrics", "read_metrics", "plot_learning_curve"]
 
 #: The columns of a metrics CSV, in order (JSON lines rows carry the same keys).
 METRIC_FIELDS = [
@@ -43,54 +47,125 @@ METRIC_FIELDS = [
 ]
 
 
+#: The columns every metrics row must have (what ``--resume``, the summary and ``trajview report`` read).
+REQUIRED_FIELDS = ("iteration", "env_steps", "episode_return_mean", "time_s")
+
+
+def _csv_line(values: list) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="").writerow(values)
+    return buf.getvalue()
+
+
+def _csv_header(path: Path) -> list[str] | None:
+    """A CSV metrics file's columns (its complete first line), or None: no file, or no complete first line (a
+    run killed while writing it)."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline()
+    except FileNotFoundError:
+        return None
+    if not first.endswith(b"\n"):
+        return None
+    try:
+        return next(csv.reader([first.decode().rstrip("\r\n")]), [])
+    except UnicodeDecodeError as e:
+        raise FileIntegrityError(path, f"line 1 (the header) is not UTF-8 text ({e})") from None
+
+
 def append_metrics(path: str | Path, row: dict, metrics_format: str = "csv") -> None:
-    """Appends one row to the metrics file at ``path`` (``"csv"``: with a header if the file is new; ``"jsonl"``)."""
+    """Appends one row to the metrics file at ``path`` (``"csv"``: with a header if the file is new; ``"jsonl"``),
+    fsynced (`trajview._io.append_line`): a run killed mid-write leaves at most a partial last line, which
+    `read_metrics` drops. A CSV file's first row is written with its header atomically."""
     path = Path(path)
     if metrics_format == "jsonl":
-        with open(path, "a") as f:
-            f.write(json.dumps(row) + "\n")
+        append_line(path, json.dumps(row))
         return
-    new = not path.exists()
-    fields = METRIC_FIELDS
-    if not new:  # a resumed run's file keeps its own columns (those of the trajview that started it)
-        with open(path, newline="") as f:
-            fields = next(csv.reader(f), []) or METRIC_FIELDS
-    with open(path, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        if new:
-            w.writeheader()
-        w.writerow({k: row.get(k, "") for k in fields})
+    fields = _csv_header(path)  # a resumed run's file keeps its own columns (those of the trajview that started it)
+    if not fields:  # a new file (or only a partial header: a run killed while writing it)
+        atomic_write(path, (_csv_line(METRIC_FIELDS) + "\n"
+                            + _csv_line([row.get(k, "") for k in METRIC_FIELDS]) + "\n").encode())
+        return
+    append_line(path, _csv_line([row.get(k, "") for k in fields]))
 
 
-def truncate_metrics(path: str | Path, iteration: int, metrics_format: str = "csv") -> None:
-    """Drops the rows after ``iteration`` (written by a run killed between a metrics row and its checkpoint)."""
-    path = Path(path)
-    rows = [r for r in read_metrics(path) if r["iteration"] <= iteration]
-    if path.exists():
-        path.unlink()
-    for r in rows:
-        append_metrics(path, r, metrics_format)
-
-
-def _number(v: str | None) -> float | int:
-    if v in ("", None):
+def _number(v: str, path: Path, where: str) -> float | int:
+    if v == "":
         return math.nan
     try:
         return int(v)
     except ValueError:
+        pass
+    try:
         return float(v)
+    except ValueError:
+        raise FileIntegrityError(path, f"{where}: not a number: {v!r}") from None
+
+
+def _parse(path: Path) -> tuple[str | None, list[tuple[str, dict]], bool]:
+    """A metrics file's header line (CSV; None for JSON lines or an empty file), its complete rows (each line's
+    text and its values) and whether a partial last line was dropped. `FileIntegrityError` naming the file and the
+    line for anything else that is not a metrics row."""
+    lines, partial = read_lines(path)
+    rows: list[tuple[str, dict]] = []
+    if path.suffix == ".jsonl":
+        header = None
+        for n, line in enumerate(lines, 1):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise FileIntegrityError(path, f"line {n}: not JSON ({e})") from None
+            if not isinstance(row, dict):
+                raise FileIntegrityError(path, f"line {n}: expected a JSON object, got {type(row).__name__}")
+            for k in REQUIRED_FIELDS:
+                v = row.get(k)
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise FileIntegrityError(path, f"line {n}: {k!r} must be a number, got {v!r}")
+            rows.append((line, row))
+    else:
+        if not lines:
+            return None, [], partial
+        header = lines[0]
+        fields = next(csv.reader([header]), [])
+        missing = [k for k in REQUIRED_FIELDS if k not in fields]
+        if missing:
+            raise FileIntegrityError(path, f"line 1: the header lacks the column(s) {', '.join(missing)}: "
+                                           f"not a metrics file, or a damaged one")
+        for n, line in enumerate(lines[1:], 2):
+            values = next(csv.reader([line]), [])
+            if len(values) != len(fields):
+                raise FileIntegrityError(path, f"line {n}: {len(values)} values, the header has {len(fields)} columns")
+            rows.append((line, {k: _number(v, path, f"line {n}, column {k!r}") for k, v in zip(fields, values)}))
+    for n, (_, row) in enumerate(rows, 1 if header is None else 2):
+        it = row["iteration"]
+        if not isinstance(it, int) or it < 1:
+            raise FileIntegrityError(path, f"line {n}: 'iteration' must be an int >= 1, got {it!r}")
+    return header, rows, partial
+
+
+def truncate_metrics(path: str | Path, iteration: int, metrics_format: str = "csv") -> tuple[int, bool]:
+    """Drops the rows after ``iteration`` (written by a run killed between a metrics row and its checkpoint) and a
+    partial last line (a run killed mid-write), rewriting the file atomically (only when something goes). Returns
+    the complete rows dropped and whether a partial line was. `FileIntegrityError` when the file is damaged
+    otherwise."""
+    path = Path(path)
+    if not path.exists():
+        return 0, False
+    header, rows, partial = _parse(path)
+    keep = [line for line, row in rows if row["iteration"] <= iteration]
+    if partial or len(keep) < len(rows):
+        lines = ([header] if header is not None else []) + keep
+        atomic_write(path, "".join(line + "\n" for line in lines).encode())
+    return len(rows) - len(keep), partial
 
 
 def read_metrics(path: str | Path) -> list[dict]:
-    """The rows of a metrics file (CSV or JSON lines), as numbers."""
+    """The rows of a metrics file (CSV or JSON lines), as numbers (empty cells: NaN); a partial last line (a run
+    killed mid-write) is left out. `FileIntegrityError` naming the file and line when it is damaged otherwise."""
     path = Path(path)
     if not path.exists():
         return []
-    if path.suffix == ".jsonl":
-        with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()]
-    with open(path, newline="") as f:
-        return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    return [row for _, row in _parse(path)[1]]
 
 
 def plot_learning_curve(rows: list[dict], path: str | Path, title: str, stop_reward: float | None = None) -> None:

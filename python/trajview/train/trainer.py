@@ -12,14 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from ..algorithms.models import has_image_leaves
 from ..algorithms.ppo import PPOPolicy
 from .config import IMAGE_MODEL_PRESETS, TrainConfig
 from .envs import env_creator, import_env_modules, make_env
-from .loop import RunCounters, run_loop, save_atomically, summarize
-from .metrics import append_metrics, truncate_metrics
+from .._io import atomic_write
+from .checkpoint import fitting, tensor_state
+from .loop import RunCounters, run_loop, summarize
+from .metrics import append_metrics
 from .sampling import LocalRollouts, ParallelRollouts, make_rollouts
 
 __all__ = ["PPOTrainer", "TENSORBOARD_SCALARS"]
@@ -62,13 +63,11 @@ class PPOTrainer(RunCounters):
         self.policy = PPOPolicy(obs_space, act_space, config.ppo_config())
         # Made here, not in the first (timed) iteration: torch's fused Adam imports torch._dynamo (1.4 s).
         self.policy.get_optimizer()
-        state = None
         if resume:
-            state = torch.load(config.checkpoint_path, weights_only=False)
-            self.policy.set_state(state["policy"])
-            self.restore_counters(state)
-            # Rows written after the checkpoint (a run killed between the two) go.
-            truncate_metrics(config.metrics_path, self.iteration, config.metrics_format)
+            ck = self.load_checkpoint("ppo")
+            policy_state = tensor_state(ck, "policy")
+            fitting(ck, "the policy's state", lambda: self.policy.set_state(policy_state))
+            self.restore_counters(ck)  # and the metrics rows written after the checkpoint go
         #: The iteration this process started from (0, or the checkpoint's on resume).
         self.start_iteration = self.iteration
         per = config.workers * config.envs_per_worker
@@ -141,8 +140,7 @@ class PPOTrainer(RunCounters):
         out = Path(self.config.out_dir)
         out.mkdir(parents=True, exist_ok=True)
         if not self.resume:
-            with open(out / "config.json", "w") as f:
-                json.dump(dataclasses.asdict(self.config), f, indent=2)
+            atomic_write(out / "config.json", json.dumps(dataclasses.asdict(self.config), indent=2).encode())
         if self.config.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -155,13 +153,10 @@ class PPOTrainer(RunCounters):
             return True
         return c.stop_reward is not None and bool(self.returns) and self.mean_return >= c.stop_reward
 
-    def save_checkpoint(self) -> None:
-        state = {
-            "config": dataclasses.asdict(self.config),
-            "policy": self.policy.get_state(),
-            **self.counters_state(),
-        }
-        save_atomically(state, self.config.checkpoint_path)
+    def save_checkpoint(self, background: bool = False) -> None:
+        """Commits the checkpoint (`trajview.train.checkpoint`): the model's and optimizer's state with the
+        settings and counters. ``background``: the state taken now, written by a thread (`wait_checkpoint`)."""
+        self.commit_checkpoint("ppo", {"policy": self.policy.get_state()}, background=background)
 
     def stop(self) -> None:
         """Ends the workers (their processes or Ray actors) and closes the TensorBoard writer; `train` does this
