@@ -18,6 +18,13 @@ python -m pip install -q '.[train]'   # the train extra: tqdm, matplotlib (torch
 if [ $# -gt 0 ]; then
   exec trajview train "$@"
 fi
+# trajview train refuses a new run in a folder that holds one: an earlier main job's runs are kept, renamed.
+for d in runs/framestack-seed0 runs/mlp-seed0; do
+  if [ -e "$d" ]; then
+    kept="$d.$(date +%Y%m%d-%H%M%S)"
+    mv "$d" "$kept" && echo "an earlier run was in $d: kept as $kept"
+  fi
+done
 trajview train --model framestack --seed 0 --out runs/framestack-seed0
 trajview train --model mlp --seed 0 --out runs/mlp-seed0
 trajview report runs/framestack-seed0 runs/mlp-seed0
