@@ -28,14 +28,15 @@ def test_dqn_train_writes_metrics_plot_checkpoint_and_resumes(tmp_path, capsys):
     state = torch.load(out / "checkpoint.pt", weights_only=False)
     buf = state["buffer"]
     # The buffer stores each observation once: no frame stack column, the stack is a view.
-    assert "stack" not in buf["config"]["specs"] and "obs" in buf["config"]["specs"]
-    assert set(buf["config"]["views"]) == {"stack", "next_stack"}
+    stored = [name for name, _, _ in buf["state"]["columns"]]
+    assert "stack" not in stored and "obs" in stored
+    assert set(buf["state"]["views"]) == {"stack", "next_stack"}
     # --resume finds the DQN run without --algo dqn.
     assert main(["train", "--timesteps", "3000", "--out", str(out), "--no-progress", "--resume"]) == 0
     state2 = torch.load(out / "checkpoint.pt", weights_only=False)
     assert state2["env_steps"] > state["env_steps"] and state2["resumes"] == 1
     # The restored buffer kept the earlier steps and took the new ones.
-    assert state2["buffer"]["meta"]["head"] > buf["meta"]["head"]
+    assert state2["buffer"]["state"]["store"]["head"] > buf["state"]["store"]["head"]
 
 
 def test_dqn_learns_from_stack_views(tmp_path):

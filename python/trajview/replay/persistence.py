@@ -34,12 +34,13 @@ API (signatures are stable: ``trajview train`` checkpoints use the two ``*_parts
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -48,8 +49,8 @@ from ..errors import FileIntegrityError
 from ..views import ViewRequirement
 from .nstep import NStep
 
-if TYPE_CHECKING:
-    from .buffer import ReplayBuffer
+#: A `ReplayBuffer` (not imported: the buffer imports this module, and the layers allow no cycle).
+ReplayBuffer = Any
 
 __all__ = ["FORMAT", "VERSION", "dump_parts", "dumps", "load_parts", "load_state_dict", "loads", "open_rings",
            "state_dict"]
@@ -143,6 +144,7 @@ def _nstep_to_json(ns: NStep) -> dict[str, Any]:
             "terminated_key": ns.terminated_key, "truncated_key": ns.truncated_key}
 
 
+@functools.lru_cache(maxsize=256)
 def _npy_header(dt: np.dtype, shape: tuple[int, ...]) -> bytes:
     f = io.BytesIO()
     np.lib.format.write_array_header_1_0(
@@ -153,7 +155,7 @@ def _npy_header(dt: np.dtype, shape: tuple[int, ...]) -> bytes:
 def _npy_writer(dt: np.dtype, shape: tuple[int, ...], raw: np.ndarray) -> Callable[[IO[bytes]], None]:
     def write(f: IO[bytes]) -> None:
         f.write(_npy_header(dt, shape))
-        f.write(raw)  # type: ignore[arg-type]  # straight from the store's memory
+        f.write(raw.data)  # straight from the store's memory
     return write
 
 
@@ -165,7 +167,11 @@ def dump_parts(buf: ReplayBuffer, prefix: str = "replay.") -> Iterator[tuple[dic
     with buf._lock:
         state, arrays = _snapshot(buf)
         body = json.dumps(state, indent=1, allow_nan=False).encode()
-        files: dict[str, Callable[[IO[bytes]], None]] = {prefix + STATE: lambda f: f.write(body)}  # type: ignore[func-returns-value]
+
+        def write_state(f: IO[bytes]) -> None:
+            f.write(body)
+
+        files: dict[str, Callable[[IO[bytes]], None]] = {prefix + STATE: write_state}
         for name, (dt, shape, raw) in arrays.items():
             files[f"{prefix}{name}.npy"] = _npy_writer(dt, shape, raw)
         yield files, {"format": FORMAT, "version": VERSION, "prefix": prefix}
@@ -340,13 +346,13 @@ class _Plan:
             self.sampler_state = buf.sampler._checked_state(sstate)
         except (TypeError, ValueError) as e:
             raise _Bad(f"state['sampler']: {e}") from None
-        self._config(state)
+        self._config(buf, state)
         self._store(state, cap, src)
         expected = {n for n in self.arrays if n.startswith("sampler.")} | set(self.rows) | set(self.tables)
         if set(self.arrays) != expected:
             raise _Bad(f"state['arrays'] names {sorted(self.arrays)}, expected {sorted(expected)}")
 
-    def _config(self, state: dict[str, Any]) -> None:
+    def _config(self, buf: ReplayBuffer, state: dict[str, Any]) -> None:
         w = "state"
         cols = _get(state, "columns", (list,), w, none=True)
         self.specs: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None
@@ -366,22 +372,21 @@ class _Plan:
         views = _get(state, "views", (dict,), w, none=True)
         nsteps = _get(state, "nsteps", (dict,), w)
         try:
-            from .buffer import ReplayBuffer
             vrs = {} if views is None else {k: ViewRequirement.from_dict({**v, "space": None}) for k, v in views.items()}
             nss = {k: NStep(**v) for k, v in nsteps.items()}
-            self.views = None if views is None else ReplayBuffer._check_views(vrs)[0]
-            self.nsteps = ReplayBuffer._check_views(nss)[1]
+            self.views = None if views is None else type(buf)._check_views(vrs)[0]
+            self.nsteps = type(buf)._check_views(nss)[1]
         except (TypeError, ValueError, KeyError, AttributeError) as e:
             raise _Bad(f"state['views'] / state['nsteps']: {type(e).__name__}: {e}") from None
         self.default_views = _get(state, "default_views", (bool,), w)
         self.has_next = _get(state, "has_next", (bool,), w)
         self.fallback_key = _get(state, "fallback_key", (int,), w)
         self.open: dict[int, tuple[int, int]] = {}
-        for e in _get(state, "open", (list,), w):
-            if not (isinstance(e, list) and len(e) == 3 and all(isinstance(x, int) and not isinstance(x, bool)
-                                                                 for x in e)) or e[0] in self.open:
-                raise _Bad(f"state['open']: each entry must be [key, first t, last t] with a new key, got {e!r}")
-            self.open[e[0]] = (e[1], e[2])
+        for ent in _get(state, "open", (list,), w):
+            if not (isinstance(ent, list) and len(ent) == 3 and all(isinstance(x, int) and not isinstance(x, bool)
+                                                                     for x in ent)) or ent[0] in self.open:
+                raise _Bad(f"state['open']: each entry must be [key, first t, last t] with a new key, got {ent!r}")
+            self.open[ent[0]] = (ent[1], ent[2])
         for v in (self.fallback_key, *self.open, *(x for p in self.open.values() for x in p)):
             if not -(1 << 63) <= v < (1 << 63):
                 raise _Bad(f"state: {v} does not fit an int64 (trajectory key or t)")
@@ -406,7 +411,8 @@ class _Plan:
         for name, (dt, shape) in self.arrays.items():
             if name in self.rows and (dt, shape) != self.rows[name][1:]:
                 raise _Bad(f"state['arrays'][{name!r}] is {dt} {shape}, the column spec says {self.rows[name][1:]}")
-        tables = {"trajectories": (np.dtype(np.int64), _TRAJ_FIELDS), "pieces": (np.dtype(np.int64), _PIECE_FIELDS)}
+        tables: dict[str, tuple[np.dtype, int]] = {"trajectories": (np.dtype(np.int64), _TRAJ_FIELDS),
+                                                   "pieces": (np.dtype(np.int64), _PIECE_FIELDS)}
         if self.meta["prioritized"]:
             tables["leaves"] = (np.dtype(np.float64), 0)
         for name, (dt, width) in tables.items():
