@@ -31,6 +31,9 @@ from trajview.errors import FileIntegrityError, PathInUseError
 from trajview.replay import persistence
 
 REPO = Path(__file__).resolve().parents[1]
+#: Child processes import the trajview these tests import (a source tree on PYTHONPATH or an installed wheel).
+CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    p for p in (str(Path(tv.__file__).parent.parent), os.environ.get("PYTHONPATH")) if p)}
 
 
 def twin(rb: tv.ReplayBuffer) -> tv.ReplayBuffer:
@@ -408,7 +411,7 @@ def test_a_dump_killed_at_any_byte_leaves_the_old_or_the_new_dump(tmp_path):
     new, eps = make_buffer("prioritized", 200, 40, frag=4, extra={"img": (np.uint8, (64,))})
     new.add(eps.batch(3))  # the child's buffer (deterministic)
     fractions = [0.0, 0.999999, *np.random.default_rng(1).uniform(0, 1, 10).tolist()]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "python"), os.environ.get("PYTHONPATH", "")])}
+    env = CHILD_ENV
     r = subprocess.run([sys.executable, "-c", _KILL_CHILD, str(REPO / "tests"), str(folder),
                         ",".join(map(str, fractions))], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -434,7 +437,7 @@ def test_a_dump_sigkilled_at_a_random_time_leaves_a_complete_dump(tmp_path):
             i += 1
             print(i, rb.rows_written(), flush=True)
     """)
-    env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
+    env = CHILD_ENV
     folder = tmp_path / "d"
     rng = np.random.default_rng(2)
     for delay in rng.uniform(0.2, 1.0, 3):
@@ -545,7 +548,7 @@ def test_memmap_lock_held_by_another_process_and_released_when_it_is_killed(tmp_
         print("ready", flush=True)
         time.sleep(60)
     """)
-    env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
+    env = CHILD_ENV
     p = subprocess.Popen([sys.executable, "-c", script, str(path)], env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout is not None and p.stdout.readline().strip() == "ready"
