@@ -28,7 +28,8 @@ API (signatures are stable: ``trajview train`` checkpoints use the two ``*_parts
     dumps(buffer, path) -> None;  loads(buffer, path) -> None
     state_dict(buffer) -> dict;  load_state_dict(buffer, state) -> None
         # {"state": <the state.json dict>, "arrays": {name: numpy array}}: plain data only
-    open_rings(buffer, staging=False) -> list[np.ndarray]   # storage="memmap": the ring files
+
+A memory-mapped buffer's ring files are `trajview.replay.memmap`'s.
 """
 
 from __future__ import annotations
@@ -47,13 +48,13 @@ import numpy as np
 from .. import _io
 from ..errors import FileIntegrityError
 from ..views import ViewRequirement
+from .memmap import commit_staged_rings, drop_staged_rings, row_bytes as _row_bytes
 from .nstep import NStep
 
 #: A `ReplayBuffer` (not imported: the buffer imports this module, and the layers allow no cycle).
 ReplayBuffer = Any
 
-__all__ = ["FORMAT", "VERSION", "dump_parts", "dumps", "load_parts", "load_state_dict", "loads", "open_rings",
-           "state_dict"]
+__all__ = ["FORMAT", "VERSION", "dump_parts", "dumps", "load_parts", "load_state_dict", "loads", "state_dict"]
 
 FORMAT = "trajview.replay"
 VERSION = 2
@@ -66,7 +67,6 @@ _PIECE_FIELDS = 4  # g0, n, step0, tail
 _FIELDS = ("batch_size", "_next_obs", "_explicit_columns", "_views", "_nsteps", "_default_views", "_has_next",
            "_open", "_fallback_key", "_specs", "_impl", "_rings")
 _OLD_PICKLE = "state.pkl"
-_MEMMAP_META = "columns.json"
 
 
 class _Bad(Exception):
@@ -75,10 +75,6 @@ class _Bad(Exception):
 
 
 # -- the state of a buffer as JSON and arrays ---------------------------------------------------------------
-
-
-def _row_bytes(dt: np.dtype, shape: tuple[int, ...]) -> int:
-    return int(dt.itemsize) * int(np.prod(shape, dtype=np.int64))
 
 
 def _snapshot(buf: ReplayBuffer) -> tuple[dict[str, Any], dict[str, tuple[np.dtype, tuple[int, ...], np.ndarray]]]:
@@ -478,7 +474,7 @@ def _build(buf: ReplayBuffer, plan: _Plan, src: _Arrays) -> ReplayBuffer:
 def _swap(buf: ReplayBuffer, tmp: ReplayBuffer, plan: _Plan) -> None:
     with buf._lock:
         if tmp._rings is not None:
-            _commit_rings(buf, tmp)
+            commit_staged_rings(buf, tmp)
         for k in _FIELDS:
             setattr(buf, k, getattr(tmp, k))
         buf.sampler._apply_state(plan.sampler_state)
@@ -501,7 +497,7 @@ def _load(buf: ReplayBuffer, state: Any, src: _Arrays, where: str, file: Path | 
         raise ValueError(f"{where}: {e}") from None
     finally:
         if tmp is not None and tmp._rings is not None:
-            _drop_staging(tmp)
+            drop_staged_rings(tmp)
 
 
 def load_state_dict(buf: ReplayBuffer, sd: Any) -> None:
@@ -542,61 +538,3 @@ def loads(buf: ReplayBuffer, path: str | os.PathLike[str]) -> None:
         )
     man = _io.read_manifest(path, FORMAT, (VERSION,))
     load_parts(buf, man, man.meta, prefix="")
-
-
-# -- storage="memmap": the ring files ------------------------------------------------------------------------
-
-
-def _ring_file(folder: Path, i: int, staging: bool) -> Path:
-    return folder / (f".ring_{i}.bin.loading" if staging else f"ring_{i}.bin")
-
-
-def open_rings(buf: ReplayBuffer, staging: bool = False) -> list[np.ndarray]:
-    """One memory-mapped file per column (``ring_<i>.bin``, sparse until written; ``staging``: a load's new
-    rings, renamed over them once it succeeds), and ``columns.json`` describing them (written atomically)."""
-    assert buf._specs is not None and buf._path is not None
-    if buf._path_lock is None or not buf._path_lock.held:
-        raise ValueError(f"ReplayBuffer on {buf._path}: the buffer was closed")
-    rings: list[np.ndarray] = []
-    for i, (dt, sh) in enumerate(buf._specs.values()):
-        nbytes = buf._capacity * _row_bytes(np.dtype(dt), sh)
-        if nbytes == 0:
-            rings.append(np.zeros(0, np.uint8))
-            continue
-        rings.append(np.memmap(_ring_file(buf._path, i, staging), dtype=np.uint8, mode="w+", shape=(nbytes,)))
-    if not staging:
-        _write_ring_meta(buf)
-    return rings
-
-
-def _write_ring_meta(buf: ReplayBuffer) -> None:
-    assert buf._specs is not None and buf._path is not None
-    cols = [{"name": k, "dtype": np.dtype(dt).str, "shape": list(sh), "file": f"ring_{i}.bin",
-             "row_bytes": _row_bytes(np.dtype(dt), sh)} for i, (k, (dt, sh)) in enumerate(buf._specs.items())]
-    body = {"format": "trajview.replay-memmap", "version": 1, "capacity": buf._capacity, "columns": cols,
-            "note": "the rings of a live ReplayBuffer(storage='memmap') (rows in ring order); use dumps() to keep "
-                    "a buffer"}
-    _io.atomic_write(buf._path / _MEMMAP_META, json.dumps(body, indent=1).encode())
-
-
-def _commit_rings(buf: ReplayBuffer, tmp: ReplayBuffer) -> None:
-    assert buf._path is not None and tmp._rings is not None
-    for r in tmp._rings:
-        if isinstance(r, np.memmap):
-            r.flush()
-    n = len(tmp._rings)
-    for i in range(n):
-        staged = _ring_file(buf._path, i, True)
-        if staged.exists():  # the mapping follows the file: the new store's rows stay where they are
-            os.replace(staged, _ring_file(buf._path, i, False))
-    for i in range(n, len(buf._rings or ())):
-        _ring_file(buf._path, i, False).unlink(missing_ok=True)
-    _io.fsync_dir(buf._path)
-    tmp._staging = False
-    _write_ring_meta(tmp)
-
-
-def _drop_staging(tmp: ReplayBuffer) -> None:
-    assert tmp._path is not None and tmp._rings is not None
-    for i in range(len(tmp._rings)):
-        _ring_file(tmp._path, i, True).unlink(missing_ok=True)
