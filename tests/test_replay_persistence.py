@@ -119,8 +119,10 @@ def test_dump_layout_and_npy_files(tmp_path):
 
 
 def test_empty_and_unfilled_buffers_round_trip(tmp_path):
+    closed = tv.ReplayBuffer(10, sampler=tv.RandomSampler(seed=1), columns={"x": (np.float32, (2,))})
+    closed.close()  # its schema, no store
     for rb in (tv.ReplayBuffer(10, sampler=tv.RandomSampler(seed=1), batch_size=4),
-               tv.ReplayBuffer(10, sampler=tv.RandomSampler(seed=1), columns={"x": (np.float32, (2,))})):
+               tv.ReplayBuffer(10, sampler=tv.RandomSampler(seed=1), columns={"x": (np.float32, (2,))}), closed):
         rb.dumps(tmp_path / "e")
         back = tv.ReplayBuffer(10, sampler=tv.RandomSampler(seed=5))
         back.loads(tmp_path / "e")
