@@ -367,6 +367,34 @@ def test_fuzz_every_byte_of_state_and_manifest(ram_path):
     _load_or_refuse(kind, work, expect)
 
 
+def test_crafted_json_is_refused_naming_the_file(tmp_path):
+    """JSON a parser chokes on (nested too deep, an int too long) and values numpy refuses (a generator state
+    out of range): FileIntegrityError naming the file, like any damage."""
+    rb, _ = make_buffer("prioritized", 24, 4)
+    rb.dumps(tmp_path)
+    gen = json.loads((tmp_path / _io.MANIFEST).read_text())["generation"]
+    original = (tmp_path / gen / "state.json").read_bytes()
+    st = json.loads(original)
+    rng_state = {**st["sampler"]["state"]["_rng_state"], "has_uint32": 2**70}
+    cases = {
+        "nested too deep": b"[" * 100_000 + b"]" * 100_000,
+        "int too long": original.replace(b'"capacity": 24', b'"capacity": ' + b"9" * 5000),
+        "generator state": json.dumps({**st, "sampler": {**st["sampler"], "state": {
+            **st["sampler"]["state"], "_rng_state": rng_state}}}).encode(),
+        "alpha": json.dumps({**st, "store": {**st["store"], "alpha": float("inf")}}).encode(),
+        "dtype": original.replace(b'"<f4"', b'"|O"', 1),
+    }
+    for what, data in cases.items():
+        _resign(tmp_path, "state.json", data)
+        target = tv.ReplayBuffer(24, sampler=SAMPLERS["prioritized"](0))
+        with pytest.raises(FileIntegrityError, match="state.json") as e:
+            target.loads(tmp_path)
+        assert e.value.path.endswith("state.json"), what
+    (tmp_path / _io.MANIFEST).write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    with pytest.raises(FileIntegrityError, match="manifest.json"):
+        tv.ReplayBuffer(24, sampler=SAMPLERS["prioritized"](0)).loads(tmp_path)
+
+
 # -- crash safety --------------------------------------------------------------------------------------------
 
 _KILL_CHILD = textwrap.dedent("""

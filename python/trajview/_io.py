@@ -220,7 +220,7 @@ def read_json(path: str | os.PathLike[str], what: str) -> Any:
         raise FileIntegrityError(path, f"not UTF-8 text ({what}): {e}") from None
     try:
         return json.loads(text)
-    except json.JSONDecodeError as e:
+    except (ValueError, RecursionError) as e:  # (not JSON, an int too long to parse, nested too deep)
         raise FileIntegrityError(path, f"not valid JSON ({what}): {e}") from None
 
 

@@ -524,8 +524,8 @@ def load_parts(buf: ReplayBuffer, man: _io.Manifest, meta: Any, prefix: str = "r
     body = _io.read_verified(man, prefix + STATE)
     try:
         state = json.loads(bytes(body))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise FileIntegrityError(spath, f"not valid JSON: {e}") from None
+    except (ValueError, RecursionError) as e:  # (not JSON, not UTF-8, an int too long, nested too deep)
+        raise FileIntegrityError(spath, f"not valid JSON: {type(e).__name__}: {e}") from None
     _load(buf, state, _FileArrays(man, prefix), f"loads({man.folder})", spath)
 
 
