@@ -39,6 +39,7 @@ import functools
 import io
 import json
 import os
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -287,8 +288,10 @@ def _str_map(v: Any, where: str) -> dict[str, str]:
 
 def _dtype(s: Any, where: str) -> np.dtype:
     try:
-        dt = np.dtype(s) if isinstance(s, str) else None
-    except TypeError:
+        with warnings.catch_warnings():  # (numpy warns of deprecated aliases: still refused below)
+            warnings.simplefilter("ignore")
+            dt = np.dtype(s) if isinstance(s, str) else None
+    except (TypeError, ValueError, SyntaxError):
         dt = None
     if dt is None or dt.str != s or dt.kind not in "biuf" or not dt.isnative or dt.itemsize > 8:
         raise _Bad(f"{where}: {s!r} is not a bool, int or float dtype of this machine")
