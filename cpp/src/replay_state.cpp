@@ -75,8 +75,8 @@ void ReplayStore::check_meta(const ReplayMeta& m) const {
       if (pc.step0 != steps) refuse(piece + ": starts at step " + str(pc.step0) + ", expected " + str(steps));
       // g0 in [lo, head) first, so that head - g0 - tail cannot overflow.
       if (pc.g0 < end || pc.g0 >= m.head || pc.n > m.head - pc.g0 - tail)
-        refuse(piece + ": rows [" + str(pc.g0) + ", +" + str(pc.n + tail) + ") are not within the stored rows [" +
-               str(lo) + ", head=" + str(m.head) + ") after its earlier pieces");
+        refuse(piece + ": " + str(pc.n) + " rows from row " + str(pc.g0) + (pc.tail ? " and a final observation" : "") +
+               " are not within the stored rows [" + str(lo) + ", head=" + str(m.head) + ") after its earlier pieces");
       for (std::int64_t g = pc.g0; g < pc.g0 + pc.n + tail; ++g) {
         auto& u = use[static_cast<std::size_t>(g % capacity_)];
         if (u != kFree) refuse(piece + ": row " + str(g) + " is claimed by another piece too");
