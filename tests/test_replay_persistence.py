@@ -118,6 +118,24 @@ def test_dump_layout_and_npy_files(tmp_path):
     same_state(rb, back)
 
 
+def test_parts_of_a_bigger_committed_set(tmp_path):
+    """`dump_parts` / `load_parts`: a buffer's files beside others in one committed folder (a checkpoint)."""
+    rb, eps = make_buffer("prioritized-slice", 40, 6)
+    with persistence.dump_parts(rb, prefix="replay.") as (files, meta):
+        assert all(name.startswith("replay.") for name in files)
+        _io.commit_folder(tmp_path, "test.checkpoint", 1, {**files, "other.json": lambda f: f.write(b"{}")},
+                          {"replay": meta, "step": 7})
+    man = _io.read_manifest(tmp_path, "test.checkpoint", (1,))
+    back = tv.ReplayBuffer(40, sampler=SAMPLERS["prioritized-slice"](9))
+    before = twin(back)
+    for bad_meta, prefix in (({**man.meta["replay"], "version": 3}, "replay."), (man.meta["replay"], "rb.")):
+        with pytest.raises(FileIntegrityError, match="manifest.json"):
+            persistence.load_parts(back, man, bad_meta, prefix=prefix)
+        same_state(back, before)
+    persistence.load_parts(back, man, man.meta["replay"], prefix="replay.")
+    same_state(rb, back)
+
+
 def test_empty_and_unfilled_buffers_round_trip(tmp_path):
     closed = tv.ReplayBuffer(10, sampler=tv.RandomSampler(seed=1), columns={"x": (np.float32, (2,))})
     closed.close()  # its schema, no store

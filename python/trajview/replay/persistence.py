@@ -25,6 +25,11 @@ API (signatures are stable: ``trajview train`` checkpoints use the two ``*_parts
         # `_io.commit_folder` (with any other files) inside the ``with``: the buffer's lock is held there.
     load_parts(buffer, manifest, meta, prefix="replay.") -> None
         # ``manifest``: `_io.read_manifest` of the committed folder; ``meta``: the ``meta`` dump_parts gave.
+        # e.g. a checkpoint holding a buffer beside other files:
+        #   with dump_parts(rb) as (files, meta):
+        #       _io.commit_folder(out, "my.checkpoint", 1, {**files, "policy.pt": write_policy}, {"replay": meta})
+        #   man = _io.read_manifest(out, "my.checkpoint", (1,))
+        #   load_parts(rb, man, man.meta["replay"])
     dumps(buffer, path) -> None;  loads(buffer, path) -> None
     state_dict(buffer) -> dict;  load_state_dict(buffer, state) -> None
         # {"state": <the state.json dict>, "arrays": {name: numpy array}}: plain data only
