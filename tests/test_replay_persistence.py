@@ -126,6 +126,8 @@ def test_parts_of_a_bigger_committed_set(tmp_path):
         _io.commit_folder(tmp_path, "test.checkpoint", 1, {**files, "other.json": lambda f: f.write(b"{}")},
                           {"replay": meta, "step": 7})
     man = _io.read_manifest(tmp_path, "test.checkpoint", (1,))
+    with pytest.raises(ValueError, match="holds a 'test.checkpoint' folder"):
+        rb.dumps(tmp_path)  # never over another kind of committed folder
     back = tv.ReplayBuffer(40, sampler=SAMPLERS["prioritized-slice"](9))
     before = twin(back)
     for bad_meta, prefix in (({**man.meta["replay"], "version": 3}, "replay."), (man.meta["replay"], "rb.")):

@@ -180,6 +180,12 @@ def dump_parts(buf: ReplayBuffer, prefix: str = "replay.") -> Iterator[tuple[dic
 
 
 def dumps(buf: ReplayBuffer, path: str | os.PathLike[str]) -> None:
+    try:  # never over another kind of committed folder (a training run's checkpoint, ...)
+        other = json.loads((Path(path) / _io.MANIFEST).read_bytes()).get("format", FORMAT)
+    except (OSError, ValueError, RecursionError, AttributeError):
+        other = FORMAT  # none, or a damaged one: a dump replaces it
+    if other != FORMAT:
+        raise ValueError(f"dumps: {path} holds a {other!r} folder, not a replay dump; dump into another folder")
     with dump_parts(buf, prefix="") as (files, meta):
         _io.commit_folder(path, FORMAT, VERSION, files, meta)
 
