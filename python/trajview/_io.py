@@ -41,6 +41,7 @@ __all__ = [
     "append_line",
     "atomic_write",
     "commit_folder",
+    "crc32_combine",
     "crc32_of",
     "fsync_dir",
     "read_json",
@@ -72,18 +73,50 @@ def crc32_of(data: Any, crc: int = 0) -> int:
     return crc & 0xFFFFFFFF
 
 
-class _CrcPipe:
-    """crc32 of consecutive chunks, each on a helper thread while the caller writes it or reads the next one
-    (zlib.crc32 and file IO release the GIL): on two cores the checksum costs little beyond the IO. One chunk in
-    flight at a time (each crc continues the one before); small chunks are summed inline."""
+_CRC_POLY = 0xEDB88320  # zlib's crc32, reflected
 
-    STEP = 1 << 22  # bytes per pipelined chunk
+
+def _mult_mod_p(a: int, b: int) -> int:
+    """a(x) * b(x) modulo the crc32 polynomial (reflected: bit 31 holds x^0)."""
+    prod = 0
+    for i in range(31, -1, -1):
+        if a >> i & 1:
+            prod ^= b
+        b = (b >> 1) ^ _CRC_POLY if b & 1 else b >> 1
+    return prod
+
+
+#: x^(2^k) modulo the polynomial, k = 0..63 (x^1 is bit 30).
+_X_POW2 = [1 << 30]
+for _ in range(63):
+    _X_POW2.append(_mult_mod_p(_X_POW2[-1], _X_POW2[-1]))
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """The crc32 of A + B from crc32(A), crc32(B) and len(B) (zlib's crc32_combine): crc1 shifted by len2 bytes
+    (multiplied by x^(8 len2)), plus crc2."""
+    xn, k, n = 1 << 31, 3, len2  # x^0; 8 * len2 = len2 << 3
+    while n:
+        if n & 1:
+            xn = _mult_mod_p(_X_POW2[k % 64], xn)
+        n >>= 1
+        k += 1
+    return _mult_mod_p(xn, crc1) ^ crc2
+
+
+class _CrcPipe:
+    """crc32 of consecutive chunks, each summed by helper threads (its parts at once, combined with
+    `crc32_combine`) while the caller writes it or reads the next one (zlib.crc32 and file IO release the GIL):
+    the checksum costs little beyond the IO. One chunk in flight at a time; small chunks are summed inline."""
+
+    STEP = 1 << 23  # bytes per pipelined chunk
     MIN = 1 << 20  # smaller chunks: no thread
+    THREADS = max(1, min(4, os.cpu_count() or 1))
 
     def __init__(self) -> None:
         self.crc = 0
         self._pool: ThreadPoolExecutor | None = None
-        self._pending: Future[int] | None = None
+        self._pending: list[tuple[Future[int], int]] = []
 
     def push(self, chunk: memoryview) -> None:
         """Starts the crc of ``chunk`` (which must stay unchanged until the next `push` or `result`)."""
@@ -92,13 +125,15 @@ class _CrcPipe:
             self.crc = zlib.crc32(chunk, self.crc)
             return
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="trajview-crc")
-        self._pending = self._pool.submit(zlib.crc32, chunk, self.crc)
+            self._pool = ThreadPoolExecutor(self.THREADS, thread_name_prefix="trajview-crc")
+        part = -(-len(chunk) // self.THREADS)
+        self._pending = [(self._pool.submit(zlib.crc32, chunk[i:i + part]), len(chunk[i:i + part]))
+                         for i in range(0, len(chunk), part)]
 
     def result(self) -> int:
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            self.crc = pending.result()
+        pending, self._pending = self._pending, []
+        for done, n in pending:
+            self.crc = crc32_combine(self.crc, done.result(), n)
         return self.crc
 
     def close(self) -> None:
