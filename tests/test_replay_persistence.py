@@ -403,6 +403,7 @@ def test_crafted_json_is_refused_naming_the_file(tmp_path):
             **st["sampler"]["state"], "_rng_state": rng_state}}}).encode(),
         "alpha": json.dumps({**st, "store": {**st["store"], "alpha": float("inf")}}).encode(),
         "dtype": original.replace(b'"<f4"', b'"|O"', 1),
+        "a view of a column not stored": json.dumps({**st, "views": {"v": {"data_col": "nope", "shift": 1}}}).encode(),
     }
     for what, data in cases.items():
         _resign(tmp_path, "state.json", data)

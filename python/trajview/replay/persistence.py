@@ -80,6 +80,10 @@ class _Bad(Exception):
     for state dicts)."""
 
 
+class _Mismatch(ValueError):
+    """A sound state that this buffer cannot take (another capacity or sampler type): a `ValueError`."""
+
+
 # -- the state of a buffer as JSON and arrays ---------------------------------------------------------------
 
 
@@ -331,14 +335,14 @@ class _Plan:
         w = "state"
         cap = _count(state, "capacity", w, 1)
         if cap != buf._capacity:
-            raise ValueError(f"the state has capacity {cap}, this buffer {buf._capacity}: load it into a "
+            raise _Mismatch(f"the state has capacity {cap}, this buffer {buf._capacity}: load it into a "
                              f"ReplayBuffer({cap}, ...)")
         bs = _get(state, "batch_size", (int,), w, none=True)
         self.batch_size = None if bs is None else _count(state, "batch_size", w, 1)
         sampler = _get(state, "sampler", (dict,), w)
         kind = _get(sampler, "type", (str,), "state['sampler']")
         if kind != type(buf.sampler).__name__:
-            raise ValueError(f"the state's sampler is a {kind}, this buffer's a {type(buf.sampler).__name__}: "
+            raise _Mismatch(f"the state's sampler is a {kind}, this buffer's a {type(buf.sampler).__name__}: "
                              f"load it into a buffer with a {kind}")
         descr = _get(state, "arrays", (dict,), w)
         self.arrays: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
@@ -502,13 +506,11 @@ def _load(buf: ReplayBuffer, state: Any, src: _Arrays, where: str, file: Path | 
         tmp = _build(buf, plan, src)
         _swap(buf, tmp, plan)
         tmp = None
-    except _Bad as e:
-        if file is not None:
-            raise FileIntegrityError(file, str(e)) from None
-        raise ValueError(f"{where}: {e}") from None
     except FileIntegrityError:
         raise
-    except ValueError as e:
+    except (_Bad, ValueError) as e:  # a file whose content the buffer refuses (its schema, views) is damaged
+        if file is not None and not isinstance(e, _Mismatch):
+            raise FileIntegrityError(file, str(e)) from None
         raise ValueError(f"{where}: {e}") from None
     finally:
         if tmp is not None and tmp._rings is not None:
