@@ -60,7 +60,7 @@ def ring_arrays(rb: tv.ReplayBuffer) -> dict[str, np.ndarray]:
     """The buffer's rows as numpy arrays over its own memory (no copy): the numpy baseline reads the same bytes."""
     out = {}
     for i, (name, (dt, shape)) in enumerate(rb.columns.items()):
-        out[name] = rb._ring(i).view(dt).reshape(rb.capacity, *shape)
+        out[name] = rb._impl.column_view(i).view(dt).reshape(rb.capacity, *shape)
     return out
 
 

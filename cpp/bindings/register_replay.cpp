@@ -177,7 +177,20 @@ class PyReplay {
     return d;
   }
 
+  /// The store checks every field (ReplayStore::restore); a missing entry or one of the wrong type is a
+  /// ValueError here too (never a crash, whatever the dict holds).
   void restore(const py::dict& d) {
+    try {
+      restore_checked(d);
+    } catch (const py::cast_error& e) {
+      throw py::value_error(std::string("restore: an entry is not of the expected type: ") + e.what());
+    } catch (const py::error_already_set& e) {
+      if (!e.matches(PyExc_KeyError)) throw;
+      throw py::value_error(std::string("restore: missing entry ") + e.what());
+    }
+  }
+
+  void restore_checked(const py::dict& d) {
     ReplayMeta m;
     m.head = d["head"].cast<std::int64_t>();
     m.next_uid = d["next_uid"].cast<std::int64_t>();

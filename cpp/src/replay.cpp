@@ -1,7 +1,8 @@
 // ReplayStore: the ring of rows and the trajectories in it: construction,
 // add (cutting rows into pieces, joining open trajectories, writing final
 // observations), dropping overwritten trajectories, and the accessors.
-// Sampling and view building are in replay_sample.cpp.
+// Sampling and view building are in replay_sample.cpp, persistence (meta,
+// restore and its checks) in replay_state.cpp.
 #include "trajview/replay.h"
 
 #include <algorithm>
@@ -359,78 +360,6 @@ std::vector<std::pair<std::int64_t, std::int64_t>> ReplayStore::trajectory_lengt
   out.reserve(trajs_.size());
   for (const auto& tr : trajs_) out.emplace_back(tr.uid, tr.steps);
   return out;
-}
-
-ReplayMeta ReplayStore::meta() const {
-  std::shared_lock lock(mu_);
-  ReplayMeta m;
-  m.head = head_;
-  m.next_uid = next_uid_;
-  m.trajectories.assign(trajs_.begin(), trajs_.end());
-  m.prioritized = prio_ != nullptr;
-  m.alpha = alpha_;
-  m.eps = eps_;
-  m.max_priority = max_priority_;
-  if (prio_) m.leaves = prio_->leaves();
-  return m;
-}
-
-void ReplayStore::reindex_rows() {
-  std::fill(row_uid_.begin(), row_uid_.end(), -1);
-  std::fill(row_step_.begin(), row_step_.end(), -1);
-  for (const auto& tr : trajs_) {
-    for (const auto& pc : tr.pieces) {
-      for (std::int64_t i = 0; i < pc.n; ++i) {
-        const auto r = static_cast<std::size_t>((pc.g0 + i) % capacity_);
-        row_uid_[r] = tr.uid;
-        row_step_[r] = pc.step0 + i;
-      }
-    }
-  }
-}
-
-void ReplayStore::restore(ReplayMeta m) {
-  // Validate everything first: a restore that throws changes nothing.
-  if (m.head < 0 || m.next_uid < 0) throw std::invalid_argument("restore: head and next_uid must be >= 0");
-  std::int64_t prev_uid = -1, live = 0;
-  for (const auto& tr : m.trajectories) {
-    if (tr.uid <= prev_uid || tr.uid >= m.next_uid)
-      throw std::invalid_argument("restore: trajectory uids must increase and be below next_uid");
-    if (prev_uid >= 0 && tr.uid != prev_uid + 1)
-      throw std::invalid_argument("restore: trajectory uids must be consecutive");
-    prev_uid = tr.uid;
-    std::int64_t steps = 0;
-    for (const auto& pc : tr.pieces) {
-      if (pc.n < 0 || pc.step0 != steps || pc.g0 < m.head - capacity_ || pc.g0 + pc.n + (pc.tail ? 1 : 0) > m.head)
-        throw std::invalid_argument("restore: trajectory " + std::to_string(tr.uid) +
-                                    " has a piece outside the stored rows");
-      steps += pc.n;
-    }
-    if (steps != tr.steps || tr.pieces.empty() || tr.first_g != tr.pieces.front().g0)
-      throw std::invalid_argument("restore: trajectory " + std::to_string(tr.uid) + " is inconsistent");
-    live += steps;
-  }
-  std::unique_ptr<SumTree> tree;
-  if (m.prioritized) {
-    if (m.leaves.size() != static_cast<std::size_t>(capacity_))
-      throw std::invalid_argument("restore: expected " + std::to_string(capacity_) + " priority leaves, got " +
-                                  std::to_string(m.leaves.size()));
-    tree = std::make_unique<SumTree>(static_cast<std::size_t>(capacity_));
-    for (std::size_t r = 0; r < m.leaves.size(); ++r) tree->set(r, m.leaves[r]);
-  }
-  std::unique_lock lock(mu_);
-  head_ = m.head;
-  next_uid_ = m.next_uid;
-  trajs_.assign(m.trajectories.begin(), m.trajectories.end());
-  live_steps_ = live;
-  open_.clear();
-  for (const auto& tr : trajs_)
-    if (tr.open) open_[tr.key] = tr.uid;
-  prio_ = std::move(tree);
-  alpha_ = m.alpha;
-  eps_ = m.eps;
-  max_priority_ = m.max_priority;
-  reindex_rows();
 }
 
 }  // namespace trajview

@@ -26,7 +26,8 @@ import os
 import secrets
 import shutil
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -40,6 +41,7 @@ __all__ = [
     "append_line",
     "atomic_write",
     "commit_folder",
+    "crc32_combine",
     "crc32_of",
     "fsync_dir",
     "read_json",
@@ -71,6 +73,75 @@ def crc32_of(data: Any, crc: int = 0) -> int:
     return crc & 0xFFFFFFFF
 
 
+_CRC_POLY = 0xEDB88320  # zlib's crc32, reflected
+
+
+def _mult_mod_p(a: int, b: int) -> int:
+    """a(x) * b(x) modulo the crc32 polynomial (reflected: bit 31 holds x^0)."""
+    prod = 0
+    for i in range(31, -1, -1):
+        if a >> i & 1:
+            prod ^= b
+        b = (b >> 1) ^ _CRC_POLY if b & 1 else b >> 1
+    return prod
+
+
+#: x^(2^k) modulo the polynomial, k = 0..63 (x^1 is bit 30).
+_X_POW2 = [1 << 30]
+for _ in range(63):
+    _X_POW2.append(_mult_mod_p(_X_POW2[-1], _X_POW2[-1]))
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """The crc32 of A + B from crc32(A), crc32(B) and len(B) (zlib's crc32_combine): crc1 shifted by len2 bytes
+    (multiplied by x^(8 len2)), plus crc2."""
+    xn, k, n = 1 << 31, 3, len2  # x^0; 8 * len2 = len2 << 3
+    while n:
+        if n & 1:
+            xn = _mult_mod_p(_X_POW2[k % 64], xn)
+        n >>= 1
+        k += 1
+    return _mult_mod_p(xn, crc1) ^ crc2
+
+
+class _CrcPipe:
+    """crc32 of consecutive chunks, each summed by helper threads (its parts at once, combined with
+    `crc32_combine`) while the caller writes it or reads the next one (zlib.crc32 and file IO release the GIL):
+    the checksum costs little beyond the IO. One chunk in flight at a time; small chunks are summed inline."""
+
+    STEP = 1 << 23  # bytes per pipelined chunk
+    MIN = 1 << 20  # smaller chunks: no thread
+    THREADS = max(1, min(4, os.cpu_count() or 1))
+
+    def __init__(self) -> None:
+        self.crc = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: list[tuple[Future[int], int]] = []
+
+    def push(self, chunk: memoryview) -> None:
+        """Starts the crc of ``chunk`` (which must stay unchanged until the next `push` or `result`)."""
+        self.result()
+        if len(chunk) < self.MIN:
+            self.crc = zlib.crc32(chunk, self.crc)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.THREADS, thread_name_prefix="trajview-crc")
+        part = -(-len(chunk) // self.THREADS)
+        self._pending = [(self._pool.submit(zlib.crc32, chunk[i:i + part]), len(chunk[i:i + part]))
+                         for i in range(0, len(chunk), part)]
+
+    def result(self) -> int:
+        pending, self._pending = self._pending, []
+        for done, n in pending:
+            self.crc = crc32_combine(self.crc, done.result(), n)
+        return self.crc
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
 class _CrcFile:
     """A binary file being written that keeps its size and crc32 (what a manifest records)."""
 
@@ -81,14 +152,31 @@ class _CrcFile:
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
-        done = 0
-        while done < len(view):
-            part = view[done:done + CHUNK]
-            n = self._f.write(part) or 0
-            self.crc = zlib.crc32(part[:n], self.crc)
-            done += n
-        self.size += done
-        return done
+        pipe = _CrcPipe()
+        pipe.crc = self.crc
+        try:
+            for at in range(0, len(view), _CrcPipe.STEP):
+                part = view[at:at + _CrcPipe.STEP]
+                pipe.push(part)  # summed while it is written
+                done = 0
+                while done < len(part):
+                    done += self._f.write(part[done:]) or 0
+            self.crc = pipe.result()
+        finally:
+            pipe.close()
+        self.size += len(view)
+        return len(view)
+
+
+@contextlib.contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """An `OSError` without a file name (a full disk while writing) gets ``path``'s."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is None:
+            raise OSError(e.errno, f"{e.strerror or e}: writing {path}", str(path)) from e
+        raise
 
 
 def _tmp_sibling(path: Path) -> Path:
@@ -167,7 +255,7 @@ def read_json(path: str | os.PathLike[str], what: str) -> Any:
         raise FileIntegrityError(path, f"not UTF-8 text ({what}): {e}") from None
     try:
         return json.loads(text)
-    except json.JSONDecodeError as e:
+    except (ValueError, RecursionError) as e:  # (not JSON, an int too long to parse, nested too deep)
         raise FileIntegrityError(path, f"not valid JSON ({what}): {e}") from None
 
 
@@ -210,30 +298,47 @@ def commit_folder(
     gen = f"{_GEN_PREFIX}{secrets.token_hex(8)}"
     gdir = folder / gen
     man = Manifest(fmt, int(version), {}, dict(meta or {}), gdir)
+    # Each file is fsynced on a helper thread while the next one is written (the disk and the CPU work at
+    # once); all of them before the manifest names them.
+    syncing: list[tuple[Path, IO[bytes], Future[None]]] = []
+    fsyncer = ThreadPoolExecutor(1, thread_name_prefix="trajview-fsync")
     try:
         gdir.mkdir()
         for name, write in files.items():
             if not _valid_name(name):
                 raise ValueError(f"commit_folder: bad file name {name!r}")
             target = gdir / name
-            try:
-                with open(target, "wb") as raw:
+            with _naming(target):
+                raw: IO[bytes] = open(target, "wb")
+                try:
                     f = _CrcFile(raw)
                     write(f)
                     raw.flush()
-                    os.fsync(raw.fileno())
-            except OSError as e:
-                if e.filename is None:
-                    raise OSError(e.errno, f"{e.strerror or e}: writing {target}", str(target)) from e
-                raise
+                except BaseException:
+                    raw.close()
+                    raise
+                syncing.append((target, raw, fsyncer.submit(os.fsync, raw.fileno())))
             man.files[name] = (f.size, f.crc)
+        while syncing:
+            synced, sfile, done = syncing.pop(0)
+            with _naming(synced):
+                try:
+                    done.result()
+                finally:
+                    sfile.close()
         fsync_dir(gdir)
         body = {"format": fmt, "version": int(version), "generation": gen,
                 "files": {k: {"size": s, "crc32": c} for k, (s, c) in man.files.items()}, "meta": man.meta}
         atomic_write(folder / MANIFEST, json.dumps(body, indent=1, sort_keys=True).encode())
     except BaseException:
+        for _, sfile, done in syncing:  # (a file is closed only once its fsync has returned)
+            with contextlib.suppress(BaseException):
+                done.result()
+            sfile.close()
         shutil.rmtree(gdir, ignore_errors=True)
         raise
+    finally:
+        fsyncer.shutdown(wait=True)
     # The new set is the committed one: older generations (and temporaries of killed writers) go.
     for p in folder.iterdir():
         if p.name != gen and p.name.startswith(_GEN_PREFIX) and p.is_dir():
@@ -293,21 +398,31 @@ def read_verified(man: Manifest, name: str, into: Any | None = None) -> Any:
     views = [memoryview(b).cast("B") for b in (buf if isinstance(buf, list) else [buf])]
     if sum(len(v) for v in views) != size:
         raise ValueError(f"read_verified: {p}: the buffer holds {sum(len(v) for v in views)} bytes, the file {size}")
-    got_crc = 0
+    pipe = _CrcPipe()  # each chunk summed while the next one is read
     done = 0
-    with open(p, "rb", buffering=0) as f:
-        for view in views:
-            at = 0
-            while at < len(view):
-                n = f.readinto(view[at:at + CHUNK])
-                if not n:
+    try:
+        with open(p, "rb", buffering=0) as f:
+            for view in views:
+                at = 0
+                while at < len(view):
+                    chunk = view[at:at + _CrcPipe.STEP]
+                    got = 0
+                    while got < len(chunk):
+                        n = f.readinto(chunk[got:])
+                        if not n:
+                            break
+                        got += n
+                    pipe.push(chunk[:got])
+                    at += got
+                    if got < len(chunk):
+                        break
+                done += at
+                if at < len(view):
                     break
-                got_crc = zlib.crc32(view[at:at + n], got_crc)
-                at += n
-            done += at
-            if at < len(view):
-                break
-        extra = f.read(1)
+            extra = f.read(1)
+        got_crc = pipe.result()
+    finally:
+        pipe.close()
     if done != size or extra:
         raise FileIntegrityError(p, f"holds {'more than ' if extra else ''}{done} bytes, the manifest says {size}")
     if got_crc & 0xFFFFFFFF != crc:

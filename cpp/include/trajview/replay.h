@@ -1,8 +1,9 @@
 // Replay storage in the flat layout: a circular buffer of env steps, sampled as
 // sub-trajectory slices with any view built at sample time from one stored copy.
 //
-// Implemented in replay.cpp (the ring, add, trajectories) and
-// replay_sample.cpp (sample, gather and building the views).
+// Implemented in replay.cpp (the ring, add, trajectories),
+// replay_sample.cpp (sample, gather and building the views) and
+// replay_state.cpp (meta and a checked restore).
 #pragma once
 
 #include <cstddef>
@@ -30,6 +31,9 @@ inline constexpr std::int64_t kMaxCapacity = std::int64_t{1} << 40;
 /// Rows one sample / gather asks for: num_slices x slice_len (sample), or
 /// picks x slice_len (gather), at most kMaxSampleRows (2^30, about a billion).
 inline constexpr std::int64_t kMaxSampleRows = std::int64_t{1} << 30;
+/// Largest write head and trajectory uid `restore` accepts (2^62: far beyond any run; keeps the store's row
+/// arithmetic within int64).
+inline constexpr std::int64_t kMaxRestoreCount = std::int64_t{1} << 62;
 
 /// One contiguous run of a trajectory's steps in the ring: absolute rows
 /// [g0, g0 + n) hold steps [step0, step0 + n); when `tail`, absolute row
@@ -222,7 +226,13 @@ class ReplayStore {
   ReplayMeta meta() const;
   /// Replaces the bookkeeping by `m` (from meta() of a store with the same
   /// capacity and columns); the rows must be restored through column_data.
-  /// Validates m (std::invalid_argument) before changing anything.
+  /// Checks m whole before changing anything (std::invalid_argument naming the
+  /// field): head and next_uid in [0, kMaxRestoreCount], uids consecutive and
+  /// next_uid the newest + 1, trajectories ordered by first row, each piece
+  /// within the stored rows [head - capacity, head) with its steps contiguous,
+  /// no ring row claimed twice, at most one open trajectory per key, finite
+  /// settings, and one finite leaf >= 0 per row (0 where no step is held).
+  /// (In replay_state.cpp.)
   void restore(ReplayMeta m);
   /// Column c's ring: capacity x row bytes. The caller locks out writers
   /// (persistence runs with no concurrent add).
@@ -251,6 +261,8 @@ class ReplayStore {
   /// The absolute row that ring position r holds now.
   std::int64_t abs_row(std::int64_t r) const noexcept;
   double default_leaf() const noexcept;
+  /// Throws std::invalid_argument unless `m` is a state this store can hold (see restore).
+  void check_meta(const ReplayMeta& m) const;
   /// Rebuilds row_uid_/row_step_ (and zeroes leaves of rows without a step) from trajs_.
   void reindex_rows();
   /// Absolute row of step j of t (0 <= j < t.steps).

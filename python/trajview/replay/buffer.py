@@ -52,6 +52,7 @@ from ..views.columns import (
 )
 from ..views.nest import SEP, expand_views, is_nested_value, leaf_names
 from . import persistence
+from .memmap import open_rings
 from .nstep import NStep
 from .samplers import RandomSampler, Sampler
 
@@ -661,11 +662,11 @@ class ReplayBuffer:
     # -- storage and persistence -----------------------------------------------
 
     def _make_rings(self) -> list[np.ndarray] | None:
-        """``storage="memmap"``: one memory-mapped file per column under ``path`` (`persistence.open_rings`),
+        """``storage="memmap"``: one memory-mapped file per column under ``path`` (`memmap.open_rings`),
         handed to the C++ store as its rows; ``None``: the store allocates them in RAM."""
         if self._storage != "memmap":
             return None
-        self._rings = persistence.open_rings(self, staging=self._staging)
+        self._rings = open_rings(self, staging=self._staging)
         return self._rings
 
     def state_dict(self) -> dict[str, Any]:

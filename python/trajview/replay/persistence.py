@@ -25,34 +25,42 @@ API (signatures are stable: ``trajview train`` checkpoints use the two ``*_parts
         # `_io.commit_folder` (with any other files) inside the ``with``: the buffer's lock is held there.
     load_parts(buffer, manifest, meta, prefix="replay.") -> None
         # ``manifest``: `_io.read_manifest` of the committed folder; ``meta``: the ``meta`` dump_parts gave.
+        # e.g. a checkpoint holding a buffer beside other files:
+        #   with dump_parts(rb) as (files, meta):
+        #       _io.commit_folder(out, "my.checkpoint", 1, {**files, "policy.pt": write_policy}, {"replay": meta})
+        #   man = _io.read_manifest(out, "my.checkpoint", (1,))
+        #   load_parts(rb, man, man.meta["replay"])
     dumps(buffer, path) -> None;  loads(buffer, path) -> None
     state_dict(buffer) -> dict;  load_state_dict(buffer, state) -> None
         # {"state": <the state.json dict>, "arrays": {name: numpy array}}: plain data only
-    open_rings(buffer, staging=False) -> list[np.ndarray]   # storage="memmap": the ring files
+
+A memory-mapped buffer's ring files are `trajview.replay.memmap`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import numpy as np
 
 from .. import _io
 from ..errors import FileIntegrityError
 from ..views import ViewRequirement
+from .memmap import commit_staged_rings, drop_staged_rings, row_bytes as _row_bytes
 from .nstep import NStep
 
-if TYPE_CHECKING:
-    from .buffer import ReplayBuffer
+#: A `ReplayBuffer` (not imported: the buffer imports this module, and the layers allow no cycle).
+ReplayBuffer = Any
 
-__all__ = ["FORMAT", "VERSION", "dump_parts", "dumps", "load_parts", "load_state_dict", "loads", "open_rings",
-           "state_dict"]
+__all__ = ["FORMAT", "VERSION", "dump_parts", "dumps", "load_parts", "load_state_dict", "loads", "state_dict"]
 
 FORMAT = "trajview.replay"
 VERSION = 2
@@ -65,7 +73,6 @@ _PIECE_FIELDS = 4  # g0, n, step0, tail
 _FIELDS = ("batch_size", "_next_obs", "_explicit_columns", "_views", "_nsteps", "_default_views", "_has_next",
            "_open", "_fallback_key", "_specs", "_impl", "_rings")
 _OLD_PICKLE = "state.pkl"
-_MEMMAP_META = "columns.json"
 
 
 class _Bad(Exception):
@@ -73,11 +80,11 @@ class _Bad(Exception):
     for state dicts)."""
 
 
+class _Mismatch(ValueError):
+    """A sound state that this buffer cannot take (another capacity or sampler type): a `ValueError`."""
+
+
 # -- the state of a buffer as JSON and arrays ---------------------------------------------------------------
-
-
-def _row_bytes(dt: np.dtype, shape: tuple[int, ...]) -> int:
-    return int(dt.itemsize) * int(np.prod(shape, dtype=np.int64))
 
 
 def _snapshot(buf: ReplayBuffer) -> tuple[dict[str, Any], dict[str, tuple[np.dtype, tuple[int, ...], np.ndarray]]]:
@@ -143,6 +150,7 @@ def _nstep_to_json(ns: NStep) -> dict[str, Any]:
             "terminated_key": ns.terminated_key, "truncated_key": ns.truncated_key}
 
 
+@functools.lru_cache(maxsize=256)
 def _npy_header(dt: np.dtype, shape: tuple[int, ...]) -> bytes:
     f = io.BytesIO()
     np.lib.format.write_array_header_1_0(
@@ -153,7 +161,7 @@ def _npy_header(dt: np.dtype, shape: tuple[int, ...]) -> bytes:
 def _npy_writer(dt: np.dtype, shape: tuple[int, ...], raw: np.ndarray) -> Callable[[IO[bytes]], None]:
     def write(f: IO[bytes]) -> None:
         f.write(_npy_header(dt, shape))
-        f.write(raw)  # type: ignore[arg-type]  # straight from the store's memory
+        f.write(raw.data)  # straight from the store's memory
     return write
 
 
@@ -165,13 +173,23 @@ def dump_parts(buf: ReplayBuffer, prefix: str = "replay.") -> Iterator[tuple[dic
     with buf._lock:
         state, arrays = _snapshot(buf)
         body = json.dumps(state, indent=1, allow_nan=False).encode()
-        files: dict[str, Callable[[IO[bytes]], None]] = {prefix + STATE: lambda f: f.write(body)}  # type: ignore[func-returns-value]
+
+        def write_state(f: IO[bytes]) -> None:
+            f.write(body)
+
+        files: dict[str, Callable[[IO[bytes]], None]] = {prefix + STATE: write_state}
         for name, (dt, shape, raw) in arrays.items():
             files[f"{prefix}{name}.npy"] = _npy_writer(dt, shape, raw)
         yield files, {"format": FORMAT, "version": VERSION, "prefix": prefix}
 
 
 def dumps(buf: ReplayBuffer, path: str | os.PathLike[str]) -> None:
+    try:  # never over another kind of committed folder (a training run's checkpoint, ...)
+        other = json.loads((Path(path) / _io.MANIFEST).read_bytes()).get("format", FORMAT)
+    except (OSError, ValueError, RecursionError, AttributeError):
+        other = FORMAT  # none, or a damaged one: a dump replaces it
+    if other != FORMAT:
+        raise ValueError(f"dumps: {path} holds a {other!r} folder, not a replay dump; dump into another folder")
     with dump_parts(buf, prefix="") as (files, meta):
         _io.commit_folder(path, FORMAT, VERSION, files, meta)
 
@@ -209,8 +227,7 @@ class _FileArrays(_Arrays):
 
     def expect(self, name: str, dt: np.dtype, shape: tuple[int, ...]) -> None:
         fname = self._name(name)
-        if fname not in self.man.files:
-            raise FileIntegrityError(self.man.path(fname), "missing: the manifest lists no such file")
+        self.man.path(fname)  # a name the manifest lacks: FileIntegrityError naming the manifest
         want = len(_npy_header(dt, shape)) + _row_bytes(dt, shape)
         if self.man.files[fname][0] != want:
             raise FileIntegrityError(self.man.path(fname), f"holds {self.man.files[fname][0]} bytes; a {dt} array "
@@ -286,8 +303,10 @@ def _str_map(v: Any, where: str) -> dict[str, str]:
 
 def _dtype(s: Any, where: str) -> np.dtype:
     try:
-        dt = np.dtype(s) if isinstance(s, str) else None
-    except TypeError:
+        with warnings.catch_warnings():  # (numpy warns of deprecated aliases: still refused below)
+            warnings.simplefilter("ignore")
+            dt = np.dtype(s) if isinstance(s, str) else None
+    except (TypeError, ValueError, SyntaxError):
         dt = None
     if dt is None or dt.str != s or dt.kind not in "biuf" or not dt.isnative or dt.itemsize > 8:
         raise _Bad(f"{where}: {s!r} is not a bool, int or float dtype of this machine")
@@ -316,14 +335,14 @@ class _Plan:
         w = "state"
         cap = _count(state, "capacity", w, 1)
         if cap != buf._capacity:
-            raise ValueError(f"the state has capacity {cap}, this buffer {buf._capacity}: load it into a "
+            raise _Mismatch(f"the state has capacity {cap}, this buffer {buf._capacity}: load it into a "
                              f"ReplayBuffer({cap}, ...)")
         bs = _get(state, "batch_size", (int,), w, none=True)
         self.batch_size = None if bs is None else _count(state, "batch_size", w, 1)
         sampler = _get(state, "sampler", (dict,), w)
         kind = _get(sampler, "type", (str,), "state['sampler']")
         if kind != type(buf.sampler).__name__:
-            raise ValueError(f"the state's sampler is a {kind}, this buffer's a {type(buf.sampler).__name__}: "
+            raise _Mismatch(f"the state's sampler is a {kind}, this buffer's a {type(buf.sampler).__name__}: "
                              f"load it into a buffer with a {kind}")
         descr = _get(state, "arrays", (dict,), w)
         self.arrays: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
@@ -340,13 +359,13 @@ class _Plan:
             self.sampler_state = buf.sampler._checked_state(sstate)
         except (TypeError, ValueError) as e:
             raise _Bad(f"state['sampler']: {e}") from None
-        self._config(state)
+        self._config(buf, state)
         self._store(state, cap, src)
         expected = {n for n in self.arrays if n.startswith("sampler.")} | set(self.rows) | set(self.tables)
         if set(self.arrays) != expected:
             raise _Bad(f"state['arrays'] names {sorted(self.arrays)}, expected {sorted(expected)}")
 
-    def _config(self, state: dict[str, Any]) -> None:
+    def _config(self, buf: ReplayBuffer, state: dict[str, Any]) -> None:
         w = "state"
         cols = _get(state, "columns", (list,), w, none=True)
         self.specs: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None
@@ -366,22 +385,21 @@ class _Plan:
         views = _get(state, "views", (dict,), w, none=True)
         nsteps = _get(state, "nsteps", (dict,), w)
         try:
-            from .buffer import ReplayBuffer
             vrs = {} if views is None else {k: ViewRequirement.from_dict({**v, "space": None}) for k, v in views.items()}
             nss = {k: NStep(**v) for k, v in nsteps.items()}
-            self.views = None if views is None else ReplayBuffer._check_views(vrs)[0]
-            self.nsteps = ReplayBuffer._check_views(nss)[1]
+            self.views = None if views is None else type(buf)._check_views(vrs)[0]
+            self.nsteps = type(buf)._check_views(nss)[1]
         except (TypeError, ValueError, KeyError, AttributeError) as e:
             raise _Bad(f"state['views'] / state['nsteps']: {type(e).__name__}: {e}") from None
         self.default_views = _get(state, "default_views", (bool,), w)
         self.has_next = _get(state, "has_next", (bool,), w)
         self.fallback_key = _get(state, "fallback_key", (int,), w)
         self.open: dict[int, tuple[int, int]] = {}
-        for e in _get(state, "open", (list,), w):
-            if not (isinstance(e, list) and len(e) == 3 and all(isinstance(x, int) and not isinstance(x, bool)
-                                                                 for x in e)) or e[0] in self.open:
-                raise _Bad(f"state['open']: each entry must be [key, first t, last t] with a new key, got {e!r}")
-            self.open[e[0]] = (e[1], e[2])
+        for ent in _get(state, "open", (list,), w):
+            if not (isinstance(ent, list) and len(ent) == 3 and all(isinstance(x, int) and not isinstance(x, bool)
+                                                                     for x in ent)) or ent[0] in self.open:
+                raise _Bad(f"state['open']: each entry must be [key, first t, last t] with a new key, got {ent!r}")
+            self.open[ent[0]] = (ent[1], ent[2])
         for v in (self.fallback_key, *self.open, *(x for p in self.open.values() for x in p)):
             if not -(1 << 63) <= v < (1 << 63):
                 raise _Bad(f"state: {v} does not fit an int64 (trajectory key or t)")
@@ -406,7 +424,8 @@ class _Plan:
         for name, (dt, shape) in self.arrays.items():
             if name in self.rows and (dt, shape) != self.rows[name][1:]:
                 raise _Bad(f"state['arrays'][{name!r}] is {dt} {shape}, the column spec says {self.rows[name][1:]}")
-        tables = {"trajectories": (np.dtype(np.int64), _TRAJ_FIELDS), "pieces": (np.dtype(np.int64), _PIECE_FIELDS)}
+        tables: dict[str, tuple[np.dtype, int]] = {"trajectories": (np.dtype(np.int64), _TRAJ_FIELDS),
+                                                   "pieces": (np.dtype(np.int64), _PIECE_FIELDS)}
         if self.meta["prioritized"]:
             tables["leaves"] = (np.dtype(np.float64), 0)
         for name, (dt, width) in tables.items():
@@ -451,7 +470,9 @@ def _build(buf: ReplayBuffer, plan: _Plan, src: _Arrays) -> ReplayBuffer:
     views = tmp._views
     tmp._create()
     tmp._views = views if views is not None else tmp._views
-    assert tmp._impl is not None and plan.meta is not None
+    assert tmp._impl is not None
+    if plan.meta is None:  # the schema without a store (a buffer closed before it was dumped)
+        return tmp
     if plan.meta["prioritized"] != buf.sampler.prioritized:
         raise _Bad(f"state['store']['prioritized'] is {plan.meta['prioritized']}, but a {type(buf.sampler).__name__} "
                    f"{'is' if buf.sampler.prioritized else 'is not'} prioritized")
@@ -472,7 +493,7 @@ def _build(buf: ReplayBuffer, plan: _Plan, src: _Arrays) -> ReplayBuffer:
 def _swap(buf: ReplayBuffer, tmp: ReplayBuffer, plan: _Plan) -> None:
     with buf._lock:
         if tmp._rings is not None:
-            _commit_rings(buf, tmp)
+            commit_staged_rings(buf, tmp)
         for k in _FIELDS:
             setattr(buf, k, getattr(tmp, k))
         buf.sampler._apply_state(plan.sampler_state)
@@ -485,17 +506,15 @@ def _load(buf: ReplayBuffer, state: Any, src: _Arrays, where: str, file: Path | 
         tmp = _build(buf, plan, src)
         _swap(buf, tmp, plan)
         tmp = None
-    except _Bad as e:
-        if file is not None:
-            raise FileIntegrityError(file, str(e)) from None
-        raise ValueError(f"{where}: {e}") from None
     except FileIntegrityError:
         raise
-    except ValueError as e:
+    except (_Bad, ValueError) as e:  # a file whose content the buffer refuses (its schema, views) is damaged
+        if file is not None and not isinstance(e, _Mismatch):
+            raise FileIntegrityError(file, str(e)) from None
         raise ValueError(f"{where}: {e}") from None
     finally:
         if tmp is not None and tmp._rings is not None:
-            _drop_staging(tmp)
+            drop_staged_rings(tmp)
 
 
 def load_state_dict(buf: ReplayBuffer, sd: Any) -> None:
@@ -521,8 +540,8 @@ def load_parts(buf: ReplayBuffer, man: _io.Manifest, meta: Any, prefix: str = "r
     body = _io.read_verified(man, prefix + STATE)
     try:
         state = json.loads(bytes(body))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise FileIntegrityError(spath, f"not valid JSON: {e}") from None
+    except (ValueError, RecursionError) as e:  # (not JSON, not UTF-8, an int too long, nested too deep)
+        raise FileIntegrityError(spath, f"not valid JSON: {type(e).__name__}: {e}") from None
     _load(buf, state, _FileArrays(man, prefix), f"loads({man.folder})", spath)
 
 
@@ -536,61 +555,3 @@ def loads(buf: ReplayBuffer, path: str | os.PathLike[str]) -> None:
         )
     man = _io.read_manifest(path, FORMAT, (VERSION,))
     load_parts(buf, man, man.meta, prefix="")
-
-
-# -- storage="memmap": the ring files ------------------------------------------------------------------------
-
-
-def _ring_file(folder: Path, i: int, staging: bool) -> Path:
-    return folder / (f".ring_{i}.bin.loading" if staging else f"ring_{i}.bin")
-
-
-def open_rings(buf: ReplayBuffer, staging: bool = False) -> list[np.ndarray]:
-    """One memory-mapped file per column (``ring_<i>.bin``, sparse until written; ``staging``: a load's new
-    rings, renamed over them once it succeeds), and ``columns.json`` describing them (written atomically)."""
-    assert buf._specs is not None and buf._path is not None
-    if buf._path_lock is None or not buf._path_lock.held:
-        raise ValueError(f"ReplayBuffer on {buf._path}: the buffer was closed")
-    rings: list[np.ndarray] = []
-    for i, (dt, sh) in enumerate(buf._specs.values()):
-        nbytes = buf._capacity * _row_bytes(np.dtype(dt), sh)
-        if nbytes == 0:
-            rings.append(np.zeros(0, np.uint8))
-            continue
-        rings.append(np.memmap(_ring_file(buf._path, i, staging), dtype=np.uint8, mode="w+", shape=(nbytes,)))
-    if not staging:
-        _write_ring_meta(buf)
-    return rings
-
-
-def _write_ring_meta(buf: ReplayBuffer) -> None:
-    assert buf._specs is not None and buf._path is not None
-    cols = [{"name": k, "dtype": np.dtype(dt).str, "shape": list(sh), "file": f"ring_{i}.bin",
-             "row_bytes": _row_bytes(np.dtype(dt), sh)} for i, (k, (dt, sh)) in enumerate(buf._specs.items())]
-    body = {"format": "trajview.replay-memmap", "version": 1, "capacity": buf._capacity, "columns": cols,
-            "note": "the rings of a live ReplayBuffer(storage='memmap') (rows in ring order); use dumps() to keep "
-                    "a buffer"}
-    _io.atomic_write(buf._path / _MEMMAP_META, json.dumps(body, indent=1).encode())
-
-
-def _commit_rings(buf: ReplayBuffer, tmp: ReplayBuffer) -> None:
-    assert buf._path is not None and tmp._rings is not None
-    for r in tmp._rings:
-        if isinstance(r, np.memmap):
-            r.flush()
-    n = len(tmp._rings)
-    for i in range(n):
-        staged = _ring_file(buf._path, i, True)
-        if staged.exists():  # the mapping follows the file: the new store's rows stay where they are
-            os.replace(staged, _ring_file(buf._path, i, False))
-    for i in range(n, len(buf._rings or ())):
-        _ring_file(buf._path, i, False).unlink(missing_ok=True)
-    _io.fsync_dir(buf._path)
-    tmp._staging = False
-    _write_ring_meta(tmp)
-
-
-def _drop_staging(tmp: ReplayBuffer) -> None:
-    assert tmp._path is not None and tmp._rings is not None
-    for i in range(len(tmp._rings)):
-        _ring_file(tmp._path, i, True).unlink(missing_ok=True)

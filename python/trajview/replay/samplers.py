@@ -155,7 +155,7 @@ class Sampler:
             if not isinstance(rs, dict) or rs.get("bit_generator") != type(rng.bit_generator).__name__:
                 raise ValueError(f"expected a {type(rng.bit_generator).__name__} state")
             rng.bit_generator.state = rs
-        except (TypeError, ValueError, KeyError) as e:
+        except (TypeError, ValueError, KeyError, OverflowError) as e:
             raise ValueError(f"{type(self).__name__} state['_rng_state']: not a generator state ({e})") from None
         out["_rng_state"] = rng  # the generator, ready
         return out
