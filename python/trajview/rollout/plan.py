@@ -58,7 +58,8 @@ def view_snapshot(vrs: dict[str, ViewRequirement]) -> dict:
 
 
 def make_collector(
-    policy: Policy, num_slots: int, config: RolloutConfig, first_eps_id: int, seq_twins: bool = False
+    policy: Policy, num_slots: int, config: RolloutConfig, first_eps_id: int, seq_twins: bool = False,
+    slots_per_env: int = 1,
 ) -> Collector:
     """Runs the policy's view-pruning pass (once) and builds a collector of ``num_slots`` slots for its views.
 
@@ -66,6 +67,7 @@ def make_collector(
     ``batch_repeat_value > 1`` also gets a per-step twin (`SEQ_TWIN_PREFIX` + its name: its value at every
     step), from which a sampler that cuts a built segment inside a sequence gives the new sequence its first
     row (the multi-agent agent-step hold-back); the sampler drops the twins before anyone sees the batch.
+    ``slots_per_env``: slots of one env (a multi-agent store's, one per agent): ``env_id`` names the env.
     """
     policy._initialize_view_requirements()
     specs = policy.column_specs()
@@ -100,6 +102,7 @@ def make_collector(
         chunk_rows=config.rollout_fragment_length,
         lazy_views=config.lazy_min_row_bytes,
         eps_id_start=first_eps_id,
+        slots_per_env=slots_per_env,
     )
 
 
