@@ -111,7 +111,8 @@ class AgentEpisode:
                     self.reward_acc += float(reward)
                 return None
             obs = self.last_obs
-        return (self, self.pending, obs, self.reward_acc + (0.0 if reward is None else float(reward)), te, tr, info, done)
+        total = self.reward_acc + (0.0 if reward is None else float(reward))
+        return (self, self.pending, obs, total, te, tr, info, done)
 
     def commit(self, step: AgentStep, need_infos: bool) -> None:
         """Its completed ``step`` is stored: its last values follow; its episode counts the step."""

@@ -16,7 +16,14 @@ from .callbacks import Episode
 from .hooks import Hooks
 from .plan import PolicyColumns
 
-__all__ = ["InfoLog", "add_python_columns", "cast_rewards", "custom_postprocess", "finish_segment", "postprocess_segment"]
+__all__ = [
+    "InfoLog",
+    "add_python_columns",
+    "cast_rewards",
+    "custom_postprocess",
+    "finish_segment",
+    "postprocess_segment",
+]
 
 F32 = np.dtype(np.float32)
 
@@ -64,7 +71,9 @@ def add_python_columns(seg: SampleBatch, cols: list[tuple[str, str]], unroll_id:
             seg[key] = np.full(n, agent_index, np.int64)
 
 
-def finish_segment(seg: SampleBatch, columns: PolicyColumns, unroll_id: int, agent_index: int, reward_dtype: np.dtype) -> None:
+def finish_segment(
+    seg: SampleBatch, columns: PolicyColumns, unroll_id: int, agent_index: int, reward_dtype: np.dtype
+) -> None:
     """A built segment (or flat batch) as the policy trains on it: the computed columns it reads, rewards in the
     env's dtype, and which views the pruning pass took out (their KeyError says so)."""
     add_python_columns(seg, columns.python_columns, unroll_id, agent_index)

@@ -1,8 +1,8 @@
 """`MultiAgentSampler`: multi-agent envs (a `MultiAgentEnvAdapter`), every agent mapped to a policy, a collector per policy.
 
-Agents' turns and lifecycle are `agent_episode.AgentEpisodes`'; this module
-acts, stores each env step and assembles batches (sizes, the agent-step
-hold-back). Faults follow the single-agent rules (see `single_agent`): a
+Agents' turns and lifecycle live in `agent_episode` (`AgentEpisode`,
+`AgentEpisodes`); this module acts, stores each env step and assembles
+batches (sizes, the agent-step hold-back). Faults follow the single-agent rules (see `single_agent`): a
 step of the envs stores every agent's transition or none; an env the failed
 step may have moved on has its agents' trajectories cut at their last stored
 step (marked truncated when emitted) and is reset before the next step.
