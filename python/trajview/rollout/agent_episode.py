@@ -176,7 +176,15 @@ class AgentEpisodes:
         self.env_ep_counter = 0
         # eps_ids: each policy its own range of this worker's; a rebuilt store continues where the last stopped.
         self._next_eps = {pid: config.eps_id_offset for pid in policies}
-        self.build({}, {}, {}, lambda key, unemitted: None)
+        # What build() sets: the stores and what they take.
+        self.collectors: dict[str, Collector] = {}
+        self.need_infos: dict[str, bool] = {}
+        #: Observation filters by policy (RLlib's MeanStdFilter); policies without one are not in it.
+        self.filters: dict[str, Any] = {}
+        self._note_cut: Callable = lambda key, unemitted: None
+        #: Per policy, the leaves of its observation space (nested spaces: one column per leaf).
+        self.obs_nest: dict[str, Nest] = {}
+        self._clear()
 
     def build(
         self, collectors: dict[str, Collector], need_infos: dict[str, bool], filters: dict[str, Any], note_cut: Callable
@@ -186,11 +194,13 @@ class AgentEpisodes:
         marks its last step)."""
         self.collectors = collectors
         self.need_infos = need_infos
-        #: Observation filters by policy (RLlib's MeanStdFilter); policies without one are not in it.
         self.filters = filters
         self._note_cut = note_cut
-        #: Per policy, the leaves of its observation space (nested spaces: one column per leaf).
         self.obs_nest = {pid: Nest.from_space(p.observation_space, "observation_space") for pid, p in self.policies.items()}
+        self._clear()
+
+    def _clear(self) -> None:
+        """Nothing running: every env waits for its reset."""
         self.live: list[dict[Any, AgentEpisode]] = [{} for _ in range(self.num_envs)]
         #: complete_episodes: agents done while their env episode goes on; their store episodes end with it.
         self.closing: list[list[AgentEpisode]] = [[] for _ in range(self.num_envs)]
