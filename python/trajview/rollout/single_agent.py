@@ -1,15 +1,11 @@
 """`SingleAgentSampler`: the vectorized single-agent step loop (the fast path) over a `VectorEnvAdapter`.
 
-Faults (docs/contract.md, Faults): a vector step stores every env's
-transition or none. If anything raises inside ``sample()`` (the policy, an
-env, a bad value, a callback, a KeyboardInterrupt), the sampler is left
-consistent: an env that the failed step may have moved on has its episode cut
-at its last stored step (that step is marked ``truncateds=True`` when it is
-emitted; no step is made up) and is reset before the next step; every other
-env goes on where it was. Steps stored before the failure are kept and
-emitted by the next ``sample()``, which returns exactly the batch size asked;
-a batch whose postprocessing or ``on_sample_end`` raised is handed out again
-by the next ``sample()``.
+Faults (docs/contract.md, Faults): a vector step stores every env's transition or none. If anything raises inside
+``sample()`` (the policy, an env, a bad value, a callback, a KeyboardInterrupt), an env that the failed step may have
+moved on has its episode cut at its last stored step (marked ``truncateds=True`` when emitted; no step is made up)
+and is reset before the next step; every other env goes on where it was. Steps stored before the failure are kept,
+and the next ``sample()`` returns exactly the batch size asked (a batch whose postprocessing or ``on_sample_end``
+raised is handed out again: `env_sampler`).
 """
 
 from __future__ import annotations
@@ -38,6 +34,10 @@ DEFAULT_POLICY_ID = "default_policy"
 #: Observation rows of at least this many bytes are written by the envs straight into the store.
 STAGE_OBS_BYTES = 1024
 
+# Column names read on every step (module constants: no class attribute lookup per step).
+_OBS, _ACTIONS, _REWARDS = SampleBatch.OBS, SampleBatch.ACTIONS, SampleBatch.REWARDS
+_TERMINATEDS, _TRUNCATEDS = SampleBatch.TERMINATEDS, SampleBatch.TRUNCATEDS
+
 
 class SingleAgentSampler(EnvSampler[SampleBatch]):
     """Steps ``adapter.num_envs`` envs with one policy; slot ``i`` of the collector is env ``i``.
@@ -57,6 +57,10 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         n = self.num_envs = adapter.num_envs
         self._false = np.zeros(n, dtype=bool)
         self._has_hooks = bool(hooks.active)
+        # Settings read on every step (the config is frozen).
+        self._horizon_len = config.horizon
+        self._no_done = config.no_done_at_end
+        self._isolate = config.restart_failed_sub_environments
         self._all = np.arange(n, dtype=np.int64)
         # Per-slot episode lengths in Python only when the horizon or callbacks need them each step.
         self._track_len = config.horizon is not None or bool(hooks.active & {"on_episode_step", "on_episode_end"})
@@ -64,6 +68,10 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         self.collector: Collector = cast(Collector, None)
         self._columns: PolicyColumns = cast(PolicyColumns, None)
         self._next_obs_rows: Any = None
+        self._filter: Any = None  # `filter`, as of the last build (filters are synced in place)
+        #: The next step's compute-actions input, gathered with the step just stored (`Collector.step`: one C++
+        #: call) when no episode ended in it; forgotten by anything else that changes the store (`_forget_inputs`).
+        self._next_inputs: dict | None = None
         self._episodes: list[Episode | None] = [None] * n
         self._ended: dict[int, Episode] = {}
         self._infos: dict[int, InfoLog] = {}
@@ -99,6 +107,8 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         self.collector = make_collector(policy, self.num_envs, self.config, self._eps_base + self._next_eps_id)
         self._columns = PolicyColumns(policy, self.config)
         self._agent_index_input = self._columns.agent_index_input
+        self._filter = self.filter
+        self._next_inputs = None
         # The episode's last_*_for() values when callbacks or postprocess_trajectory may read them.
         # Callbacks see the episode after every step: its last values are set each step. A policy that only
         # postprocesses sees it once per segment: they are set when its episode ends and before postprocessing
@@ -134,10 +144,6 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         self._reset_seed = self.config.seed if rebuild == 0 else None
         self._start_idle()
 
-    def _obs_data(self, obs: Any) -> dict[str, Any]:
-        """The observation columns of rows ``obs`` (one array, or a nested space's leaf columns)."""
-        return {SampleBatch.OBS: obs} if self._obs_flat else obs
-
     def _obs_row(self, obs: Any, j: int) -> Any:
         """Row ``j`` of ``obs`` (a copy), nested as the observation space."""
         if self._obs_flat:
@@ -147,7 +153,8 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
     def _begin(self, ids: np.ndarray, obs: Any, infos: list) -> list[Episode]:
         """Starts an episode in each slot of ``ids`` (store first); returns them for on_episode_start."""
         try:
-            eps_ids = self.collector.begin_episodes(ids, self._obs_data(obs))
+            self._next_inputs = None  # (the store changes: a gathered input is stale)
+            eps_ids = self.collector.begin_episodes(ids, {_OBS: obs} if self._obs_flat else obs)
         except (ValueError, TypeError) as e:
             raise type(e)(f"RolloutWorker: the env's reset observation does not fit the observation space: {e}") from e
         if len(eps_ids):
@@ -166,23 +173,28 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
             started.append(ep)
         return started
 
-    def _start_idle(self) -> None:
-        """Resets the envs of idle slots (recreating those that fail, if allowed) and begins their episodes."""
-        ids = np.flatnonzero(self._idle)
+    def _reset(self, ids: np.ndarray, seed: int | None = None, again: Any = None) -> tuple[np.ndarray, Any, list]:
+        """Resets the envs ``ids`` (all of them seeded, if ``seed``): (ids, first observations, infos). If that
+        raises and restart_failed_sub_environments allows, they are recreated and the envs ``again()`` (default:
+        ``ids``) reset."""
         try:
-            if self._reset_seed is not None and len(ids) == self.num_envs:
-                obs, infos = self.adapter.reset(seed=self._reset_seed)
-            else:
-                obs, infos = self.adapter.reset_envs(ids)
+            obs, infos = self.adapter.reset(seed=seed) if seed is not None else self.adapter.reset_envs(ids)
         except Exception:
             if not self.config.restart_failed_sub_environments:
                 raise
             self._recreate(ids)
-            ids = np.flatnonzero(self._idle)
+            ids = ids if again is None else again()
             obs, infos = self.adapter.reset_envs(ids)
+        return ids, obs, infos
+
+    def _start_idle(self) -> None:
+        """Resets the envs of idle slots (recreating those that fail, if allowed) and begins their episodes."""
+        ids = np.flatnonzero(self._idle)
+        seed = self._reset_seed if len(ids) == self.num_envs else None
+        ids, obs, infos = self._reset(ids, seed, again=lambda: np.flatnonzero(self._idle))
         self._reset_seed = None
-        if self.filter is not None:
-            obs = filter_rows(self.filter, obs, self.adapter.obs_nest)
+        if self._filter is not None:
+            obs = filter_rows(self._filter, obs, self.adapter.obs_nest)
         for ep in self._begin(ids, obs, infos):
             self.hooks.episode_start(ep, ep.env_id)
 
@@ -209,20 +221,14 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         return self._emit(complete)
 
     def _step(self, ids: np.ndarray | None = None) -> None:
-        """One step of every env (or of the envs ``ids`` only, catching up: rows are then positions among them).
-
-        The policy acts (`_act`), the envs step (`_step_envs`), the step's
-        episode ends are found (`_horizon`), the step is stored (`_store`),
-        the Python side follows (`_commit`), envs that failed are replaced
-        (`_replace_failed`), ended episodes restart (`_restart`), then the
-        hooks run. A fault before the step is stored cuts the envs that
-        moved on (see the faults section).
-        """
+        """One step of every env (or of the envs ``ids`` only, catching up: rows are then positions among them):
+        `_act`, `_step_envs`, `_horizon`, `_store`, `_commit`, `_replace_failed`, `_restart`, then the hooks. A fault
+        before the step is stored cuts the envs that moved on (see the faults section)."""
         if self._any_idle:
             self._start_idle()
         slots = self._all if ids is None else ids
         data, actions = self._act(slots, ids)
-        new_obs, rew, term, trunc, infos, any_done, failed = self._step_envs(actions, ids)
+        new_obs, rew, term, trunc, infos, any_done, failed = self._step_envs(actions, ids)[:7]
         if failed is None:
             ok = self._all if ids is None else np.arange(len(slots))
         else:
@@ -232,13 +238,14 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
             term[failed] = trunc[failed] = False
         cut = (term | trunc) if any_done else None
         soft = None
-        if self.config.horizon is not None:
+        if self._horizon_len is not None:
             cut, soft, trunc = self._horizon(slots, ids, cut, trunc, failed)
-        self._store(data, slots, ids, ok, failed, new_obs, rew, term, trunc)
+        ends = soft is not None or (cut is not None and bool(cut.any()))
+        self._store(data, slots, ids, ok, failed, new_obs, rew, term, trunc, ids is None and not ends)
         stepped = self._commit(slots, ids, ok, failed, data, new_obs, rew, infos, cut, soft)
         if failed is not None:
             self._replace_failed(slots[failed])
-        if soft is not None or (cut is not None and cut.any()):
+        if ends:
             ended, started, error = self._restart(slots, ids, cut, soft, new_obs)
         else:
             ended, started, error = [], [], None
@@ -251,7 +258,9 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         """The policy's outputs for the stepped slots, checked before any env steps (a bad output changes
         nothing): (the step's policy columns, the actions as the envs take them)."""
         n = len(slots)
-        inputs = self.collector.input_dict() if ids is None else self.collector.input_dict(ids)
+        inputs, self._next_inputs = self._next_inputs, None
+        if inputs is None or ids is not None:
+            inputs = self.collector.input_dict() if ids is None else self.collector.input_dict(ids)
         if self._agent_index_input:
             inputs[SampleBatch.AGENT_INDEX] = np.zeros(n, np.int64)
         if self.adapter.saw_f32_rewards and self._columns.reward_input_keys:
@@ -260,33 +269,34 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
             inputs, explore=self.explore, timestep=self._timestep
         )
         data = self._columns.check_outputs(actions, state_outs, extra, n)
-        return data, (data[SampleBatch.ACTIONS] if not self._act_cols else {c: data[c] for c in self._act_cols})
+        return data, (data[_ACTIONS] if not self._act_cols else {c: data[c] for c in self._act_cols})
 
     def _step_envs(self, actions: Any, ids: np.ndarray | None) -> tuple:
         """The envs' step (big observations written straight into the store's next rows), filtered:
-        (new_obs, rewards, terminateds, truncateds, infos, any done, rows of envs that failed or None)."""
+        (new_obs, rewards, terminateds, truncateds, infos, any done, rows of envs that failed or None, ...)."""
         staged: Any = None
         if self._next_obs_rows is not None and ids is None:
             if self._obs_flat:
-                staged = self._next_obs_rows(SampleBatch.OBS)
+                staged = self._next_obs_rows(_OBS)
             else:
                 rows = {c: self._next_obs_rows(c) for c in self._staged_cols}
                 staged = rows if all(r is not None for r in rows.values()) else None
-        isolate = self.config.restart_failed_sub_environments
         try:
             if ids is None:
-                res = self.adapter.step(actions, staged, self._want_infos, isolate)
+                res = self.adapter.step(actions, staged, self._want_infos, self._isolate)
             else:
-                res = self.adapter.step(actions, None, self._want_infos, isolate, env_ids=ids)
+                res = self.adapter.step(actions, None, self._want_infos, self._isolate, env_ids=ids)
         except BaseException:
             self._cut_moved_on()
             raise
+        if res[6] is None and self._filter is None:
+            return res  # the common step: no env failed, nothing to filter
         new_obs, rew, term, trunc, infos, any_done, failed = res[:7]
         if failed is not None and not len(failed):
             failed = None
-        if self.filter is not None:
+        if self._filter is not None:
             skip = None if failed is None else set(failed.tolist())
-            new_obs = filter_rows(self.filter, new_obs, self.adapter.obs_nest, skip)
+            new_obs = filter_rows(self._filter, new_obs, self.adapter.obs_nest, skip)
         return new_obs, rew, term, trunc, infos, any_done, failed
 
     def _horizon(self, slots: np.ndarray, ids: Any, cut: Any, trunc: np.ndarray, failed: Any) -> tuple[Any, Any, Any]:
@@ -310,20 +320,24 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         return cut, soft, trunc
 
     def _store(self, data: dict, slots: np.ndarray, ids: Any, ok: np.ndarray, failed: Any, new_obs: Any,
-               rew: np.ndarray, term: np.ndarray, trunc: np.ndarray) -> None:
-        """Stores the step: the policy's columns and the envs' (``ok`` rows: every env's transition or none)."""
-        if self.config.no_done_at_end:
+               rew: np.ndarray, term: np.ndarray, trunc: np.ndarray, gather_next: bool) -> None:
+        """Stores the step: the policy's columns and the envs' (``ok`` rows: every env's transition or none).
+        ``gather_next`` (every env stepped, no episode ended): the next step's input is gathered in the same call."""
+        if self._no_done:
             term = trunc = self._false if ids is None else np.zeros(len(slots), dtype=bool)
         if self._obs_flat:
-            data[SampleBatch.OBS] = new_obs
+            data[_OBS] = new_obs
         else:
             data.update(new_obs)
-        data[SampleBatch.REWARDS] = rew
-        data[SampleBatch.TERMINATEDS] = term
-        data[SampleBatch.TRUNCATEDS] = trunc
+        data[_REWARDS] = rew
+        data[_TERMINATEDS] = term
+        data[_TRUNCATEDS] = trunc
         try:
             if failed is None:
-                self.collector.add_step(data, env_ids=ids)
+                if gather_next:
+                    self._next_inputs = self.collector.step(data)
+                else:
+                    self.collector.add_step(data, env_ids=ids)
             else:
                 self.collector.add_step({k: np.asarray(v)[ok] for k, v in data.items()}, env_ids=slots[ok])
         except BaseException as e:
@@ -334,23 +348,23 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         """The step is stored: the Python side follows (step counters, episode lengths and returns, infos, the
         episodes' last values). Returns (slot, row) of each episode that stepped, for ``on_episode_step``."""
         self._timestep += len(slots)
-        ok_slots = slots if failed is None else slots[ok]
-        if ids is None:
+        if failed is None and ids is None:  # the common step: every env stepped
             self._frag += 1
-            if failed is not None:
-                for i in slots[failed].tolist():
-                    self._deficit[i] = self._deficit.get(i, 0) + 1
-        else:
-            for i in ok_slots.tolist():
-                if self._deficit[i] == 1:
-                    del self._deficit[i]
-                else:
-                    self._deficit[i] -= 1
-        if failed is None and ids is None:
             if self._track_len:
                 self._ep_len += 1
             self._ep_ret += rew
         else:
+            ok_slots = slots if failed is None else slots[ok]
+            if ids is None:
+                self._frag += 1
+                for i in slots[failed].tolist():
+                    self._deficit[i] = self._deficit.get(i, 0) + 1
+            else:
+                for i in ok_slots.tolist():
+                    if self._deficit[i] == 1:
+                        del self._deficit[i]
+                    else:
+                        self._deficit[i] -= 1
             self._ep_len[ok_slots] += 1
             self._ep_ret[ok_slots] += rew[ok]
         if infos is not None and self._columns.need_infos:
@@ -421,17 +435,14 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         self.metrics.num_env_restarts += len(replaced)
 
     def _cut(self, ids: np.ndarray) -> None:
-        """Ends the running episodes of ``ids`` where they are (a fault): no step is added or changed now.
-
-        Their last stored step is marked truncated when emitted; the slots
-        become idle (their envs reset before the next step). No
-        ``on_episode_end`` is called for a cut episode, and its return is not
-        in the metrics (it counts in ``num_faulty_episodes``).
-        """
+        """Ends the running episodes of ``ids`` where they are (a fault): no step is added or changed now. Their
+        last stored step is marked truncated when emitted; the slots become idle (reset before the next step). No
+        ``on_episode_end`` for a cut episode, nor its return in the metrics (it counts in ``num_faulty_episodes``)."""
         ids = np.asarray([i for i in np.asarray(ids, np.int64) if not self._idle[i]], dtype=np.int64)
         if not len(ids):
             return
         lengths = self.collector.episode_lengths()
+        self._next_inputs = None
         self.collector.end_episodes(ids)
         for i in ids:
             ep = cast(Episode, self._episodes[i])
@@ -484,19 +495,14 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
                 return ep
         return cast(Episode, self._episodes[i])
 
-    def _end_and_restart(
-        self, cut: np.ndarray, soft: np.ndarray | None, new_obs: Any
-    ) -> tuple[list[Episode], list[Episode], BaseException | None]:
-        """Ends the episodes in `cut` (env reset) and `soft` (soft horizon: no reset), and begins new ones.
-
-        Store and env state only; the caller runs the hooks. If the envs'
-        reset raises (and may not be recreated), their slots stay idle (reset
-        again before the next step) and the exception is returned, for the
-        caller to raise after the hooks.
-        """
+    def _end_and_restart(self, cut: np.ndarray, soft: Any, new_obs: Any) -> tuple[list, list, BaseException | None]:
+        """Ends the episodes in `cut` (env reset) and `soft` (soft horizon: no reset), and begins new ones. Store
+        and env state only; the caller runs the hooks. If the envs' reset raises (and may not be recreated), their
+        slots stay idle (reset before the next step) and the exception is returned, raised after the hooks."""
         ends = np.flatnonzero(cut | soft) if soft is not None else np.flatnonzero(cut)
         if not self._track_len:
             self._ep_len[ends] = self.collector.episode_lengths()[ends]
+        self._next_inputs = None
         self.collector.end_episodes(ends)
         ended = []
         for i in ends:
@@ -519,18 +525,12 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         error: BaseException | None = None
         if len(resets):
             try:
-                try:
-                    r_obs, r_infos = self.adapter.reset_envs(resets)
-                except Exception:
-                    if not self.config.restart_failed_sub_environments:
-                        raise
-                    self._recreate(resets)
-                    r_obs, r_infos = self.adapter.reset_envs(resets)
+                _, r_obs, r_infos = self._reset(resets)
             except Exception as e:
                 error = e
             else:
-                if self.filter is not None:
-                    r_obs = filter_rows(self.filter, r_obs, self.adapter.obs_nest)
+                if self._filter is not None:
+                    r_obs = filter_rows(self._filter, r_obs, self.adapter.obs_nest)
                 for j, i in enumerate(resets):
                     set_rows(obs, pos[int(i)], r_obs, j)
                     infos[pos[int(i)]] = r_infos[j]
@@ -548,6 +548,7 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
     def _emit(self, complete: bool) -> SampleBatch:
         """Builds the batch and hands it out: postprocessed per episode segment, or, when nothing runs per
         episode, the store's flat batch as it is (no split, no concat)."""
+        self._next_inputs = None
         need_infos = self._columns.need_infos
         if not custom_postprocess(self.policy) and not need_infos and "on_postprocess_trajectory" not in self.hooks:
             return self._hand_out(batch=self._flat_batch(complete))
