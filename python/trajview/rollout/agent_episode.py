@@ -103,7 +103,7 @@ class AgentEpisode:
         its last observation stands in if the env gave none), its step
         completes with every reward since it acted. Otherwise its ``reward``
         (None: none) adds up on the step still waiting for its next observation.
-        Nothing else changes until `commit`.
+        Nothing else changes until the step is stored (`AgentEpisodes.commit`).
         """
         if obs is None:
             if not done:
@@ -113,24 +113,6 @@ class AgentEpisode:
             obs = self.last_obs
         total = self.reward_acc + (0.0 if reward is None else float(reward))
         return (self, self.pending, obs, total, te, tr, info, done)
-
-    def commit(self, step: AgentStep, need_infos: bool) -> None:
-        """Its completed ``step`` is stored: its last values follow; its episode counts the step."""
-        _ae, pending, obs, reward, _te, _tr, info, _done = step
-        self.pending = None
-        self.reward_acc = 0.0
-        self.unemitted += 1
-        self.last_obs = obs
-        self.last_reward = reward
-        self.total_reward += reward
-        self.last_action = pending[2]
-        if info is not None:
-            self.last_info = info
-        ep = self.episode
-        ep._agent_steps += 1
-        ep.total_reward += reward
-        if need_infos:
-            self.infos.infos.append(info if info is not None else {})
 
 
 def mark_finished(completions: dict[str, list[AgentStep]], aes: set) -> None:
@@ -375,7 +357,7 @@ class AgentEpisodes:
                 for r in rew.values():
                     adapter.note_reward(r)
             live = lives[i]
-            if not rew.keys() <= live.keys():
+            if len(ep._agents) != len(live) and not rew.keys() <= live.keys():  # (equal: no agent finished yet)
                 _check_rewards(i, ep, live, rew)
             if filters:  # each live agent's new observation, filtered once, in the env's order
                 fo = self._fobs[i] = {}
@@ -401,7 +383,7 @@ class AgentEpisodes:
                         if o is not None:
                             observed.append((ae, o, info_dict.get(a)))
                         continue
-                    step = ae.observe(o, rew.get(a), info_dict.get(a))
+                    step = ae.observe(o, rew.get(a), None if o is None else info_dict.get(a))
                     if step is not None:
                         comps = comps_by_pid.get(ae.policy_id)
                         if comps is None:  # (policies in the order of their first step: the agent-step hold-back's)
@@ -452,10 +434,22 @@ class AgentEpisodes:
         for pid, comps in completions.items():
             need_infos = self.need_infos[pid]
             ended_slots = []
-            for step in comps:
-                ae = step[0]
-                ae.commit(step, need_infos)
-                if step[7]:  # done
+            for ae, pending, obs, reward, _te, _tr, info, done in comps:  # its step is stored: its values follow
+                ae.pending = None
+                ae.reward_acc = 0.0
+                ae.unemitted += 1
+                ae.last_obs = obs
+                ae.last_reward = reward
+                ae.total_reward += reward
+                ae.last_action = pending[2]
+                if info is not None:
+                    ae.last_info = info
+                ep = ae.episode
+                ep._agent_steps += 1
+                ep.total_reward += reward
+                if need_infos:
+                    ae.infos.infos.append(info if info is not None else {})
+                if done:
                     del lives[ae.env_index][ae.agent_id]
                     if complete:
                         self.closing[ae.env_index].append(ae)
