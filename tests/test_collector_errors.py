@@ -323,7 +323,7 @@ def test_caller_arrays_are_copied():
         ({"obs": VR()}, {"num_envs": 0}, "num_envs"),
         ({"obs": VR()}, {"chunk_rows": 0}, "chunk_rows"),
         ({"obs": VR()}, {"slots_per_env": 0}, "slots_per_env"),
-        ({"obs": VR()}, {"num_envs": 4, "slots_per_env": 3}, r"slots_per_env must be >= 1 and divide num_envs \(4\), got 3"),
+        ({"obs": VR()}, {"num_envs": 4, "slots_per_env": 3}, r"slots_per_env must .* divide num_envs \(4\), got 3"),
     ],
 )
 def test_bad_configuration(views, kwargs, match):
