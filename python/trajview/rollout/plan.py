@@ -159,6 +159,8 @@ class PolicyColumns:
         self._scalar_bounds = self._bounds is not None and self._bounds[0].ndim == 0
         self._lo = int(self._bounds[0]) if self._scalar_bounds and self._bounds is not None else 0
         self._hi = int(self._bounds[1]) if self._scalar_bounds and self._bounds is not None else 0
+        self._flat_actions = self.action_nest.flat
+        self._no_rest = not self.state_keys and not self.extra_keys  # no state_outs, no extra fetches
 
     def __bool__(self) -> bool:
         return bool(self.state_keys or self.extra_keys)
@@ -215,7 +217,7 @@ class PolicyColumns:
 
         A nested action space's actions come back as leaf columns (``actions.a``, ...), no ``actions`` key.
         """
-        if not self.action_nest.flat:
+        if not self._flat_actions:
             return self._check_rest(self._check_nested_actions(actions, n), state_outs, extra, n)
         acts = actions if type(actions) is np.ndarray else np.asarray(actions)
         if not (self._scalar_bounds and acts.dtype is self.action_spec[0] and acts.shape == (n,)):
@@ -239,6 +241,8 @@ class PolicyColumns:
                     f"column 'actions': compute_actions_from_input_dict returned actions outside the action space "
                     f"{self.action_space} (rows {bad}: {acts[bad].tolist()})"
                 )
+        if self._no_rest and type(state_outs) is list and not state_outs and type(extra) is dict and not extra:
+            return data  # the common case: nothing else to check
         return self._check_rest(data, state_outs, extra, n)
 
     def _check_rest(self, data: dict[str, Any], state_outs: Any, extra: Any, n: int) -> dict[str, Any]:
