@@ -322,6 +322,8 @@ def test_caller_arrays_are_copied():
         ({"obs": VR()}, {"initial_rows": {"nope": np.zeros(2, dtype=np.float32)}}, "nope"),
         ({"obs": VR()}, {"num_envs": 0}, "num_envs"),
         ({"obs": VR()}, {"chunk_rows": 0}, "chunk_rows"),
+        ({"obs": VR()}, {"slots_per_env": 0}, "slots_per_env"),
+        ({"obs": VR()}, {"num_envs": 4, "slots_per_env": 3}, r"slots_per_env must .* divide num_envs \(4\), got 3"),
     ],
 )
 def test_bad_configuration(views, kwargs, match):

@@ -10,6 +10,7 @@ values, dtype and shape.
 from __future__ import annotations
 
 import gc
+import math
 
 import numpy as np
 import pytest
@@ -93,8 +94,9 @@ def setups(draw, value_columns_only=False, lowest_shift=-6, longest_range=6):
             views[col] = VR(used_for_compute_actions=draw(st.booleans()), used_for_training=draw(st.booleans()))
     if value_columns_only:
         views["eps_id"] = VR()  # the isolation test reads each input_dict row's eps_id
+    num_envs = draw(st.integers(1, 5))
     kwargs = dict(
-        num_envs=draw(st.integers(1, 5)),
+        num_envs=num_envs,
         columns=columns,
         view_requirements=views,
         obs_columns=tuple(obs_columns),
@@ -104,6 +106,8 @@ def setups(draw, value_columns_only=False, lowest_shift=-6, longest_range=6):
         # Row-bytes threshold of lazy batch columns: off, every column, or only the wider ones
         # (bool/int64/float32[2]/uint8[3,3] rows are 1/8/8/9 bytes).
         lazy_views=draw(st.sampled_from([False, 1, 9])),
+        # env_id = slot // slots_per_env (a multi-agent store's slots: one per agent of an env).
+        slots_per_env=draw(st.sampled_from([d for d in range(1, num_envs + 1) if num_envs % d == 0])),
     )
     return kwargs
 
@@ -285,6 +289,7 @@ def test_long_episodes_across_many_fragments(data):
     """Few slots, many steps and cuts: long lookbacks reach back across fragments and chunks."""
     kwargs = data.draw(setups(lowest_shift=-30, longest_range=35), label="setup")
     kwargs["num_envs"] = min(kwargs["num_envs"], 2)
+    kwargs["slots_per_env"] = math.gcd(kwargs["slots_per_env"], kwargs["num_envs"])
     play(data, Twin(kwargs), kwargs, ops_range=(60, 150), weights=dict(build=3, begin=1, step=30, input_dict=1, end=1))
 
 

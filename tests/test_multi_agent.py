@@ -173,3 +173,38 @@ def test_infos_reach_each_agents_rows(count_steps_by, batch_mode):
             assert info == {"uid": uid, "t": t + 1}  # the info the env returned after this row's step
             seen += 1
     assert seen >= 5 * 4
+
+
+class LateRewardEnv(TwoAgentEnv):
+    """TwoAgentEnv that rewards 'b' once more, one step after 'b' terminated (in env 0's first episode only)."""
+
+    def step(self, actions):
+        obs, rew, term, trunc, info = super().step(actions)
+        if self.env_index == 0 and self.k == 0 and self.t == self.lengths["b"] + 1:
+            rew["b"] = 7.0
+        return obs, rew, term, trunc, info
+
+
+@pytest.mark.parametrize("batch_mode", ["truncate_episodes", "complete_episodes"])
+def test_a_reward_after_an_agent_finished_is_an_error_naming_it(batch_mode):
+    # RLlib raises too: the reward belongs to no step (dropping it would change the agent's return silently).
+    it = iter(range(100))
+    w = tv.RolloutWorker(lambda cfg: LateRewardEnv(next(it)), UidPolicy, num_envs=2, rollout_fragment_length=6,
+                         batch_mode=batch_mode)
+    with pytest.raises(ValueError, match=r"env 0: reward 7\.0 for agent 'b', which already finished"):
+        w.sample()
+    # The step was stored for no env (every env is cut where it was, as for any fault), and the next batches hold
+    # every stored step once, the late reward in none of them.
+    seen: dict = {}
+    for _ in range(3):
+        pb = w.sample().policy_batches["default_policy"]
+        for (uid, t), r, te, tr in zip(rows(pb), pb["rewards"], pb["terminateds"], pb["truncateds"]):
+            assert (uid, t) not in seen
+            seen[(uid, t)] = (float(r), bool(te), bool(tr))
+    assert 7.0 not in {r for r, _, _ in seen.values()}
+    for env in range(2):  # episode 0 of each env: 'b' finished at its 3rd step; 'a' was cut after its 3rd
+        assert [seen[(env * 10_000 + 1, t)] for t in range(3)] == [(1.0, False, False), (2.0, False, False),
+                                                                   (3.0, True, False)]
+        assert [seen[(env * 10_000, t)] for t in range(3)] == [(1.0, False, False), (2.0, False, False),
+                                                               (3.0, False, True)]
+        assert (env * 10_000, 3) not in seen

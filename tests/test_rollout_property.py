@@ -132,3 +132,65 @@ def test_flat_batch_without_postprocessing_equals_the_per_episode_path(num_envs,
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     assert IdentityPostprocess.calls > before
     assert flat.sampler._ended.keys() == split.sampler._ended.keys()
+
+
+class FreshInputPolicy(LookbackPolicy):
+    """Checks that every compute-actions input is what the store gives at that moment (the sampler may gather it
+    together with the step before, `SingleAgentSampler._next_inputs`: never stale)."""
+
+    worker = None
+    checked = 0
+
+    def compute_actions_from_input_dict(self, input_dict, explore=None, timestep=None, **kwargs):
+        w = FreshInputPolicy.worker
+        if w is not None and w.collector is not None and len(input_dict["obs"]) == w.num_envs:
+            fresh = w.collector.input_dict()
+            assert sorted(input_dict) == sorted(fresh)
+            for k in fresh:
+                np.testing.assert_array_equal(np.asarray(input_dict[k]), np.asarray(fresh[k]), err_msg=k)
+            FreshInputPolicy.checked += 1
+        return super().compute_actions_from_input_dict(input_dict, explore, timestep, **kwargs)
+
+
+class FlakyCallbacks(tv.Callbacks):
+    """on_episode_step raises at the given calls (after the step is stored: the next sample goes on)."""
+
+    def __init__(self, raise_at):
+        self.raise_at, self.calls = set(raise_at), 0
+
+    def on_episode_step(self, **kwargs):
+        self.calls += 1
+        if self.calls in self.raise_at:
+            raise RuntimeError("injected callback fault")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    num_envs=st.integers(1, 4),
+    lengths=st.lists(st.integers(1, 9), min_size=1, max_size=4),
+    fragment=st.integers(1, 12),
+    batch_mode=st.sampled_from(["truncate_episodes", "complete_episodes"]),
+    horizon=st.one_of(st.none(), st.integers(1, 8)),
+    soft_horizon=st.booleans(),
+    raise_at=st.sets(st.integers(1, 60), max_size=3),
+    samples=st.integers(1, 5),
+)
+def test_the_policy_always_reads_the_store_as_it_is(
+    num_envs, lengths, fragment, batch_mode, horizon, soft_horizon, raise_at, samples
+):
+    envs = iter([ScriptedEnv(lengths, i) for i in range(num_envs)])
+    w = tv.RolloutWorker(lambda cfg: next(envs), FreshInputPolicy, num_envs=num_envs, batch_mode=batch_mode,
+                         rollout_fragment_length=fragment, horizon=horizon,
+                         soft_horizon=soft_horizon and horizon is not None, callbacks=FlakyCallbacks(raise_at))
+    FreshInputPolicy.worker, before = w, FreshInputPolicy.checked
+    try:
+        for _ in range(samples + len(raise_at)):
+            try:
+                b = w.sample()
+            except RuntimeError as e:
+                assert "injected" in str(e)
+                continue
+            np.testing.assert_array_equal(b["actions"], (b["obs"][:, 0].astype(int) + b["obs"][:, 1].astype(int)) % 5)
+    finally:
+        FreshInputPolicy.worker = None
+    assert FreshInputPolicy.checked > before

@@ -33,9 +33,10 @@ class PyStore {
  public:
   PyStore(std::int64_t num_slots, const py::list& columns, const py::list& views, std::int64_t chunk_rows,
           std::int64_t eps_id_start, const std::vector<std::string>& inference_boundary, bool emit_env_id,
-          std::size_t lazy_min_row_bytes)
+          std::size_t lazy_min_row_bytes, std::int64_t slots_per_env)
       : store_(num_slots, parse_columns(columns), parse_views(views),
-               StoreOptions{chunk_rows, eps_id_start, emit_env_id, lazy_min_row_bytes}) {
+               StoreOptions{chunk_rows, eps_id_start, emit_env_id, lazy_min_row_bytes, slots_per_env}),
+        slots_per_env_(slots_per_env) {
     for (const auto& b : inference_boundary) {
       if (b == "t") infer_t_ = true;
       else if (b == "eps_id") infer_eps_ = true;
@@ -365,7 +366,8 @@ class PyStore {
     if (infer_env_) {
       py::array_t<std::int64_t> env(n);
       auto* p = env.mutable_data();
-      for (py::ssize_t i = 0; i < n; ++i) p[i] = slots.given ? slots.ids[static_cast<std::size_t>(i)] : i;
+      for (py::ssize_t i = 0; i < n; ++i)
+        p[i] = (slots.given ? slots.ids[static_cast<std::size_t>(i)] : i) / slots_per_env_;
       out[env_key_] = env;
     }
     return out;
@@ -385,6 +387,7 @@ class PyStore {
   bool infer_t_ = false;
   bool infer_eps_ = false;
   bool infer_env_ = false;
+  std::int64_t slots_per_env_ = 1;  // env_id = slot / slots_per_env_ (StoreOptions)
 };
 
 }  // namespace
@@ -392,9 +395,10 @@ class PyStore {
 void register_store(py::module_& m) {
   py::class_<PyStore>(m, "_TrajectoryStore", "The C++ trajectory store; use trajview.Collector.")
       .def(py::init<std::int64_t, const py::list&, const py::list&, std::int64_t, std::int64_t,
-                    const std::vector<std::string>&, bool, std::size_t>(),
+                    const std::vector<std::string>&, bool, std::size_t, std::int64_t>(),
            py::arg("num_slots"), py::arg("columns"), py::arg("views"), py::arg("chunk_rows"), py::arg("eps_id_start"),
-           py::arg("inference_boundary"), py::arg("emit_env_id"), py::arg("lazy_min_row_bytes") = 0)
+           py::arg("inference_boundary"), py::arg("emit_env_id"), py::arg("lazy_min_row_bytes") = 0,
+           py::arg("slots_per_env") = 1)
       .def("begin_episodes", &PyStore::begin_episodes, py::arg("env_ids"), py::arg("obs"))
       .def("add_step", &PyStore::add_step, py::arg("data"), py::arg("env_ids") = py::none())
       .def("input_dict", &PyStore::input_dict, py::arg("env_ids") = py::none())

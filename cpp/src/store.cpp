@@ -32,6 +32,9 @@ TrajectoryStore::TrajectoryStore(std::int64_t num_slots, std::vector<ColumnSpec>
   if (options_.chunk_rows > kMaxChunkRows)
     throw std::invalid_argument("chunk_rows must be <= " + std::to_string(kMaxChunkRows) + " (kMaxChunkRows), got " +
                                 std::to_string(options_.chunk_rows));
+  if (options_.slots_per_env < 1 || num_slots_ % options_.slots_per_env != 0)
+    throw std::invalid_argument("slots_per_env must be >= 1 and divide num_envs (" + std::to_string(num_slots_) +
+                                "), got " + std::to_string(options_.slots_per_env));
   if (columns_.empty()) throw std::invalid_argument("a store needs at least one column, got none");
   for (std::size_t c = 0; c < columns_.size(); ++c) {
     const auto& col = columns_[c];

@@ -97,7 +97,7 @@ std::vector<const TrajectoryStore::Episode*> TrajectoryStore::plan_segments(bool
   for (const Episode* e : order) {
     Segment seg;
     seg.eps_id = e->eps_id;
-    seg.env_id = e->slot;
+    seg.env_id = e->slot / options_.slots_per_env;
     seg.t_start = e->emitted;
     seg.length = (e->finished ? e->steps : upto[static_cast<std::size_t>(e->slot)]) - e->emitted;
     seg.row_offset = batch.count;

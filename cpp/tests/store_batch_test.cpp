@@ -43,6 +43,29 @@ using testing::view;
 
 // ------------------------------------------------------------ batch layout
 
+TEST(StoreBatch, EnvIdIsSlotOverSlotsPerEnv) {
+  // A multi-agent sampler's slots: env * agents + agent. Batches name the env.
+  StoreOptions o = opts(4);
+  o.slots_per_env = 2;
+  TrajectoryStore s(6, basic_columns(), basic_views(), o);
+  begin(s, {0, 1, 2, 3, 4, 5}, {0, 1, 2, 3, 4, 5});
+  step(s, {}, {10, 11, 12, 13, 14, 15}, {0, 1, 2, 3, 4, 5});
+  s.end_episodes(I64{3});
+  step(s, {5, 0}, {25, 20}, {5, 0});
+  const Batch b = s.build_batch(false);
+  I64 env;
+  for (const Segment& g : b.segments) env.push_back(g.env_id);
+  EXPECT_EQ(env, (I64{1, 0, 0, 1, 2, 2}));  // finished slot 3, then slots 0, 1, 2, 4, 5
+  EXPECT_EQ(values<std::int64_t>(b, "env_id"), (I64{1, 0, 0, 0, 1, 2, 2, 2}));
+  for (std::int64_t bad : {0, -1, 4}) {
+    StoreOptions ob = opts(4);
+    ob.slots_per_env = bad;
+    EXPECT_TRUE(testing::throws_invalid_argument([&] { TrajectoryStore(6, basic_columns(), basic_views(), ob); },
+                                                 {"slots_per_env", "divide num_envs (6)", std::to_string(bad)}))
+        << bad;
+  }
+}
+
 TEST(StoreBatch, FlatLayoutSegmentsInOrder) {
   TrajectoryStore s(3, basic_columns(), basic_views(), opts(2, 100));
   EXPECT_EQ(begin(s, {0, 1, 2}, {1, 2, 3}), (I64{100, 101, 102}));

@@ -42,6 +42,10 @@ struct StoreOptions {
   /// (batch_repeat 1) of columns whose rows have at least this many bytes are
   /// lazy: the batch holds each such column's rows once plus an index per view.
   std::size_t lazy_min_row_bytes = 0;
+  /// env_id of slot s is s / slots_per_env: a multi-agent sampler gives each
+  /// env slots_per_env slots (one per agent), and batches and inference name
+  /// the env, not the slot. 1: env_id is the slot.
+  std::int64_t slots_per_env = 1;
 };
 
 /// Per env slot, the episode in progress, plus finished episodes not yet

@@ -44,6 +44,10 @@ class Collector:
             once per batch plus an index per view, materialized when read
             (``True`` = 1024 bytes, e.g. image frames; ``False``/``0`` = never).
             The values are the same either way.
+        slots_per_env: ``env_id`` (in input dicts and batches) is the slot
+            divided by this: a multi-agent store whose slots are
+            ``env_index * agents + agent_index`` names the env. It must
+            divide ``num_envs``; 1 (default): ``env_id`` is the slot.
     """
 
     def __init__(
@@ -57,8 +61,10 @@ class Collector:
         chunk_rows: int = 256,
         eps_id_start: int = 0,
         lazy_views: bool | int = False,
+        slots_per_env: int = 1,
     ) -> None:
         positive_int("num_envs", num_envs)
+        positive_int("slots_per_env", slots_per_env)
         positive_int("chunk_rows", chunk_rows)
         lazy_min_row_bytes = lazy_row_bytes(lazy_views)
         specs = column_specs(columns)
@@ -147,6 +153,7 @@ class Collector:
             inference_boundary,
             emit_env_id,
             lazy_min_row_bytes,
+            int(slots_per_env),
         )
         self.lazy_min_row_bytes = lazy_min_row_bytes
         #: The segments of the last batch built (see `build_flat_batch`).

@@ -1,6 +1,7 @@
-"""Per episode segment of a batch: its infos, ``postprocess_trajectory`` and ``on_postprocess_trajectory``.
+"""Per episode segment of a batch: its computed columns, infos, ``postprocess_trajectory`` and
+``on_postprocess_trajectory``.
 
-One copy for the single- and the multi-agent sampler.
+One copy for the single- and the multi-agent sampler (the emit protocol that uses these is `sampler.EnvSampler`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,16 @@ from ..policy.policy import Policy
 from ..views.sample_batch import SampleBatch
 from .callbacks import Episode
 from .hooks import Hooks
+from .plan import PolicyColumns
 
-__all__ = ["InfoLog", "add_python_columns", "cast_rewards", "postprocess_segment"]
+__all__ = [
+    "InfoLog",
+    "add_python_columns",
+    "cast_rewards",
+    "custom_postprocess",
+    "finish_segment",
+    "postprocess_segment",
+]
 
 F32 = np.dtype(np.float32)
 
@@ -60,6 +69,22 @@ def add_python_columns(seg: SampleBatch, cols: list[tuple[str, str]], unroll_id:
             seg[key] = np.full(n, unroll_id, np.int64)
         else:
             seg[key] = np.full(n, agent_index, np.int64)
+
+
+def finish_segment(
+    seg: SampleBatch, columns: PolicyColumns, unroll_id: int, agent_index: int, reward_dtype: np.dtype
+) -> None:
+    """A built segment (or flat batch) as the policy trains on it: the computed columns it reads, rewards in the
+    env's dtype, and which views the pruning pass took out (their KeyError says so)."""
+    add_python_columns(seg, columns.python_columns, unroll_id, agent_index)
+    cast_rewards(seg, columns.reward_keys, reward_dtype)
+    seg._pruned = columns.pruned
+
+
+def custom_postprocess(policy: Policy) -> bool:
+    """Whether ``policy`` overrides ``postprocess_trajectory`` (the default one returns the segment as it is, and
+    reads neither the episode nor other agents' batches)."""
+    return getattr(policy.postprocess_trajectory, "__func__", None) is not Policy.postprocess_trajectory
 
 
 def postprocess_segment(

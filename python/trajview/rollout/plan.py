@@ -58,7 +58,8 @@ def view_snapshot(vrs: dict[str, ViewRequirement]) -> dict:
 
 
 def make_collector(
-    policy: Policy, num_slots: int, config: RolloutConfig, first_eps_id: int, seq_twins: bool = False
+    policy: Policy, num_slots: int, config: RolloutConfig, first_eps_id: int, seq_twins: bool = False,
+    slots_per_env: int = 1,
 ) -> Collector:
     """Runs the policy's view-pruning pass (once) and builds a collector of ``num_slots`` slots for its views.
 
@@ -66,6 +67,7 @@ def make_collector(
     ``batch_repeat_value > 1`` also gets a per-step twin (`SEQ_TWIN_PREFIX` + its name: its value at every
     step), from which a sampler that cuts a built segment inside a sequence gives the new sequence its first
     row (the multi-agent agent-step hold-back); the sampler drops the twins before anyone sees the batch.
+    ``slots_per_env``: slots of one env (a multi-agent store's, one per agent): ``env_id`` names the env.
     """
     policy._initialize_view_requirements()
     specs = policy.column_specs()
@@ -100,6 +102,7 @@ def make_collector(
         chunk_rows=config.rollout_fragment_length,
         lazy_views=config.lazy_min_row_bytes,
         eps_id_start=first_eps_id,
+        slots_per_env=slots_per_env,
     )
 
 
@@ -156,6 +159,8 @@ class PolicyColumns:
         self._scalar_bounds = self._bounds is not None and self._bounds[0].ndim == 0
         self._lo = int(self._bounds[0]) if self._scalar_bounds and self._bounds is not None else 0
         self._hi = int(self._bounds[1]) if self._scalar_bounds and self._bounds is not None else 0
+        self._flat_actions = self.action_nest.flat
+        self._no_rest = not self.state_keys and not self.extra_keys  # no state_outs, no extra fetches
 
     def __bool__(self) -> bool:
         return bool(self.state_keys or self.extra_keys)
@@ -212,7 +217,7 @@ class PolicyColumns:
 
         A nested action space's actions come back as leaf columns (``actions.a``, ...), no ``actions`` key.
         """
-        if not self.action_nest.flat:
+        if not self._flat_actions:
             return self._check_rest(self._check_nested_actions(actions, n), state_outs, extra, n)
         acts = actions if type(actions) is np.ndarray else np.asarray(actions)
         if not (self._scalar_bounds and acts.dtype is self.action_spec[0] and acts.shape == (n,)):
@@ -236,6 +241,8 @@ class PolicyColumns:
                     f"column 'actions': compute_actions_from_input_dict returned actions outside the action space "
                     f"{self.action_space} (rows {bad}: {acts[bad].tolist()})"
                 )
+        if self._no_rest and type(state_outs) is list and not state_outs and type(extra) is dict and not extra:
+            return data  # the common case: nothing else to check
         return self._check_rest(data, state_outs, extra, n)
 
     def _check_rest(self, data: dict[str, Any], state_outs: Any, extra: Any, n: int) -> dict[str, Any]:

@@ -1,20 +1,16 @@
 """`SingleAgentSampler`: the vectorized single-agent step loop (the fast path) over a `VectorEnvAdapter`.
 
-Faults (docs/contract.md, Faults): a vector step stores every env's
-transition or none. If anything raises inside ``sample()`` (the policy, an
-env, a bad value, a callback, a KeyboardInterrupt), the sampler is left
-consistent: an env that the failed step may have moved on has its episode cut
-at its last stored step (that step is marked ``truncateds=True`` when it is
-emitted; no step is made up) and is reset before the next step; every other
-env goes on where it was. Steps stored before the failure are kept and
-emitted by the next ``sample()``, which returns exactly the batch size asked;
-a batch whose postprocessing or ``on_sample_end`` raised is handed out again
-by the next ``sample()``.
+Faults (docs/contract.md, Faults): a vector step stores every env's transition or none. If anything raises inside
+``sample()`` (the policy, an env, a bad value, a callback, a KeyboardInterrupt), an env that the failed step may have
+moved on has its episode cut at its last stored step (marked ``truncateds=True`` when emitted; no step is made up)
+and is reset before the next step; every other env goes on where it was. Steps stored before the failure are kept,
+and the next ``sample()`` returns exactly the batch size asked (a batch whose postprocessing or ``on_sample_end``
+raised is handed out again: `env_sampler`).
 """
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import numpy as np
 
@@ -24,7 +20,9 @@ from ..policy.policy import Policy
 from ..views import SampleBatch, concat_samples
 from .callbacks import DUMMY_AGENT_ID, Episode
 from .config import RolloutConfig
-from .emit import InfoLog, add_python_columns, cast_rewards, postprocess_segment
+from .emit import InfoLog, cast_rewards, custom_postprocess, finish_segment, postprocess_segment
+from .env_sampler import EnvSampler
+from .filtering import filter_rows
 from .hooks import Hooks
 from .metrics import EpisodeMetrics
 from .plan import PolicyColumns, eps_id_start, make_collector
@@ -36,8 +34,12 @@ DEFAULT_POLICY_ID = "default_policy"
 #: Observation rows of at least this many bytes are written by the envs straight into the store.
 STAGE_OBS_BYTES = 1024
 
+# Column names read on every step (module constants: no class attribute lookup per step).
+_OBS, _ACTIONS, _REWARDS = SampleBatch.OBS, SampleBatch.ACTIONS, SampleBatch.REWARDS
+_TERMINATEDS, _TRUNCATEDS = SampleBatch.TERMINATEDS, SampleBatch.TRUNCATEDS
 
-class SingleAgentSampler:
+
+class SingleAgentSampler(EnvSampler[SampleBatch]):
     """Steps ``adapter.num_envs`` envs with one policy; slot ``i`` of the collector is env ``i``.
 
     Each step: the policy's compute-actions views for every env (one C++
@@ -49,19 +51,16 @@ class SingleAgentSampler:
     def __init__(
         self, adapter: VectorEnvAdapter, policy: Policy, config: RolloutConfig, hooks: Hooks, metrics: EpisodeMetrics
     ) -> None:
+        super().__init__(config, hooks, metrics)
         self.adapter = adapter
         self.policy = policy
-        self.config = config
-        self.hooks = hooks
-        self.metrics = metrics
         n = self.num_envs = adapter.num_envs
         self._false = np.zeros(n, dtype=bool)
         self._has_hooks = bool(hooks.active)
-        #: The observation filter (RLlib's ``observation_filter``), None for "NoFilter".
-        self.filter: Any = None
-        #: The explore flag passed to the policy (`RolloutWorker(explore=...)`, `sample(explore=...)`).
-        self.explore: Any = True
-        self._unroll_id = 0
+        # Settings read on every step (the config is frozen).
+        self._horizon_len = config.horizon
+        self._no_done = config.no_done_at_end
+        self._isolate = config.restart_failed_sub_environments
         self._all = np.arange(n, dtype=np.int64)
         # Per-slot episode lengths in Python only when the horizon or callbacks need them each step.
         self._track_len = config.horizon is not None or bool(hooks.active & {"on_episode_step", "on_episode_end"})
@@ -69,6 +68,10 @@ class SingleAgentSampler:
         self.collector: Collector = cast(Collector, None)
         self._columns: PolicyColumns = cast(PolicyColumns, None)
         self._next_obs_rows: Any = None
+        self._filter: Any = None  # `filter`, as of the last build (filters are synced in place)
+        #: The next step's compute-actions input, gathered with the step just stored (`Collector.step`: one C++
+        #: call) when no episode ended in it; forgotten by anything else that changes the store (`_forget_inputs`).
+        self._next_inputs: dict | None = None
         self._episodes: list[Episode | None] = [None] * n
         self._ended: dict[int, Episode] = {}
         self._infos: dict[int, InfoLog] = {}
@@ -83,13 +86,18 @@ class SingleAgentSampler:
         #: failed with restart_failed_sub_environments; it steps alone until it catches up).
         self._frag = 0
         self._deficit: dict[int, int] = {}
-        #: Episodes cut by a fault with steps not emitted yet: their last step is marked truncated.
-        self._cut_eps: set[int] = set()
-        #: A batch built but not handed out (its postprocessing or on_sample_end raised): the next sample() retries it.
-        self._pending: tuple[str, Any] | None = None
         #: eps_ids: this worker's range (`eps_id_start`); the next store continues where the last one stopped.
         self._eps_base = eps_id_start(config.worker_index, 0)
         self._next_eps_id = config.eps_id_offset
+
+    @property
+    def collectors(self) -> dict[str, Collector]:
+        return {DEFAULT_POLICY_ID: self.collector} if self.collector is not None else {}
+
+    @property
+    def filter(self) -> Any:
+        """The policy's observation filter (RLlib's ``observation_filter``), None for "NoFilter"."""
+        return self.filters.get(DEFAULT_POLICY_ID)
 
     # -- set-up -------------------------------------------------------------------
 
@@ -99,13 +107,14 @@ class SingleAgentSampler:
         self.collector = make_collector(policy, self.num_envs, self.config, self._eps_base + self._next_eps_id)
         self._columns = PolicyColumns(policy, self.config)
         self._agent_index_input = self._columns.agent_index_input
+        self._filter = self.filter
+        self._next_inputs = None
         # The episode's last_*_for() values when callbacks or postprocess_trajectory may read them.
-        post = getattr(policy.postprocess_trajectory, "__func__", None)
         # Callbacks see the episode after every step: its last values are set each step. A policy that only
         # postprocesses sees it once per segment: they are set when its episode ends and before postprocessing
         # (`_lazy_last`), from the newest step's arrays, without a copy per step.
         self._track_last = self._has_hooks
-        self._lazy_last = not self._has_hooks and post is not Policy.postprocess_trajectory
+        self._lazy_last = not self._has_hooks and custom_postprocess(policy)
         if self._track_last or self._lazy_last:
             self._track_len = True
         self._last_step: tuple | None = None  # (slots, new_obs, step columns, rewards, infos) of the newest step
@@ -131,37 +140,9 @@ class SingleAgentSampler:
         self._any_idle = True
         self._frag = 0
         self._deficit = {}
-        self._cut_eps = set()
-        self._pending = None
+        self._reset_emit()
         self._reset_seed = self.config.seed if rebuild == 0 else None
         self._start_idle()
-
-    def _filtered(self, obs: Any, skip: set[int] | None = None) -> Any:
-        """The observation filter applied to each row in env order (each row pushed first, as RLlib does);
-        rows in ``skip`` (failed envs) are filtered without being pushed."""
-        f = self.filter
-        if not self._obs_flat:  # a nested space's leaf columns
-            names = self.adapter.obs_nest.names(SampleBatch.OBS)
-            cols = [obs[c] for c in names]
-            if hasattr(f, "filter_columns"):  # MeanStdFilter: leaf by leaf
-                by_path = f.filter_columns({leaf.path: c for leaf, c in zip(self.adapter.obs_nest.leaves, cols)}, skip or ())
-                filtered = [by_path[leaf.path] for leaf in self.adapter.obs_nest.leaves]
-            else:  # another Filter: one nested observation at a time
-                n = len(cols[0])
-                filtered = [np.empty_like(c) for c in cols]
-                for j in range(n):
-                    row = f(self.adapter.obs_nest.unflatten(c[j] for c in cols), update=skip is None or j not in skip)
-                    for k, v in enumerate(self.adapter.obs_nest.leaf_values(row, "the filtered observation")):
-                        filtered[k][j] = v
-            return {**obs, **dict(zip(names, filtered))}
-        out = np.empty(obs.shape, dtype=obs.dtype)
-        for j in range(len(obs)):
-            out[j] = f(obs[j], update=skip is None or j not in skip)
-        return out
-
-    def _obs_data(self, obs: Any) -> dict[str, Any]:
-        """The observation columns of rows ``obs`` (one array, or a nested space's leaf columns)."""
-        return {SampleBatch.OBS: obs} if self._obs_flat else obs
 
     def _obs_row(self, obs: Any, j: int) -> Any:
         """Row ``j`` of ``obs`` (a copy), nested as the observation space."""
@@ -172,7 +153,8 @@ class SingleAgentSampler:
     def _begin(self, ids: np.ndarray, obs: Any, infos: list) -> list[Episode]:
         """Starts an episode in each slot of ``ids`` (store first); returns them for on_episode_start."""
         try:
-            eps_ids = self.collector.begin_episodes(ids, self._obs_data(obs))
+            self._next_inputs = None  # (the store changes: a gathered input is stale)
+            eps_ids = self.collector.begin_episodes(ids, {_OBS: obs} if self._obs_flat else obs)
         except (ValueError, TypeError) as e:
             raise type(e)(f"RolloutWorker: the env's reset observation does not fit the observation space: {e}") from e
         if len(eps_ids):
@@ -191,69 +173,34 @@ class SingleAgentSampler:
             started.append(ep)
         return started
 
-    def _start_idle(self) -> None:
-        """Resets the envs of idle slots (recreating those that fail, if allowed) and begins their episodes."""
-        ids = np.flatnonzero(self._idle)
+    def _reset(self, ids: np.ndarray, seed: int | None = None, again: Any = None) -> tuple[np.ndarray, Any, list]:
+        """Resets the envs ``ids`` (all of them seeded, if ``seed``): (ids, first observations, infos). If that
+        raises and restart_failed_sub_environments allows, they are recreated and the envs ``again()`` (default:
+        ``ids``) reset."""
         try:
-            if self._reset_seed is not None and len(ids) == self.num_envs:
-                obs, infos = self.adapter.reset(seed=self._reset_seed)
-            else:
-                obs, infos = self.adapter.reset_envs(ids)
+            obs, infos = self.adapter.reset(seed=seed) if seed is not None else self.adapter.reset_envs(ids)
         except Exception:
             if not self.config.restart_failed_sub_environments:
                 raise
             self._recreate(ids)
-            ids = np.flatnonzero(self._idle)
+            ids = ids if again is None else again()
             obs, infos = self.adapter.reset_envs(ids)
+        return ids, obs, infos
+
+    def _start_idle(self) -> None:
+        """Resets the envs of idle slots (recreating those that fail, if allowed) and begins their episodes."""
+        ids = np.flatnonzero(self._idle)
+        seed = self._reset_seed if len(ids) == self.num_envs else None
+        ids, obs, infos = self._reset(ids, seed, again=lambda: np.flatnonzero(self._idle))
         self._reset_seed = None
-        if self.filter is not None:
-            obs = self._filtered(obs)
+        if self._filter is not None:
+            obs = filter_rows(self._filter, obs, self.adapter.obs_nest)
         for ep in self._begin(ids, obs, infos):
             self.hooks.episode_start(ep, ep.env_id)
 
-    def _recreate(self, ids: np.ndarray) -> None:
-        """Replaces failed envs; episodes still running in replaced envs (a whole VectorEnv) are cut first."""
-        replaced = self.adapter.recreate(ids)
-        self._cut(replaced)
-        self.metrics.num_env_restarts += len(replaced)
-
-    def _cut(self, ids: np.ndarray) -> None:
-        """Ends the running episodes of ``ids`` where they are (a fault): no step is added or changed now.
-
-        Their last stored step is marked truncated when emitted; the slots
-        become idle (their envs reset before the next step). No
-        ``on_episode_end`` is called for a cut episode, and its return is not
-        in the metrics (it counts in ``num_faulty_episodes``).
-        """
-        ids = np.asarray([i for i in np.asarray(ids, np.int64) if not self._idle[i]], dtype=np.int64)
-        if not len(ids):
-            return
-        lengths = self.collector.episode_lengths()
-        self.collector.end_episodes(ids)
-        for i in ids:
-            ep = cast(Episode, self._episodes[i])
-            if self._unemitted(int(i), int(lengths[i])) > 0:
-                self._ended[ep.episode_id] = ep
-                if not self.config.no_done_at_end:
-                    self._cut_eps.add(ep.episode_id)
-            else:
-                self._infos.pop(ep.episode_id, None)
-            self._episodes[i] = None
-        self._idle[ids] = True
-        self._any_idle = True
-        self.metrics.num_faulty_episodes += len(ids)
-
-    def _unemitted(self, i: int, length: int) -> int:
-        """Steps of slot ``i``'s running episode (``length`` steps so far) that no batch holds yet."""
-        if self.config.complete_episodes:
-            return length  # running episodes are emitted whole, once finished
-        return min(length, self._frag - self._deficit.get(i, 0))
-
     # -- sampling ---------------------------------------------------------------
 
-    def sample(self) -> SampleBatch:
-        if self._pending is not None:
-            return self._finish_emit()
+    def _sample(self) -> SampleBatch:
         coll = self.collector
         cfg = self.config
         complete = cfg.complete_episodes
@@ -274,14 +221,46 @@ class SingleAgentSampler:
         return self._emit(complete)
 
     def _step(self, ids: np.ndarray | None = None) -> None:
-        """One step of every env (or of the envs ``ids`` only: rows below are positions among them)."""
+        """One step of every env (or of the envs ``ids`` only, catching up: rows are then positions among them):
+        `_act`, `_step_envs`, `_horizon`, `_store`, `_commit`, `_replace_failed`, `_restart`, then the hooks. A fault
+        before the step is stored cuts the envs that moved on (see the faults section)."""
         if self._any_idle:
             self._start_idle()
-        coll = self.collector
-        cfg = self.config
         slots = self._all if ids is None else ids
+        data, actions = self._act(slots, ids)
+        new_obs, rew, term, trunc, infos, any_done, failed = self._step_envs(actions, ids)[:7]
+        if failed is None:
+            ok = self._all if ids is None else np.arange(len(slots))
+        else:
+            ok = np.setdiff1d(np.arange(len(slots)), failed)
+            # A failed env's row holds nothing: it takes no part in this step.
+            term, trunc = term.copy(), trunc.copy()
+            term[failed] = trunc[failed] = False
+        cut = (term | trunc) if any_done else None
+        soft = None
+        if self._horizon_len is not None:
+            cut, soft, trunc = self._horizon(slots, ids, cut, trunc, failed)
+        ends = soft is not None or (cut is not None and bool(cut.any()))
+        self._store(data, slots, ids, ok, failed, new_obs, rew, term, trunc, ids is None and not ends)
+        stepped = self._commit(slots, ids, ok, failed, data, new_obs, rew, infos, cut, soft)
+        if failed is not None:
+            self._replace_failed(slots[failed])
+        if ends:
+            ended, started, error = self._restart(slots, ids, cut, soft, new_obs)
+        else:
+            ended, started, error = [], [], None
+        if self._has_hooks:
+            self._step_hooks(stepped, ended, started)
+        if error is not None:
+            raise error
+
+    def _act(self, slots: np.ndarray, ids: np.ndarray | None) -> tuple[dict[str, Any], Any]:
+        """The policy's outputs for the stepped slots, checked before any env steps (a bad output changes
+        nothing): (the step's policy columns, the actions as the envs take them)."""
         n = len(slots)
-        inputs = coll.input_dict() if ids is None else coll.input_dict(ids)
+        inputs, self._next_inputs = self._next_inputs, None
+        if inputs is None or ids is not None:
+            inputs = self.collector.input_dict() if ids is None else self.collector.input_dict(ids)
         if self._agent_index_input:
             inputs[SampleBatch.AGENT_INDEX] = np.zeros(n, np.int64)
         if self.adapter.saw_f32_rewards and self._columns.reward_input_keys:
@@ -289,100 +268,107 @@ class SingleAgentSampler:
         actions, state_outs, extra = self.policy.compute_actions_from_input_dict(
             inputs, explore=self.explore, timestep=self._timestep
         )
-        # Checked before any env steps: a bad policy output changes nothing.
         data = self._columns.check_outputs(actions, state_outs, extra, n)
-        actions = data[SampleBatch.ACTIONS] if not self._act_cols else {c: data[c] for c in self._act_cols}  # type: ignore[assignment]
+        return data, (data[_ACTIONS] if not self._act_cols else {c: data[c] for c in self._act_cols})
+
+    def _step_envs(self, actions: Any, ids: np.ndarray | None) -> tuple:
+        """The envs' step (big observations written straight into the store's next rows), filtered:
+        (new_obs, rewards, terminateds, truncateds, infos, any done, rows of envs that failed or None, ...)."""
         staged: Any = None
         if self._next_obs_rows is not None and ids is None:
             if self._obs_flat:
-                staged = self._next_obs_rows(SampleBatch.OBS)
+                staged = self._next_obs_rows(_OBS)
             else:
                 rows = {c: self._next_obs_rows(c) for c in self._staged_cols}
                 staged = rows if all(r is not None for r in rows.values()) else None
-        isolate = cfg.restart_failed_sub_environments
         try:
             if ids is None:
-                res = self.adapter.step(actions, staged, self._want_infos, isolate)
+                res = self.adapter.step(actions, staged, self._want_infos, self._isolate)
             else:
-                res = self.adapter.step(actions, None, self._want_infos, isolate, env_ids=ids)
+                res = self.adapter.step(actions, None, self._want_infos, self._isolate, env_ids=ids)
         except BaseException:
-            self._cut(self.adapter.moved_on())
+            self._cut_moved_on()
             raise
+        if res[6] is None and self._filter is None:
+            return res  # the common step: no env failed, nothing to filter
         new_obs, rew, term, trunc, infos, any_done, failed = res[:7]
         if failed is not None and not len(failed):
             failed = None
-        if self.filter is not None:
-            new_obs = self._filtered(new_obs, None if failed is None else set(failed.tolist()))
-        if failed is None:
-            ok = self._all if ids is None else np.arange(n)
-        else:
-            ok = np.setdiff1d(np.arange(n), failed)
-        if failed is not None:
-            # A failed env's row holds nothing: it takes no part in this step.
-            term, trunc = term.copy(), trunc.copy()
-            term[failed] = trunc[failed] = False
-        false = self._false if ids is None else np.zeros(n, dtype=bool)
+        if self._filter is not None:
+            skip = None if failed is None else set(failed.tolist())
+            new_obs = filter_rows(self._filter, new_obs, self.adapter.obs_nest, skip)
+        return new_obs, rew, term, trunc, infos, any_done, failed
 
-        cut = (term | trunc) if any_done else None
+    def _horizon(self, slots: np.ndarray, ids: Any, cut: Any, trunc: np.ndarray, failed: Any) -> tuple[Any, Any, Any]:
+        """Episodes at the horizon: truncated and cut (a hard horizon) or ended without a reset (``soft``).
+        Returns (cut, soft, truncateds)."""
+        cfg = self.config
+        horizon = cast(int, cfg.horizon)
+        if cut is None:
+            cut = self._false if ids is None else np.zeros(len(slots), dtype=bool)
+        lens = (self._ep_len[slots] if self._track_len else self.collector.episode_lengths()[slots]) + 1
+        hit = (lens >= horizon) & ~cut
+        if failed is not None:
+            hit[failed] = False
         soft = None
-        if cfg.horizon is not None:
-            if cut is None:
-                cut = false
-            lens = (self._ep_len[slots] if self._track_len else coll.episode_lengths()[slots]) + 1
-            hit = (lens >= cfg.horizon) & ~cut
-            if failed is not None:
-                hit[failed] = False
-            if hit.any():
-                if cfg.soft_horizon:
-                    soft = hit
-                else:
-                    trunc = trunc | hit
-                    cut = cut | hit
-        if cfg.no_done_at_end:
-            term_s = trunc_s = false
-        else:
-            term_s, trunc_s = term, trunc
+        if hit.any():
+            if cfg.soft_horizon:
+                soft = hit
+            else:
+                trunc = trunc | hit
+                cut = cut | hit
+        return cut, soft, trunc
+
+    def _store(self, data: dict, slots: np.ndarray, ids: Any, ok: np.ndarray, failed: Any, new_obs: Any,
+               rew: np.ndarray, term: np.ndarray, trunc: np.ndarray, gather_next: bool) -> None:
+        """Stores the step: the policy's columns and the envs' (``ok`` rows: every env's transition or none).
+        ``gather_next`` (every env stepped, no episode ended): the next step's input is gathered in the same call."""
+        if self._no_done:
+            term = trunc = self._false if ids is None else np.zeros(len(slots), dtype=bool)
         if self._obs_flat:
-            data[SampleBatch.OBS] = new_obs
+            data[_OBS] = new_obs
         else:
             data.update(new_obs)
-        data[SampleBatch.REWARDS] = rew
-        data[SampleBatch.TERMINATEDS] = term_s
-        data[SampleBatch.TRUNCATEDS] = trunc_s
-        ok_slots = slots if failed is None else slots[ok]
+        data[_REWARDS] = rew
+        data[_TERMINATEDS] = term
+        data[_TRUNCATEDS] = trunc
         try:
             if failed is None:
-                coll.add_step(data, env_ids=ids)
-            else:
-                coll.add_step({k: np.asarray(v)[ok] for k, v in data.items()}, env_ids=ok_slots)
-        except BaseException as e:
-            self._cut(slots)  # every env that stepped moved on, and none of their steps is stored
-            if isinstance(e, (ValueError, TypeError)):
-                raise type(e)(f"RolloutWorker: bad data from the env or the policy: {e}") from e
-            raise
-
-        # The step is stored: commit the Python side, then end/restart episodes, then the hooks.
-        self._timestep += n
-        if ids is None:
-            self._frag += 1
-            if failed is not None:
-                for i in slots[failed].tolist():
-                    self._deficit[i] = self._deficit.get(i, 0) + 1
-        else:
-            for i in ok_slots.tolist():
-                if self._deficit[i] == 1:
-                    del self._deficit[i]
+                if gather_next:
+                    self._next_inputs = self.collector.step(data)
                 else:
-                    self._deficit[i] -= 1
-        if failed is None and ids is None:
+                    self.collector.add_step(data, env_ids=ids)
+            else:
+                self.collector.add_step({k: np.asarray(v)[ok] for k, v in data.items()}, env_ids=slots[ok])
+        except BaseException as e:
+            self._fail_store(slots, e)
+
+    def _commit(self, slots: np.ndarray, ids: Any, ok: np.ndarray, failed: Any, data: dict, new_obs: Any,
+                rew: np.ndarray, infos: Any, cut: Any, soft: Any) -> list[tuple[int, int]]:
+        """The step is stored: the Python side follows (step counters, episode lengths and returns, infos, the
+        episodes' last values). Returns (slot, row) of each episode that stepped, for ``on_episode_step``."""
+        self._timestep += len(slots)
+        if failed is None and ids is None:  # the common step: every env stepped
+            self._frag += 1
             if self._track_len:
                 self._ep_len += 1
             self._ep_ret += rew
         else:
+            ok_slots = slots if failed is None else slots[ok]
+            if ids is None:
+                self._frag += 1
+                for i in slots[failed].tolist():
+                    self._deficit[i] = self._deficit.get(i, 0) + 1
+            else:
+                for i in ok_slots.tolist():
+                    if self._deficit[i] == 1:
+                        del self._deficit[i]
+                    else:
+                        self._deficit[i] -= 1
             self._ep_len[ok_slots] += 1
             self._ep_ret[ok_slots] += rew[ok]
         if infos is not None and self._columns.need_infos:
-            eps = coll.eps_ids()
+            eps = self.collector.eps_ids()
             for j in ok.tolist():
                 self._infos[int(eps[slots[j]])].infos.append(infos[j])
         stepped: list[tuple[int, int]] = [(int(slots[j]), j) for j in ok.tolist()] if self._track_last else []
@@ -400,34 +386,84 @@ class SingleAgentSampler:
                 for j in ok.tolist():
                     i = int(slots[j])
                     self._set_last(cast(Episode, self._episodes[i]), i, j, new_obs, data, rew, infos)
-        if failed is not None:
-            self._cut(slots[failed])
-            self._recreate(slots[failed])
-        ended: list[Episode] = []
-        started: list[Episode] = []
-        error: BaseException | None = None
-        if soft is not None or (cut is not None and cut.any()):
-            if ids is None:
-                ended, started, error = self._end_and_restart(self._false if cut is None else cut, soft, new_obs)
-            else:  # back to one row per slot
-                cut_g = np.zeros(self.num_envs, dtype=bool)
-                cut_g[slots] = False if cut is None else cut
-                soft_g = None
-                obs_g = empty_rows(new_obs, self.num_envs, zeros=True)
-                set_rows(obs_g, slots, new_obs, slice(None))
-                if soft is not None:
-                    soft_g = np.zeros(self.num_envs, dtype=bool)
-                    soft_g[slots] = soft
-                ended, started, error = self._end_and_restart(cut_g, soft_g, obs_g)
-        if self._has_hooks:
-            for i, _ in stepped:
-                self.hooks.episode_step(self._step_episode(i, ended), i)
-            for ep in ended:
-                self.hooks.episode_end(ep, ep.env_id)
-            for ep in started:
-                self.hooks.episode_start(ep, ep.env_id)
-        if error is not None:
-            raise error
+        return stepped
+
+    def _restart(self, slots: np.ndarray, ids: Any, cut: Any, soft: Any, new_obs: Any) -> tuple[list, list, Any]:
+        """Ends the episodes the step ended and begins new ones (`_end_and_restart`, one row per slot)."""
+        if ids is None:
+            return self._end_and_restart(self._false if cut is None else cut, soft, new_obs)
+        cut_g = np.zeros(self.num_envs, dtype=bool)
+        cut_g[slots] = False if cut is None else cut
+        soft_g = None
+        obs_g = empty_rows(new_obs, self.num_envs, zeros=True)
+        set_rows(obs_g, slots, new_obs, slice(None))
+        if soft is not None:
+            soft_g = np.zeros(self.num_envs, dtype=bool)
+            soft_g[slots] = soft
+        return self._end_and_restart(cut_g, soft_g, obs_g)
+
+    def _step_hooks(self, stepped: list[tuple[int, int]], ended: list[Episode], started: list[Episode]) -> None:
+        for i, _ in stepped:
+            self.hooks.episode_step(self._step_episode(i, ended), i)
+        for ep in ended:
+            self.hooks.episode_end(ep, ep.env_id)
+        for ep in started:
+            self.hooks.episode_start(ep, ep.env_id)
+
+    # -- faults -------------------------------------------------------------------
+
+    def _cut_moved_on(self) -> None:
+        """The envs' step raised: the envs it may have moved on are cut (their steps are not stored)."""
+        self._cut(self.adapter.moved_on())
+
+    def _fail_store(self, slots: np.ndarray, e: BaseException) -> NoReturn:
+        """The store refused the step: every env that stepped moved on, and none of their steps is stored."""
+        self._cut(slots)
+        if isinstance(e, (ValueError, TypeError)):
+            raise type(e)(f"RolloutWorker: bad data from the env or the policy: {e}") from e
+        raise e
+
+    def _replace_failed(self, failed_slots: np.ndarray) -> None:
+        """Envs that raised in the step (``restart_failed_sub_environments``): cut, then recreated."""
+        self._cut(failed_slots)
+        self._recreate(failed_slots)
+
+    def _recreate(self, ids: np.ndarray) -> None:
+        """Replaces failed envs; episodes still running in replaced envs (a whole VectorEnv) are cut first."""
+        replaced = self.adapter.recreate(ids)
+        self._cut(replaced)
+        self.metrics.num_env_restarts += len(replaced)
+
+    def _cut(self, ids: np.ndarray) -> None:
+        """Ends the running episodes of ``ids`` where they are (a fault): no step is added or changed now. Their
+        last stored step is marked truncated when emitted; the slots become idle (reset before the next step). No
+        ``on_episode_end`` for a cut episode, nor its return in the metrics (it counts in ``num_faulty_episodes``)."""
+        ids = np.asarray([i for i in np.asarray(ids, np.int64) if not self._idle[i]], dtype=np.int64)
+        if not len(ids):
+            return
+        lengths = self.collector.episode_lengths()
+        self._next_inputs = None
+        self.collector.end_episodes(ids)
+        for i in ids:
+            ep = cast(Episode, self._episodes[i])
+            unemitted = self._unemitted(int(i), int(lengths[i]))
+            if unemitted > 0:
+                self._ended[ep.episode_id] = ep
+                self._note_cut(ep.episode_id, unemitted)
+            else:
+                self._infos.pop(ep.episode_id, None)
+            self._episodes[i] = None
+        self._idle[ids] = True
+        self._any_idle = True
+        self.metrics.num_faulty_episodes += len(ids)
+
+    def _unemitted(self, i: int, length: int) -> int:
+        """Steps of slot ``i``'s running episode (``length`` steps so far) that no batch holds yet."""
+        if self.config.complete_episodes:
+            return length  # running episodes are emitted whole, once finished
+        return min(length, self._frag - self._deficit.get(i, 0))
+
+    # -- episodes ----------------------------------------------------------------
 
     def _set_last(self, ep: Episode, i: int, j: int, new_obs: Any, data: dict, rew: np.ndarray, infos: Any) -> None:
         """Episode ``ep`` (slot ``i``) after its step in row ``j`` of this step: length, return, last values."""
@@ -459,19 +495,14 @@ class SingleAgentSampler:
                 return ep
         return cast(Episode, self._episodes[i])
 
-    def _end_and_restart(
-        self, cut: np.ndarray, soft: np.ndarray | None, new_obs: Any
-    ) -> tuple[list[Episode], list[Episode], BaseException | None]:
-        """Ends the episodes in `cut` (env reset) and `soft` (soft horizon: no reset), and begins new ones.
-
-        Store and env state only; the caller runs the hooks. If the envs'
-        reset raises (and may not be recreated), their slots stay idle (reset
-        again before the next step) and the exception is returned, for the
-        caller to raise after the hooks.
-        """
+    def _end_and_restart(self, cut: np.ndarray, soft: Any, new_obs: Any) -> tuple[list, list, BaseException | None]:
+        """Ends the episodes in `cut` (env reset) and `soft` (soft horizon: no reset), and begins new ones. Store
+        and env state only; the caller runs the hooks. If the envs' reset raises (and may not be recreated), their
+        slots stay idle (reset before the next step) and the exception is returned, raised after the hooks."""
         ends = np.flatnonzero(cut | soft) if soft is not None else np.flatnonzero(cut)
         if not self._track_len:
             self._ep_len[ends] = self.collector.episode_lengths()[ends]
+        self._next_inputs = None
         self.collector.end_episodes(ends)
         ended = []
         for i in ends:
@@ -494,18 +525,12 @@ class SingleAgentSampler:
         error: BaseException | None = None
         if len(resets):
             try:
-                try:
-                    r_obs, r_infos = self.adapter.reset_envs(resets)
-                except Exception:
-                    if not self.config.restart_failed_sub_environments:
-                        raise
-                    self._recreate(resets)
-                    r_obs, r_infos = self.adapter.reset_envs(resets)
+                _, r_obs, r_infos = self._reset(resets)
             except Exception as e:
                 error = e
             else:
-                if self.filter is not None:
-                    r_obs = self._filtered(r_obs)
+                if self._filter is not None:
+                    r_obs = filter_rows(self._filter, r_obs, self.adapter.obs_nest)
                 for j, i in enumerate(resets):
                     set_rows(obs, pos[int(i)], r_obs, j)
                     infos[pos[int(i)]] = r_infos[j]
@@ -521,67 +546,54 @@ class SingleAgentSampler:
     # -- batches ----------------------------------------------------------------
 
     def _emit(self, complete: bool) -> SampleBatch:
-        policy = self.policy
+        """Builds the batch and hands it out: postprocessed per episode segment, or, when nothing runs per
+        episode, the store's flat batch as it is (no split, no concat)."""
+        self._next_inputs = None
         need_infos = self._columns.need_infos
-        post = getattr(policy.postprocess_trajectory, "__func__", None)
-        if post is Policy.postprocess_trajectory and not need_infos and "on_postprocess_trajectory" not in self.hooks:
-            # Nothing to run per episode: the batch is the store's flat batch as it is (no split, no concat).
-            batch = self.collector.build_flat_batch(complete_only=complete)
-            self._frag, self._deficit = 0, {}
-            for s in self.collector.last_segments:
-                eid = int(s["eps_id"])
-                if s["finished"]:
-                    self._ended.pop(eid, None)
-                    if eid in self._cut_eps:
-                        self._cut_eps.discard(eid)
-                        batch[SampleBatch.TRUNCATEDS][int(s["row_offset"]) + int(s["length"]) - 1] = True
-            if not len(batch):
-                batch = SampleBatch()
-            else:
-                add_python_columns(batch, self._columns.python_columns, self._unroll_id, 0)
-                cast_rewards(batch, self._columns.reward_keys, self.adapter.reward_dtype)
-                batch._pruned = self._columns.pruned
-            self._unroll_id += 1
-            self._pending = ("batch", batch)
-            return self._finish_emit()
+        if not custom_postprocess(self.policy) and not need_infos and "on_postprocess_trajectory" not in self.hooks:
+            return self._hand_out(batch=self._flat_batch(complete))
         if self._lazy_last:
             self._refresh_last()
         segments = self.collector.build_batch(complete_only=complete)
         self._frag, self._deficit = 0, {}
+        unroll = self._next_unroll_id()
         for seg in segments:
             eid = int(seg[SampleBatch.EPS_ID][0])
             if need_infos:
                 self._infos[eid].attach(seg)
             # A build holds each episode in one segment at most: a finished one's segment ends with its last step.
-            if eid in self._cut_eps and eid in self._ended:
-                self._cut_eps.discard(eid)
+            if self._was_cut(eid, eid in self._ended):
                 seg[SampleBatch.TRUNCATEDS][-1] = True
-            add_python_columns(seg, self._columns.python_columns, self._unroll_id, 0)
-            cast_rewards(seg, self._columns.reward_keys, self.adapter.reward_dtype)
-            seg._pruned = self._columns.pruned
-        self._unroll_id += 1
-        self._pending = ("segments", segments)
-        return self._finish_emit()
+            finish_segment(seg, self._columns, unroll, 0, self.adapter.reward_dtype)
+        return self._hand_out(segments=segments)
 
-    def _finish_emit(self) -> SampleBatch:
-        """Postprocesses the pending segments (if any) and hands the batch out; kept pending if anything raises."""
-        kind, value = cast("tuple[str, Any]", self._pending)
-        if kind == "segments":
-            out = []
-            for seg in value:
-                eid = int(seg[SampleBatch.EPS_ID][0])
-                ep = self._ended.get(eid)
-                if ep is None:
-                    ep = next(e for e in self._episodes if e is not None and e.episode_id == eid)
-                out.append(postprocess_segment(self.policy, seg, None, ep, self.hooks, DUMMY_AGENT_ID, DEFAULT_POLICY_ID))
-            batch = concat_samples(out) if out else SampleBatch()
-            for seg in value:
-                eid = int(seg[SampleBatch.EPS_ID][0])
-                if eid in self._ended:
-                    del self._ended[eid]
-                    self._infos.pop(eid, None)
-            self._pending = ("batch", batch)
-        batch = cast(SampleBatch, cast("tuple[str, Any]", self._pending)[1])
-        self.hooks.sample_end(batch)
-        self._pending = None
+    def _flat_batch(self, complete: bool) -> SampleBatch:
+        batch = self.collector.build_flat_batch(complete_only=complete)
+        self._frag, self._deficit = 0, {}
+        for s in self.collector.last_segments:
+            if s["finished"]:
+                eid = int(s["eps_id"])
+                self._ended.pop(eid, None)
+                if self._was_cut(eid, True):
+                    batch[SampleBatch.TRUNCATEDS][int(s["row_offset"]) + int(s["length"]) - 1] = True
+        unroll = self._next_unroll_id()
+        if not len(batch):
+            return SampleBatch()
+        finish_segment(batch, self._columns, unroll, 0, self.adapter.reward_dtype)
+        return batch
+
+    def _postprocess(self, segments: list[SampleBatch]) -> SampleBatch:
+        out = []
+        for seg in segments:
+            eid = int(seg[SampleBatch.EPS_ID][0])
+            ep = self._ended.get(eid)
+            if ep is None:
+                ep = next(e for e in self._episodes if e is not None and e.episode_id == eid)
+            out.append(postprocess_segment(self.policy, seg, None, ep, self.hooks, DUMMY_AGENT_ID, DEFAULT_POLICY_ID))
+        batch = concat_samples(out) if out else SampleBatch()
+        for seg in segments:
+            eid = int(seg[SampleBatch.EPS_ID][0])
+            if eid in self._ended:
+                del self._ended[eid]
+                self._infos.pop(eid, None)
         return batch

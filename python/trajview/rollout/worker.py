@@ -14,6 +14,7 @@ from ..policy.policy import Policy
 from ..views import MultiAgentBatch, SampleBatch
 from .callbacks import Callbacks
 from .config import RolloutConfig
+from .env_sampler import EnvSampler
 from .filter import Filter, NoFilter, filter_shape, make_filter
 from .hooks import Hooks
 from .metrics import EpisodeMetrics
@@ -162,7 +163,7 @@ class RolloutWorker(Generic[BatchT]):
         self.adapter = make_adapter(env_creator, self.env_config, num_envs)
         self.num_envs = self.adapter.num_envs
         self.metrics = EpisodeMetrics(self.config.metrics_window)
-        self.sampler: SingleAgentSampler | MultiAgentSampler
+        self.sampler: EnvSampler
         self.policy_mapping_fn: Callable | None
         if isinstance(self.adapter, MultiAgentEnvAdapter):
             self.policy_mapping_fn, self.policy_map = _multi_agent_policies(
@@ -202,11 +203,7 @@ class RolloutWorker(Generic[BatchT]):
                 f"Dict / Tuple with a Box leaf: Discrete, MultiDiscrete and MultiBinary parts are not filtered), "
                 f"got {spaces}"
             )
-        active = {pid: f for pid, f in self.filters.items() if not isinstance(f, NoFilter)}
-        if isinstance(self.sampler, SingleAgentSampler):
-            self.sampler.filter = active.get(DEFAULT_POLICY_ID)
-        else:
-            self.sampler.filters = active
+        self.sampler.filters = {pid: f for pid, f in self.filters.items() if not isinstance(f, NoFilter)}
         self.policy = next(iter(self.policy_map.values()))
         self.base_env = self.adapter.base_env
         self._snapshot: dict | None = None  # the policies' views the stores were built for
@@ -241,10 +238,7 @@ class RolloutWorker(Generic[BatchT]):
     @property
     def collectors(self) -> dict[str, Collector]:
         """The store of each policy (empty before the first ``sample()``)."""
-        if isinstance(self.sampler, MultiAgentSampler):
-            return self.sampler.collectors
-        coll = self.sampler.collector
-        return {DEFAULT_POLICY_ID: coll} if coll is not None else {}
+        return self.sampler.collectors
 
     @property
     def collector(self) -> Collector:

@@ -67,9 +67,15 @@ class ReferenceCollector:
         chunk_rows: int = 256,
         eps_id_start: int = 0,
         lazy_views: bool | int = False,
+        slots_per_env: int = 1,
     ) -> None:
         positive_int("num_envs", num_envs)
         positive_int("chunk_rows", chunk_rows)
+        positive_int("slots_per_env", slots_per_env)
+        if num_envs % slots_per_env:
+            raise ValueError(f"slots_per_env must be >= 1 and divide num_envs ({num_envs}), got {slots_per_env}")
+        #: env_id of slot i is i // slots_per_env (a multi-agent store's slots: one per agent of an env).
+        self.slots_per_env = int(slots_per_env)
         # How batches hold big columns; the values are the same, so the reference ignores it.
         lazy_row_bytes(lazy_views)
         self.num_envs = int(num_envs)
@@ -227,7 +233,7 @@ class ReferenceCollector:
         rows = self._check_data(data, self.obs_columns, len(ids))
         eps_ids = []
         for k, i in enumerate(ids):
-            ep = _Episode(self.next_eps_id, i, self.dtypes)
+            ep = _Episode(self.next_eps_id, i // self.slots_per_env, self.dtypes)
             self.next_eps_id += 1
             for c in self.obs_columns:
                 ep.rows[c].append(rows[c][k])
