@@ -31,7 +31,7 @@ from .replay import (
     RandomSampler,
     ReplayBuffer,
     ReplayServer,
-    SamplerWithoutReplacement,
+    Sampler, SamplerWithoutReplacement,
     SliceSampler,
     SliceSamplerWithoutReplacement,
 )
@@ -91,7 +91,7 @@ __all__ = [
     "RandomSampler",
     "ReplayBuffer",
     "ReplayServer",
-    "SamplerWithoutReplacement",
+    "Sampler", "SamplerWithoutReplacement",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
     "TorchPolicy",
