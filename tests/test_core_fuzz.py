@@ -499,8 +499,9 @@ def test_replay_calls_work_or_raise_cleanly(data):
                 num_slices = size(draw, 5, K_MAX_SAMPLE_ROWS, bad_one_in=10)
                 seed = draw(st.integers(0, 2**64 - 1))
                 mode = draw(st.sampled_from([_core.SampleMode.PER_TRAJECTORY, _core.SampleMode.PER_STEP]))
-                req = _core.SliceRequest(mode, num_slices, slice_len, draw(st.booleans()), pad, seed, 0.0, tk, dk)
-                ok, got = attempt(rb.sample, req, views)
+                ok, req = attempt(_core.SliceRequest, mode, num_slices, slice_len, draw(st.booleans()), pad, seed,
+                                  0.0, tk, dk)
+                ok, got = attempt(rb.sample, req, views) if ok else (False, None)
                 if ok:
                     check_sample(got, Spec(columns, views), views, pad, slice_len, num_slices)
             else:

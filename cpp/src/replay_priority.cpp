@@ -79,6 +79,11 @@ std::int64_t ReplayStore::update_priority(std::span<const std::int64_t> rows, st
       throw std::invalid_argument("update_priority: index " + std::to_string(g) +
                                   " holds a final observation, never a step (indices are info['index'] of a sample)");
   }
+  for (std::int64_t g : rows) {  // the rows' bookkeeping, fetched together (random rows of a large ring)
+    const auto r = static_cast<std::size_t>(g % capacity_);
+    __builtin_prefetch(&row_uid_[r]);
+    __builtin_prefetch(&row_step_[r]);
+  }
   upd_rows_.clear();
   upd_leaves_.clear();
   double mx = max_priority_;

@@ -33,6 +33,8 @@ inline void copy_row(std::byte* dst, const std::byte* src, std::size_t n) noexce
 }
 
 constexpr std::int64_t kZero = -1;  // a position that reads zeros
+/// Samples of at most this many row reads prefetch them all before copying (64 bytes x 8192 = 512 KiB of lines).
+constexpr std::size_t kPrefetchReads = 8192;
 
 void check_request(const SliceRequest& req) {
   if (req.slice_len < 1) throw std::invalid_argument("slice_len must be >= 1, got " + std::to_string(req.slice_len));
@@ -208,7 +210,7 @@ void ReplayStore::pick_steps(const SliceRequest& req, std::vector<SlicePick>& pi
   const double lg_min = prio ? prio_->log2_min_positive() : 0.0;
   const auto weight_of = [&](std::int64_t g) {
     if (req.beta == 0.0) return 1.0;
-    return std::exp2(-req.beta * (prio_->log2_leaf(static_cast<std::size_t>(g % capacity_)) - lg_min));
+    return std::exp2(-req.beta * (prio_->log2_leaf_fast(static_cast<std::size_t>(g % capacity_)) - lg_min));
   };
   if (prio) {
     if (!(prio_->total_mass() > 0.0)) throw std::invalid_argument("sample: every stored priority is 0");
@@ -219,14 +221,32 @@ void ReplayStore::pick_steps(const SliceRequest& req, std::vector<SlicePick>& pi
                                                   "sample");
   std::uniform_int_distribution<std::int64_t> pick_row(lo, head_ - 1);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
-  while (static_cast<std::int64_t>(picks.size()) < req.num_slices && budget-- > 0) {
-    const std::int64_t g = prio ? abs_row(static_cast<std::int64_t>(prio_->find(unit(rng)))) : pick_row(rng);
-    std::int64_t step = 0;
-    const ReplayTrajectory* tr = step_at(g, &step);
-    if (tr == nullptr || !can_start(*tr, step)) continue;
-    if (prio && !(mass_of(g) > 0.0)) continue;
-    picks.push_back(pick_at(*tr, step));
-    if (prio) weights.push_back(weight_of(g));
+  // Rows are drawn in rounds of as many as are still missing (the tree searched for all of them at once).
+  std::vector<double> us;
+  std::vector<std::size_t> found;
+  while (static_cast<std::int64_t>(picks.size()) < req.num_slices && budget > 0) {
+    const auto want = static_cast<std::size_t>(std::min(req.num_slices - static_cast<std::int64_t>(picks.size()),
+                                                        budget));
+    budget -= static_cast<std::int64_t>(want);
+    if (prio) {
+      us.resize(want);
+      found.resize(want);
+      for (auto& u : us) u = unit(rng);
+      prio_->find(us, found);
+      for (std::size_t r : found) {  // the rows' bookkeeping, fetched together (random rows of a large ring)
+        __builtin_prefetch(&row_uid_[r]);
+        __builtin_prefetch(&row_step_[r]);
+      }
+    }
+    for (std::size_t q = 0; q < want; ++q) {
+      const std::int64_t g = prio ? abs_row(static_cast<std::int64_t>(found[q])) : pick_row(rng);
+      std::int64_t step = 0;
+      const ReplayTrajectory* tr = step_at(g, &step);
+      if (tr == nullptr || !can_start(*tr, step)) continue;
+      if (prio && !(mass_of(g) > 0.0)) continue;
+      picks.push_back(pick_at(*tr, step));
+      if (prio) weights.push_back(weight_of(g));
+    }
   }
   if (static_cast<std::int64_t>(picks.size()) == req.num_slices) return;
   // Few eligible steps among the rows: enumerate them with their masses.
@@ -322,6 +342,7 @@ ReplayBatch ReplayStore::build(std::vector<SlicePick> picks, const SliceRequest&
     std::int64_t tail = kZero;
   };
   std::vector<SliceRows> rows(ns);
+  for (std::size_t k = 0; k < ns && ns <= kPrefetchReads; ++k) __builtin_prefetch(find(picks[k].uid));
   std::size_t npos = 0;
   for (std::size_t k = 0; k < ns; ++k) {
     SliceRows& r = rows[k];
@@ -352,13 +373,44 @@ ReplayBatch ReplayStore::build(std::vector<SlicePick> picks, const SliceRequest&
     return step_g(*r.tr, j);
   };
 
+  // The stored row of each read of view v, in output order (kZero: zeros): the one rule for the prefetch
+  // and the copy below.
+  const auto each_read = [&](const ViewSpec& v, bool is_obs, auto&& fn) {
+    for (std::size_t k = 0; k < ns; ++k) {
+      const auto& pk = picks[k];
+      const SliceRows& r = rows[k];
+      const std::int64_t steps = r.tr->steps;
+      const std::int64_t avail_obs = steps + (r.tail == kZero ? 0 : 1);  // the final observation, where kept
+      const std::int64_t nrows = row_off[k + 1] - row_off[k];
+      for (std::int64_t i = 0; i < nrows; ++i) {
+        const std::int64_t j = pk.start + std::min(i, pk.length - 1);  // padding repeats the last real step
+        for (const std::int64_t shift : v.shifts) {
+          // |shift| <= kMaxShift (check_views); the pad row of a replay column is zeros.
+          const std::int64_t at = view_row(j + shift, is_obs ? avail_obs : steps, v.padding);
+          fn(at < 0 ? kZero : row_of(r, at));
+        }
+      }
+    }
+  };
+  // A small sample's rows (random over a large ring) are fetched from memory all at once before copying.
+  if (static_cast<std::size_t>(out.count) * reads_per_row <= kPrefetchReads) {
+    for (const auto& v : views) {
+      const auto c = static_cast<std::size_t>(column_index(v.column));
+      const std::size_t rb = columns_[c].row_bytes();
+      if (rb == 0) continue;
+      const std::byte* base = base_[c];
+      each_read(v, columns_[c].kind == ColumnKind::Observation, [&](std::int64_t g) {
+        if (g != kZero) __builtin_prefetch(base + static_cast<std::size_t>(g % capacity_) * rb);
+      });
+    }
+  }
+
   for (std::size_t vi = 0; vi < views.size(); ++vi) {
     const auto& v = views[vi];
     const auto c = static_cast<std::size_t>(column_index(v.column));
     const auto& col = columns_[c];
     const std::size_t rb = col.row_bytes();
     const std::size_t nsh = v.shifts.size();
-    const bool is_obs = col.kind == ColumnKind::Observation;
     BatchColumn bc;
     bc.name = v.name;
     bc.dtype = col.dtype;
@@ -368,22 +420,12 @@ ReplayBatch ReplayStore::build(std::vector<SlicePick> picks, const SliceRequest&
     bc.buffer = std::make_shared<Buffer>(view_bytes[vi]);
     std::byte* dst = bc.buffer->data();
     const std::byte* base = base_[c];
-    for (std::size_t k = 0; k < ns && rb > 0; ++k) {
-      const auto& pk = picks[k];
-      const SliceRows& r = rows[k];
-      const std::int64_t steps = r.tr->steps;
-      const std::int64_t avail_obs = steps + (r.tail == kZero ? 0 : 1);  // the final observation, where kept
-      const std::int64_t nrows = row_off[k + 1] - row_off[k];
-      for (std::int64_t i = 0; i < nrows; ++i) {
-        const std::int64_t j = pk.start + std::min(i, pk.length - 1);  // padding repeats the last real step
-        for (std::size_t si = 0; si < nsh; ++si, dst += rb) {
-          // |shift| <= kMaxShift (check_views); the pad row of a replay column is zeros.
-          const std::int64_t at = view_row(j + v.shifts[si], is_obs ? avail_obs : steps, v.padding);
-          const std::int64_t g = at < 0 ? kZero : row_of(r, at);
-          if (g == kZero) std::memset(dst, 0, rb);
-          else copy_row(dst, base + static_cast<std::size_t>(g % capacity_) * rb, rb);
-        }
-      }
+    if (rb > 0) {
+      each_read(v, col.kind == ColumnKind::Observation, [&](std::int64_t g) {
+        if (g == kZero) std::memset(dst, 0, rb);
+        else copy_row(dst, base + static_cast<std::size_t>(g % capacity_) * rb, rb);
+        dst += rb;
+      });
     }
     out.columns.push_back(std::move(bc));
   }

@@ -65,9 +65,9 @@ void SumTree::check(std::size_t i, Weight w) const {
 void SumTree::put(std::size_t i, Weight w) noexcept {
   if (w.m == 0.0) w.e = 0;
   w_[i] = w;
-  Node& n = nodes_[base_ + i];
-  n.sum = w.m == 0.0 ? 0.0 : std::ldexp(w.m, static_cast<int>(std::clamp<std::int64_t>(w.e - scale_, -2000, 2000)));
-  n.min_lg = w.m > 0.0 ? lg_of(w) : kInf;
+  const std::size_t k = base_ + i;
+  nodes_[k].sum = w.m == 0.0 ? 0.0 : std::ldexp(w.m, static_cast<int>(std::clamp<std::int64_t>(w.e - scale_, -2000, 2000)));
+  nodes_[k].min_lg = w.m > 0.0 ? lg_of(w) : kInf;
 }
 
 void SumTree::pull(std::size_t k) noexcept {
@@ -96,6 +96,10 @@ void SumTree::set(std::span<const std::size_t> idx, std::span<const Weight> w) {
     throw std::invalid_argument("SumTree: " + std::to_string(idx.size()) + " leaves but " + std::to_string(w.size()) +
                                 " weights");
   for (std::size_t k = 0; k < idx.size(); ++k) check(idx[k], w[k]);
+  for (std::size_t i : idx) {  // the leaves, fetched together (random leaves of a large tree)
+    __builtin_prefetch(&nodes_[base_ + i]);
+    __builtin_prefetch(&w_[i]);
+  }
   bool grew = false;
   scratch_.clear();
   for (std::size_t k = 0; k < idx.size(); ++k) {
@@ -118,8 +122,7 @@ void SumTree::set(std::span<const std::size_t> idx, std::span<const Weight> w) {
 }
 
 void SumTree::keep_in_band(bool grew) noexcept {
-  const Node& root = nodes_[1];
-  if (grew || (root.min_lg < kInf && root.sum < kLow)) rescale();
+  if (grew || (nodes_[1].min_lg < kInf && nodes_[1].sum < kLow)) rescale();
 }
 
 void SumTree::rescale() noexcept {
@@ -160,22 +163,45 @@ double SumTree::min_positive() const noexcept {
 }
 
 std::size_t SumTree::find(double u) const noexcept {
-  double mass = std::clamp(u, 0.0, 1.0) * nodes_[1].sum;
-  std::size_t k = 1;
-  while (k < base_) {
-    const double left = nodes_[2 * k].sum;
-    // Go right only when the right subtree has mass: rounding can never lead into an empty subtree.
-    if (mass < left || nodes_[2 * k + 1].sum <= 0.0) {
-      k = 2 * k;
-    } else {
-      mass -= left;
-      k = 2 * k + 1;
+  std::size_t out = 0;
+  find(std::span<const double>(&u, 1), std::span<std::size_t>(&out, 1));
+  return out;
+}
+
+void SumTree::find(std::span<const double> u, std::span<std::size_t> out) const noexcept {
+  // Level-synchronous: out[q] holds query q's node, mass[q] what is left of its mass. Within a level the
+  // queries are independent, so their reads of the (large) tree are in flight together.
+  constexpr std::size_t kBlock = 256;
+  double mass[kBlock];
+  for (std::size_t b0 = 0; b0 < u.size(); b0 += kBlock) {
+    const std::size_t nb = std::min(kBlock, u.size() - b0);
+    for (std::size_t q = 0; q < nb; ++q) {
+      mass[q] = std::clamp(u[b0 + q], 0.0, 1.0) * nodes_[1].sum;
+      out[b0 + q] = 1;
+    }
+    for (std::size_t level = base_; level > 1; level /= 2) {
+      for (std::size_t q = 0; q < nb; ++q) {
+        const std::size_t k = out[b0 + q];
+        const double left = nodes_[2 * k].sum;
+        // Go right only when the right subtree has mass: rounding can never lead into an empty subtree.
+        const bool right = !(mass[q] < left) && nodes_[2 * k + 1].sum > 0.0;
+        mass[q] -= right ? left : 0.0;
+        out[b0 + q] = 2 * k + (right ? 1 : 0);
+      }
+    }
+    for (std::size_t q = 0; q < nb; ++q) {
+      std::size_t i = out[b0 + q] - base_;
+      // Rounding at the very end (mass >= total): step back to the last leaf with mass.
+      while (i > 0 && nodes_[base_ + i].sum <= 0.0) --i;
+      out[b0 + q] = i;
     }
   }
-  std::size_t i = k - base_;
-  // Rounding at the very end (mass >= total): step back to the last leaf with mass.
-  while (i > 0 && nodes_[base_ + i].sum <= 0.0) --i;
-  return i;
+}
+
+double SumTree::log2_leaf_fast(std::size_t i) const noexcept {
+  const double m = nodes_[base_ + i].sum;
+  if (std::isnormal(m)) return std::log2(m) + static_cast<double>(scale_);
+  return lg_of(w_[i]);
 }
 
 }  // namespace trajview

@@ -80,14 +80,18 @@ class SumTree {
   /// where prefix(i) is the sum of masses before i; always a leaf with
   /// mass > 0. Requires total_mass() > 0; u is clamped into [0, 1).
   std::size_t find(double u) const noexcept;
+  /// find(u[k]) for every k into out[k], descending the tree one level at a
+  /// time for all of them (their memory reads overlap: a batch of draws from
+  /// a large tree waits for memory once per level, not once per node).
+  void find(std::span<const double> u, std::span<std::size_t> out) const noexcept;
+  /// log2 of leaf i from its mass where that is exact enough (a normal
+  /// double), else from the leaf itself: the importance weights' input,
+  /// without a second memory read per draw.
+  double log2_leaf_fast(std::size_t i) const noexcept;
   /// The current scale (sums are in units of 2^scale).
   std::int64_t scale() const noexcept { return scale_; }
 
  private:
-  struct Node {
-    double sum;
-    double min_lg;
-  };
   void check(std::size_t i, Weight w) const;
   void put(std::size_t i, Weight w) noexcept;
   void pull(std::size_t k) noexcept;
@@ -98,6 +102,12 @@ class SumTree {
 
   std::size_t size_;
   std::size_t base_;  // first leaf node (a power of two >= size)
+  /// Per node: the scaled sum of its leaves' masses and the smallest log2 of its positive leaves (+inf: none),
+  /// side by side (an update reads and writes both: one cache line per level).
+  struct Node {
+    double sum;
+    double min_lg;
+  };
   std::vector<Node> nodes_;
   std::vector<Weight> w_;  // per leaf, exactly
   std::int64_t scale_ = 0;

@@ -250,9 +250,10 @@ class SliceSampler(_SliceSettings, Sampler):
         truncated_key: a bool column set ``True`` at each slice's last real
             step in the output (so that value estimators see where a slice
             stops), as TorchRL does; when the buffer does not store it, the
-            sample gets it as a computed column. ``None`` marks nothing. A
-            stored ``dones`` column is OR-ed with the same mark. Padding rows
-            (``pad_output``) are not marked.
+            sample gets it as a computed column. A stored ``dones`` column
+            gets the same mark whether or not this one is stored. ``None``
+            marks nothing. Padding rows (``pad_output``) are not marked.
+            (One rule, in C++: see docs/contract.md, slice-end marks.)
         strict_length: ``True``: only trajectories of at least ``slice_len``
             steps are sampled. ``False`` (default): shorter trajectories give
             shorter slices (the output then has fewer rows than the batch size).
