@@ -171,3 +171,26 @@ def test_exact_reference_leaf_of_an_overflowing_power():
     pri = ReferencePriorities(ref, 2.0, 0.4, 0.0)
     assert _to_float(pri._leaf(1e308)) == float("inf") and pri._leaf(1e308) > 0
     assert float(pri._leaf(1e154)) == pytest.approx(1e308)
+
+
+def test_exact_leaves_survive_state_dict_and_states_with_double_leaves_load():
+    rb = _small(tv.PrioritizedSampler(None, 2.0, 0.4, 0.0, seed=1))
+    rb.update_priority([0, 1, 2], [1e308, 1e-300, 3.0])  # leaves 1e616 and 1e-600: beyond a double both ways
+    rb2 = _small(tv.PrioritizedSampler(None, 2.0, 0.4, 0.0, seed=9))
+    rb2.load_state_dict(rb.state_dict())
+    assert rb2.priorities([0, 1, 2]).tolist() == rb.priorities([0, 1, 2]).tolist() == [float("inf"), 0.0, 9.0]
+    (_, a), (_, b) = rb.sample(50, return_info=True), rb2.sample(50, return_info=True)
+    np.testing.assert_array_equal(a["index"], b["index"])
+    np.testing.assert_array_equal(a["_weight"], b["_weight"])
+    # A state whose leaves are plain doubles (before exact leaves) still restores.
+    rb3 = _small(tv.PrioritizedSampler(None, 1.0, 0.4, 0.0))
+    rb3.update_priority([0, 1, 2], [1e300, 5e-324, 7.0])
+    meta = rb3._impl.meta()
+    old = {k: v for k, v in meta.items() if k not in ("leaf_mantissas", "leaf_exponents")}
+    old["leaves"] = np.ldexp(meta["leaf_mantissas"], meta["leaf_exponents"].astype(np.int32))
+    rb4 = _small(tv.PrioritizedSampler(None, 1.0, 0.4, 0.0))
+    rb4._impl.restore(old)
+    assert rb4.priorities([0, 1, 2]).tolist() == [1e300, 5e-324, 7.0]
+    old["leaves"][1] = -1.0
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        rb4._impl.restore(old)

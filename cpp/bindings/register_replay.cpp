@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -210,6 +211,19 @@ class PyReplay {
     m.alpha = d["alpha"].cast<double>();
     m.eps = d["eps"].cast<double>();
     m.max_priority = d["max_priority"].cast<double>();
+    if (!d.contains("leaf_mantissas") && d.contains("leaves")) {  // a state from before exact leaves: doubles
+      auto lv = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(d["leaves"]);
+      if (!lv || lv.ndim() != 1) throw py::value_error("restore: leaves must be a 1-D float array");
+      for (py::ssize_t i = 0; i < lv.shape(0); ++i) {
+        const double v = lv.at(i);
+        if (!(v >= 0.0) || !std::isfinite(v)) throw py::value_error("restore: priority leaves must be finite and >= 0");
+        int e = 0;
+        const double mant = std::frexp(v, &e);
+        m.leaves.push_back(SumTree::Weight{mant, static_cast<std::int32_t>(e)});
+      }
+      store_.restore(std::move(m));
+      return;
+    }
     auto lm = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(d["leaf_mantissas"]);
     I64Array le = I64Array::ensure(d["leaf_exponents"]);
     if (!lm || !le || lm.ndim() != 1 || le.ndim() != 1 || lm.shape(0) != le.shape(0))

@@ -654,8 +654,9 @@ class ReplayBuffer:
         return 0 if self._impl is None or not self.sampler.prioritized else int(self._impl.skipped_priority_updates())
 
     def priorities(self, index: Any) -> np.ndarray:
-        """The sum-tree leaf ``(priority + eps) ** alpha`` of each stored row in ``index`` (0 where none; ``inf``
-        where the leaf is beyond a double's range, which sampling still handles exactly)."""
+        """The sum-tree leaf ``(priority + eps) ** alpha`` of each stored row in ``index`` as a float (0 where
+        none; ``inf`` / 0 where the leaf is above / below a double's range: sampling and the importance weights
+        still use it exactly)."""
         if self._impl is None or not self.sampler.prioritized:
             raise ValueError("priorities: the buffer holds no steps or is not prioritized")
         return self._impl.priority_leaves(np.ascontiguousarray(np.asarray(index).reshape(-1), dtype=np.int64))
