@@ -133,7 +133,8 @@ class ReplayBuffer:
     Args:
         capacity: rows of storage (steps, plus one final-observation row per
             added trajectory piece when batches carry ``new_obs``).
-        sampler: a `SliceSampler` (default ``SliceSampler(slice_len=1)``).
+        sampler: which steps or slices a sample reads (default `RandomSampler`): any `trajview.Sampler`
+            (the library's, or a subclass with its own `Sampler.draw`).
         batch_size: default steps per `sample`.
         columns: which batch columns to store: ``None`` (every column of the
             first batch except ``new_obs``-style next columns, ``is_init``,
