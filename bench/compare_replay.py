@@ -3,6 +3,7 @@
 
     .venv-compare/bin/python bench/compare_replay.py            # all; ~5 min on 2 cores, ~8 GB RAM at the peak
     .venv-compare/bin/python bench/compare_replay.py --quick    # 100k steps, a smoke run
+    .venv-compare/bin/python bench/compare_replay.py --only prioritized-trajview prioritized-torchrl --repeats 7
 
 Uniform: 256 transitions with a 4-frame 84x84 stack from a 1,000,000-step buffer of 500-step trajectories:
 
@@ -194,21 +195,39 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--one", choices=sorted(CASES))
     ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="run the cases this many times, interleaved (each in a fresh process); report the median of "
+                         "the runs' medians with their spread, and each trajview/other ratio")
     args = ap.parse_args()
     n = 100_000 if args.quick else 1_000_000
     if args.one:
         print(json.dumps(CASES[args.one](n)))
         return 0
-    results = {}
-    for name in args.only or CASES:
-        cmd = [sys.executable, __file__, "--one", name] + (["--quick"] if args.quick else [])
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            results[name] = {"error": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"rc {r.returncode}"}
-        else:
-            results[name] = json.loads(r.stdout.strip().splitlines()[-1])
-        print(name, results[name], flush=True)
-    print(json.dumps(results, indent=1))
+    results: dict[str, dict] = {}
+    runs: dict[str, list[float]] = {}
+    for rep in range(args.repeats):
+        for name in args.only or CASES:
+            cmd = [sys.executable, __file__, "--one", name] + (["--quick"] if args.quick else [])
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                results[name] = {"error": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"rc {r.returncode}"}
+            else:
+                results[name] = json.loads(r.stdout.strip().splitlines()[-1])
+                runs.setdefault(name, []).append(results[name]["median_ms"])
+            print(f"[{rep + 1}/{args.repeats}]", name, results[name], flush=True)
+    if args.repeats > 1:
+        summary = {name: {"median_ms": statistics.median(v), "min_ms": min(v), "max_ms": max(v), "runs": len(v)}
+                   for name, v in runs.items()}
+        for kind in ("uniform", "prioritized"):
+            mine = runs.get(f"{kind}-trajview")
+            for name, v in runs.items():
+                if mine and name.startswith(kind + "-") and name != f"{kind}-trajview" and len(v) == len(mine):
+                    ratios = [o / t for o, t in zip(v, mine)]  # per repeat: the other's time / trajview's
+                    summary[f"{name} / {kind}-trajview"] = {"median": statistics.median(ratios), "min": min(ratios),
+                                                            "max": max(ratios)}
+        print(json.dumps(summary, indent=1))
+    else:
+        print(json.dumps(results, indent=1))
     return 0
 
 

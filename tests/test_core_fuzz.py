@@ -498,7 +498,10 @@ def test_replay_calls_work_or_raise_cleanly(data):
             if op == "sample":
                 num_slices = size(draw, 5, K_MAX_SAMPLE_ROWS, bad_one_in=10)
                 seed = draw(st.integers(0, 2**64 - 1))
-                ok, got = attempt(rb.sample, num_slices, slice_len, draw(st.booleans()), pad, seed, views, tk, dk)
+                mode = draw(st.sampled_from([_core.SampleMode.PER_TRAJECTORY, _core.SampleMode.PER_STEP]))
+                ok, req = attempt(_core.SliceRequest, mode, num_slices, slice_len, draw(st.booleans()), pad, seed,
+                                  0.0, tk, dk)
+                ok, got = attempt(rb.sample, req, views) if ok else (False, None)
                 if ok:
                     check_sample(got, Spec(columns, views), views, pad, slice_len, num_slices)
             else:
@@ -514,7 +517,9 @@ def test_replay_calls_work_or_raise_cleanly(data):
                 arr = np.asarray(picks, np.int64).reshape(-1, 3)
                 if one_in(draw, 10):
                     arr = arr.reshape(-1)  # wrong shape
-                ok, got = attempt(rb.gather, arr, slice_len, pad, views, tk, dk)
+                ok, req = attempt(_core.SliceRequest, _core.SampleMode.GIVEN, len(picks), slice_len, False, pad, 0,
+                                  0.0, tk, dk, arr)
+                ok, got = attempt(rb.sample, req, views) if ok else (False, None)
                 if ok:
                     check_sample(got, Spec(columns, views), views, pad, slice_len, len(picks))
                     assert np.array_equal(got[2], arr.reshape(-1, 3))

@@ -99,7 +99,7 @@ def test_dump_layout_and_npy_files(tmp_path):
     man = _io.read_manifest(tmp_path, persistence.FORMAT, (persistence.VERSION,))
     assert man.meta == {"format": "trajview.replay", "version": 2, "prefix": ""}
     names = set(man.files)
-    assert {"state.json", "trajectories.npy", "pieces.npy", "leaves.npy"} <= names
+    assert {"state.json", "trajectories.npy", "pieces.npy", "leaf_mantissas.npy", "leaf_exponents.npy"} <= names
     state = json.loads(man.path("state.json").read_text())
     assert state["version"] == 2 and state["capacity"] == 30
     assert not any(n.endswith(".pkl") for n in names)
@@ -374,7 +374,7 @@ def test_fuzz_every_byte_of_state_and_manifest(ram_path):
                     _load_or_refuse(kind, work, None)
                     _resign(work, "state.json", original)
     # crafted trajectory tables and priorities: random bytes of each array changed
-    for name in ("trajectories.npy", "pieces.npy", "leaves.npy"):
+    for name in ("trajectories.npy", "pieces.npy", "leaf_mantissas.npy", "leaf_exponents.npy"):
         original = (work / gen / name).read_bytes()
         header = len(original) - np.load(work / gen / name).nbytes
         for _ in range(100):

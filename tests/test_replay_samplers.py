@@ -450,3 +450,28 @@ def test_without_replacement_skips_what_was_overwritten_mid_epoch():
     b, info = rb.sample(4, return_info=True)  # no error: the stale rest is dropped, a new epoch begins
     live = set(rb._impl.step_rows().tolist())
     assert b.count > 0 and set(info["index"].tolist()) <= live
+
+
+# -- the public seam -------------------------------------------------------------------------------------------------
+
+
+def test_a_sampler_of_your_own_through_draw():
+    """`tv.Sampler.draw(store, num_slices, slice_len)` is the seam: a subclass returning given picks is sampled
+    like any other (views, marks), and the picking modes are one enum, C++'s."""
+    from trajview import _core
+    from trajview.replay import samplers
+
+    class EveryFirstStep(tv.Sampler):
+        def draw(self, store, num_slices, slice_len):
+            uids = store.trajectory_lengths()[:num_slices, 0]
+            return self.given([(u, 0, 1) for u in uids], slice_len)
+
+    assert tv.Sampler is tv.replay.Sampler is samplers.Sampler
+    assert samplers.SampleMode is _core.SampleMode and tv.PrioritizedSampler.mode == _core.SampleMode.PRIORITIZED
+    rb, ref, _ = filled(60, EveryFirstStep(), adds=4)
+    batch, info = rb.sample(3, views=VIEWS, return_info=True)
+    assert [tuple(p) for p in info["slices"].tolist()] == [(tr.uid, 0, 1) for tr in ref.trajs[:3]]
+    check_against_reference(rb, ref, batch, info, VIEWS)
+    req = tv.SliceSampler(slice_len=4, seed=1).draw(rb._impl, 2, 4)
+    assert (req.mode, req.num_slices, req.slice_len, req.truncated_key, req.done_key) == (
+        _core.SampleMode.PER_TRAJECTORY, 2, 4, "truncateds", "dones")

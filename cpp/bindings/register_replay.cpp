@@ -3,7 +3,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -88,19 +90,13 @@ class PyReplay {
     store_.add(n, in, nx, k.data(), tp, d.data());
   }
 
-  py::tuple sample(std::int64_t num_slices, std::int64_t slice_len, bool strict, bool pad, std::uint64_t seed,
-                   const py::list& views, const std::optional<std::string>& truncated,
-                   const std::optional<std::string>& done, int mode, double beta) {
-    SliceRequest req = request(slice_len, pad, truncated, done);
-    req.num_slices = num_slices;
-    req.strict_length = strict;
-    req.seed = seed;
-    if (mode < 0 || mode > 2) throw py::value_error("sample: mode must be 0, 1 or 2, got " + std::to_string(mode));
+  /// One sample as a sampler's request says (its mode picks in C++ without the GIL, or gathers its picks).
+  py::tuple sample(const SliceRequest& req, const py::list& views) {
     auto vs = parse_views(views);
     ReplayBatch b;
     {
       py::gil_scoped_release release;
-      b = store_.sample(req, static_cast<SampleMode>(mode), beta, vs);
+      b = store_.sample(req, vs);
     }
     return to_python(b);
   }
@@ -130,6 +126,7 @@ class PyReplay {
   }
 
   double max_priority() const { return store_.max_priority(); }
+  std::int64_t skipped_priority_updates() const { return store_.skipped_priority_updates(); }
   bool prioritized() const { return store_.prioritized(); }
 
   py::array_t<std::int64_t> step_rows() const { return vec_to_array(store_.step_rows()); }
@@ -173,7 +170,15 @@ class PyReplay {
     d["alpha"] = m.alpha;
     d["eps"] = m.eps;
     d["max_priority"] = m.max_priority;
-    d["leaves"] = vec_to_array(m.leaves);
+    // Leaves exactly, as mantissa and exponent ((p + eps)^alpha may lie beyond a double's range).
+    std::vector<double> lm;
+    std::vector<std::int64_t> le;
+    for (const auto& w : m.leaves) {
+      lm.push_back(w.m);
+      le.push_back(w.e);
+    }
+    d["leaf_mantissas"] = vec_to_array(lm);
+    d["leaf_exponents"] = vec_to_array(le);
     return d;
   }
 
@@ -219,9 +224,29 @@ class PyReplay {
     m.alpha = d["alpha"].cast<double>();
     m.eps = d["eps"].cast<double>();
     m.max_priority = d["max_priority"].cast<double>();
-    auto lv = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(d["leaves"]);
-    if (!lv || lv.ndim() != 1) throw py::value_error("restore: leaves must be a 1-D float array");
-    m.leaves.assign(lv.data(), lv.data() + lv.shape(0));
+    if (!d.contains("leaf_mantissas") && d.contains("leaves")) {  // a state from before exact leaves: doubles
+      auto lv = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(d["leaves"]);
+      if (!lv || lv.ndim() != 1) throw py::value_error("restore: leaves must be a 1-D float array");
+      for (py::ssize_t i = 0; i < lv.shape(0); ++i) {
+        const double v = lv.at(i);
+        if (!(v >= 0.0) || !std::isfinite(v)) throw py::value_error("restore: priority leaves must be finite and >= 0");
+        int e = 0;
+        const double mant = std::frexp(v, &e);
+        m.leaves.push_back(SumTree::Weight{mant, static_cast<std::int32_t>(e)});
+      }
+      store_.restore(std::move(m));
+      return;
+    }
+    auto lm = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(d["leaf_mantissas"]);
+    I64Array le = I64Array::ensure(d["leaf_exponents"]);
+    if (!lm || !le || lm.ndim() != 1 || le.ndim() != 1 || lm.shape(0) != le.shape(0))
+      throw py::value_error("restore: leaf_mantissas and leaf_exponents must be 1-D arrays of one length");
+    for (py::ssize_t i = 0; i < lm.shape(0); ++i) {
+      const std::int64_t e = le.at(i);
+      if (e < std::numeric_limits<std::int32_t>::min() || e > std::numeric_limits<std::int32_t>::max())
+        throw py::value_error("restore: leaf exponent " + std::to_string(e) + " out of range");
+      m.leaves.push_back(SumTree::Weight{lm.at(i), static_cast<std::int32_t>(e)});
+    }
     store_.restore(std::move(m));
   }
 
@@ -232,23 +257,6 @@ class PyReplay {
     const auto n = static_cast<py::ssize_t>(static_cast<std::size_t>(me.store_.capacity()) *
                                            me.store_.columns()[c].row_bytes());
     return py::array(py::dtype("uint8"), {n}, {py::ssize_t{1}}, me.store_.column_data(c), self);
-  }
-
-  py::tuple gather(const py::array& picks, std::int64_t slice_len, bool pad, const py::list& views,
-                   const std::optional<std::string>& truncated, const std::optional<std::string>& done) {
-    SliceRequest req = request(slice_len, pad, truncated, done);
-    I64Array p = I64Array::ensure(picks);
-    if (!p || p.ndim() != 2 || p.shape(1) != 3)
-      throw py::value_error("gather: picks must be an int array of shape (n, 3): uid, start, length");
-    std::vector<SlicePick> ps;
-    for (py::ssize_t i = 0; i < p.shape(0); ++i) ps.push_back(SlicePick{p.at(i, 0), p.at(i, 1), p.at(i, 2)});
-    auto vs = parse_views(views);
-    ReplayBatch b;
-    {
-      py::gil_scoped_release release;
-      b = store_.gather(ps, req, vs);
-    }
-    return to_python(b);
   }
 
   py::list trajectories() const {
@@ -277,17 +285,22 @@ class PyReplay {
   std::size_t nbytes() const { return store_.nbytes(); }
   std::int64_t capacity() const { return store_.capacity(); }
 
- private:
-  SliceRequest request(std::int64_t slice_len, bool pad, const std::optional<std::string>& truncated,
-                       const std::optional<std::string>& done) const {
-    SliceRequest req;
-    req.slice_len = slice_len;
-    req.pad_output = pad;
-    if (truncated) req.truncated_column = store_.column_index(*truncated);
-    if (done) req.done_column = store_.column_index(*done);
-    return req;
+  static py::array_t<std::int64_t> picks_to_array(const std::vector<SlicePick>& picks) {
+    return picks_array(picks);
   }
 
+  /// Picks from an int array of shape (n, 3): uid, start, length.
+  static std::vector<SlicePick> parse_picks(const py::object& picks) {
+    I64Array p = I64Array::ensure(picks);
+    if (!p || p.ndim() != 2 || p.shape(1) != 3)
+      throw py::value_error("picks must be an int array of shape (n, 3): uid, start, length");
+    std::vector<SlicePick> ps;
+    ps.reserve(static_cast<std::size_t>(p.shape(0)));
+    for (py::ssize_t i = 0; i < p.shape(0); ++i) ps.push_back(SlicePick{p.at(i, 0), p.at(i, 1), p.at(i, 2)});
+    return ps;
+  }
+
+ private:
   /// A store over its own memory, or over `rings` (one writable, C-contiguous uint8 array of capacity x row
   /// bytes per column, e.g. numpy memmaps), which it keeps alive.
   static ReplayStore make_store(std::int64_t capacity, const py::list& columns, const py::object& rings) {
@@ -321,7 +334,7 @@ class PyReplay {
     return a;
   }
 
-  static py::array_t<std::int64_t> picks_to_array(const std::vector<SlicePick>& picks) {
+  static py::array_t<std::int64_t> picks_array(const std::vector<SlicePick>& picks) {
     py::array_t<std::int64_t> slices({static_cast<py::ssize_t>(picks.size()), py::ssize_t{3}});
     auto s = slices.mutable_unchecked<2>();
     for (std::size_t i = 0; i < picks.size(); ++i) {
@@ -348,18 +361,57 @@ class PyReplay {
 }  // namespace
 
 void register_replay(py::module_& m) {
+  py::enum_<SampleMode>(m, "SampleMode", "How a replay sample picks its slices (the one definition, C++'s SampleMode).")
+      .value("PER_TRAJECTORY", SampleMode::PerTrajectory, "a trajectory uniformly, then a start (SliceSampler)")
+      .value("PER_STEP", SampleMode::PerStep, "a start step uniformly (RandomSampler)")
+      .value("PRIORITIZED", SampleMode::Prioritized, "a start step in proportion to its priority")
+      .value("GIVEN", SampleMode::Given, "the request's picks, as given");
+  py::class_<SliceRequest>(m, "SliceRequest",
+                           "What one replay sample takes: a sampler's answer to ReplayBuffer.sample (C++'s SliceRequest).")
+      .def(py::init([](SampleMode mode, std::int64_t num_slices, std::int64_t slice_len, bool strict_length,
+                       bool pad_output, std::uint64_t seed, double beta, const std::optional<std::string>& truncated_key,
+                       const std::optional<std::string>& done_key, const py::object& picks) {
+             SliceRequest r;
+             r.mode = mode;
+             r.num_slices = num_slices;
+             r.slice_len = slice_len;
+             r.strict_length = strict_length;
+             r.pad_output = pad_output;
+             r.seed = seed;
+             r.beta = beta;
+             r.truncated_key = truncated_key.value_or("");
+             r.done_key = done_key.value_or("");
+             if (!picks.is_none()) r.picks = PyReplay::parse_picks(picks);
+             return r;
+           }),
+           py::arg("mode"), py::arg("num_slices"), py::arg("slice_len"), py::arg("strict_length") = false,
+           py::arg("pad_output") = false, py::arg("seed") = 0, py::arg("beta") = 0.0, py::arg("truncated_key") = py::none(),
+           py::arg("done_key") = py::none(), py::arg("picks") = py::none())
+      .def_readonly("mode", &SliceRequest::mode)
+      .def_readonly("num_slices", &SliceRequest::num_slices)
+      .def_readonly("slice_len", &SliceRequest::slice_len)
+      .def_readonly("strict_length", &SliceRequest::strict_length)
+      .def_readonly("pad_output", &SliceRequest::pad_output)
+      .def_readonly("seed", &SliceRequest::seed)
+      .def_readonly("beta", &SliceRequest::beta)
+      .def_property_readonly("truncated_key", [](const SliceRequest& r) -> std::optional<std::string> {
+        return r.truncated_key.empty() ? std::nullopt : std::optional<std::string>(r.truncated_key);
+      })
+      .def_property_readonly("done_key", [](const SliceRequest& r) -> std::optional<std::string> {
+        return r.done_key.empty() ? std::nullopt : std::optional<std::string>(r.done_key);
+      })
+      .def_property_readonly("picks", [](const SliceRequest& r) { return PyReplay::picks_to_array(r.picks); });
   py::class_<PyReplay>(m, "_Replay", "The C++ replay storage; use trajview.ReplayBuffer.")
       .def(py::init<std::int64_t, const py::list&, const py::object&>(), py::arg("capacity"), py::arg("columns"),
            py::arg("rings") = py::none())
       .def("add", &PyReplay::add, py::arg("data"), py::arg("next_obs"), py::arg("keys"), py::arg("t"),
            py::arg("done"))
-      .def("sample", &PyReplay::sample, py::arg("num_slices"), py::arg("slice_len"), py::arg("strict_length"),
-           py::arg("pad_output"), py::arg("seed"), py::arg("views"), py::arg("truncated_key"), py::arg("done_key"),
-           py::arg("mode") = 0, py::arg("beta") = 0.0)
+      .def("sample", &PyReplay::sample, py::arg("request"), py::arg("views"))
       .def("enable_priorities", &PyReplay::enable_priorities, py::arg("alpha"), py::arg("eps"))
       .def("update_priority", &PyReplay::update_priority, py::arg("rows"), py::arg("priorities"))
       .def("priority_leaves", &PyReplay::priority_leaves, py::arg("rows"))
       .def("max_priority", &PyReplay::max_priority)
+      .def("skipped_priority_updates", &PyReplay::skipped_priority_updates)
       .def("prioritized", &PyReplay::prioritized)
       .def("step_rows", &PyReplay::step_rows)
       .def("locate", &PyReplay::locate, py::arg("rows"))
@@ -367,8 +419,6 @@ void register_replay(py::module_& m) {
       .def("meta", &PyReplay::meta)
       .def("restore", &PyReplay::restore, py::arg("meta"))
       .def("column_view", &PyReplay::column_view, py::arg("column"))
-      .def("gather", &PyReplay::gather, py::arg("picks"), py::arg("slice_len"), py::arg("pad_output"),
-           py::arg("views"), py::arg("truncated_key"), py::arg("done_key"))
       .def("trajectories", &PyReplay::trajectories)
       .def("num_steps", &PyReplay::num_steps)
       .def("rows_written", &PyReplay::rows_written)

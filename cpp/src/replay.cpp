@@ -183,16 +183,17 @@ void ReplayStore::add(std::int64_t n, std::span<const ArrayIn> inputs, std::span
           std::memset(dst, 0, rb);
       }
     }
+    const SumTree::Weight leaf = prio_ ? default_leaf() : SumTree::Weight{};
     for (std::int64_t i = 0; i < len; ++i) {
       const auto r = static_cast<std::size_t>((head_ + i) % capacity_);
       row_uid_[r] = tr->uid;
       row_step_[r] = tr->steps + i;
-      if (prio_) prio_->set(r, default_leaf());
+      if (prio_) prio_->set(r, leaf);
     }
     if (with_next) {
       const auto r = static_cast<std::size_t>((head_ + len) % capacity_);
       row_uid_[r] = -1;
-      row_step_[r] = -1;
+      row_step_[r] = kTailRow;
       if (prio_) prio_->set(r, 0.0);
     }
     tr->pieces.push_back(ReplayPiece{head_, len, tr->steps, with_next});
@@ -273,63 +274,6 @@ const ReplayTrajectory* ReplayStore::step_at(std::int64_t g, std::int64_t* step)
   if (tr == nullptr) return nullptr;
   *step = row_step_[r];
   return tr;
-}
-
-double ReplayStore::default_leaf() const noexcept { return std::pow(max_priority_ + eps_, alpha_); }
-
-void ReplayStore::enable_priorities(double alpha, double eps) {
-  if (!(alpha >= 0.0) || !std::isfinite(alpha))
-    throw std::invalid_argument("alpha must be finite and >= 0, got " + std::to_string(alpha));
-  if (!(eps >= 0.0) || !std::isfinite(eps))
-    throw std::invalid_argument("eps must be finite and >= 0, got " + std::to_string(eps));
-  auto tree = std::make_unique<SumTree>(static_cast<std::size_t>(capacity_));
-  std::unique_lock lock(mu_);
-  alpha_ = alpha;
-  eps_ = eps;
-  max_priority_ = 1.0;
-  const double leaf = std::pow(max_priority_ + eps_, alpha_);
-  for (std::size_t r = 0; r < row_step_.size(); ++r)
-    if (row_step_[r] >= 0 && find(row_uid_[r]) != nullptr) tree->set(r, leaf);
-  prio_ = std::move(tree);
-}
-
-std::int64_t ReplayStore::update_priority(std::span<const std::int64_t> rows, std::span<const double> priorities) {
-  if (rows.size() != priorities.size())
-    throw std::invalid_argument("update_priority: " + std::to_string(rows.size()) + " rows but " +
-                                std::to_string(priorities.size()) + " priorities");
-  for (double p : priorities)
-    if (!(p >= 0.0) || !std::isfinite(p))
-      throw std::invalid_argument("update_priority: priorities must be finite and >= 0, got " + std::to_string(p));
-  std::unique_lock lock(mu_);
-  if (!prio_) throw std::invalid_argument("update_priority: this replay buffer has no priorities (not prioritized)");
-  std::int64_t set = 0;
-  double mx = max_priority_;
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    std::int64_t step = 0;
-    if (step_at(rows[i], &step) == nullptr) continue;
-    mx = std::max(mx, priorities[i]);
-    prio_->set(static_cast<std::size_t>(rows[i] % capacity_), std::pow(priorities[i] + eps_, alpha_));
-    ++set;
-  }
-  max_priority_ = mx;
-  return set;
-}
-
-std::vector<double> ReplayStore::priority_leaves(std::span<const std::int64_t> rows) const {
-  std::shared_lock lock(mu_);
-  if (!prio_) throw std::invalid_argument("priorities: this replay buffer has no priorities (not prioritized)");
-  std::vector<double> out;
-  out.reserve(rows.size());
-  for (std::int64_t g : rows) {
-    std::int64_t step = 0;
-    out.push_back(step_at(g, &step) == nullptr ? 0.0 : prio_->get(static_cast<std::size_t>(g % capacity_)));
-  }
-  return out;
-}
-
-double ReplayStore::max_priority() const {
-  std::shared_lock lock(mu_);
-  return max_priority_;
 }
 
 std::vector<std::int64_t> ReplayStore::step_rows() const {

@@ -43,7 +43,10 @@ ReplayMeta ReplayStore::meta() const {
   m.alpha = alpha_;
   m.eps = eps_;
   m.max_priority = max_priority_;
-  if (prio_) m.leaves = prio_->leaves();
+  if (prio_) {
+    m.leaves.reserve(static_cast<std::size_t>(capacity_));
+    for (std::size_t r = 0; r < static_cast<std::size_t>(capacity_); ++r) m.leaves.push_back(prio_->weight(r));
+  }
   return m;
 }
 
@@ -102,10 +105,11 @@ void ReplayStore::check_meta(const ReplayMeta& m) const {
   if (m.leaves.size() != static_cast<std::size_t>(capacity_))
     refuse("expected " + str(capacity_) + " priority leaves, got " + std::to_string(m.leaves.size()));
   for (std::size_t r = 0; r < m.leaves.size(); ++r) {
-    if (!std::isfinite(m.leaves[r]) || m.leaves[r] < 0.0)
-      refuse("priority leaf " + std::to_string(r) + " must be finite and >= 0, got " + std::to_string(m.leaves[r]));
-    if (use[r] != kStep && m.leaves[r] != 0.0)
-      refuse("priority leaf " + std::to_string(r) + " is " + std::to_string(m.leaves[r]) +
+    const SumTree::Weight w = m.leaves[r];
+    if (!(w.m == 0.0 || (w.m >= 0.5 && w.m < 1.0)))
+      refuse("priority leaf " + std::to_string(r) + ": mantissa must be 0 or in [0.5, 1), got " + std::to_string(w.m));
+    if (use[r] != kStep && w.m != 0.0)
+      refuse("priority leaf " + std::to_string(r) + " is " + std::to_string(w.m) + " x 2^" + std::to_string(w.e) +
              " but the row holds no step (it must be 0)");
   }
 }
@@ -120,6 +124,7 @@ void ReplayStore::reindex_rows() {
         row_uid_[r] = tr.uid;
         row_step_[r] = pc.step0 + i;
       }
+      if (pc.tail) row_step_[static_cast<std::size_t>((pc.g0 + pc.n) % capacity_)] = kTailRow;
     }
   }
 }
@@ -131,7 +136,9 @@ void ReplayStore::restore(ReplayMeta m) {
   std::unique_ptr<SumTree> tree;
   if (m.prioritized) {
     tree = std::make_unique<SumTree>(static_cast<std::size_t>(capacity_));
-    for (std::size_t r = 0; r < m.leaves.size(); ++r) tree->set(r, m.leaves[r]);
+    std::vector<std::size_t> rows(m.leaves.size());
+    for (std::size_t r = 0; r < rows.size(); ++r) rows[r] = r;
+    tree->set(rows, m.leaves);  // one pass, one rescale at most
   }
   std::unique_lock lock(mu_);
   head_ = m.head;
@@ -146,6 +153,7 @@ void ReplayStore::restore(ReplayMeta m) {
   eps_ = m.eps;
   max_priority_ = m.max_priority;
   reindex_rows();
+  skipped_updates_ = 0;
 }
 
 }  // namespace trajview

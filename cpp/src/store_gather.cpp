@@ -1,6 +1,6 @@
 // TrajectoryStore's view arithmetic: where row r of an episode's column lives,
-// and the view rule over it (row t + s; before row 0 the pad row, or row 0
-// with Padding::Reset; zeros past the last row), for inference and batches.
+// and the view rule over it (spec.h's view_row, shared with the replay store),
+// for inference and batches.
 // Reads only: nothing here changes the store.
 #include "trajview/store.h"
 
@@ -33,15 +33,11 @@ void TrajectoryStore::copy_rows(const Episode& e, std::size_t c, std::int64_t r0
   const std::size_t rb = columns_[c].row_bytes();
   if (rb == 0) return;
   const std::int64_t avail = rows_available(e, c);
-  std::int64_t r = r0;
-  if (r < 0) {
-    const std::byte* pad = padding == Padding::Reset && avail > 0 ? row(e, c, 0) : pad_rows_[c].data();
-    const std::int64_t stop = std::min<std::int64_t>(0, r1);
-    for (; r < stop; ++r, dst += rb) std::memcpy(dst, pad, rb);
+  for (std::int64_t r = r0; r < r1; ++r, dst += rb) {
+    const std::int64_t at = view_row(r, avail, padding);
+    if (at == kViewZeros) std::memset(dst, 0, rb);
+    else std::memcpy(dst, at == kViewPad ? pad_rows_[c].data() : row(e, c, at), rb);
   }
-  const std::int64_t hi = std::min(r1, avail);
-  for (; r < hi; ++r, dst += rb) std::memcpy(dst, row(e, c, r), rb);
-  if (r < r1) std::memset(dst, 0, static_cast<std::size_t>(r1 - r) * rb);
 }
 
 void TrajectoryStore::gather_view(const Episode& e, std::size_t v, std::int64_t t, std::byte* dst) const {

@@ -134,9 +134,10 @@ TEST(ReplayRestore, EveryDamagedFieldIsRefusedAndChangesNothing) {
          m.trajectories[2].key = m.trajectories[1].key;
        }, "open trajectory with key"},
       {"too few leaves", [](ReplayMeta& m) { m.leaves.pop_back(); }, "priority leaves"},
-      {"NaN leaf", [=](ReplayMeta& m) { m.leaves[8] = nan; }, "leaf 8"},
-      {"negative leaf", [](ReplayMeta& m) { m.leaves[8] = -1.0; }, "leaf 8"},
-      {"leaf of a final observation", [](ReplayMeta& m) { m.leaves[10] = 1.0; }, "leaf 10"},
+      {"NaN leaf", [=](ReplayMeta& m) { m.leaves[8] = SumTree::Weight{nan, 0}; }, "leaf 8"},
+      {"negative leaf", [](ReplayMeta& m) { m.leaves[8] = SumTree::Weight{-0.5, 1}; }, "leaf 8"},
+      {"unnormalized leaf", [](ReplayMeta& m) { m.leaves[8] = SumTree::Weight{1.5, 0}; }, "leaf 8"},
+      {"leaf of a final observation", [](ReplayMeta& m) { m.leaves[10] = SumTree::Weight{0.5, 1}; }, "leaf 10"},
       {"infinite alpha", [](ReplayMeta& m) { m.alpha = INFINITY; }, "alpha"},
       {"negative eps", [](ReplayMeta& m) { m.eps = -1.0; }, "eps"},
       {"NaN max priority", [=](ReplayMeta& m) { m.max_priority = nan; }, "max_priority"},

@@ -76,6 +76,13 @@ std::vector<T> column(const ReplayBatch& b, const std::string& name) {
   return {};
 }
 
+ReplayBatch sample_as(const ReplayStore& s, SliceRequest req, SampleMode mode, double beta,
+                      std::span<const ViewSpec> views) {
+  req.mode = mode;
+  req.beta = beta;
+  return s.sample(req, views);
+}
+
 std::vector<ViewSpec> basic_views() {
   return {view("obs", "obs", {0}), view("actions", "actions", {0}), view("truncateds", "truncateds", {0}),
           view("new_obs", "obs", {1}), view("stack", "obs", {-2, -1, 0}, true), view("prev_actions", "actions", {-1})};
@@ -101,7 +108,7 @@ TEST(Replay, ViewsOfOneTrajectory) {
 
   // A slice from the middle: is_init at its first step, the stack reaches back.
   SlicePick mid{0, 2, 2};
-  req.truncated_column = 2;
+  req.truncated_key = "truncateds";
   b = s.gather({&mid, 1}, req, views);
   EXPECT_EQ(column<float>(b, "stack"), (F32{1, 2, 3, 2, 3, 4}));
   EXPECT_EQ(column<bool>(b, "is_init"), (std::vector<bool>{true, false}));
@@ -218,7 +225,7 @@ TEST(Replay, SampleStrictAndPadded) {
   EXPECT_TRUE(saw_short);
   EXPECT_EQ(b.count, rows);
   req.pad_output = true;
-  req.truncated_column = 2;
+  req.truncated_key = "truncateds";
   SlicePick pick{0, 0, 2};
   b = s.gather({&pick, 1}, req, views);
   EXPECT_EQ(b.count, 4);
@@ -502,7 +509,7 @@ TEST(ReplayModes, PerStepIsUniformOverStepsAndNeverCrossesAnEnd) {
   req.slice_len = 1;
   req.seed = 3;
   const auto views = basic_views();
-  auto b = s.sample(req, SampleMode::PerStep, 0.0, views);
+  auto b = sample_as(s, req, SampleMode::PerStep, 0.0, views);
   std::vector<int> counts(16, 0);
   for (auto o : column<float>(b, "obs")) ++counts[static_cast<std::size_t>(o)];
   for (int o : {1, 2, 10, 11, 12, 13, 14, 15}) EXPECT_NEAR(counts[static_cast<std::size_t>(o)] / 16000.0, 1.0 / 8, 0.015);
@@ -510,7 +517,7 @@ TEST(ReplayModes, PerStepIsUniformOverStepsAndNeverCrossesAnEnd) {
   req.slice_len = 3;
   req.strict_length = true;
   req.num_slices = 200;
-  b = s.sample(req, SampleMode::PerStep, 0.0, views);
+  b = sample_as(s, req, SampleMode::PerStep, 0.0, views);
   for (const auto& p : b.slices) {
     EXPECT_EQ(p.uid, 1);
     EXPECT_LE(p.start, 3);
@@ -524,14 +531,25 @@ TEST(ReplayModes, PrioritiesFollowTorchRLAndResetOnOverwrite) {
   s.enable_priorities(0.5, 0.0);
   add(s, {1, 2, 3}, {1, 1, 1}, {0, 1, 2}, {0, 0, 1});  // rows 0..2, final obs at 3
   EXPECT_EQ(s.priority_leaves(std::vector<std::int64_t>{0, 1, 2, 3}), (std::vector<double>{1, 1, 1, 0}));
-  EXPECT_EQ(s.update_priority(std::vector<std::int64_t>{0, 3, 99}, std::vector<double>{9.0, 1.0, 1.0}), 1);
+  // A final-observation row and a row never written are errors naming the index; nothing changes.
+  EXPECT_TRUE(throws_invalid_argument(
+      [&] { s.update_priority(std::vector<std::int64_t>{0, 3}, std::vector<double>{9.0, 1.0}); },
+      {"index 3", "final observation"}));
+  EXPECT_TRUE(throws_invalid_argument(
+      [&] { s.update_priority(std::vector<std::int64_t>{0, 99}, std::vector<double>{9.0, 1.0}); },
+      {"index 99", "never held a row"}));
+  EXPECT_TRUE(throws_invalid_argument(
+      [&] { s.update_priority(std::vector<std::int64_t>{0, 1}, std::vector<double>{9.0, -1.0}); },
+      {"index 1", "finite and >= 0", "-1"}));
+  EXPECT_DOUBLE_EQ(s.max_priority(), 1.0);
+  EXPECT_EQ(s.update_priority(std::vector<std::int64_t>{0}, std::vector<double>{9.0}), 0);  // none skipped
   EXPECT_DOUBLE_EQ(s.priority_leaves(std::vector<std::int64_t>{0})[0], 3.0);
   EXPECT_DOUBLE_EQ(s.max_priority(), 9.0);
   SliceRequest req;
   req.num_slices = 20000;
   req.slice_len = 1;
   req.seed = 5;
-  auto b = s.sample(req, SampleMode::Prioritized, 1.0, basic_views());
+  auto b = sample_as(s, req, SampleMode::Prioritized, 1.0, basic_views());
   int first = 0;
   for (std::size_t i = 0; i < b.index.size(); ++i) {
     if (b.index[i] == 0) {
@@ -546,7 +564,9 @@ TEST(ReplayModes, PrioritiesFollowTorchRLAndResetOnOverwrite) {
   add(s, {7, 8, 9, 10, 11}, {2, 2, 2, 2, 2}, {0, 1, 2, 3, 4}, {0, 0, 0, 0, 1});  // rows 4..8, final at 9
   EXPECT_EQ(s.num_trajectories(), 1);
   EXPECT_EQ(s.priority_leaves(std::vector<std::int64_t>{0, 4, 8, 9}), (std::vector<double>{0, 3, 3, 0}));
-  EXPECT_EQ(s.update_priority(std::vector<std::int64_t>{0, 1}, std::vector<double>{4.0, 4.0}), 0);  // gone
+  // Overwritten since: skipped and counted.
+  EXPECT_EQ(s.update_priority(std::vector<std::int64_t>{0, 1, 4}, std::vector<double>{4.0, 4.0, 4.0}), 2);
+  EXPECT_EQ(s.skipped_priority_updates(), 2);
 }
 
 TEST(ReplayModes, MetaRestoreRoundTrips) {
@@ -564,8 +584,8 @@ TEST(ReplayModes, MetaRestoreRoundTrips) {
   SliceRequest req;
   req.num_slices = 50;
   req.seed = 9;
-  auto a = s.sample(req, SampleMode::Prioritized, 0.4, basic_views());
-  auto b = t.sample(req, SampleMode::Prioritized, 0.4, basic_views());
+  auto a = sample_as(s, req, SampleMode::Prioritized, 0.4, basic_views());
+  auto b = sample_as(t, req, SampleMode::Prioritized, 0.4, basic_views());
   EXPECT_EQ(column<float>(a, "stack"), column<float>(b, "stack"));
   EXPECT_EQ(a.weights, b.weights);
   ReplayMeta bad = s.meta();

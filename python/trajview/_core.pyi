@@ -1,6 +1,6 @@
 """Type stubs of trajview's compiled core (private; use trajview.Collector)."""
 
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -50,6 +50,56 @@ class _TrajectoryStore:
     def inference_keys(self) -> list[str]: ...
     def training_keys(self) -> list[str]: ...
 
+class SampleMode:
+    """How a replay sample picks its slices (C++'s SampleMode)."""
+
+    PER_TRAJECTORY: ClassVar[SampleMode]
+    PER_STEP: ClassVar[SampleMode]
+    PRIORITIZED: ClassVar[SampleMode]
+    GIVEN: ClassVar[SampleMode]
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> int: ...
+    def __int__(self) -> int: ...
+
+class SliceRequest:
+    """What one replay sample takes (C++'s SliceRequest): `trajview.replay.Sampler.draw` returns one."""
+
+    def __init__(
+        self,
+        mode: SampleMode,
+        num_slices: int,
+        slice_len: int,
+        strict_length: bool = False,
+        pad_output: bool = False,
+        seed: int = 0,
+        beta: float = 0.0,
+        truncated_key: str | None = None,
+        done_key: str | None = None,
+        picks: npt.ArrayLike | None = None,
+    ) -> None: ...
+    @property
+    def mode(self) -> SampleMode: ...
+    @property
+    def num_slices(self) -> int: ...
+    @property
+    def slice_len(self) -> int: ...
+    @property
+    def strict_length(self) -> bool: ...
+    @property
+    def pad_output(self) -> bool: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def beta(self) -> float: ...
+    @property
+    def truncated_key(self) -> str | None: ...
+    @property
+    def done_key(self) -> str | None: ...
+    @property
+    def picks(self) -> npt.NDArray[np.int64]: ...
+
 class _Replay:
     def __init__(
         self,
@@ -66,29 +116,7 @@ class _Replay:
         done: npt.NDArray[np.uint8],
     ) -> None: ...
     def sample(
-        self,
-        num_slices: int,
-        slice_len: int,
-        strict_length: bool,
-        pad_output: bool,
-        seed: int,
-        views: list[tuple[str, str, list[int], bool, str]],
-        truncated_key: str | None,
-        done_key: str | None,
-        mode: int = 0,
-        beta: float = 0.0,
-    ) -> tuple[
-        dict[str, np.ndarray], npt.NDArray[np.int64], npt.NDArray[np.int64], int, npt.NDArray[np.int64],
-        npt.NDArray[np.float64],
-    ]: ...
-    def gather(
-        self,
-        picks: npt.NDArray[np.int64],
-        slice_len: int,
-        pad_output: bool,
-        views: list[tuple[str, str, list[int], bool, str]],
-        truncated_key: str | None,
-        done_key: str | None,
+        self, request: SliceRequest, views: list[tuple[str, str, list[int], bool, str]]
     ) -> tuple[
         dict[str, np.ndarray], npt.NDArray[np.int64], npt.NDArray[np.int64], int, npt.NDArray[np.int64],
         npt.NDArray[np.float64],
@@ -97,6 +125,7 @@ class _Replay:
     def update_priority(self, rows: npt.NDArray[np.int64], priorities: npt.NDArray[np.float64]) -> int: ...
     def priority_leaves(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]: ...
     def max_priority(self) -> float: ...
+    def skipped_priority_updates(self) -> int: ...
     def prioritized(self) -> bool: ...
     def step_rows(self) -> npt.NDArray[np.int64]: ...
     def locate(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]: ...

@@ -1,8 +1,8 @@
 // Replay storage in the flat layout: a circular buffer of env steps, sampled as
 // sub-trajectory slices with any view built at sample time from one stored copy.
 //
-// Implemented in replay.cpp (the ring, add, trajectories),
-// replay_sample.cpp (sample, gather and building the views) and
+// Implemented in replay.cpp (the ring, add, trajectories), replay_priority.cpp
+// (priorities), replay_sample.cpp (sample, gather, views, slice-end marks) and
 // replay_state.cpp (meta and a checked restore).
 #pragma once
 
@@ -61,24 +61,6 @@ struct ReplayTrajectory {
   std::int64_t tail_g() const noexcept;
 };
 
-/// What to sample: TorchRL's SliceSampler semantics.
-struct SliceRequest {
-  std::int64_t num_slices = 1;
-  std::int64_t slice_len = 1;
-  /// true: only trajectories of at least slice_len steps; false: shorter
-  /// trajectories give shorter slices (their whole length).
-  bool strict_length = false;
-  /// Every slice padded to slice_len rows by repeating its last real row;
-  /// the batch gets a bool `mask` column (false on padding).
-  bool pad_output = false;
-  std::uint64_t seed = 0;
-  /// Index of a Bool column set true at each slice's last real step (TorchRL's
-  /// truncated_key), or -1.
-  std::int64_t truncated_column = -1;
-  /// Index of a Bool column OR-ed with that mark (e.g. `dones`), or -1.
-  std::int64_t done_column = -1;
-};
-
 /// A sampled slice: `length` steps of trajectory `uid` from step `start`.
 struct SlicePick {
   std::int64_t uid = 0;
@@ -86,8 +68,9 @@ struct SlicePick {
   std::int64_t length = 0;
 };
 
-/// How `sample` picks its slices.
-enum class SampleMode {
+/// How `sample` picks its slices (trajview._core.SampleMode in Python: the
+/// one definition of the modes).
+enum class SampleMode : std::uint8_t {
   /// A trajectory uniformly among the eligible ones, then a start uniformly
   /// (TorchRL's SliceSampler).
   PerTrajectory,
@@ -99,6 +82,36 @@ enum class SampleMode {
   /// PrioritizedSliceSampler); each slice gets the importance weight
   /// (leaf / min positive leaf) ^ -beta.
   Prioritized,
+  /// The slices in `picks`, as given (samplers that pick in Python, e.g. the
+  /// epochs of the without-replacement samplers).
+  Given,
+};
+
+/// What to sample (TorchRL's SliceSampler semantics): a sampler's request.
+struct SliceRequest {
+  SampleMode mode = SampleMode::PerTrajectory;
+  std::int64_t num_slices = 1;
+  std::int64_t slice_len = 1;
+  /// true: only trajectories of at least slice_len steps; false: shorter
+  /// trajectories give shorter slices (their whole length).
+  bool strict_length = false;
+  /// Every slice padded to slice_len rows by repeating its last real row;
+  /// the batch gets a bool `mask` column (false on padding).
+  bool pad_output = false;
+  std::uint64_t seed = 0;
+  /// Importance-weight exponent (Prioritized).
+  double beta = 0.0;
+  /// Slice ends (TorchRL's truncated_key; "" marks nothing): the sample's
+  /// column of this name is true at each slice's last real step (padding rows
+  /// are not marked). A stored column of this name (bool) keeps its values
+  /// and gets the marks; otherwise the batch gets a computed bool column.
+  std::string truncated_key;
+  /// A stored column of this name (e.g. "dones"; any bool, int or float
+  /// dtype) gets the same marks (a one), whether or not `truncated_key` is
+  /// stored; not stored: nothing. Only with a truncated_key.
+  std::string done_key;
+  /// The slices of SampleMode::Given.
+  std::vector<SlicePick> picks;
 };
 
 /// A sampled batch: one column per requested view, plus `is_init` (and
@@ -121,12 +134,13 @@ struct ReplayMeta {
   std::int64_t head = 0;
   std::int64_t next_uid = 0;
   std::vector<ReplayTrajectory> trajectories;  ///< oldest first
-  /// Priorities: enabled, alpha, eps, max priority and one leaf per ring row.
+  /// Priorities: enabled, alpha, eps, max priority and one leaf per ring row
+  /// (exactly: (p + eps)^alpha may lie beyond a double's range).
   bool prioritized = false;
   double alpha = 1.0;
   double eps = 1e-8;
   double max_priority = 1.0;
-  std::vector<double> leaves;
+  std::vector<SumTree::Weight> leaves;
 };
 
 /// A circular buffer of `capacity` rows per column, each env step stored once.
@@ -155,8 +169,10 @@ struct ReplayMeta {
 ///
 /// Priorities (optional, `enable_priorities`): one sum-tree leaf per ring row,
 /// (p + eps)^alpha for a stored step, 0 for final-observation rows and rows of
-/// dropped trajectories. A newly written step gets TorchRL's default
-/// (max priority + eps)^alpha, so an overwritten row's priority is reset.
+/// dropped trajectories, held exactly for any finite p >= 0 (SumTree: no
+/// overflow to inf, no "all zero" from tiny ones). A newly written step gets
+/// TorchRL's default (max priority + eps)^alpha, so an overwritten row's
+/// priority is reset.
 ///
 /// Thread safety: `add` and `update_priority` take the lock exclusively,
 /// `sample` and the accessors share it, so writers and any number of
@@ -186,19 +202,17 @@ class ReplayStore {
   void add(std::int64_t n, std::span<const ArrayIn> inputs, std::span<const ArrayIn> next_obs,
            const std::int64_t* keys, const std::int64_t* t, const std::uint8_t* done);
 
-  /// Samples req.num_slices slices of up to req.slice_len steps: a trajectory
-  /// uniformly among the eligible ones, then a start uniformly among those
-  /// leaving slice_len steps (0 for a shorter trajectory). Builds every view
-  /// in `views` (ViewSpec.column names a stored column) into fresh buffers.
+  /// Samples req.num_slices slices as req.mode says (Given: gathers
+  /// req.picks). PerTrajectory: a trajectory uniformly among the eligible
+  /// ones, then a start uniformly among those leaving slice_len steps (0 for a
+  /// shorter trajectory). PerStep and Prioritized pick a start step; with
+  /// strict_length only steps with slice_len steps from them on may start,
+  /// otherwise the slice is cut at its trajectory's end. Builds every view in
+  /// `views` (ViewSpec.column names a stored column) into fresh buffers, and
+  /// the slice-end marks of req.truncated_key / req.done_key. Throws
+  /// std::invalid_argument when nothing can be sampled or priorities are not
+  /// enabled for Prioritized.
   ReplayBatch sample(const SliceRequest& req, std::span<const ViewSpec> views) const;
-
-  /// Samples req.num_slices slices as `mode` says (PerTrajectory is `sample`
-  /// above). PerStep and Prioritized pick a start step; with strict_length
-  /// only steps with slice_len steps from them on may start, otherwise the
-  /// slice is cut at its trajectory's end. `beta` is the importance-weight
-  /// exponent (Prioritized). Throws std::invalid_argument when nothing can
-  /// be sampled or priorities are not enabled for Prioritized.
-  ReplayBatch sample(const SliceRequest& req, SampleMode mode, double beta, std::span<const ViewSpec> views) const;
 
   /// Turns priorities on (before or after adds: stored steps get the default
   /// priority). alpha >= 0, eps >= 0 (std::invalid_argument otherwise).
@@ -206,13 +220,19 @@ class ReplayStore {
   bool prioritized() const noexcept { return prio_ != nullptr; }
   /// Sets the priority of each stored step at absolute row rows[i] to
   /// priorities[i] (leaf (p + eps)^alpha; the max priority grows to p), as
-  /// TorchRL's update_priority. Rows that no longer hold a sampleable step
-  /// (overwritten, dropped, final observations) are skipped; returns how many
-  /// were set. Priorities must be finite and >= 0.
+  /// TorchRL's update_priority; a later entry for the same row wins.
+  /// Priorities must be finite and >= 0, and every row must have held a step
+  /// (0 <= row < rows written, not a final-observation row):
+  /// std::invalid_argument naming the first bad one, nothing changed. Rows
+  /// overwritten since (or whose trajectory was dropped) are skipped: returns
+  /// how many, also added to skipped_priority_updates().
   std::int64_t update_priority(std::span<const std::int64_t> rows, std::span<const double> priorities);
-  /// The leaf of each absolute row (0 where it holds no sampleable step).
+  /// The leaf of each absolute row (0 where it holds no sampleable step;
+  /// +inf where the leaf is beyond a double's range).
   std::vector<double> priority_leaves(std::span<const std::int64_t> rows) const;
   double max_priority() const;
+  /// Priority updates skipped since priorities were enabled (or restored).
+  std::int64_t skipped_priority_updates() const;
 
   /// The absolute row of every sampleable step, oldest trajectory first.
   std::vector<std::int64_t> step_rows() const;
@@ -260,9 +280,17 @@ class ReplayStore {
   const ReplayTrajectory* step_at(std::int64_t g, std::int64_t* step) const noexcept;
   /// The absolute row that ring position r holds now.
   std::int64_t abs_row(std::int64_t r) const noexcept;
-  double default_leaf() const noexcept;
+  /// TorchRL's leaf (p + eps)^alpha, exactly (beyond a double's range too).
+  SumTree::Weight leaf_of_priority(double p) const noexcept;
+  SumTree::Weight default_leaf() const noexcept;
   /// Throws std::invalid_argument unless `m` is a state this store can hold (see restore).
   void check_meta(const ReplayMeta& m) const;
+  /// The slices of PerStep / Prioritized (and their importance weights).
+  void pick_steps(const SliceRequest& req, std::vector<SlicePick>& picks, std::vector<double>& weights) const;
+  /// The slices of PerTrajectory.
+  void pick_trajectories(const SliceRequest& req, std::vector<SlicePick>& picks) const;
+  /// Checks given slices against the stored trajectories.
+  void check_picks(std::span<const SlicePick> picks, const SliceRequest& req) const;
   /// Rebuilds row_uid_/row_step_ (and zeroes leaves of rows without a step) from trajs_.
   void reindex_rows();
   /// Absolute row of step j of t (0 <= j < t.steps).
@@ -280,11 +308,15 @@ class ReplayStore {
   std::int64_t live_steps_ = 0;
   std::unordered_map<std::int64_t, std::int64_t> open_;  // key -> uid of its open trajectory
   std::vector<std::int64_t> row_uid_;   // per ring row: uid of the trajectory whose step it holds, or -1
-  std::vector<std::int64_t> row_step_;  // per ring row: that step, or -1 (final observation, unused)
+  std::vector<std::int64_t> row_step_;  // per ring row: that step, or -1 (unused, dropped) or kTailRow
+  static constexpr std::int64_t kTailRow = -2;  // row_step_ of a final-observation row
   std::unique_ptr<SumTree> prio_;       // priority leaves per ring row (null: not prioritized)
   double alpha_ = 1.0;
   double eps_ = 1e-8;
   double max_priority_ = 1.0;
+  std::int64_t skipped_updates_ = 0;
+  std::vector<std::size_t> upd_rows_;  // update_priority's scratch (under the exclusive lock)
+  std::vector<SumTree::Weight> upd_leaves_;
   mutable std::shared_mutex mu_;
 };
 

@@ -73,6 +73,19 @@ struct ViewSpec {
   bool for_training = true;
 };
 
+/// The view rule, for both stores (TrajectoryStore's gather and ReplayStore's
+/// sample): which of a trajectory's rows a view reads at row r = t + shift,
+/// when the column holds `avail` rows of it (its steps; an observation column
+/// one more, the observation after the last step, where it is kept). Returns
+/// r when 0 <= r < avail; before row 0, row 0 with Padding::Reset (when there
+/// is one) or kViewPad (the column's pad row); past the last, kViewZeros.
+inline constexpr std::int64_t kViewPad = -1;
+inline constexpr std::int64_t kViewZeros = -2;
+constexpr std::int64_t view_row(std::int64_t r, std::int64_t avail, Padding padding) noexcept {
+  if (r < 0) return padding == Padding::Reset && avail > 0 ? 0 : kViewPad;
+  return r < avail ? r : kViewZeros;
+}
+
 /// A read-only array handed in by the caller: C-contiguous, leading axis n.
 struct ArrayIn {
   const void* data = nullptr;

@@ -110,7 +110,8 @@ class ReplayBuffer:
     Args:
         capacity: rows of storage (steps, plus one final-observation row per
             added trajectory piece when batches carry ``new_obs``).
-        sampler: a `SliceSampler` (default ``SliceSampler(slice_len=1)``).
+        sampler: which steps or slices a sample reads (default `RandomSampler`): any `trajview.Sampler`
+            (the library's, or a subclass with its own `Sampler.draw`).
         batch_size: default steps per `sample`.
         columns: which batch columns to store: ``None`` (every column of the
             first batch except ``new_obs``-style next columns, ``is_init``,
@@ -526,30 +527,11 @@ class ReplayBuffer:
                 out[f"{tmp}|{flag}"] = ViewRequirement(key, shift=list(range(n)))
         return out
 
-    def _marks(self) -> tuple[str | None, str | None]:
-        assert self._specs is not None
-        tk = self.sampler.truncated_key
-        if tk is not None and tk in self._specs:
-            if self._specs[tk][0] != np.bool_:
-                raise ValueError(f"truncated_key column {tk!r} must be bool, got {self._specs[tk][0]}")
-        else:
-            tk = None
-        dk = "dones" if tk is not None and "dones" in self._specs and self._specs["dones"][0] == np.bool_ else None
-        return tk, dk
-
     def _wrap(
-        self, result: tuple, return_info: bool, slice_len: int, pad_output: bool, nsteps: Mapping[str, NStep]
+        self, result: tuple, return_info: bool, request: _core.SliceRequest, nsteps: Mapping[str, NStep]
     ) -> SampleBatch | tuple[SampleBatch, dict[str, np.ndarray]]:
+        """The `SampleBatch` (and info) of a C++ sample: `NStep` returns computed from their windows."""
         cols, index, slices, count, steps_left, weights = result
-        lengths = np.asarray(slices, dtype=np.int64).reshape(-1, 3)[:, 2]
-        tk = self.sampler.truncated_key
-        if tk is not None and tk not in cols:
-            # No stored column to mark slice ends with: a computed one, so that nothing downstream (TorchRL's
-            # value estimators on ("next", "done")) runs across a slice boundary. Each slice's last real step.
-            starts = np.arange(len(lengths), dtype=np.int64) * slice_len if pad_output else np.cumsum(lengths) - lengths
-            marks = np.zeros(int(count), dtype=bool)
-            marks[(starts + lengths - 1)[lengths > 0]] = True
-            cols[tk] = marks
         for name, ns in nsteps.items():
             tmp = f"{_NSTEP_TMP}{name}|"
             obs = {k[len(tmp) + 1:]: cols.pop(k) for k in [k for k in cols if k.startswith(tmp + "o")]}
@@ -560,8 +542,9 @@ class ReplayBuffer:
         batch = SampleBatch._from_columns(cols, int(count), frozenset(), frozenset())
         if return_info:
             info: dict[str, np.ndarray] = {"index": index, "slices": slices}
-            if self.sampler.prioritized:
-                per_slice = np.full(len(lengths), slice_len, np.int64) if pad_output else lengths
+            if request.mode == _core.SampleMode.PRIORITIZED:
+                lengths = np.asarray(slices, dtype=np.int64).reshape(-1, 3)[:, 2]
+                per_slice = np.full(len(lengths), request.slice_len, np.int64) if request.pad_output else lengths
                 info["_weight"] = np.repeat(np.asarray(weights, dtype=np.float64), per_slice)
             return batch, info
         return batch
@@ -594,16 +577,8 @@ class ReplayBuffer:
         if self._impl is None:
             raise ValueError("sample: the replay buffer holds no steps")
         vs, nsteps = self._view_specs(views)
-        tk, dk = self._marks()
-        if s.picks_in_python:
-            picks = s._picks(self._impl, num_slices, slice_len)  # type: ignore[attr-defined]
-            res = self._impl.gather(picks, slice_len, s.pad_output, vs, tk, dk)
-        else:
-            beta = float(getattr(s, "beta", 0.0))
-            res = self._impl.sample(
-                num_slices, slice_len, s.strict_length, s.pad_output, s._next_seed(), vs, tk, dk, s.mode, beta
-            )
-        return self._wrap(res, return_info, slice_len, s.pad_output, nsteps)
+        request = s.draw(self._impl, num_slices, slice_len)
+        return self._wrap(self._impl.sample(request, vs), return_info, request, nsteps)
 
     def _gather(
         self,
@@ -617,18 +592,22 @@ class ReplayBuffer:
         if self._impl is None:
             raise ValueError("gather: the replay buffer holds no steps")
         vs, nsteps = self._view_specs(views)
-        tk, dk = self._marks()
-        picks = np.asarray(picks, dtype=np.int64).reshape(-1, 3)
-        res = self._impl.gather(picks, slice_len, pad_output, vs, tk, dk)
-        return self._wrap(res, True, slice_len, pad_output, nsteps)  # type: ignore[return-value]
+        request = self.sampler.given(picks, slice_len, pad_output=pad_output)
+        return self._wrap(self._impl.sample(request, vs), True, request, nsteps)  # type: ignore[return-value]
 
     # -- priorities ----------------------------------------------------------
 
-    def update_priority(self, index: Any, priority: Any) -> None:
+    def update_priority(self, index: Any, priority: Any) -> int:
         """Sets the priority of the steps at ``index`` (``info["index"]`` of a sample) to ``priority`` (a number
         or one per index), as TorchRL: leaf ``(priority + eps) ** alpha``, and the max priority (the default of
-        new steps) grows to ``priority.max()``. Steps overwritten since the sample are skipped. Runs in C++
-        without the GIL."""
+        new steps) grows to ``priority.max()``; a later entry for the same index wins. Any finite priority >= 0
+        keeps the sampling distribution exact (no overflow, however large or small). Runs in C++ without the GIL.
+
+        Raises ValueError naming the index, changing nothing, for a negative or non-finite priority and for an
+        index that never held a step (never written, or a final-observation row). Steps overwritten since they
+        were sampled (or whose trajectory was dropped) are skipped: returns how many, also counted in
+        `skipped_priority_updates`.
+        """
         if not self.sampler.prioritized:
             raise ValueError(f"update_priority: the buffer's sampler ({type(self.sampler).__name__}) is not "
                              f"prioritized; use tv.PrioritizedSampler or tv.PrioritizedSliceSampler")
@@ -643,14 +622,22 @@ class ReplayBuffer:
             raise ValueError(f"update_priority: priority must be a number or one per index ({len(idx)}), "
                              f"got shape {pr.shape}")
         pr = np.ascontiguousarray(pr.reshape(-1))
-        if len(idx) == 0 or self._impl is None:
-            return
-        if not np.all(np.isfinite(pr)) or np.any(pr < 0):
-            raise ValueError("update_priority: priorities must be finite and >= 0")
-        self._impl.update_priority(idx, pr)
+        if self._impl is None:
+            if len(idx):
+                raise ValueError(f"update_priority: index {int(idx[0])} never held a row (the buffer is empty)")
+            return 0
+        return int(self._impl.update_priority(idx, pr))
+
+    @property
+    def skipped_priority_updates(self) -> int:
+        """Priority updates `update_priority` skipped because their step was overwritten since it was sampled
+        (since the buffer was made or loaded)."""
+        return 0 if self._impl is None or not self.sampler.prioritized else int(self._impl.skipped_priority_updates())
 
     def priorities(self, index: Any) -> np.ndarray:
-        """The sum-tree leaf ``(priority + eps) ** alpha`` of each stored row in ``index`` (0 where none)."""
+        """The sum-tree leaf ``(priority + eps) ** alpha`` of each stored row in ``index`` as a float (0 where
+        none; ``inf`` / 0 where the leaf is above / below a double's range: sampling and the importance weights
+        still use it exactly)."""
         if self._impl is None or not self.sampler.prioritized:
             raise ValueError("priorities: the buffer holds no steps or is not prioritized")
         return self._impl.priority_leaves(np.ascontiguousarray(np.asarray(index).reshape(-1), dtype=np.int64))

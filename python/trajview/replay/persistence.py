@@ -8,7 +8,7 @@ A dump is a folder committed as one unit by `trajview._io.commit_folder` (format
   head, next trajectory uid and priority settings, the sampler's type, settings and generator state, and a
   descriptor (dtype, shape) of each array below;
 - one ``.npy`` file per array: ``col.<i>.npy`` (column i's ring rows in use, written from the store's
-  memory), ``trajectories.npy`` / ``pieces.npy`` (the C++ trajectory table), ``leaves.npy`` (the priority of
+  memory), ``trajectories.npy`` / ``pieces.npy`` (the C++ trajectory table), ``leaf_mantissas.npy`` / ``leaf_exponents.npy`` (the exact priority leaf of
   each ring row, prioritized buffers) and ``sampler.<name>.npy`` (a sampler's array state).
 
 Nothing is unpickled: JSON and ``.npy`` headers are parsed as data. A load checks every file's size and
@@ -126,8 +126,9 @@ def _snapshot(buf: ReplayBuffer) -> tuple[dict[str, Any], dict[str, tuple[np.dty
                           "alpha": float(m["alpha"]), "eps": float(m["eps"]), "max_priority": float(m["max_priority"])}
         put("trajectories", np.asarray(m["trajectories"], np.int64))
         put("pieces", np.asarray(m["pieces"], np.int64))
-        if m["prioritized"]:
-            put("leaves", np.asarray(m["leaves"], np.float64))
+        if m["prioritized"]:  # each leaf exactly: mantissa x 2^exponent (it may lie beyond a double's range)
+            put("leaf_mantissas", np.asarray(m["leaf_mantissas"], np.float64))
+            put("leaf_exponents", np.asarray(m["leaf_exponents"], np.int64))
         used = min(int(m["head"]), buf._capacity)
         for i, (dt, sh) in enumerate(specs.values()):
             dt = np.dtype(dt)
@@ -427,21 +428,24 @@ class _Plan:
         tables: dict[str, tuple[np.dtype, int]] = {"trajectories": (np.dtype(np.int64), _TRAJ_FIELDS),
                                                    "pieces": (np.dtype(np.int64), _PIECE_FIELDS)}
         if self.meta["prioritized"]:
-            tables["leaves"] = (np.dtype(np.float64), 0)
+            tables["leaf_mantissas"] = (np.dtype(np.float64), 0)
+            tables["leaf_exponents"] = (np.dtype(np.int64), 0)
         for name, (dt, width) in tables.items():
             if name not in self.arrays:
                 raise _Bad(f"state['arrays'] lacks {name!r}")
             got_dt, shape = self.arrays[name]
-            ok = shape == (cap,) if name == "leaves" else len(shape) == 2 and shape[1] == width
+            per_row = name.startswith("leaf_")
+            ok = shape == (cap,) if per_row else len(shape) == 2 and shape[1] == width
             if got_dt != dt or not ok:
                 raise _Bad(f"state['arrays'][{name!r}]: expected {dt} of shape "
-                           f"{(cap,) if name == 'leaves' else ('n', width)}, got {got_dt} {shape}")
+                           f"{(cap,) if per_row else ('n', width)}, got {got_dt} {shape}")
             self.tables[name] = src.read(name, dt, shape)
         for name, (_, dt, shape) in self.rows.items():
             src.expect(name, dt, shape)
         self.meta.update(self.tables)
         if not self.meta["prioritized"]:
-            self.meta["leaves"] = np.zeros(0, np.float64)
+            self.meta["leaf_mantissas"] = np.zeros(0, np.float64)
+            self.meta["leaf_exponents"] = np.zeros(0, np.int64)
 
 
 # -- loading -------------------------------------------------------------------------------------------------

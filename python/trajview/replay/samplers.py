@@ -9,11 +9,15 @@
 - `SamplerWithoutReplacement` / `SliceSamplerWithoutReplacement`: epochs that
   visit every stored step (every trajectory) once.
 
-The buffer hands the sampler's settings and a fresh seed to the C++ store,
-which picks (except for the without-replacement samplers, whose epoch order
-lives here) and builds every view without the GIL. A slice never crosses a
-trajectory boundary, the write head or the ring's wrap-around: slices are
-cut from one stored trajectory's steps.
+The seam (TorchRL's ``Sampler.sample(storage, batch_size)``): the buffer asks
+its sampler `Sampler.draw` ``(store, num_slices, slice_len)`` for a typed
+`trajview._core.SliceRequest` (how to pick: a `trajview._core.SampleMode`,
+with a fresh seed, and which columns mark slice ends), and the C++ store
+picks and builds every view without the GIL. The without-replacement
+samplers pick their epochs' slices here and hand them over as the request's
+``picks`` (``SampleMode.GIVEN``). A slice never crosses a trajectory boundary,
+the write head or the ring's wrap-around: slices are cut from one stored
+trajectory's steps.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from .. import _core
 from .._validate import positive_int
+from ..views.columns import DONES
 
 __all__ = [
     "PrioritizedSampler",
@@ -39,10 +45,12 @@ __all__ = [
 #: before anything is allocated).
 MAX_BATCH_SIZE = 2**31
 
-#: How the C++ store picks (`_core._Replay.sample(mode=...)`).
-MODE_PER_TRAJECTORY = 0
-MODE_PER_STEP = 1
-MODE_PRIORITIZED = 2
+#: How the C++ store picks: one enum, defined in C++ (`trajview._core.SampleMode`).
+SampleMode = _core.SampleMode
+#: What one sample takes (`trajview._core.SliceRequest`): what `Sampler.draw` returns.
+SliceRequest = _core.SliceRequest
+#: Priority exponents up to this keep every leaf ``(p + eps) ** alpha`` exact (the C++ store's bound).
+MAX_ALPHA = 1e6
 
 
 def _check_batch_size(batch_size: int) -> int:
@@ -69,17 +77,23 @@ def _real(owner: str, name: str, value: Any, *, low: float = 0.0) -> float:
 
 
 class Sampler:
-    """Base of the samplers: settings the buffer reads, a seeded generator, state for persistence.
+    """Base of the samplers (public: subclass it for a sampler of your own).
+
+    The one verb is `draw`: the buffer calls ``draw(store, num_slices,
+    slice_len)`` for every `ReplayBuffer.sample` and the C++ store carries
+    out the `trajview._core.SliceRequest` it returns. The base's `draw` asks
+    the store to pick by `mode` (picking stays in C++ without the GIL); a
+    sampler that picks its own slices returns `given` ``(picks, slice_len)``.
 
     Attributes read by the buffer: ``traj_key`` / ``end_key`` (how added rows
     form trajectories), ``truncated_key`` (the column marked at each slice's
-    last step, or ``None``), ``strict_length``, ``pad_output`` and ``mode``.
+    last step, or ``None``), ``strict_length``, ``pad_output``, ``mode`` and
+    ``prioritized``.
     """
 
-    mode = MODE_PER_TRAJECTORY
+    #: How the base's `draw` asks the store to pick.
+    mode: _core.SampleMode = SampleMode.PER_TRAJECTORY
     prioritized = False
-    #: Picks its slices in Python (`_picks`), not in the C++ store.
-    picks_in_python = False
 
     def __init__(self, *, seed: int | None = None) -> None:
         self.traj_key: str | None = None
@@ -93,6 +107,29 @@ class Sampler:
     def slices(self, batch_size: int) -> tuple[int, int]:
         """``(num_slices, slice_len)`` for a batch of ``batch_size`` steps (transitions: ``(batch_size, 1)``)."""
         return _check_batch_size(batch_size), 1
+
+    def draw(self, store: _core._Replay, num_slices: int, slice_len: int) -> _core.SliceRequest:
+        """What one sample of ``num_slices`` slices of up to ``slice_len`` steps takes from ``store`` (the
+        buffer's C++ store): by default, the store picks by `mode` with a fresh seed from this sampler's
+        generator (and ``beta`` for importance weights)."""
+        return SliceRequest(
+            self.mode, num_slices, slice_len, self.strict_length, self.pad_output, self._next_seed(),
+            float(getattr(self, "beta", 0.0)), **self._marks(),
+        )
+
+    def given(self, picks: Any, slice_len: int, *, pad_output: bool | None = None) -> _core.SliceRequest:
+        """The request for explicitly given slices ``[(trajectory uid, start step, length), ...]`` (at most
+        ``slice_len`` steps each), with this sampler's slice-end marks."""
+        picks = np.asarray(picks, dtype=np.int64).reshape(-1, 3)
+        pad = self.pad_output if pad_output is None else bool(pad_output)
+        return SliceRequest(SampleMode.GIVEN, len(picks), slice_len, False, pad, 0, 0.0, **self._marks(),
+                            picks=picks)
+
+    def _marks(self) -> dict[str, str | None]:
+        """Which columns the store marks at slice ends: ``truncated_key`` (a computed column where it is not
+        stored) and, with it, a stored ``dones`` (TorchRL's done key)."""
+        tk = self.truncated_key
+        return {"truncated_key": tk, "done_key": DONES if tk is not None else None}
 
     def _next_seed(self) -> int:
         with self._lock:
@@ -196,7 +233,7 @@ class RandomSampler(Sampler):
     at the sampled steps (a transition is not a slice).
     """
 
-    mode = MODE_PER_STEP
+    mode = SampleMode.PER_STEP
 
     def __init__(self, *, seed: int | None = None) -> None:
         super().__init__(seed=seed)
@@ -271,9 +308,10 @@ class SliceSampler(_SliceSettings, Sampler):
         truncated_key: a bool column set ``True`` at each slice's last real
             step in the output (so that value estimators see where a slice
             stops), as TorchRL does; when the buffer does not store it, the
-            sample gets it as a computed column. ``None`` marks nothing. A
-            stored ``dones`` column is OR-ed with the same mark. Padding rows
-            (``pad_output``) are not marked.
+            sample gets it as a computed column. A stored ``dones`` column
+            gets the same mark whether or not this one is stored. ``None``
+            marks nothing. Padding rows (``pad_output``) are not marked.
+            (One rule, in C++: see docs/contract.md, slice-end marks.)
         strict_length: ``True``: only trajectories of at least ``slice_len``
             steps are sampled. ``False`` (default): shorter trajectories give
             shorter slices (the output then has fewer rows than the batch size).
@@ -324,6 +362,8 @@ class _PrioritySettings:
     def _init_priorities(self, owner: str, max_capacity: int | None, alpha: float, beta: float, eps: float) -> None:
         self.max_capacity = None if max_capacity is None else positive_int("max_capacity", max_capacity)
         self._alpha = _real(owner, "alpha", alpha)
+        if self._alpha > MAX_ALPHA:
+            raise ValueError(f"{owner} alpha must be at most {MAX_ALPHA:g}, got {alpha!r}")
         self._beta = _real(owner, "beta", beta)
         self._eps = _real(owner, "eps", eps)
 
@@ -370,7 +410,7 @@ class PrioritizedSampler(_PrioritySettings, Sampler):
     run without the GIL.
     """
 
-    mode = MODE_PRIORITIZED
+    mode = SampleMode.PRIORITIZED
     prioritized = True
 
     def __init__(
@@ -396,7 +436,7 @@ class PrioritizedSliceSampler(_SliceSettings, _PrioritySettings, Sampler):
     a slice gets its start's importance weight in ``info["_weight"]``.
     """
 
-    mode = MODE_PRIORITIZED
+    mode = SampleMode.PRIORITIZED
     prioritized = True
 
     def __init__(
@@ -442,8 +482,7 @@ class SamplerWithoutReplacement(Sampler):
     next one; steps overwritten during it are skipped (that batch is smaller).
     """
 
-    mode = MODE_PER_STEP
-    picks_in_python = True
+    mode = SampleMode.PER_STEP
 
     def __init__(self, drop_last: bool = False, shuffle: bool = True, *, seed: int | None = None) -> None:
         super().__init__(seed=seed)
@@ -464,6 +503,10 @@ class SamplerWithoutReplacement(Sampler):
     def _valid(self, impl: Any, units: np.ndarray) -> np.ndarray:
         """Which units (absolute rows) still hold a sampleable step."""
         return np.asarray(impl.locate(units), dtype=np.int64).reshape(-1, 3)[:, 0] >= 0
+
+    def draw(self, store: _core._Replay, num_slices: int, slice_len: int) -> _core.SliceRequest:
+        """The next ``num_slices`` items of the epoch (starting one if due), as given picks."""
+        return self.given(self._picks(store, num_slices, slice_len), slice_len)
 
     def _picks(self, impl: Any, count: int, slice_len: int) -> np.ndarray:
         """``count`` units of the current epoch as ``(uid, start, length)`` picks (starting an epoch if due)."""
@@ -512,8 +555,7 @@ class SliceSamplerWithoutReplacement(_SliceSettings, SamplerWithoutReplacement):
     give their whole length; with ``strict_length=True`` they are left out).
     """
 
-    mode = MODE_PER_TRAJECTORY
-    picks_in_python = True
+    mode = SampleMode.PER_TRAJECTORY
 
     def __init__(
         self,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Context, Decimal, localcontext
 from typing import Any
 
 import numpy as np
@@ -214,9 +215,9 @@ class ReferenceReplay:
         if pad_output:
             out["mask"] = []
         index = []
-        tk = truncated_key if truncated_key in self.columns and self.specs[truncated_key][0] == np.bool_ else None
-        marks = [m for m in (tk, "dones" if tk is not None else None) if m in self.columns and self.specs[m][0] == np.bool_]
-        # Not stored: a computed column marks each slice's last real step.
+        # Slice ends (TorchRL's SliceSampler): with a truncated_key, each slice's last real step is marked in that
+        # column (a computed one where it is not stored) and, stored or not, in a stored `dones` (a one).
+        marks = [] if truncated_key is None else [m for m in (truncated_key, DONES) if m in self.columns]
         computed = truncated_key if truncated_key is not None and truncated_key not in self.columns else None
         if computed is not None:
             out[computed] = []
@@ -271,27 +272,40 @@ class ReferenceReplay:
 
 
 class ReferencePriorities:
-    """TorchRL's prioritized sampling, in plain Python over a `ReferenceReplay`'s rows.
+    """TorchRL's prioritized sampling, in plain Python over a `ReferenceReplay`'s rows, exactly.
 
     Call `after_add` after each ``ReferenceReplay.add``: the rows written get
     ``(max_priority + eps) ** alpha``; `update` sets ``(p + eps) ** alpha`` and
-    grows the max priority. `probabilities` and `weights` give what the
-    sampler must produce.
+    grows the max priority. The leaves are `decimal.Decimal` s of 60 digits
+    (exponents to 1e999999: no overflow, no underflow), so `probabilities`
+    and `weight` are what the sampler must produce for any finite priority;
+    ``leaf`` holds them as floats (``inf`` beyond a double's range).
     """
 
     def __init__(self, ref: ReferenceReplay, alpha: float, beta: float, eps: float = 1e-8) -> None:
         self.ref = ref
         self.alpha, self.beta, self.eps = alpha, beta, eps
         self.max_priority = 1.0
-        self.leaf: dict[int, float] = {}
+        self.exact: dict[int, Decimal] = {}
         self.seen_head = 0
+
+    def _leaf(self, p: float) -> Decimal:
+        with localcontext(_EXACT):
+            x = Decimal(p) + Decimal(self.eps)  # exact: both are binary fractions
+            if self.alpha == 0:
+                return Decimal(1)  # x ** 0 = 1, 0 ** 0 included (as std::pow and torch)
+            return Decimal(0) if x == 0 else x ** Decimal(self.alpha)
+
+    @property
+    def leaf(self) -> dict[int, float]:
+        return {g: _to_float(v) for g, v in self.exact.items()}
 
     def after_add(self) -> None:
         steps = {g for tr in self.ref.trajs for g in tr.rows}
         for g in range(self.seen_head, self.ref.head):
-            self.leaf[g] = (self.max_priority + self.eps) ** self.alpha if g in steps else 0.0
+            self.exact[g] = self._leaf(self.max_priority) if g in steps else Decimal(0)
         self.seen_head = self.ref.head
-        self.leaf = {g: v for g, v in self.leaf.items() if g in steps}
+        self.exact = {g: v for g, v in self.exact.items() if g in steps}
 
     def update(self, rows: list[int], priorities: list[float]) -> None:
         steps = {g for tr in self.ref.trajs for g in tr.rows}
@@ -299,18 +313,31 @@ class ReferencePriorities:
             if g not in steps:
                 continue
             self.max_priority = max(self.max_priority, p)
-            self.leaf[g] = (p + self.eps) ** self.alpha
+            self.exact[g] = self._leaf(p)
 
     def probabilities(self, slice_len: int = 1, strict: bool = False) -> dict[int, float]:
         """Absolute row -> probability of starting a sample there."""
-        starts = [g for _, _, g in self.ref.start_steps(slice_len, strict) if self.leaf.get(g, 0.0) > 0]
-        total = sum(self.leaf[g] for g in starts)
-        return {g: self.leaf[g] / total for g in starts}
+        starts = [g for _, _, g in self.ref.start_steps(slice_len, strict) if self.exact.get(g, 0) > 0]
+        with localcontext(_EXACT):
+            total = sum((self.exact[g] for g in starts), Decimal(0))
+            return {g: float(self.exact[g] / total) for g in starts}
 
     def weight(self, g: int) -> float:
         """TorchRL's importance weight of a sample starting at row g: ``(leaf / min positive leaf) ** -beta``."""
-        p_min = min(v for v in self.leaf.values() if v > 0)
-        return float((self.leaf[g] / p_min) ** -self.beta)
+        with localcontext(_EXACT):
+            p_min = min(v for v in self.exact.values() if v > 0)
+            return float((self.exact[g] / p_min) ** Decimal(-self.beta))
+
+
+#: Decimal arithmetic for the exact priorities: 60 digits, exponents far beyond any double's.
+_EXACT = Context(prec=60, Emax=999_999, Emin=-999_999)
+
+
+def _to_float(v: Decimal) -> float:
+    try:
+        return float(v)  # (Decimal -> float rounds correctly; beyond the range: inf or 0)
+    except OverflowError:
+        return float("inf")
 
 
 def reference_nstep(
