@@ -15,6 +15,7 @@ import numpy as np
 
 from ..collect.collector import Collector
 from ..envs.base import MultiAgentEnvAdapter
+from ..errors import NonFiniteObservationError
 from ..policy.policy import Policy
 from ..views import MultiAgentBatch, SampleBatch, concat_samples
 from ..views.nest import Nest
@@ -253,7 +254,7 @@ class MultiAgentSampler:
                 raise ValueError(f"env {i} returned agent {agent!r}, which is not in possible_agents {self.agents}")
             pid = self._policy_for(agent, ep)
             if not filtered and pid in self.filters:
-                o = self._filter(pid, o)
+                o = self._filter(pid, o, i, agent)
             by_pid.setdefault(pid, []).append((agent, o))
         for k, ae in enumerate(self.closing[i]):
             if ae.agent_id in obs:  # a done agent is back in the same episode: its held trajectory ends now
@@ -278,11 +279,15 @@ class MultiAgentSampler:
                 self.by_eps[(pid, int(eid))] = ae
                 ep._agents[agent] = ae
 
-    def _filter(self, pid: str, o: Any) -> Any:
-        if not self._obs_nest[pid].flat:  # a nested observation: the filter keeps each leaf's dtype
-            return self.filters[pid](o)
-        dtype = np.asarray(o).dtype
-        return np.asarray(self.filters[pid](o), dtype=dtype)
+    def _filter(self, pid: str, o: Any, i: int, agent: Any) -> Any:
+        """Agent ``agent`` of env ``i``'s observation, filtered (a non-finite one refused names them)."""
+        try:
+            if not self._obs_nest[pid].flat:  # a nested observation: the filter keeps each leaf's dtype
+                return self.filters[pid](o)
+            dtype = np.asarray(o).dtype
+            return np.asarray(self.filters[pid](o), dtype=dtype)
+        except NonFiniteObservationError as e:
+            raise e.at_env(i, agent) from None
 
     def _reset_env(self, i: int, seed: int | None = None) -> None:
         """Resets env ``i`` and starts its episode (store first, then on_episode_start)."""
@@ -603,7 +608,7 @@ class MultiAgentSampler:
                 for a, o in obs.items():
                     ae = live.get(a)
                     if ae is not None:
-                        fo[a] = self._filter(ae.policy_id, o) if ae.policy_id in filters else o
+                        fo[a] = self._filter(ae.policy_id, o, i, a) if ae.policy_id in filters else o
                 obs = {**obs, **fo}
             info_dict = infos if type(infos) is dict or isinstance(infos, dict) else {}
             n_seen = 0

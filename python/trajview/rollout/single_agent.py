@@ -20,6 +20,7 @@ import numpy as np
 
 from ..collect.collector import Collector
 from ..envs.base import VectorEnvAdapter, empty_rows, set_rows, take_rows
+from ..errors import NonFiniteObservationError
 from ..policy.policy import Policy
 from ..views import SampleBatch, concat_samples
 from .callbacks import DUMMY_AGENT_ID, Episode
@@ -136,9 +137,18 @@ class SingleAgentSampler:
         self._reset_seed = self.config.seed if rebuild == 0 else None
         self._start_idle()
 
-    def _filtered(self, obs: Any, skip: set[int] | None = None) -> Any:
+    def _filtered(self, obs: Any, envs: np.ndarray, skip: set[int] | None = None) -> Any:
         """The observation filter applied to each row in env order (each row pushed first, as RLlib does);
-        rows in ``skip`` (failed envs) are filtered without being pushed."""
+        rows in ``skip`` (failed envs) are filtered without being pushed. ``envs``: each row's env (a
+        non-finite observation refused by the filter names it)."""
+        try:
+            return self._filter_rows(obs, skip)
+        except NonFiniteObservationError as e:
+            if e.row is None:
+                raise
+            raise e.at_env(int(envs[e.row])) from None
+
+    def _filter_rows(self, obs: Any, skip: set[int] | None) -> Any:
         f = self.filter
         if not self._obs_flat:  # a nested space's leaf columns
             names = self.adapter.obs_nest.names(SampleBatch.OBS)
@@ -154,6 +164,8 @@ class SingleAgentSampler:
                     for k, v in enumerate(self.adapter.obs_nest.leaf_values(row, "the filtered observation")):
                         filtered[k][j] = v
             return {**obs, **dict(zip(names, filtered))}
+        if hasattr(f, "filter_columns"):  # MeanStdFilter: checked, pushed and filtered row by row
+            return f.filter_columns({(): obs}, skip or ())[()]
         out = np.empty(obs.shape, dtype=obs.dtype)
         for j in range(len(obs)):
             out[j] = f(obs[j], update=skip is None or j not in skip)
@@ -207,7 +219,7 @@ class SingleAgentSampler:
             obs, infos = self.adapter.reset_envs(ids)
         self._reset_seed = None
         if self.filter is not None:
-            obs = self._filtered(obs)
+            obs = self._filtered(obs, ids)
         for ep in self._begin(ids, obs, infos):
             self.hooks.episode_start(ep, ep.env_id)
 
@@ -312,7 +324,11 @@ class SingleAgentSampler:
         if failed is not None and not len(failed):
             failed = None
         if self.filter is not None:
-            new_obs = self._filtered(new_obs, None if failed is None else set(failed.tolist()))
+            try:
+                new_obs = self._filtered(new_obs, slots, None if failed is None else set(failed.tolist()))
+            except BaseException:
+                self._cut(slots)  # every env that stepped moved on, and none of their steps is stored
+                raise
         if failed is None:
             ok = self._all if ids is None else np.arange(n)
         else:
@@ -501,11 +517,11 @@ class SingleAgentSampler:
                         raise
                     self._recreate(resets)
                     r_obs, r_infos = self.adapter.reset_envs(resets)
+                if self.filter is not None:
+                    r_obs = self._filtered(r_obs, resets)
             except Exception as e:
                 error = e
             else:
-                if self.filter is not None:
-                    r_obs = self._filtered(r_obs)
                 for j, i in enumerate(resets):
                     set_rows(obs, pos[int(i)], r_obs, j)
                     infos[pos[int(i)]] = r_infos[j]
