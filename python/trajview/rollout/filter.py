@@ -408,22 +408,34 @@ class MeanStdFilter(Filter):
         leaves = self._leaves_of(x)
         stat = [k for k, rs in enumerate(self._rs) if rs is not None]
         if update and stat:
-            shaped = {k: self._as_rows(k, np.asarray(leaves[k])) for k in stat}
-            rows = {k: r for k, (r, _) in shaped.items()}
-            sizes = {len(r) for r in rows.values()}
-            batched = any(b for _, b in shaped.values())
-            if len(sizes) > 1 or (batched and not all(b for _, b in shaped.values())):
-                raise ValueError(
-                    f"MeanStdFilter: the leaves of {type(x).__name__} value hold different numbers of observations "
-                    f"({ {self._paths[k]: (len(r) if b else 'one') for k, (r, b) in shaped.items()} })"
-                )
-            n = sizes.pop()
-            push = self._push_mask(rows, n, (), batched)
-            for j in np.flatnonzero(push):  # one at a time, as RLlib (so each stat's rounding matches)
-                for k, r in rows.items():
-                    self._push(k, r[j])
+            one = [(k, np.asarray(leaves[k])) for k in stat]
+            if all(a.shape == cast(RunningStat, self._rs[k]).shape for k, a in one):  # one observation (the usual)
+                if all(a.dtype.kind not in "fc" or np.isfinite(a).all() for _, a in one):
+                    for k, a in one:
+                        self._push(k, a)
+                else:
+                    self._push_mask({k: a[None] for k, a in one}, 1, (), False)  # raises, or counts it
+            else:
+                self._push_batch(x, {k: a for k, a in one})
         out = [self._normalize(k, v) if self._rs[k] is not None else v for k, v in enumerate(leaves)]
         return out[0] if self.flat else _nest_of(out, self._paths, self._kinds)
+
+    def _push_batch(self, x: Any, leaves: dict[int, np.ndarray]) -> None:
+        """Pushes ``[n, *leaf_shape]`` observations (each filtered leaf's rows), one at a time in row order."""
+        shaped = {k: self._as_rows(k, a) for k, a in leaves.items()}
+        rows = {k: r for k, (r, _) in shaped.items()}
+        sizes = {len(r) for r in rows.values()}
+        batched = any(b for _, b in shaped.values())
+        if len(sizes) > 1 or (batched and not all(b for _, b in shaped.values())):
+            raise ValueError(
+                f"MeanStdFilter: the leaves of {type(x).__name__} value hold different numbers of observations "
+                f"({ {self._paths[k]: (len(r) if b else 'one') for k, (r, b) in shaped.items()} })"
+            )
+        n = sizes.pop()
+        push = self._push_mask(rows, n, (), batched)
+        for j in np.flatnonzero(push):  # one at a time, as RLlib (so each stat's rounding matches)
+            for k, r in rows.items():
+                self._push(k, r[j])
 
     def filter_columns(self, cols: Mapping[Path, Any], skip: Container[int] = ()) -> dict[Path, Any]:
         """Rows of observations as leaf columns (``{leaf path: [n, *leaf_shape]}``, every leaf of the nest; a flat
