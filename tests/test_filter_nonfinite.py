@@ -353,6 +353,40 @@ def test_worker_raise_names_the_env_cuts_the_step_and_goes_on():
     assert len(b) == 12 and np.isfinite(np.asarray(b["obs"])).all()
 
 
+class ResetNaN(NaNEnv):
+    """A NaN in the reset observation of the episodes listed in ``episodes`` (1: the first)."""
+
+    def __init__(self, index, episodes, length=3):
+        super().__init__(index, length=length)
+        self.episodes = set(episodes)
+
+    def reset(self, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        if self.episode in self.episodes:
+            obs = np.array([np.nan, obs[1]], np.float32)
+        return obs, info
+
+
+@pytest.mark.parametrize("episode", [1, 2])
+def test_raise_at_a_reset_names_the_env_and_the_worker_goes_on(episode):
+    """The first reset (before any step) and a reset after an episode's end: the error names the env; the env
+    stays idle and is reset again by the next sample(), which returns exactly the batch size."""
+    envs = iter(range(100))
+
+    def make(cfg):
+        i = next(envs)
+        return ResetNaN(i, {episode} if i == 1 else set())
+
+    w = tv.RolloutWorker(make, ZeroAct, num_envs=2, rollout_fragment_length=4,
+                         observation_filter=functools.partial(MeanStdFilter, nonfinite="raise"))
+    with pytest.raises(NonFiniteObservationError, match=r"column 'obs': env 1 returned a non-finite observation"):
+        w.sample()
+    b = w.sample()
+    assert len(b) == 8 and np.isfinite(np.asarray(b["obs"])).all() and np.isfinite(np.asarray(b["new_obs"])).all()
+    f = w.filters["default_policy"]
+    assert f.num_nonfinite == 0 and np.isfinite(f.running_stats.mean).all()
+
+
 class NaNMA(tv.envs.MultiAgentEnv):
     """Two agents observed every step; agent a1's observation at step 2 holds a NaN."""
 
