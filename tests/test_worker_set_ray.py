@@ -168,3 +168,23 @@ def test_ray_worker_killed_or_hung_is_replaced_or_named(ray_session):
         assert (e.value.worker_index, e.value.reason) == (2, "died")
     finally:
         ws.stop()
+
+
+class _ZeroBox(tv.Policy):
+    def compute_actions_from_input_dict(self, d, explore=None, timestep=None, **kw):
+        return np.zeros((len(d["obs"]), 1), np.float32), [], {}
+
+
+def test_ray_replaced_worker_gets_the_driver_filters(ray_session):
+    with tv.WorkerSet(lambda cfg: gym.make("Pendulum-v1"), _ZeroBox, num_workers=2, backend="ray",
+                      rollout_fragment_length=5, observation_filter="MeanStdFilter",
+                      recreate_failed_workers=True) as ws:
+        ws.sample()
+        driver = ws.sync_filters()["default_policy"].copy()
+        assert driver.running_stats.n == 2 * 6
+        ray_kill(ws, 1)
+        assert ws.sample_each()[1] is None and ws.num_worker_restarts == 1
+        f2 = ws._run("get_filters", False)[1]["default_policy"]
+        assert f2.running_stats.n == driver.running_stats.n and f2.buffer.n == 0
+        np.testing.assert_array_equal(f2.running_stats.mean_array, driver.running_stats.mean_array)
+        np.testing.assert_array_equal(f2.running_stats.std_array, driver.running_stats.std_array)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["FileIntegrityError", "PathInUseError", "WorkerError"]
+__all__ = ["FileIntegrityError", "NonFiniteObservationError", "PathInUseError", "WorkerError"]
 
 
 class WorkerError(RuntimeError):
@@ -70,3 +70,41 @@ class PathInUseError(RuntimeError):
 
     def __reduce__(self) -> Any:
         return type(self), (self.path, self.holder, self.what)
+
+
+class NonFiniteObservationError(ValueError):
+    """An observation with a NaN or an infinity reached a `MeanStdFilter` made with ``nonfinite="raise"``: refused
+    before its running statistics changed. ``column``: the observation column (``"obs"``, or a nested leaf's
+    ``"obs.pos"``); ``found``: what was found where (e.g. ``"nan at [2]"``); ``env_index``: the env that returned
+    it (None when the filter was called outside a worker); ``agent``: the agent (multi-agent envs); ``row``: the
+    observation's row in the filter's input (None for a single observation)."""
+
+    def __init__(self, column: str, found: str, *, env_index: int | None = None, agent: Any = None,
+                 row: int | None = None) -> None:
+        if env_index is not None:
+            who = f"env {env_index}" if agent is None else f"env {env_index}, agent {agent!r}"
+            what = f"{who} returned a non-finite observation"
+        else:
+            what = "a non-finite observation" + ("" if row is None else f" in row {row}")
+        super().__init__(
+            f"column {column!r}: {what} ({found}), expected finite values "
+            f"(MeanStdFilter(nonfinite='raise'); nonfinite='skip' leaves the running statistics untouched and "
+            f"counts the observation)"
+        )
+        self.column = column
+        self.found = found
+        self.env_index = env_index
+        self.agent = agent
+        self.row = row
+
+    def at_env(self, env_index: int, agent: Any = None) -> NonFiniteObservationError:
+        """The same error naming the env (and agent) that returned the observation."""
+        return type(self)(self.column, self.found, env_index=env_index, agent=agent, row=self.row)
+
+    def __reduce__(self) -> Any:
+        return _rebuild_nonfinite, (type(self), self.column, self.found, self.env_index, self.agent, self.row)
+
+
+def _rebuild_nonfinite(cls: type[NonFiniteObservationError], column: str, found: str, env_index: int | None,
+                       agent: Any, row: int | None) -> NonFiniteObservationError:
+    return cls(column, found, env_index=env_index, agent=agent, row=row)

@@ -227,7 +227,7 @@ class AgentEpisodes:
                 raise ValueError(f"env {i} returned agent {agent!r}, which is not in possible_agents {self.agents}")
             pid = self._policy_for(agent, ep)
             if not filtered and pid in self.filters:
-                o = filter_observation(self.filters[pid], o, self.obs_nest[pid])
+                o = filter_observation(self.filters[pid], o, self.obs_nest[pid], i, agent)
             by_pid.setdefault(pid, []).append((agent, o))
         for k, ae in enumerate(self.closing[i]):
             if ae.agent_id in obs:  # a done agent is back in the same episode: its held trajectory ends now
@@ -365,7 +365,7 @@ class AgentEpisodes:
                     ae = live.get(a)
                     if ae is not None:
                         pid = ae.policy_id
-                        fo[a] = filter_observation(filters[pid], o, self.obs_nest[pid]) if pid in filters else o
+                        fo[a] = filter_observation(filters[pid], o, self.obs_nest[pid], i, a) if pid in filters else o
                 obs = {**obs, **fo}
             info_dict = infos if type(infos) is dict or isinstance(infos, dict) else {}
             n_seen = 0

@@ -1,7 +1,8 @@
 """Where `WorkerSet`'s workers run: one small interface (`Backend`), one class per kind (processes, Ray actors).
 
 A worker is a `RolloutWorker` inside `ServedWorker`, which answers commands
-("pid", "sample", "sample_with", "sample_with_metrics", "set_weights", "get_weights", "metrics", "stop") by name:
+("pid", "sample", "sample_with", "sample_with_metrics", "set_weights", "get_weights", "metrics",
+"get_filters", "sync_filters", "stop") by name:
 the body of a Ray actor and of a worker process alike. A backend only knows
 how to start one worker, send it one command, await its answer (with a
 deadline) and kill it; what to do when a worker fails (raise, or replace it)
@@ -138,10 +139,12 @@ class ServedWorker:
 
     def _metrics(self, w: RolloutWorker) -> dict:
         """The worker's metrics since the last report, with its sampling time and env steps (one-item lists:
-        `WorkerSet.get_metrics` joins them in worker order)."""
+        `WorkerSet.get_metrics` joins them in worker order) and the observations its filters skipped for a NaN or
+        an infinity (summed)."""
         m = w.get_metrics()
         m["sample_time_s"] = [self.sample_s]
         m["sample_env_steps"] = [self.sample_steps]
+        m["num_nonfinite_obs_skipped"] = sum(f.pop_nonfinite_skipped() for f in w.filters.values())
         self.sample_s, self.sample_steps = 0.0, 0
         return m
 

@@ -1,12 +1,14 @@
-"""`EpisodeMetrics`: what a worker's finished episodes were, until it is asked for them."""
+"""`EpisodeMetrics`: what a worker's finished episodes were, until it is asked for them; `merge_worker_metrics`:
+many workers' metrics as one (`WorkerSet.get_metrics`)."""
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["EpisodeMetrics", "summarize_custom_metrics"]
+__all__ = ["EpisodeMetrics", "merge_worker_metrics", "summarize_custom_metrics"]
 
 
 def summarize_custom_metrics(per_episode: list[dict]) -> dict[str, float]:
@@ -85,3 +87,35 @@ class EpisodeMetrics:
         self.media.clear()
         self.episodes_dropped = self.num_faulty_episodes = self.num_env_restarts = 0
         return out
+
+
+def merge_worker_metrics(per_worker: Iterable[dict | None]) -> dict[str, Any]:
+    """The workers' metrics (each `RolloutWorker.get_metrics`' with a served worker's additions; None: a worker
+    that failed, left out) as one: lists joined in worker order, numbers summed, ``hist_stats`` /
+    ``episode_media`` joined per name, ``custom_metrics`` aggregated anew over every worker's episodes."""
+    out: dict[str, Any] = {
+        "episode_returns": [],
+        "episode_lengths": [],
+        "episodes_dropped": 0,
+        "num_faulty_episodes": 0,
+        "num_env_restarts": 0,
+    }
+    hist: dict[str, list] = {}
+    media: dict[str, list] = {}
+    for m in per_worker:
+        if m is None:
+            continue
+        for k, v in m.items():
+            if k == "custom_metrics":
+                continue  # aggregated below from every worker's episodes
+            if k == "hist_stats" or k == "episode_media":
+                for name, vals in v.items():
+                    (hist if k == "hist_stats" else media).setdefault(name, []).extend(vals)
+            elif isinstance(v, list):
+                out.setdefault(k, []).extend(v)
+            else:
+                out[k] = out.get(k, 0) + v
+    out["custom_metrics"] = summarize_custom_metrics(out.get("episode_custom_metrics", []))
+    out["hist_stats"] = hist
+    out["episode_media"] = media
+    return out

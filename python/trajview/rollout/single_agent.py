@@ -174,9 +174,8 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         return started
 
     def _reset(self, ids: np.ndarray, seed: int | None = None, again: Any = None) -> tuple[np.ndarray, Any, list]:
-        """Resets the envs ``ids`` (all of them seeded, if ``seed``): (ids, first observations, infos). If that
-        raises and restart_failed_sub_environments allows, they are recreated and the envs ``again()`` (default:
-        ``ids``) reset."""
+        """Resets the envs ``ids`` (all seeded, if ``seed``): (ids, first observations, infos). If that raises and
+        restart_failed_sub_environments allows, they are recreated and the envs ``again()`` (default ``ids``) reset."""
         try:
             obs, infos = self.adapter.reset(seed=seed) if seed is not None else self.adapter.reset_envs(ids)
         except Exception:
@@ -194,7 +193,7 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         ids, obs, infos = self._reset(ids, seed, again=lambda: np.flatnonzero(self._idle))
         self._reset_seed = None
         if self._filter is not None:
-            obs = filter_rows(self._filter, obs, self.adapter.obs_nest)
+            obs = filter_rows(self._filter, obs, self.adapter.obs_nest, ids)
         for ep in self._begin(ids, obs, infos):
             self.hooks.episode_start(ep, ep.env_id)
 
@@ -228,7 +227,7 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
             self._start_idle()
         slots = self._all if ids is None else ids
         data, actions = self._act(slots, ids)
-        new_obs, rew, term, trunc, infos, any_done, failed = self._step_envs(actions, ids)[:7]
+        new_obs, rew, term, trunc, infos, any_done, failed = self._step_envs(actions, slots, ids)[:7]
         if failed is None:
             ok = self._all if ids is None else np.arange(len(slots))
         else:
@@ -245,10 +244,7 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         stepped = self._commit(slots, ids, ok, failed, data, new_obs, rew, infos, cut, soft)
         if failed is not None:
             self._replace_failed(slots[failed])
-        if ends:
-            ended, started, error = self._restart(slots, ids, cut, soft, new_obs)
-        else:
-            ended, started, error = [], [], None
+        ended, started, error = self._restart(slots, ids, cut, soft, new_obs) if ends else ([], [], None)
         if self._has_hooks:
             self._step_hooks(stepped, ended, started)
         if error is not None:
@@ -271,7 +267,7 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         data = self._columns.check_outputs(actions, state_outs, extra, n)
         return data, (data[_ACTIONS] if not self._act_cols else {c: data[c] for c in self._act_cols})
 
-    def _step_envs(self, actions: Any, ids: np.ndarray | None) -> tuple:
+    def _step_envs(self, actions: Any, slots: np.ndarray, ids: np.ndarray | None) -> tuple:
         """The envs' step (big observations written straight into the store's next rows), filtered:
         (new_obs, rewards, terminateds, truncateds, infos, any done, rows of envs that failed or None, ...)."""
         staged: Any = None
@@ -292,11 +288,15 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         if res[6] is None and self._filter is None:
             return res  # the common step: no env failed, nothing to filter
         new_obs, rew, term, trunc, infos, any_done, failed = res[:7]
-        if failed is not None and not len(failed):
-            failed = None
+        failed = failed if failed is None or len(failed) else None
         if self._filter is not None:
-            skip = None if failed is None else set(failed.tolist())
-            new_obs = filter_rows(self._filter, new_obs, self.adapter.obs_nest, skip)
+            try:
+                new_obs = filter_rows(self._filter, new_obs, self.adapter.obs_nest, slots, failed)
+            except BaseException:  # (an observation refused) a fault after the envs moved on: none of it is stored
+                self._cut(slots)
+                if failed is not None:
+                    self._replace_failed(slots[failed])
+                raise
         return new_obs, rew, term, trunc, infos, any_done, failed
 
     def _horizon(self, slots: np.ndarray, ids: Any, cut: Any, trunc: np.ndarray, failed: Any) -> tuple[Any, Any, Any]:
@@ -526,11 +526,11 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         if len(resets):
             try:
                 _, r_obs, r_infos = self._reset(resets)
+                if self._filter is not None:  # (a first observation refused: as a failed reset)
+                    r_obs = filter_rows(self._filter, r_obs, self.adapter.obs_nest, resets)
             except Exception as e:
                 error = e
             else:
-                if self._filter is not None:
-                    r_obs = filter_rows(self._filter, r_obs, self.adapter.obs_nest)
                 for j, i in enumerate(resets):
                     set_rows(obs, pos[int(i)], r_obs, j)
                     infos[pos[int(i)]] = r_infos[j]

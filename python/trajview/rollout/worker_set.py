@@ -5,9 +5,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, cast, overload
 
 import numpy as np
 
@@ -15,8 +14,9 @@ from .._validate import positive_int
 from ..errors import WorkerError
 from ..policy.policy import Policy
 from ..views import MultiAgentBatch, SampleBatch, concat_samples
+from .async_sampling import AsyncBatch, AsyncSampling
 from .backends import Backend, ProcessBackend, RayBackend, WorkerFailed
-from .metrics import summarize_custom_metrics
+from .metrics import merge_worker_metrics
 from .options import BatchT
 from .plan import EPS_COUNTER_MASK
 
@@ -31,21 +31,6 @@ __all__ = ["AsyncBatch", "WorkerSet"]
 
 #: How long `WorkerSet.stop` waits for a worker to close its envs before it is killed.
 _STOP_TIMEOUT_S = 5.0
-
-
-class AsyncBatch(NamedTuple):
-    """One worker's batch from `WorkerSet.sample_async`."""
-
-    batch: SampleBatch | MultiAgentBatch
-    #: The worker that sampled it (1..num_workers).
-    worker_index: int
-    #: `WorkerSet.policy_version` of the weights it was sampled with (0: the workers' own initial weights).
-    policy_version: int
-    #: How many `set_weights` calls behind the newest weights it was, when handed out.
-    staleness: int
-    #: With ``sample_async(with_metrics=True)``: the worker's metrics since its last report (as one worker's
-    #: part of `WorkerSet.get_metrics`: ``episode_returns``, ``sample_time_s`` ...), else None.
-    metrics: dict[str, Any] | None = None
 
 
 class WorkerSet(Generic[BatchT]):
@@ -98,7 +83,9 @@ class WorkerSet(Generic[BatchT]):
       hung stays down, and every later call raises its error again.
     * ``recreate_failed_workers=True``: the failed worker is replaced by a new
       one with the same ``worker_index`` (it gets the weights last given to
-      `set_weights` / `sync_weights`, per ``policy_id``), and the call goes on
+      `set_weights` / `sync_weights`, per ``policy_id``, and copies of the
+      driver's observation filters ``self.filters`` as the last `sync_filters`
+      left them, as RLlib's recreated workers do), and the call goes on
       with the healthy workers' answers: ``sample()`` returns the
       concatenation of their batches (if every worker failed, it samples
       again), ``sample_each()`` / ``get_weights()`` / ``worker_pids()`` hold
@@ -206,12 +193,7 @@ class WorkerSet(Generic[BatchT]):
         self._stopped = False
         #: Bumped by every set_weights: the version of the learner's newest weights.
         self.policy_version = 0
-        self._given = [0] * self.num_workers  # per worker: the version of the weights it has (or gets with its next sample)
-        self._in_flight: dict[int, int] = {}  # asynchronous samples: position -> the version they sample with
-        self._sent_at: dict[int, float] = {}  # ... and when they were sent (for sample_timeout_s)
-        self._async_done: deque[AsyncBatch] = deque()  # batches drained from the workers, handed out first
-        self._stale_dropped = 0
-        self._in_flight_metrics: set[int] = set()  # asynchronous samples that answer (batch, metrics)
+        self._async = AsyncSampling(self)  # sample_async's samples in flight, and the weights each worker has
         try:
             for i in range(self.num_workers):
                 self._workers[i] = self._backend.start(i + 1, overrides=self._seed_kwargs(i, 0))
@@ -253,6 +235,17 @@ class WorkerSet(Generic[BatchT]):
         """``cmd`` on every worker: their answers in worker order (``None`` for a failed, replaced worker)."""
         if self._stopped:
             raise RuntimeError("WorkerSet is stopped")
+        self._raise_if_down()
+        self._async.drain()
+        if cmd != "set_weights":
+            self._async.catch_up()
+        answers, failed = self._exchange(range(self.num_workers), cmd, arg, self.sample_timeout_s)
+        if failed:
+            self._recover(failed)
+        return [answers.get(i) for i in range(self.num_workers)]
+
+    def _raise_if_down(self) -> None:
+        """Raises the failure that left a worker down for good, if any."""
         if self._down:
             i = min(self._down)
             e = self._down[i]
@@ -260,134 +253,6 @@ class WorkerSet(Generic[BatchT]):
                 f"rollout worker {i + 1} is down after an earlier failure:\n{e}",
                 worker_index=e.worker_index, reason=e.reason, detail=e.detail,
             )
-        self._drain()
-        if cmd != "set_weights":
-            self._catch_up()
-        answers, failed = self._exchange(range(self.num_workers), cmd, arg, self.sample_timeout_s)
-        if failed:
-            self._recover(failed)
-        return [answers.get(i) for i in range(self.num_workers)]
-
-    # -- asynchronous sampling ------------------------------------------------------------
-
-    def _updates(self, i: int) -> list[tuple[str, Any]]:
-        """The weights worker ``i`` has not got yet (all policies' last weights, if any is newer)."""
-        if self._given[i] == self.policy_version:
-            return []
-        self._given[i] = self.policy_version
-        return list(self._weights.items())
-
-    def _catch_up(self) -> None:
-        """Gives the workers the weights set while they sampled asynchronously, before a synchronous command."""
-        behind = [i for i in range(self.num_workers) if self._given[i] != self.policy_version]
-        if not behind:
-            return
-        for policy_id, weights in self._weights.items():
-            _, failed = self._exchange(behind, "set_weights", (policy_id, weights), self.sample_timeout_s)
-            if failed:
-                self._recover(failed)
-        for i in behind:
-            self._given[i] = self.policy_version
-
-    def _dispatch(self, i: int, with_metrics: bool) -> None:
-        updates = self._updates(i)
-        self._in_flight[i] = self._given[i]
-        self._sent_at[i] = time.monotonic()
-        if with_metrics:
-            self._in_flight_metrics.add(i)
-        else:
-            self._in_flight_metrics.discard(i)
-        self._backend.send(self._workers[i], "sample_with_metrics" if with_metrics else "sample_with", updates)
-
-    def _collect(self, i: int, timeout: float | None) -> AsyncBatch | None:
-        """Worker ``i``'s answer to its asynchronous sample (None if it failed and was replaced)."""
-        version = self._in_flight.pop(i)
-        with_metrics = i in self._in_flight_metrics
-        self._in_flight_metrics.discard(i)
-        try:
-            answer = self._backend.receive(self._workers[i], timeout)
-        except WorkerFailed as f:
-            if f.reason != "raised":
-                self._kill(i)
-            self._recover({i: f})  # raises unless the worker was replaced (it then has the last weights)
-            self._given[i] = self.policy_version
-            return None
-        batch, metrics = answer if with_metrics else (answer, None)
-        self._note_eps_ids([batch if k == i else None for k in range(self.num_workers)])
-        return AsyncBatch(batch, i + 1, version, self.policy_version - version, metrics)
-
-    def _drain(self) -> None:
-        """Waits for every asynchronous sample in flight; their batches are kept for `sample_async`."""
-        for i in sorted(self._in_flight):
-            got = self._collect(i, self.sample_timeout_s)
-            if got is not None:
-                self._async_done.append(got)
-
-    def sample_async(
-        self, timeout: float | None = None, max_staleness: int | None = None, with_metrics: bool = False
-    ) -> AsyncBatch:
-        """The next batch of whichever worker is done first; that worker samples on at once.
-
-        The first call sets every worker sampling; from then on each worker
-        always has one sample in flight, with the newest weights it was given
-        (see `set_weights`). ``max_staleness``: batches sampled with weights
-        more than that many versions older than the newest are dropped (and
-        counted), not handed out. ``timeout``: seconds to wait for a batch
-        (``None``: no limit); a ``TimeoutError`` if none came.
-        ``with_metrics``: the samples this call sends also bring the worker's
-        metrics since its last report (``AsyncBatch.metrics``), so that a
-        learner needs no `get_metrics` (which waits for the samples in
-        flight); those episodes are then not in a later `get_metrics`. A
-        dropped stale batch's metrics are lost with it: pass
-        ``max_staleness=None`` and drop stale batches yourself to keep them.
-        """
-        if self._stopped:
-            raise RuntimeError("WorkerSet is stopped")
-        if max_staleness is not None and (isinstance(max_staleness, bool) or not isinstance(max_staleness, int)
-                                          or max_staleness < 0):
-            raise ValueError(f"max_staleness must be None or an int >= 0, got {max_staleness!r}")
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            while self._async_done:
-                done = self._async_done.popleft()
-                done = done._replace(staleness=self.policy_version - done.policy_version)
-                if max_staleness is not None and done.staleness > max_staleness:
-                    self._stale_dropped += 1
-                    continue
-                return done
-            if self._down:
-                self._run("pid")  # raises the failure that left a worker down
-            for i in range(self.num_workers):
-                if i not in self._in_flight and self._workers[i] is not None:
-                    self._dispatch(i, with_metrics)
-            positions = sorted(self._in_flight)
-            now = time.monotonic()
-            waits = [] if deadline is None else [deadline - now]
-            if self.sample_timeout_s is not None:
-                waits.append(min(self._sent_at[i] for i in positions) + self.sample_timeout_s - now)
-            ready = self._backend.wait_any([self._workers[i] for i in positions], max(0.0, min(waits)) if waits else None)
-            if not ready:
-                now = time.monotonic()
-                if self.sample_timeout_s is not None:  # the workers whose sample overran sample_timeout_s hung
-                    hung = {i: WorkerFailed("timeout") for i in positions if now - self._sent_at[i] >= self.sample_timeout_s}
-                    for i in hung:
-                        self._in_flight.pop(i)
-                        self._in_flight_metrics.discard(i)
-                        self._kill(i)
-                    if hung:
-                        self._recover(hung)  # raises unless they were replaced
-                        for i in hung:
-                            self._given[i] = self.policy_version
-                if deadline is not None and now >= deadline:
-                    raise TimeoutError(f"sample_async: no batch within {timeout:g} s")
-                continue
-            for k in ready:
-                i = positions[k]
-                got = self._collect(i, 0 if self.sample_timeout_s is None else self.sample_timeout_s)
-                if got is not None:
-                    self._async_done.append(got)
-                if self._workers[i] is not None:
-                    self._dispatch(i, with_metrics)  # it samples on at once (with the newest weights it was given) while we learn
 
     def _recover(self, failed: dict[int, WorkerFailed]) -> None:
         """Replaces the failed workers while restarts are allowed; then raises the first failure left, if any."""
@@ -427,13 +292,17 @@ class WorkerSet(Generic[BatchT]):
             raise error
 
     def _ready(self, positions: list[int]) -> dict[int, WorkerFailed]:
-        """Waits for new workers to be built, then gives them the last weights; those that failed (killed)."""
+        """Waits for new workers to be built, then gives them the last weights and the driver's filters (RLlib
+        restores a recreated worker from the local worker's state); those that failed (killed)."""
         if not positions:
             return {}
         _, failed = self._exchange(positions, "pid", None, timeout=None)
-        for policy_id, weights in self._weights.items():
+        commands: list[tuple[str, Any]] = [("set_weights", (policy_id, weights)) for policy_id, weights in self._weights.items()]
+        if self.filters:
+            commands.append(("sync_filters", self._driver_filters()))
+        for cmd, arg in commands:
             ok = [i for i in positions if i not in failed]
-            failed.update(self._exchange(ok, "set_weights", (policy_id, weights), self.sample_timeout_s)[1])
+            failed.update(self._exchange(ok, cmd, arg, self.sample_timeout_s)[1])
         for i in failed:
             self._kill(i)
         return failed
@@ -510,6 +379,31 @@ class WorkerSet(Generic[BatchT]):
         self._note_eps_ids(answers)
         return answers
 
+    def sample_async(
+        self, timeout: float | None = None, max_staleness: int | None = None, with_metrics: bool = False
+    ) -> AsyncBatch:
+        """The next batch of whichever worker is done first; that worker samples on at once.
+
+        The first call sets every worker sampling; from then on each worker
+        always has one sample in flight, with the newest weights it was given
+        (see `set_weights`). ``max_staleness``: batches sampled with weights
+        more than that many versions older than the newest are dropped (and
+        counted), not handed out. ``timeout``: seconds to wait for a batch
+        (``None``: no limit); a ``TimeoutError`` if none came.
+        ``with_metrics``: the samples this call sends also bring the worker's
+        metrics since its last report (``AsyncBatch.metrics``), so that a
+        learner needs no `get_metrics` (which waits for the samples in
+        flight); those episodes are then not in a later `get_metrics`. A
+        dropped stale batch's metrics are lost with it: pass
+        ``max_staleness=None`` and drop stale batches yourself to keep them.
+        """
+        if self._stopped:
+            raise RuntimeError("WorkerSet is stopped")
+        if max_staleness is not None and (isinstance(max_staleness, bool) or not isinstance(max_staleness, int)
+                                          or max_staleness < 0):
+            raise ValueError(f"max_staleness must be None or an int >= 0, got {max_staleness!r}")
+        return self._async.next(timeout, max_staleness, with_metrics)
+
     def set_weights(self, weights: Any, policy_id: str = "default_policy") -> None:
         """Every worker's policy ``policy_id`` gets ``weights`` (see `Policy.get_weights`); so will replacements.
 
@@ -519,10 +413,10 @@ class WorkerSet(Generic[BatchT]):
         """
         self._weights[policy_id] = weights
         self.policy_version += 1
-        if self._in_flight or self._async_done:
+        if self._async.active:
             return
         self._run("set_weights", (policy_id, weights))
-        self._given = [self.policy_version] * self.num_workers
+        self._async.all_given()
 
     def sync_weights(self, policy: Policy, policy_id: str = "default_policy") -> None:
         """``set_weights(policy.get_weights())``: the workers act with the learner's current weights; then, if
@@ -543,8 +437,12 @@ class WorkerSet(Generic[BatchT]):
                 if pid not in self.filters:
                     self.filters[pid] = f.empty_copy()
                 self.filters[pid].apply_changes(f, with_buffer=False)
-        self._run("sync_filters", {pid: f.as_serializable() for pid, f in self.filters.items()})
+        self._run("sync_filters", self._driver_filters())
         return self.filters
+
+    def _driver_filters(self) -> dict[str, Any]:
+        """Copies of the driver's filters, to send (a worker's filters become copies of them)."""
+        return {pid: f.as_serializable() for pid, f in self.filters.items()}
 
     def get_weights(self) -> list[dict[str, Any] | None]:
         """Per worker: ``{policy_id: weights}`` (``None``: that worker failed and was replaced)."""
@@ -567,37 +465,16 @@ class WorkerSet(Generic[BatchT]):
         ``num_healthy_workers``: workers in service now; ``sample_time_s`` /
         ``sample_env_steps``: per worker (in worker order, failed ones left
         out), the seconds its ``RolloutWorker.sample`` calls took and the env
-        steps they returned since the last report (its sampling throughput).
+        steps they returned since the last report (its sampling throughput);
+        ``num_nonfinite_obs_skipped``: observations the workers' filters
+        skipped for a NaN or an infinity since the last call (see
+        `MeanStdFilter`'s ``nonfinite``).
         """
-        out: dict[str, Any] = {
-            "episode_returns": [],
-            "episode_lengths": [],
-            "episodes_dropped": 0,
-            "num_faulty_episodes": 0,
-            "num_env_restarts": 0,
-        }
-        hist: dict[str, list] = {}
-        media: dict[str, list] = {}
-        for m in self._run("metrics"):
-            if m is None:
-                continue
-            for k, v in m.items():
-                if k == "custom_metrics":
-                    continue  # aggregated below from every worker's episodes
-                if k == "hist_stats" or k == "episode_media":
-                    for name, vals in v.items():
-                        (hist if k == "hist_stats" else media).setdefault(name, []).extend(vals)
-                elif isinstance(v, list):
-                    out.setdefault(k, []).extend(v)
-                else:
-                    out[k] = out.get(k, 0) + v
-        out["custom_metrics"] = summarize_custom_metrics(out.get("episode_custom_metrics", []))
-        out["hist_stats"] = hist
-        out["episode_media"] = media
+        out = merge_worker_metrics(self._run("metrics"))
         out["num_worker_restarts"] = self.num_worker_restarts
         out["num_healthy_workers"] = self.num_healthy_workers
         out["policy_version"] = self.policy_version
-        out["num_stale_batches_dropped"] = self._stale_dropped
+        out["num_stale_batches_dropped"] = self._async.stale_dropped
         return out
 
     def stop(self) -> None:
@@ -605,9 +482,7 @@ class WorkerSet(Generic[BatchT]):
         if self._stopped:
             return
         self._stopped = True
-        self._in_flight.clear()  # "stop" is answered after any sample in flight: its answer is skipped
-        self._in_flight_metrics.clear()
-        self._async_done.clear()
+        self._async.clear()  # "stop" is answered after any sample in flight: its answer is skipped
         try:
             live = [i for i, w in enumerate(self._workers) if w is not None]
             self._exchange(live, "stop", None, timeout=_STOP_TIMEOUT_S)  # a worker that fails now is killed all the same
