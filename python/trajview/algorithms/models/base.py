@@ -13,7 +13,7 @@ The interface PPO uses:
   Gaussian with a learned log-std), whose parameters are the model's;
 * ``forward_step(input_dict) -> (dist_inputs [B, action_dist.num_inputs],
   value [B], state_outs)``: one step per row, from the compute-actions input
-  dict;
+  dict (by default a memoryless model's: ``forward_train`` of it, no state);
 * ``forward_train(batch) -> (dist_inputs [N, ...], value [N])``: the flat
   training batch (rows of sequences end to end, ``seq_lens`` and per-sequence
   ``state_in_i`` for the models with memory; docs/contract.md, "Flat layout");
@@ -165,7 +165,9 @@ class ViewModel(nn.Module):
         return []
 
     def forward_step(self, input_dict: Mapping[str, Any]) -> tuple[Tensor, Tensor, list[Tensor]]:
-        raise NotImplementedError
+        """A memoryless model's (the default): `forward_train` of the input dict, no state outputs."""
+        logits, value = self.forward_train(input_dict)
+        return logits, value, []
 
     def forward_train(self, batch: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
         raise NotImplementedError

@@ -54,20 +54,13 @@ class FrameStackModel(ViewModel):
             "prev_n_rewards": VR("rewards", shift=f"-{k}:-1"),
         }
 
-    def _forward(self, d: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
+    def forward_train(self, d: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
         obs = get_nested(d, "prev_n_obs", self.obs_space)
         acts = self.act_enc(d["prev_n_actions"])
         rews = _f32(d["prev_n_rewards"])
         x = torch.cat([self.pi_enc(obs), acts, rews], -1)
         xv = x if self.vf_enc is self.pi_enc else torch.cat([self.vf_enc(obs), acts, rews], -1)
         return self.pi(x), self.vf(xv)[:, 0]
-
-    def forward_step(self, input_dict):
-        logits, value = self._forward(input_dict)
-        return logits, value, []
-
-    def forward_train(self, batch):
-        return self._forward(batch)
 
     def bootstrap_input(self, segment):
         def shifted(stack: np.ndarray, last: np.ndarray) -> np.ndarray:  # [1, n, ...] and [1, ...]

@@ -32,18 +32,11 @@ class MLPModel(ViewModel):
         self.vf = _mlp(self.vf_enc.dim, hidden, 1, 1.0)
         self.view_requirements = {"obs": VR(space=obs_space)}
 
-    def _forward(self, d: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
+    def forward_train(self, d: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
         obs = get_nested(d, "obs", self.obs_space)
         x = self.pi_enc(obs)
         xv = x if self.vf_enc is self.pi_enc else self.vf_enc(obs)
         return self.pi(x), self.vf(xv)[:, 0]
-
-    def forward_step(self, input_dict):
-        logits, value = self._forward(input_dict)
-        return logits, value, []
-
-    def forward_train(self, batch):
-        return self._forward(batch)
 
     def bootstrap_input(self, segment):
         return {"obs": _np_last(segment, "new_obs", self.obs_space)}
