@@ -8,8 +8,8 @@ from typing import Any
 
 from .._validate import boolean, finite_number, int_at_least
 
-__all__ = ["TrainConfig", "MODEL_PRESETS", "IMAGE_MODEL_PRESETS", "PRESET_KEYS", "BACKENDS", "FLAGS", "setting",
-           "check_common"]
+__all__ = ["RunConfig", "TrainConfig", "MODEL_PRESETS", "IMAGE_MODEL_PRESETS", "PRESET_KEYS", "BACKENDS", "FLAGS",
+           "setting", "check_common"]
 
 #: Where a run's rollout workers sample (``--backend``): in the trainer's process one after another, in a
 #: process each, or in a Ray actor each (on any node of the Ray cluster).
@@ -89,8 +89,42 @@ def check_common(c: Any) -> None:
         finite_number(setting("stop_reward"), c.stop_reward)
 
 
+class RunConfig:
+    """What PPO's `TrainConfig` and DQN's `DQNConfig` share: the settings both have, their checks
+    (`check_common`, in ``__post_init__``) and the run's files.
+
+    Each config declares these settings as its own dataclass fields, with its own defaults, so its fields'
+    order (and its ``config.json``'s) is its own.
+    """
+
+    env: str
+    model: str
+    seed: int
+    timesteps: int
+    lr: float
+    gamma: float
+    stop_reward: float | None
+    smoothing_episodes: int
+    out_dir: str
+    metrics_format: str
+    threads: int
+
+    def __post_init__(self) -> None:
+        check_common(self)
+
+    @property
+    def metrics_path(self) -> Path:
+        return Path(self.out_dir) / ("metrics.csv" if self.metrics_format == "csv" else "metrics.jsonl")
+
+    @property
+    def checkpoint_path(self) -> Path:
+        """The run's checkpoint: a folder (`trajview.train.checkpoint`; a DQN run's holds its replay buffer's
+        files)."""
+        return Path(self.out_dir) / "checkpoint"
+
+
 @dataclasses.dataclass
-class TrainConfig:
+class TrainConfig(RunConfig):
     """Everything a run depends on (stored in its checkpoint)."""
 
     env: str = "trajview/StatelessCartPole-v1"
@@ -158,7 +192,7 @@ class TrainConfig:
         return cls(**kw)
 
     def __post_init__(self) -> None:
-        check_common(self)
+        super().__post_init__()
         for name in ("workers", "envs_per_worker", "train_batch_size", "sgd_minibatch_size", "num_sgd_iter"):
             int_at_least(setting(name), getattr(self, name), 1)
         finite_number(setting("lambda_"), self.lambda_, 0, 1)
@@ -221,17 +255,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a list of non-empty strings, got {v!r}")
 
     @property
-    def metrics_path(self) -> Path:
-        return Path(self.out_dir) / ("metrics.csv" if self.metrics_format == "csv" else "metrics.jsonl")
-
-    @property
     def tensorboard_dir(self) -> Path:
         return Path(self.out_dir) / "tensorboard"
-
-    @property
-    def checkpoint_path(self) -> Path:
-        """The run's checkpoint: a folder (`trajview.train.checkpoint`)."""
-        return Path(self.out_dir) / "checkpoint"
 
     def ppo_config(self) -> dict:
         return {

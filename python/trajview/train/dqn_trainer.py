@@ -28,7 +28,7 @@ from ..rollout.worker import RolloutWorker
 from ..views import SampleBatch
 from .checkpoint import Checkpoint, fitting, tensor_state
 from .loop import RunCounters, run_loop, summarize
-from .config import check_common, setting
+from .config import RunConfig, setting
 from .metrics import append_metrics
 from .runs import config_from
 
@@ -41,7 +41,7 @@ REPLAY_PREFIX = "replay."
 
 
 @dataclasses.dataclass
-class DQNConfig:
+class DQNConfig(RunConfig):
     """Everything a DQN run depends on (stored in its checkpoint)."""
 
     env: str = "trajview/StatelessCartPole-v1"
@@ -74,7 +74,7 @@ class DQNConfig:
     threads: int = 1
 
     def __post_init__(self) -> None:
-        check_common(self)
+        super().__post_init__()
         for name in ("envs", "rollout_fragment_length", "buffer_size", "batch_size", "hidden", "gradient_steps",
                      "iteration_steps", "target_update_interval"):
             int_at_least(setting(name), getattr(self, name), 1)
@@ -89,15 +89,6 @@ class DQNConfig:
         finite_number(setting("per_beta"), self.per_beta, 0, 1)
         for name in ("dueling", "prioritized"):
             boolean(name, getattr(self, name))
-
-    @property
-    def metrics_path(self) -> Path:
-        return Path(self.out_dir) / ("metrics.csv" if self.metrics_format == "csv" else "metrics.jsonl")
-
-    @property
-    def checkpoint_path(self) -> Path:
-        """The run's checkpoint: a folder (`trajview.train.checkpoint`), the replay buffer's files in it."""
-        return Path(self.out_dir) / "checkpoint"
 
     def policy_config(self) -> dict:
         return {"num_frames": self.num_frames, "hidden": self.hidden, "dueling": self.dueling, "lr": self.lr,
