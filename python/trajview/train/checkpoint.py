@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec
 
 import torch
 
@@ -35,6 +35,8 @@ from ..errors import FileIntegrityError
 
 __all__ = ["ALGOS", "Checkpoint", "FOLDER", "FORMAT", "LEGACY_FILE", "VERSION", "WEIGHTS", "has_checkpoint",
            "prepare_checkpoint", "read_checkpoint", "write_checkpoint"]
+
+P = ParamSpec("P")
 
 FORMAT = "trajview-train-checkpoint"
 VERSION = 1
@@ -105,20 +107,20 @@ def prepare_checkpoint(
     return lambda: commit_folder(folder, FORMAT, VERSION, writers, meta)
 
 
-def write_checkpoint(
-    folder: str | Path,
-    algo: str,
-    config: Mapping[str, Any],
-    counters: Mapping[str, Any],
-    weights: Mapping[str, Any],
-    extra: Mapping[str, Any] | None = None,
-    files: Mapping[str, Callable[[Any], None]] | None = None,
-    extra_meta: Mapping[str, Any] | None = None,
-) -> Manifest:
-    """Commits a checkpoint into ``folder`` (see the module's doc): ``weights`` (tensors and plain containers)
-    into ``weights.pt``, ``files`` (name -> a function writing the file's bytes) beside it, the rest (JSON) into
-    the manifest. The previous checkpoint stays until the new one is complete."""
-    return prepare_checkpoint(folder, algo, config, counters, weights, extra, files, extra_meta)()
+def _at_once(prepare: Callable[P, Callable[[], Manifest]]) -> Callable[P, Manifest]:
+    """``prepare``, with the commit it returns run at once."""
+
+    def write_checkpoint(*args: P.args, **kwargs: P.kwargs) -> Manifest:
+        """Commits a checkpoint into ``folder`` (see the module's doc; the arguments are `prepare_checkpoint`'s):
+        ``weights`` (tensors and plain containers) into ``weights.pt``, ``files`` (name -> a function writing the
+        file's bytes) beside it, the rest (JSON) into the manifest. The previous checkpoint stays until the new one
+        is complete."""
+        return prepare(*args, **kwargs)()
+
+    return write_checkpoint
+
+
+write_checkpoint = _at_once(prepare_checkpoint)
 
 
 def legacy_error(path: Path) -> FileIntegrityError:
