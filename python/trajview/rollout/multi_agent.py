@@ -10,21 +10,15 @@ step (marked truncated when emitted) and is reset before the next step.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..collect.collector import Collector
-from ..envs.base import MultiAgentEnvAdapter
-from ..policy.policy import Policy
 from ..views import MultiAgentBatch, SampleBatch, concat_samples
 from .agent_episode import AgentEpisode, AgentEpisodes, AgentStep
-from .config import RolloutConfig
 from .emit import add_python_columns, cast_rewards, custom_postprocess, finish_segment, postprocess_segment
 from .env_sampler import EnvSampler
-from .hooks import Hooks
-from .metrics import EpisodeMetrics
 from .plan import SEQ_TWIN_PREFIX, PolicyColumns, eps_id_start, make_collector
 
 __all__ = ["MultiAgentSampler"]
@@ -76,26 +70,20 @@ class MultiAgentSampler(EnvSampler[MultiAgentBatch]):
     agent's part of an env episode is one trajectory with its own ``eps_id``;
     batches also carry ``agent_index`` and ``env_id`` (the env's index, which
     the store computes from the slot).
+
+    ``agent_eps`` holds the envs (its adapter), the policies and their mapping, the config, hooks and metrics.
     """
 
-    def __init__(
-        self,
-        adapter: MultiAgentEnvAdapter,
-        policies: dict[str, Policy],
-        mapping_fn: Callable,
-        config: RolloutConfig,
-        hooks: Hooks,
-        metrics: EpisodeMetrics,
-    ) -> None:
-        super().__init__(config, hooks, metrics)
-        self.adapter = adapter
+    def __init__(self, agent_eps: AgentEpisodes) -> None:
+        super().__init__(agent_eps.config, agent_eps.hooks, agent_eps.metrics)
+        self.adapter = adapter = agent_eps.adapter
         self.num_envs = adapter.num_envs
         self.n_agents = len(adapter.possible_agents)
-        self.policies = policies
+        self.policies = agent_eps.policies
         self._collectors: dict[str, Collector] = {}
         self.columns: dict[str, PolicyColumns] = {}
         #: Every env's running episode and its agents (turns, lifecycle).
-        self.agent_eps = AgentEpisodes(adapter, policies, mapping_fn, config, hooks, metrics)
+        self.agent_eps = agent_eps
         self.held = 0  # agent steps held back from the last sample
         self._timestep = 0
         # Steps stored since the last batch (kept across a sample() that raised).

@@ -12,6 +12,7 @@ from ..envs.base import MultiAgentEnvAdapter, VectorEnvAdapter
 from ..envs.make import make_adapter
 from ..policy.policy import Policy
 from ..views import MultiAgentBatch, SampleBatch
+from .agent_episode import AgentEpisodes
 from .callbacks import Callbacks
 from .config import RolloutConfig
 from .env_sampler import EnvSampler
@@ -170,9 +171,9 @@ class RolloutWorker(Generic[BatchT]):
                 self.adapter, policy, policy_mapping_fn, self
             )
             self.hooks = Hooks(self.callbacks, self, self.adapter.base_env, self.policy_map)
-            self.sampler = MultiAgentSampler(
+            self.sampler = MultiAgentSampler(AgentEpisodes(
                 self.adapter, self.policy_map, self.policy_mapping_fn, self.config, self.hooks, self.metrics
-            )
+            ))
         else:
             assert isinstance(self.adapter, VectorEnvAdapter)
             self.policy_mapping_fn = policy_mapping_fn
