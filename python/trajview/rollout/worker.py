@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_POLICY_ID", "RolloutWorker"]
 
 
+#: The names of `RolloutConfig.validated`'s arguments (each one an argument of `RolloutWorker` too).
+_CONFIG_ARGS = tuple(inspect.signature(RolloutConfig.validated).parameters)
+
+
 class RolloutWorker(Generic[BatchT]):
     """Collects experience from gymnasium or PettingZoo envs (docs/contract.md, Rollouts).
 
@@ -138,21 +142,8 @@ class RolloutWorker(Generic[BatchT]):
         explore: bool = True,
         observation_filter: Any = "NoFilter",
     ) -> None:
-        self.config = RolloutConfig.validated(
-            batch_mode=batch_mode,
-            rollout_fragment_length=rollout_fragment_length,
-            count_steps_by=count_steps_by,
-            horizon=horizon,
-            soft_horizon=soft_horizon,
-            no_done_at_end=no_done_at_end,
-            seed=seed,
-            worker_index=worker_index,
-            lazy_views=lazy_views,
-            restart_failed_sub_environments=restart_failed_sub_environments,
-            nan_outputs=nan_outputs,
-            metrics_window=metrics_window,
-            eps_id_offset=eps_id_offset,
-        )
+        given = locals()  # the arguments: those `RolloutConfig.validated` takes go to it by name
+        self.config = RolloutConfig.validated(**{name: given[name] for name in _CONFIG_ARGS})
         num_envs = positive_int("num_envs", num_envs)
         if callbacks is not None and not isinstance(callbacks, Callbacks):
             raise TypeError(f"callbacks must be a tv.Callbacks instance, got {type(callbacks).__name__}")
