@@ -169,8 +169,10 @@ TEST(ReplayRestore, ARestoredTableMatchesItsRowsForEverySampler) {
   req.num_slices = 64;
   req.slice_len = 2;
   req.seed = 3;
+  req.beta = 0.4;
   for (auto mode : {SampleMode::PerTrajectory, SampleMode::PerStep, SampleMode::Prioritized}) {
-    auto b = t.sample(req, mode, 0.4, {});
+    req.mode = mode;
+    auto b = t.sample(req, {});
     for (const auto& p : b.slices) {
       bool found = false;
       for (const auto& tr : t.trajectories())
