@@ -145,8 +145,6 @@ class ReplayBuffer:
         self._default_views = views is None
         self._impl: _core._Replay | None = None
         self._has_next = False
-        self._traj_key: str | None = None
-        self._end_keys: tuple[str, ...] = ()
         #: The writer side: trajectory keys, open trajectories, synthetic ids.
         self._traj_keys = TrajectoryKeys()
         self._lock = threading.Lock()
