@@ -361,6 +361,25 @@ class PyReplay {
 }  // namespace
 
 void register_replay(py::module_& m) {
+  m.def(
+      "trajectory_pieces",
+      [](const py::array& keys, const py::array& done) {
+        I64Array k = I64Array::ensure(keys);
+        auto d = py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>::ensure(done);
+        if (!k || !d || k.ndim() != 1 || d.ndim() != 1 || k.shape(0) != d.shape(0))
+          throw py::value_error("trajectory_pieces: keys and done must be 1-D arrays of one length");
+        std::vector<std::int64_t> starts;
+        {
+          py::gil_scoped_release release;
+          starts = piece_starts(k.shape(0), k.data(), d.data());
+        }
+        py::array_t<std::int64_t> out(static_cast<py::ssize_t>(starts.size()));
+        if (!starts.empty()) std::memcpy(out.mutable_data(), starts.data(), starts.size() * sizeof(std::int64_t));
+        return out;
+      },
+      py::arg("keys"), py::arg("done"),
+      "The first row of each trajectory piece: a new key, or the row after a done flag (the rule ReplayStore::add "
+      "cuts by).");
   py::enum_<SampleMode>(m, "SampleMode", "How a replay sample picks its slices (the one definition, C++'s SampleMode).")
       .value("PER_TRAJECTORY", SampleMode::PerTrajectory, "a trajectory uniformly, then a start (SliceSampler)")
       .value("PER_STEP", SampleMode::PerStep, "a start step uniformly (RandomSampler)")

@@ -27,6 +27,15 @@ bool follows(std::int64_t a, std::int64_t b) noexcept {
 
 }  // namespace
 
+std::vector<std::int64_t> piece_starts(std::int64_t n, const std::int64_t* keys, const std::uint8_t* done) {
+  std::vector<std::int64_t> starts;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto ui = static_cast<std::size_t>(i);
+    if (i == 0 || keys[ui] != keys[ui - 1] || done[ui - 1] != 0) starts.push_back(i);
+  }
+  return starts;
+}
+
 std::int64_t ReplayTrajectory::tail_g() const noexcept {
   if (pieces.empty() || !pieces.back().tail) return -1;
   return pieces.back().g0 + pieces.back().n;
@@ -114,16 +123,11 @@ void ReplayStore::add(std::int64_t n, std::span<const ArrayIn> inputs, std::span
   if (n == 0) return;
   if (keys == nullptr || done == nullptr) throw std::invalid_argument("add: keys and done flags are required");
 
-  // Pieces: maximal runs of one key, cut after each done row.
+  // Pieces: [start, next start) of each piece_starts entry.
   std::vector<std::pair<std::int64_t, std::int64_t>> pieces;
-  std::int64_t a = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const auto ui = static_cast<std::size_t>(i);
-    if (i == n - 1 || keys[ui + 1] != keys[ui] || done[ui] != 0) {
-      pieces.emplace_back(a, i + 1);
-      a = i + 1;
-    }
-  }
+  const std::vector<std::int64_t> firsts = piece_starts(n, keys, done);
+  for (std::size_t p = 0; p < firsts.size(); ++p)
+    pieces.emplace_back(firsts[p], p + 1 < firsts.size() ? firsts[p + 1] : n);
   const std::int64_t total = n + (with_next ? static_cast<std::int64_t>(pieces.size()) : 0);
   if (total > capacity_)
     throw std::invalid_argument("add: " + std::to_string(n) + " steps" +

@@ -596,5 +596,14 @@ TEST(ReplayModes, MetaRestoreRoundTrips) {
   EXPECT_EQ(t.trajectories()[0].steps, 4);
 }
 
+TEST(ReplayPieces, StartAtANewKeyAndAfterADoneRow) {
+  // The one cutting rule: add cuts by it, and Python's writer checks call it (_core.trajectory_pieces).
+  const std::vector<std::int64_t> keys{1, 1, 1, 2, 2, 2, 2, 1};
+  const std::vector<std::uint8_t> done{0, 1, 0, 0, 0, 1, 1, 0};
+  EXPECT_EQ(piece_starts(8, keys.data(), done.data()), (std::vector<std::int64_t>{0, 2, 3, 6, 7}));
+  EXPECT_TRUE(piece_starts(0, keys.data(), done.data()).empty());
+  EXPECT_EQ(piece_starts(1, keys.data(), done.data()), (std::vector<std::int64_t>{0}));
+}
+
 }  // namespace
 }  // namespace trajview

@@ -100,6 +100,9 @@ class SliceRequest:
     @property
     def picks(self) -> npt.NDArray[np.int64]: ...
 
+def trajectory_pieces(keys: npt.NDArray[np.int64], done: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
+    """The first row of each trajectory piece: a new key, or the row after a done flag (ReplayStore::add's rule)."""
+
 class _Replay:
     def __init__(
         self,

@@ -143,6 +143,11 @@ struct ReplayMeta {
   std::vector<SumTree::Weight> leaves;
 };
 
+/// The first row of each trajectory piece of `n` rows: a piece is a maximal run of one key, cut after each
+/// row whose `done` flag is set. The one place the rule lives: `ReplayStore::add` cuts by it, and Python's
+/// writer-side checks call it (trajview._core.trajectory_pieces).
+std::vector<std::int64_t> piece_starts(std::int64_t n, const std::int64_t* keys, const std::uint8_t* done);
+
 /// A circular buffer of `capacity` rows per column, each env step stored once.
 ///
 /// Trajectories: `add` splits its rows into pieces where the key changes or

@@ -38,70 +38,22 @@ import numpy as np
 from .. import _core, _io
 from .._validate import positive_int
 from ..views import MultiAgentBatch, SampleBatch, ViewRequirement
-from ..views.columns import (
-    cast_exactly,
-    DONES,
-    EPS_ID,
-    IS_INIT,
-    NEXT_OBS,
-    OBS,
-    STATE_IN_PREFIX,
-    TERMINATEDS,
-    TRUNCATEDS,
-    column_specs,
-)
-from ..views.nest import SEP, expand_views, is_nested_value, leaf_names
-from . import persistence
+from ..views.columns import column_specs
+from ..views.nest import expand_views, is_nested_value
+from . import persistence, schema
 from .memmap import open_rings
 from .nstep import NStep
 from .samplers import RandomSampler, Sampler
+from .schema import AnyView
+from .trajectory_keys import TrajectoryKeys
 
 __all__ = ["ReplayBuffer"]
-
-#: A view of `ReplayBuffer.sample`: a `ViewRequirement`, or an `NStep` return.
-AnyView = ViewRequirement | NStep
-#: Prefix of the window views an `NStep` reads (dropped from the sample).
-_NSTEP_TMP = "__nstep__"
-
-#: Columns computed at sample time, never stored.
-_COMPUTED = (IS_INIT, "mask")
-_DEFAULT_NEXT_OBS = {OBS: NEXT_OBS}
-_END_FLAGS = (TERMINATEDS, TRUNCATEDS, DONES)
-#: Trajectory-id columns tried in order when the sampler names no ``traj_key``.
-_TRAJ_KEYS = (EPS_ID, "traj_ids")
-
 
 def _as_numpy(x: Any) -> Any:
     """A torch tensor (detached, on the CPU) or anything array-like, for np.asarray."""
     if hasattr(x, "detach") and hasattr(x, "cpu"):
         return x.detach().cpu().numpy()
     return x
-
-
-def _view_columns(batch: Mapping[str, Any]) -> frozenset[str]:
-    """The batch's columns that are views of other columns, as its collector named them
-    (`SampleBatch.view_columns`). (Whether a column is held as a `LazyView` says nothing: a worker's ``obs``
-    column is one too.)"""
-    return batch.view_columns if isinstance(batch, SampleBatch) else frozenset()
-
-
-def _stored_by_default(
-    key: str, next_columns: set[str], seq_keys: frozenset[str], views: frozenset[str] = frozenset()
-) -> bool:
-    """Whether a batch column is stored when the buffer is not told which: not a next-observation column
-    (nor a leaf of one), not a view of another column (a frame stack, previous actions: `_view_columns`),
-    nothing computed at sample time, no ``infos``, nothing per-sequence."""
-    return (
-        key not in views
-        and key.split(SEP, 1)[0] not in views
-        and key not in next_columns
-        and key.split(SEP, 1)[0] not in next_columns
-        and key not in _COMPUTED
-        and key != SampleBatch.INFOS
-        and key not in seq_keys
-        and key != SampleBatch.SEQ_LENS
-        and not key.startswith(STATE_IN_PREFIX)
-    )
 
 
 class ReplayBuffer:
@@ -172,7 +124,7 @@ class ReplayBuffer:
                              f"{self._capacity}; pass max_capacity=None or the same value")
         self.sampler = sampler
         self.batch_size = None if batch_size is None else positive_int("batch_size", batch_size)
-        self._next_obs = dict(_DEFAULT_NEXT_OBS if next_obs is None else next_obs)
+        self._next_obs = dict(schema.DEFAULT_NEXT_OBS if next_obs is None else next_obs)
         self._explicit_columns: tuple[str, ...] | None = None
         self._specs: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None
         if isinstance(columns, Mapping):
@@ -185,104 +137,34 @@ class ReplayBuffer:
             if not self._explicit_columns:
                 raise ValueError("columns must name at least one column, got an empty list")
         if self._explicit_columns is not None:
-            for c in self._explicit_columns:
-                if c in _COMPUTED or c in self._next_obs.values():
-                    raise ValueError(f"column {c!r} is computed at sample time; it cannot be stored")
+            schema.check_explicit_columns(self._explicit_columns, self._next_obs)
         self._nsteps: dict[str, NStep] = {}
         self._views: dict[str, ViewRequirement] | None = None
         if views is not None:
-            self._views, self._nsteps = self._check_views(views)
+            self._views, self._nsteps = schema.check_views(views)
         self._default_views = views is None
         self._impl: _core._Replay | None = None
         self._has_next = False
-        self._traj_key: str | None = None
-        self._end_keys: tuple[str, ...] = ()
-        self._fallback_key = 0  # next synthetic trajectory id (no traj_key column)
-        #: Trajectories not ended yet: key -> (first t, last t) (to refuse ids reused by two writers).
-        self._open: dict[int, tuple[int, int]] = {}
+        #: The writer side: trajectory keys, open trajectories, synthetic ids.
+        self._traj_keys = TrajectoryKeys()
         self._lock = threading.Lock()
         if self._specs is not None:
             self._create()
 
     # -- schema --------------------------------------------------------------
 
-    @staticmethod
-    def _check_views(views: Mapping[str, AnyView]) -> tuple[dict[str, ViewRequirement], dict[str, NStep]]:
-        out: dict[str, ViewRequirement] = {}
-        nsteps: dict[str, NStep] = {}
-        for name, vr in views.items():
-            if isinstance(vr, NStep):
-                if str(name).startswith(_NSTEP_TMP):
-                    raise ValueError(f"views[{name!r}]: names starting with {_NSTEP_TMP!r} are reserved")
-                nsteps[str(name)] = vr
-                continue
-            if not isinstance(vr, ViewRequirement):
-                raise TypeError(f"views[{name!r}] must be a tv.ViewRequirement or a tv.NStep, got {type(vr).__name__}")
-            if vr.batch_repeat_value != 1:
-                raise ValueError(
-                    f"views[{name!r}]: batch_repeat_value must be 1 for replay samples, got {vr.batch_repeat_value}"
-                )
-            if name in _COMPUTED:
-                raise ValueError(f"views[{name!r}]: {name!r} is computed by the sampler; use another name")
-            out[str(name)] = vr
-        return out, nsteps
-
     def _create(self) -> None:
         assert self._specs is not None
         if self._closed:
             raise ValueError("the ReplayBuffer was closed (close()); make a new one")
-        for name, (dt, shape) in self._specs.items():
-            if not dt.isnative or dt.kind not in "biuf" or dt.itemsize > 8:
-                raise ValueError(
-                    f"column {name!r}: replay stores bool, int and float columns only, got dtype {dt}; "
-                    f"leave it out with columns=[...]"
-                )
-            if any(d < 0 for d in shape):
-                raise ValueError(f"column {name!r}: shape must have dims >= 0, got {shape}")
-        # next_obs of a nested column: leaf by leaf (obs.image -> new_obs.image)
-        for o, nxt in list(self._next_obs.items()):
-            if o not in self._specs and leaf_names(o, self._specs):
-                del self._next_obs[o]
-                for leaf in leaf_names(o, self._specs):
-                    self._next_obs[leaf] = nxt + leaf[len(o):]
-        obs = set(self._next_obs)
-        spec = [(n, np.dtype(dt).name, list(shape), n in obs) for n, (dt, shape) in self._specs.items()]
-        self._impl = _core._Replay(self._capacity, spec, self._make_rings())
+        schema.check_specs(self._specs)
+        self._next_obs = schema.next_obs_by_leaf(self._next_obs, self._specs)
+        self._impl = _core._Replay(self._capacity, schema.store_columns(self._specs, self._next_obs), self._make_rings())
         if self.sampler.prioritized:
             self._impl.enable_priorities(self.sampler.alpha, self.sampler.eps)  # type: ignore[attr-defined]
         if self._views is None:
-            self._views = {
-                nxt: ViewRequirement(o, shift=1) for o, nxt in self._next_obs.items() if o in self._specs
-            }
-        self._views = expand_views(self._views, self._specs)
-        for name, vr in self._views.items():
-            col = vr.column(name)
-            if col not in self._specs:
-                raise ValueError(f"views[{name!r}] reads column {col!r}, which is not stored; stored: {list(self._specs)}")
-            if name in self._specs:
-                raise ValueError(f"views[{name!r}]: {name!r} is a stored column; give the view another name")
-
-    def _infer(self, batch: Mapping[str, Any]) -> None:
-        seq = batch.seq_keys if isinstance(batch, SampleBatch) else frozenset()
-        nexts = set(self._next_obs.values())
-        names = self._explicit_columns
-        if names is None:
-            vcols = _view_columns(batch)
-            names = tuple(k for k in batch if _stored_by_default(k, nexts, seq, vcols))
-            if not names:
-                raise ValueError(f"add: the batch has no column to store, got columns {list(batch)}")
-        specs = {}
-        keys = list(batch)
-        names = tuple(c for k in names for c in ([k] if k in keys else leaf_names(k, keys) or [k]))
-        for k in names:
-            if k not in batch:
-                raise ValueError(f"add: missing column {k!r}; expected every column of {list(names)}")
-            if k in seq:
-                raise ValueError(f"column {k!r} has one row per sequence; replay stores per-step columns only")
-            arr = np.asarray(batch[k])
-            specs[k] = (arr.dtype, tuple(arr.shape[1:]))
-        self._specs = specs
-        self._create()
+            self._views = schema.default_views(self._next_obs, self._specs)
+        self._views = schema.expand_and_check(self._views, self._specs)
 
     # -- writing -------------------------------------------------------------
 
@@ -300,25 +182,18 @@ class ReplayBuffer:
             batch = SampleBatch(batch)  # nested values: stored by leaf
         with self._lock:
             if self._impl is None:
-                self._infer(batch)
+                self._specs = schema.infer_specs(batch, self._explicit_columns, self._next_obs)
+                self._create()
             assert self._impl is not None and self._specs is not None
             n = len(batch) if isinstance(batch, SampleBatch) else None
             data: dict[str, np.ndarray] = {}
             for k, (dt, shape) in self._specs.items():
                 if k not in batch:
                     raise ValueError(f"add: missing column {k!r}; expected every stored column {list(self._specs)}")
-                data[k] = self._convert(k, batch[k], dt, shape, n)
+                data[k] = schema.convert(k, batch[k], dt, shape, n)
                 n = len(data[k])
             if self._explicit_columns is None:
-                nexts = set(self._next_obs.values())
-                seq = batch.seq_keys if isinstance(batch, SampleBatch) else frozenset()
-                vcols = _view_columns(batch)
-                for k in batch:
-                    if k not in self._specs and _stored_by_default(k, nexts, seq, vcols):
-                        raise ValueError(
-                            f"add: column {k!r} is not stored (stored: {list(self._specs)}); "
-                            f"pass columns=[...] to choose what the buffer keeps"
-                        )
+                schema.check_unstored(batch, self._specs, self._next_obs)
             assert n is not None
             next_obs: dict[str, np.ndarray] = {}
             have = [o for o, nxt in self._next_obs.items() if o in self._specs and nxt in batch]
@@ -333,8 +208,9 @@ class ReplayBuffer:
                         raise ValueError(f"add: missing column {nxt!r} (the next observations of {o!r}), "
                                          f"which earlier batches carried")
                     dt, shape = self._specs[o]
-                    next_obs[o] = self._convert(nxt, batch[nxt], dt, shape, n)
-            keys, done = self._keys(batch, n)
+                    next_obs[o] = schema.convert(nxt, batch[nxt], dt, shape, n)
+            s, tk = self.sampler, self._traj_keys
+            keys, done = tk.keys(batch, n, s.traj_key, s.end_key)
             ends = int(done.sum())  # synthetic ids advance past every end of the batch, kept or not
             if n == 0:
                 return 0
@@ -343,9 +219,9 @@ class ReplayBuffer:
                 t = np.asarray(batch["t"])
                 if t.shape != (n,) or not np.issubdtype(t.dtype, np.integer):
                     raise ValueError(f"column 't' must be a 1-D int array of {n} rows, got shape {t.shape} dtype {t.dtype}")
-            uses_key = self._uses_traj_key(batch)
-            open_after = self._check_writers(keys, t, done) if uses_key and t is not None else None
-            first = self._first_kept_row(keys, done, n, has_next)
+            uses_key = tk.uses_traj_key(batch, s.traj_key)
+            open_after = tk.check_writers(keys, t, done, s.traj_key or "eps_id") if uses_key and t is not None else None
+            first = tk.first_kept_row(keys, done, self._capacity, has_next)
             if first:  # one add larger than the buffer: the newest rows that fit, as TorchRL's extend
                 data = {k: v[first:] for k, v in data.items()}
                 keys, done = keys[first:], done[first:]
@@ -361,184 +237,35 @@ class ReplayBuffer:
             except BaseException:
                 self._has_next = was_next
                 raise
-            if open_after is not None:
-                self._open = open_after
-            if not uses_key:
-                self._fallback_key += ends
+            tk.commit(open_after, ends, uses_key)
             return n
-
-    @staticmethod
-    def _pieces(keys: np.ndarray, done: np.ndarray) -> np.ndarray:
-        """The first row of each trajectory piece of a batch (a new key, or the row after an end flag)."""
-        starts = np.ones(len(keys), dtype=bool)
-        starts[1:] = (keys[1:] != keys[:-1]) | done[:-1].astype(bool)
-        return np.flatnonzero(starts)
-
-    def _first_kept_row(self, keys: np.ndarray, done: np.ndarray, n: int, has_next: bool) -> int:
-        """0, or where to start a batch that does not fit in ``capacity`` rows (each piece adds a final row)."""
-        if n + (len(self._pieces(keys, done)) if has_next else 0) <= self._capacity:
-            return 0
-        first = max(0, n - self._capacity)
-        while first < n:
-            pieces = len(self._pieces(keys[first:], done[first:])) if has_next else 0
-            if n - first + pieces <= self._capacity:
-                return first
-            first += 1
-        return n
-
-    def _check_writers(self, keys: np.ndarray, t: np.ndarray, done: np.ndarray) -> dict[int, tuple[int, int]]:
-        """Refuses a trajectory id that two writers use at once (their steps would be glued into one trajectory).
-
-        One writer's ``t`` only grows along a trajectory id: a piece whose key is the key of a trajectory that
-        has not ended, but whose ``t`` overlaps that trajectory's stored steps (from its first ``t`` to its
-        last), means two trajectories share an id (e.g. two workers left at ``worker_index=0``). A piece that
-        skips ahead (``t`` > last + 1: steps missing) or that ends before the open trajectory's first ``t`` (an
-        earlier fragment arriving late) is a fragment of the same episode that is not contiguous with what is
-        stored: it starts a trajectory of its own (and the open one is not continued any more). Returns the open
-        trajectories (key -> (first ``t``, last ``t``)) after this batch, kept once the add succeeds.
-        """
-        state = dict(self._open)
-        starts = self._pieces(keys, done)
-        ends = np.r_[starts[1:], len(keys)] - 1
-        for s, e in zip(starts.tolist(), ends.tolist()):
-            k = int(keys[s])
-            first, last = state.get(k, (None, None))
-            if last is not None and first is not None and int(t[s]) <= last and int(t[e]) >= first:
-                raise ValueError(
-                    f"add: trajectory id {k} (column {self.sampler.traj_key or 'eps_id'!r}) is reused: a piece "
-                    f"starting at t={int(t[s])} arrived while the trajectory with that id is open at t={last}. Two "
-                    f"writers share trajectory ids (e.g. two RolloutWorkers with the same worker_index); give each "
-                    f"its own worker_index, or end the first trajectory (terminateds/truncateds) before reusing its id"
-                )
-            if done[e]:
-                state.pop(k, None)
-            elif last is not None and first is not None and int(t[s]) == last + 1:
-                state[k] = (first, int(t[e]))  # joins the open trajectory
-            else:
-                state[k] = (int(t[s]), int(t[e]))  # a trajectory of its own
-        return state
-
-    def _uses_traj_key(self, batch: Mapping[str, Any]) -> bool:
-        return self.sampler.traj_key is not None or any(k in batch for k in _TRAJ_KEYS)
 
     extend = add  # TorchRL's name
 
-    @staticmethod
-    def _convert(name: str, value: Any, dt: np.dtype, shape: tuple[int, ...], n: int | None) -> np.ndarray:
-        arr = cast_exactly(name, np.asarray(value), dt)
-        if arr.ndim == 0 or tuple(arr.shape[1:]) != shape:
-            raise ValueError(f"column {name!r}: expected per-step shape {shape}, got {tuple(arr.shape[1:])}")
-        if n is not None and len(arr) != n:
-            raise ValueError(f"column {name!r}: expected {n} rows, got {len(arr)}")
-        return np.ascontiguousarray(arr)
-
-    def _keys(self, batch: Mapping[str, Any], n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per row: trajectory key (int64) and end flag (uint8)."""
-        s = self.sampler
-        end_keys = (s.end_key,) if s.end_key is not None else tuple(k for k in _END_FLAGS if k in batch)
-        if s.end_key is not None and s.end_key not in batch:
-            raise ValueError(f"add: missing end_key column {s.end_key!r}")
-        done = np.zeros(n, dtype=bool)
-        for k in end_keys:
-            f = np.asarray(batch[k])
-            if f.shape[:1] != (n,):
-                raise ValueError(f"column {k!r}: expected {n} rows, got shape {f.shape}")
-            done |= f.reshape(n, int(np.prod(f.shape[1:], dtype=np.int64))).astype(bool).any(axis=1)
-        traj_key = s.traj_key
-        if traj_key is None:
-            traj_key = next((k for k in _TRAJ_KEYS if k in batch), None)
-        elif traj_key not in batch:
-            raise ValueError(f"add: missing traj_key column {traj_key!r}")
-        if traj_key is not None:
-            keys = np.asarray(batch[traj_key])
-            if keys.shape != (n,) or not np.issubdtype(keys.dtype, np.integer):
-                raise ValueError(
-                    f"column {traj_key!r} (the trajectory ids) must be a 1-D int array of {n} rows, "
-                    f"got shape {keys.shape} dtype {keys.dtype}"
-                )
-            keys = keys.astype(np.int64)
-        else:
-            if not end_keys:
-                raise ValueError(
-                    "add: the batch has no trajectory ids ('eps_id' or 'traj_ids') and no end flags "
-                    f"({', '.join(repr(k) for k in _END_FLAGS)}), so its trajectories are unknown; "
-                    f"got columns {list(batch)}"
-                )
-            # Synthetic ids: a new one after each end flag, carried across batches.
-            # (The caller advances self._fallback_key once the add succeeded.)
-            ends_before = (np.cumsum(done) - done).astype(np.int64)
-            keys = self._fallback_key + ends_before
-        return np.ascontiguousarray(keys, dtype=np.int64), done.view(np.uint8)
-
     # -- sampling ------------------------------------------------------------
 
-    def _view_specs(
-        self, views: Mapping[str, AnyView] | None
-    ) -> tuple[list[tuple[str, str, list[int], bool, str]], dict[str, NStep]]:
+    def _view_specs(self, views: Mapping[str, AnyView] | None) -> tuple[list[schema.ViewSpec], dict[str, NStep]]:
         """The C++ view specs of a sample (stored columns, views, the window views of each `NStep`) and its
         `NStep` views."""
         assert self._specs is not None
         if views is None:
             extra, nsteps = self._views, self._nsteps
         else:
-            vrs, nsteps = self._check_views(views)
+            vrs, nsteps = schema.check_views(views)
             extra = expand_views(vrs, self._specs)
         assert extra is not None
         if views is None and self._default_views and not self._has_next:
             # The default new_obs views only when the added batches carried new_obs: never invented.
             nexts = set(self._next_obs.values())
             extra = {k: v for k, v in extra.items() if k not in nexts}
-        extra = dict(extra)
-        for name, ns in nsteps.items():
-            extra.update(self._nstep_views(name, ns))
-        out = [(k, k, [0], False, "zero") for k in self._specs]
-        for name, vr in extra.items():
-            col = vr.column(name)
-            if col not in self._specs:
-                raise ValueError(f"views[{name!r}] reads column {col!r}, which is not stored; stored: {list(self._specs)}")
-            if name in self._specs:
-                raise ValueError(f"views[{name!r}]: {name!r} is a stored column; give the view another name")
-            out.append((name, col, [int(s) for s in vr.shift_arr], vr.adds_axis, vr.padding))
-        return out, nsteps
-
-    def _nstep_views(self, name: str, ns: NStep) -> dict[str, ViewRequirement]:
-        """The window views one `NStep` reads: rewards and flags at ``0 .. n-1``, observations at ``1 .. n``."""
-        assert self._specs is not None
-        if not self._has_next:
-            raise ValueError(
-                f"views[{name!r}]: NStep bootstraps from the observation after each window, so the added batches "
-                f"must carry next observations (new_obs); these did not"
-            )
-        if ns.reward_key not in self._specs:
-            raise ValueError(f"views[{name!r}]: NStep reads column {ns.reward_key!r}, which is not stored")
-        obs = [ns.obs_key] if ns.obs_key in self._specs else leaf_names(ns.obs_key, self._specs)
-        if not obs or not all(o in self._next_obs for o in obs):
-            raise ValueError(
-                f"views[{name!r}]: NStep reads observation column {ns.obs_key!r}, which is not a stored observation "
-                f"column with next observations; stored: {list(self._specs)}"
-            )
-        n = ns.n
-        tmp = f"{_NSTEP_TMP}{name}"
-        out = {f"{tmp}|r": ViewRequirement(ns.reward_key, shift=list(range(n)))}
-        for o in obs:
-            out[f"{tmp}|o{o[len(ns.obs_key):]}"] = ViewRequirement(o, shift=list(range(1, n + 1)))
-        for flag, key in (("term", ns.terminated_key), ("trunc", ns.truncated_key)):
-            if key in self._specs:
-                out[f"{tmp}|{flag}"] = ViewRequirement(key, shift=list(range(n)))
-        return out
+        return schema.view_specs(self._specs, extra, nsteps, self._next_obs, self._has_next), nsteps
 
     def _wrap(
         self, result: tuple, return_info: bool, request: _core.SliceRequest, nsteps: Mapping[str, NStep]
     ) -> SampleBatch | tuple[SampleBatch, dict[str, np.ndarray]]:
         """The `SampleBatch` (and info) of a C++ sample: `NStep` returns computed from their windows."""
         cols, index, slices, count, steps_left, weights = result
-        for name, ns in nsteps.items():
-            tmp = f"{_NSTEP_TMP}{name}|"
-            obs = {k[len(tmp) + 1:]: cols.pop(k) for k in [k for k in cols if k.startswith(tmp + "o")]}
-            res = ns.compute(cols.pop(tmp + "r"), obs, cols.pop(tmp + "term", None), cols.pop(tmp + "trunc", None),
-                             steps_left)
-            for k, v in res.items():
-                cols[f"{name}{SEP}{k}"] = v
+        schema.nstep_returns(cols, nsteps, steps_left)
         batch = SampleBatch._from_columns(cols, int(count), frozenset(), frozenset())
         if return_info:
             info: dict[str, np.ndarray] = {"index": index, "slices": slices}

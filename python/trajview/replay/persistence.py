@@ -56,6 +56,8 @@ from ..errors import FileIntegrityError
 from ..views import ViewRequirement
 from .memmap import commit_staged_rings, drop_staged_rings, row_bytes as _row_bytes
 from .nstep import NStep
+from .schema import check_views
+from .trajectory_keys import TrajectoryKeys
 
 #: A `ReplayBuffer` (not imported: the buffer imports this module, and the layers allow no cycle).
 ReplayBuffer = Any
@@ -71,7 +73,7 @@ _TRAJ_FIELDS = 8  # uid, key, first_g, steps, last_t, open, starts_episode, numb
 _PIECE_FIELDS = 4  # g0, n, step0, tail
 #: The buffer's attributes a load replaces (all at once, under its lock).
 _FIELDS = ("batch_size", "_next_obs", "_explicit_columns", "_views", "_nsteps", "_default_views", "_has_next",
-           "_open", "_fallback_key", "_specs", "_impl", "_rings")
+           "_traj_keys", "_specs", "_impl", "_rings")
 _OLD_PICKLE = "state.pkl"
 
 
@@ -116,8 +118,8 @@ def _snapshot(buf: ReplayBuffer) -> tuple[dict[str, Any], dict[str, tuple[np.dty
         "nsteps": {k: _nstep_to_json(v) for k, v in buf._nsteps.items()},
         "default_views": buf._default_views,
         "has_next": buf._has_next,
-        "open": [[k, a, b] for k, (a, b) in buf._open.items()],
-        "fallback_key": buf._fallback_key,
+        "open": [[k, a, b] for k, (a, b) in buf._traj_keys.open.items()],
+        "fallback_key": buf._traj_keys.fallback_key,
         "store": None,
     }
     if buf._impl is not None and specs is not None:
@@ -388,8 +390,8 @@ class _Plan:
         try:
             vrs = {} if views is None else {k: ViewRequirement.from_dict({**v, "space": None}) for k, v in views.items()}
             nss = {k: NStep(**v) for k, v in nsteps.items()}
-            self.views = None if views is None else type(buf)._check_views(vrs)[0]
-            self.nsteps = type(buf)._check_views(nss)[1]
+            self.views = None if views is None else check_views(vrs)[0]
+            self.nsteps = check_views(nss)[1]
         except (TypeError, ValueError, KeyError, AttributeError) as e:
             raise _Bad(f"state['views'] / state['nsteps']: {type(e).__name__}: {e}") from None
         self.default_views = _get(state, "default_views", (bool,), w)
@@ -463,8 +465,7 @@ def _build(buf: ReplayBuffer, plan: _Plan, src: _Arrays) -> ReplayBuffer:
     tmp._nsteps = plan.nsteps
     tmp._default_views = plan.default_views
     tmp._has_next = plan.has_next
-    tmp._open = dict(plan.open)
-    tmp._fallback_key = plan.fallback_key
+    tmp._traj_keys = TrajectoryKeys(plan.open, plan.fallback_key)
     tmp._specs = plan.specs
     tmp._impl = None
     tmp._rings = None
