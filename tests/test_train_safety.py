@@ -16,6 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import trajview
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("tqdm")
 pytest.importorskip("matplotlib")
@@ -32,11 +34,13 @@ from trajview.train.metrics import (METRIC_FIELDS, append_metrics, read_metrics,
 
 SMALL = ["--env", "trajview/RepeatPrevious-v0", "--model", "mlp", "--envs-per-worker", "2", "--train-batch-size",
          "100", "--minibatch-size", "50", "--num-sgd-iter", "1", "--no-progress"]
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")])}
+    """The environment of a CLI subprocess: it imports the trajview these tests import (the installed wheel, or the
+    tree that ``PYTHONPATH`` names), never the source tree."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(Path(trajview.__file__).parent.parent), os.environ.get("PYTHONPATH")) if p)}
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
