@@ -342,20 +342,15 @@ class AgentEpisodes:
         # (env, its live agents observed that run on) of the envs `commit` looks at: those where an agent or the
         # episode may end or an agent joins (the other observed agents); not those where every agent runs on.
         busy: list[tuple[int, int]] = []
-        adapter = self.adapter
         horizon = cfg.horizon
         soft_horizon = cfg.soft_horizon
         filters = self.filters
         episodes = self.episodes
         lives = self.live
-        note_rewards = not adapter.saw_other_rewards
         for i, (obs, rew, te, tr, infos) in enumerate(results):
             ep = episodes[i]
             if ep is None:
                 continue
-            if note_rewards and not adapter.saw_other_rewards:  # (once set, the rewards' dtype is float64 for good)
-                for r in rew.values():
-                    adapter.note_reward(r)
             live = lives[i]
             if len(ep._agents) != len(live) and not rew.keys() <= live.keys():  # (equal: no agent finished yet)
                 _check_rewards(i, ep, live, rew)
