@@ -32,7 +32,8 @@ TEST(Crc32, MatchesTheBitwiseReferenceAtEveryLengthAndOffset) {
   std::mt19937_64 rng(7);
   std::vector<std::byte> v(4096 + 64);
   for (auto& b : v) b = static_cast<std::byte>(rng());
-  for (std::size_t n : {0, 1, 15, 16, 17, 63, 64, 65, 79, 80, 127, 128, 129, 191, 255, 256, 1000, 4096})
+  const std::size_t lengths[] = {0, 1, 15, 16, 17, 63, 64, 65, 79, 80, 127, 128, 129, 191, 255, 256, 1000, 4096};
+  for (std::size_t n : lengths)
     for (std::size_t from = 0; from < 20; ++from) {
       ASSERT_EQ(crc32_update(0, v.data() + from, n), reference_crc(v, from, n)) << "n " << n << " from " << from;
     }
@@ -43,7 +44,8 @@ TEST(Crc32, ContinuesAcrossSplits) {
   std::vector<std::byte> v(3000);
   for (auto& b : v) b = static_cast<std::byte>(rng());
   const std::uint32_t whole = reference_crc(v, 0, v.size());
-  for (std::size_t cut : {0, 1, 63, 64, 100, 1500, 2999, 3000}) {
+  const std::size_t cuts[] = {0, 1, 63, 64, 100, 1500, 2999, 3000};
+  for (std::size_t cut : cuts) {
     const std::uint32_t first = crc32_update(0, v.data(), cut);
     EXPECT_EQ(crc32_update(first, v.data() + cut, v.size() - cut), whole) << "cut " << cut;
   }
