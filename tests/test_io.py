@@ -14,13 +14,16 @@ import subprocess
 import sys
 import textwrap
 import time
+import zlib
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trajview import _io
+import numpy as np
+
+from trajview import _core, _io
 from trajview.errors import FileIntegrityError, PathInUseError
 
 FMT = "trajview.test"
@@ -115,6 +118,75 @@ def test_failed_write_leaves_the_old_state(tmp_path, monkeypatch):
     assert (tmp_path / "single").read_bytes() == b"old"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["single", _io.MANIFEST, _io.read_manifest(
         tmp_path, FMT, (1,)).folder.name])  # no temporaries left
+
+
+def _ref_crc32(data: bytes, crc: int = 0) -> int:
+    """The textbook bit-at-a-time reflected crc32 (zlib's), continued from ``crc``."""
+    reg = crc ^ 0xFFFFFFFF
+    for b in data:
+        reg ^= b
+        for _ in range(8):
+            reg = (reg >> 1) ^ 0xEDB88320 if reg & 1 else reg >> 1
+    return reg ^ 0xFFFFFFFF
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.binary(max_size=700), start=st.integers(0, 20), crc=st.integers(0, 0xFFFFFFFF))
+def test_core_crc32_is_zlibs_at_any_length_offset_and_start(data, start, crc):
+    view = memoryview(data)[min(start, len(data)):]  # any alignment
+    want = _ref_crc32(bytes(view), crc)
+    assert zlib.crc32(view, crc) == want
+    assert _core.crc32(view, crc) == want
+    assert _core.crc32(bytearray(view), crc) == want  # writable buffers too
+    if len(view) >= 8:
+        a = np.frombuffer(bytes(view), np.uint8)
+        assert _core.crc32(a[3:], crc) == zlib.crc32(bytes(view)[3:], crc)
+
+
+def test_crc32_of_large_buffers_matches_zlib():
+    a = np.random.default_rng(3).integers(0, 256, (3 << 20) + 13, dtype=np.uint8)
+    assert _core.crc32(a) == zlib.crc32(a)
+    assert _io.crc32_of(a) == zlib.crc32(a)
+    assert _core.crc32(a[5:], _core.crc32(a[:5])) == zlib.crc32(a)
+    with pytest.raises((BufferError, ValueError)):  # a strided view is not one contiguous run of bytes (as zlib)
+        _core.crc32(a[::2])
+    assert isinstance(_core.crc32_accelerated(), bool)
+
+
+def test_large_files_keep_size_and_crc_through_writeback_and_pipe(tmp_path):
+    """Files larger than one pipelined chunk (each handed to the disk as written): sizes and crcs recorded
+    as zlib computes them, the bytes read back equal."""
+    big = np.random.default_rng(4).integers(0, 256, 3 * _io._CrcPipe.STEP + 999, dtype=np.uint8)
+    man = _io.commit_folder(tmp_path, FMT, 1, {"big": lambda f: (f.write(b"head"), f.write(big.data)),
+                                               "small": lambda f: f.write(b"x")})
+    assert man.files["big"] == (4 + big.nbytes, zlib.crc32(big.tobytes(), zlib.crc32(b"head")))
+    assert _read_all(tmp_path) == {"big": b"head" + big.tobytes(), "small": b"x"}
+    size, crc = _io.atomic_write(tmp_path / "single", big.data)
+    assert (size, crc) == (big.nbytes, zlib.crc32(big))
+    with open(tmp_path / "single", "rb") as f:
+        assert _core.start_writeback(f.fileno(), 0, 0) in (True, False)  # a hint: never raises on a real file
+
+
+def test_a_failed_fsync_commits_nothing(tmp_path, monkeypatch):
+    """The files' and the generation folder's fsyncs run on helper threads while the manifest is written: one
+    failing (an I/O error) still leaves the old committed set, no new generation and no temporaries."""
+    _io.commit_folder(tmp_path, FMT, 1, _files({"a": b"old"}))
+    real_fsync = os.fsync
+    for victim in ("file", "folder"):
+
+        def fsync(fd, victim=victim):
+            name = Path(os.readlink(f"/proc/self/fd/{fd}")).name  # the file (b) or the new generation folder
+            if name == "b" if victim == "file" else name.startswith("gen-"):
+                raise OSError(5, "Input/output error")
+            return real_fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        with pytest.raises(OSError, match="Input/output error"):
+            _io.commit_folder(tmp_path, FMT, 1, _files({"a": b"new", "b": b"new", "c": b"new"}))
+        monkeypatch.setattr(os, "fsync", real_fsync)
+        assert _read_all(tmp_path) == {"a": b"old"}
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            [_io.MANIFEST, _io.read_manifest(tmp_path, FMT, (1,)).folder.name])
 
 
 _WRITER = textwrap.dedent("""

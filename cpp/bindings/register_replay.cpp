@@ -234,7 +234,7 @@ class PyReplay {
         const double mant = std::frexp(v, &e);
         m.leaves.push_back(SumTree::Weight{mant, static_cast<std::int32_t>(e)});
       }
-      store_.restore(std::move(m));
+      restore_released(std::move(m));
       return;
     }
     auto lm = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(d["leaf_mantissas"]);
@@ -247,6 +247,12 @@ class PyReplay {
         throw py::value_error("restore: leaf exponent " + std::to_string(e) + " out of range");
       m.leaves.push_back(SumTree::Weight{lm.at(i), static_cast<std::int32_t>(e)});
     }
+    restore_released(std::move(m));
+  }
+
+  // The checks and the rebuild touch no Python object and no ring row: a load reads the rows meanwhile.
+  void restore_released(ReplayMeta m) {
+    py::gil_scoped_release nogil;
     store_.restore(std::move(m));
   }
 

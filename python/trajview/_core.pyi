@@ -16,6 +16,11 @@ class _Buffer:
     def nbytes(self) -> int: ...
 
 def _live_buffers() -> int: ...
+def crc32(data: Any, crc: int = 0) -> int:
+    """zlib.crc32(data, crc) of a contiguous buffer (carry-less multiply folding where the CPU has it)."""
+def crc32_accelerated() -> bool: ...
+def start_writeback(fd: int, offset: int, nbytes: int) -> bool:
+    """Starts writing a file's dirty pages in [offset, offset + nbytes) to disk (a hint; False where unsupported)."""
 
 class _TrajectoryStore:
     def __init__(

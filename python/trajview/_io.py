@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from . import _core
 from .errors import FileIntegrityError, PathInUseError
 
 __all__ = [
@@ -65,11 +66,16 @@ def fsync_dir(folder: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
+#: zlib's crc32 (``crc32(data, crc)``, the GIL released): the C++ core's carry-less multiply folding where the
+#: CPU has it (several times zlib's speed: the checksum of a dump or a load then costs far less than its IO).
+_crc32: Callable[[Any, int], int] = _core.crc32 if _core.crc32_accelerated() else zlib.crc32
+
+
 def crc32_of(data: Any, crc: int = 0) -> int:
     """zlib's crc32 of a bytes-like object (any contiguous buffer: a numpy array's memory, no copy)."""
     view = memoryview(data).cast("B")
     for i in range(0, len(view), CHUNK):
-        crc = zlib.crc32(view[i:i + CHUNK], crc)
+        crc = _crc32(view[i:i + CHUNK], crc)
     return crc & 0xFFFFFFFF
 
 
@@ -106,12 +112,13 @@ def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
 
 class _CrcPipe:
     """crc32 of consecutive chunks, each summed by helper threads (its parts at once, combined with
-    `crc32_combine`) while the caller writes it or reads the next one (zlib.crc32 and file IO release the GIL):
+    `crc32_combine`) while the caller writes it or reads the next one (the crc32 and file IO release the GIL):
     the checksum costs little beyond the IO. One chunk in flight at a time; small chunks are summed inline."""
 
     STEP = 1 << 23  # bytes per pipelined chunk
     MIN = 1 << 20  # smaller chunks: no thread
-    THREADS = max(1, min(4, os.cpu_count() or 1))
+    #: Threads summing one chunk (zlib's crc32 runs ~2.5 GB/s a core; the core's folding ~10: one is enough).
+    THREADS = 1 if _crc32 is not zlib.crc32 else max(1, min(4, os.cpu_count() or 1))
 
     def __init__(self) -> None:
         self.crc = 0
@@ -122,12 +129,12 @@ class _CrcPipe:
         """Starts the crc of ``chunk`` (which must stay unchanged until the next `push` or `result`)."""
         self.result()
         if len(chunk) < self.MIN:
-            self.crc = zlib.crc32(chunk, self.crc)
+            self.crc = _crc32(chunk, self.crc)
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.THREADS, thread_name_prefix="trajview-crc")
         part = -(-len(chunk) // self.THREADS)
-        self._pending = [(self._pool.submit(zlib.crc32, chunk[i:i + part]), len(chunk[i:i + part]))
+        self._pending = [(self._pool.submit(_crc32, chunk[i:i + part], 0), len(chunk[i:i + part]))
                          for i in range(0, len(chunk), part)]
 
     def result(self) -> int:
@@ -143,12 +150,18 @@ class _CrcPipe:
 
 
 class _CrcFile:
-    """A binary file being written that keeps its size and crc32 (what a manifest records)."""
+    """A binary file being written that keeps its size and crc32 (what a manifest records). Each large part
+    written is handed to the disk at once (`_core.start_writeback`: a hint, not a sync), so the writer's fsync
+    finds most of the file already written instead of all of it."""
 
     def __init__(self, f: IO[bytes]) -> None:
         self._f = f
         self.size = 0
         self.crc = 0
+        try:
+            self._fd: int | None = f.fileno()
+        except (AttributeError, OSError, ValueError):
+            self._fd = None
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
@@ -161,6 +174,8 @@ class _CrcFile:
                 done = 0
                 while done < len(part):
                     done += self._f.write(part[done:]) or 0
+                if self._fd is not None and len(part) >= _CrcPipe.MIN:
+                    _core.start_writeback(self._fd, self.size + at, len(part))
             self.crc = pipe.result()
         finally:
             pipe.close()
@@ -183,11 +198,13 @@ def _tmp_sibling(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes | Callable[[Any], None]) -> tuple[int, int]:
+def atomic_write(path: str | os.PathLike[str], data: bytes | Callable[[Any], None],
+                 before_rename: Callable[[], None] | None = None) -> tuple[int, int]:
     """Writes ``path`` whole or not at all: ``data`` (bytes, or a function that writes to the file object it is
     given) goes to a temporary sibling, which is fsynced and renamed over ``path``; then the folder is fsynced.
-    Returns the file's ``(size, crc32)``. On any error (a full disk: `OSError` naming ``path``) the temporary
-    file is removed and ``path`` is as it was."""
+    ``before_rename`` (if given) runs once the sibling is fsynced, just before the rename (e.g. waits for other
+    files to be durable); if it raises, nothing is renamed. Returns the file's ``(size, crc32)``. On any error
+    (a full disk: `OSError` naming ``path``) the temporary file is removed and ``path`` is as it was."""
     path = Path(path)
     tmp = _tmp_sibling(path)
     try:
@@ -199,6 +216,8 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | Callable[[Any], Non
                 f.write(data)
             raw.flush()
             os.fsync(raw.fileno())
+        if before_rename is not None:
+            before_rename()
         os.replace(tmp, path)
     except OSError as e:
         with contextlib.suppress(OSError):
@@ -298,10 +317,25 @@ def commit_folder(
     gen = f"{_GEN_PREFIX}{secrets.token_hex(8)}"
     gdir = folder / gen
     man = Manifest(fmt, int(version), {}, dict(meta or {}), gdir)
-    # Each file is fsynced on a helper thread while the next one is written (the disk and the CPU work at
-    # once); all of them before the manifest names them.
+    # Each file is fsynced on a helper thread as soon as it is written, while the next one is written (the disk
+    # and the CPU work at once; the fsyncs run side by side, so the file system commits them together), then the
+    # generation folder, while the manifest is written and fsynced: all of them before the manifest is renamed.
     syncing: list[tuple[Path, IO[bytes], Future[None]]] = []
-    fsyncer = ThreadPoolExecutor(1, thread_name_prefix="trajview-fsync")
+    dir_synced: Future[None] | None = None
+    fsyncer = ThreadPoolExecutor(min(8, len(files) + 1), thread_name_prefix="trajview-fsync")
+
+    def all_synced() -> None:
+        while syncing:
+            synced, sfile, done = syncing.pop(0)
+            with _naming(synced):
+                try:
+                    done.result()
+                finally:
+                    sfile.close()
+        assert dir_synced is not None
+        with _naming(gdir):
+            dir_synced.result()
+
     try:
         gdir.mkdir()
         for name, write in files.items():
@@ -319,27 +353,24 @@ def commit_folder(
                     raise
                 syncing.append((target, raw, fsyncer.submit(os.fsync, raw.fileno())))
             man.files[name] = (f.size, f.crc)
-        while syncing:
-            synced, sfile, done = syncing.pop(0)
-            with _naming(synced):
-                try:
-                    done.result()
-                finally:
-                    sfile.close()
-        fsync_dir(gdir)
+        dir_synced = fsyncer.submit(fsync_dir, gdir)  # (every name is in it: each file was created above)
         body = {"format": fmt, "version": int(version), "generation": gen,
                 "files": {k: {"size": s, "crc32": c} for k, (s, c) in man.files.items()}, "meta": man.meta}
-        atomic_write(folder / MANIFEST, json.dumps(body, indent=1, sort_keys=True).encode())
+        atomic_write(folder / MANIFEST, json.dumps(body, indent=1, sort_keys=True).encode(), all_synced)
     except BaseException:
         for _, sfile, done in syncing:  # (a file is closed only once its fsync has returned)
             with contextlib.suppress(BaseException):
                 done.result()
             sfile.close()
+        if dir_synced is not None:
+            with contextlib.suppress(BaseException):
+                dir_synced.result()
         shutil.rmtree(gdir, ignore_errors=True)
         raise
     finally:
         fsyncer.shutdown(wait=True)
-    # The new set is the committed one: older generations (and temporaries of killed writers) go.
+    # The new set is the committed one: older generations (and temporaries of killed writers) go. (Here, not on
+    # a thread: a caller removing the folder right after must not race a deletion still under way.)
     for p in folder.iterdir():
         if p.name != gen and p.name.startswith(_GEN_PREFIX) and p.is_dir():
             shutil.rmtree(p, ignore_errors=True)

@@ -46,6 +46,7 @@ import json
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import IO, Any
 
@@ -486,12 +487,25 @@ def _build(buf: ReplayBuffer, plan: _Plan, src: _Arrays) -> ReplayBuffer:
         if (plan.meta["alpha"], plan.meta["eps"]) != (s.get("_alpha"), s.get("_eps")):
             raise _Bad(f"state['store']: alpha {plan.meta['alpha']} and eps {plan.meta['eps']} differ from the "
                        f"sampler's ({s.get('_alpha')}, {s.get('_eps')})")
-    try:
-        tmp._impl.restore(plan.meta)
-    except ValueError as e:
-        raise _Bad(f"the trajectory table does not match the rows: {e}") from None
-    for name, (i, dt, shape) in plan.rows.items():
-        src.read(name, dt, shape, into=tmp._impl.column_view(i)[: _row_bytes(dt, shape[1:]) * shape[0]])
+    rings = [(name, dt, shape, tmp._impl.column_view(i)[: _row_bytes(dt, shape[1:]) * shape[0]])
+             for name, (i, dt, shape) in plan.rows.items()]
+
+    def read_rows() -> None:
+        for name, dt, shape, into in rings:
+            src.read(name, dt, shape, into=into)
+
+    # The rows are read (and checksummed) on a thread while the store checks and rebuilds its trajectory table
+    # (neither touches the other's memory; both release the GIL); the table's error, if any, comes first.
+    with ThreadPoolExecutor(1, thread_name_prefix="trajview-load") as pool:
+        reading = pool.submit(read_rows)
+        try:
+            tmp._impl.restore(plan.meta)
+        except ValueError as e:
+            reading.exception()  # (the thread writes into tmp's rings: let it finish)
+            raise _Bad(f"the trajectory table does not match the rows: {e}") from None
+        finally:
+            wait([reading])
+        reading.result()
     return tmp
 
 
