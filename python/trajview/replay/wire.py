@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import json
 import math
+import os
 import socket
 import struct
 import termios
@@ -34,6 +35,18 @@ HELLO, BATCH, STATUS, BYE = 1, 2, 3, 4
 KINDS = {HELLO: "hello", BATCH: "batch", STATUS: "status", BYE: "goodbye"}
 ALIGN = 64
 MAX_HEADER = 1 << 24
+
+
+def _physical_memory() -> int:
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return 1 << 40
+
+
+#: A batch frame's payload is refused, before anything is allocated, above the machine's physical memory: no such
+#: batch could be held (and an allocator may abort rather than fail on an absurd size).
+MAX_PAYLOAD = _physical_memory()
 #: Payloads this small are joined into one send.
 SMALL = 1 << 16
 _CHUNK = 1 << 22  # most bytes read per recv
@@ -263,6 +276,8 @@ class Peer:
                 size = payload_size(self.header)
                 if size != self._plen:
                     raise ProtocolError(f"a batch's columns take {size} bytes, its frame says {self._plen}")
+                if size > MAX_PAYLOAD:
+                    raise ProtocolError(f"a batch of {size} bytes does not fit in memory")
                 if size:
                     try:
                         payload = np.empty(size, np.uint8)
