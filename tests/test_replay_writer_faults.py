@@ -27,7 +27,7 @@ import trajview as tv
 from trajview.replay import wire
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_replay_writers import make_fragment  # noqa: E402
+from test_replay_writers import make_fragment, two_env_batches  # noqa: E402
 
 CTX = multiprocessing.get_context("fork")
 BIG = 8192  # float64 per row of the "pad" column of big batches: 64 KiB a row, batches of ~600 KiB
@@ -36,25 +36,10 @@ BIG = 8192  # float64 per row of the "pad" column of big batches: 64 KiB a row, 
 def writer_batches(w: int, seed: int, n_adds: int, big: bool) -> list[dict]:
     """What writer ``w`` adds: each batch holds a fragment of each of its 2 envs' episodes (as a rollout worker
     with 2 envs); episode e of writer w has id (w + 1) << 20 | e, rows encode (writer, episode, t)."""
-    rng = np.random.default_rng([seed, w])
-    next_eps = 0
-
-    def new() -> dict:
-        nonlocal next_eps
-        next_eps += 1
-        return dict(eps=(w + 1) << 20 | next_eps, t=0, length=int(rng.integers(1, 25)))
-
-    envs, out = [new(), new()], []
+    batches = two_env_batches(w, np.random.default_rng([seed, w]), max_len=25, max_chunk=10)
+    out = []
     for _ in range(n_adds):
-        parts = []
-        for i, e in enumerate(envs):
-            n = min(int(rng.integers(1, 10)), e["length"] - e["t"])
-            done = e["t"] + n == e["length"]
-            parts.append(make_fragment(w, e["eps"], e["t"], n, done))
-            e["t"] += n
-            if done:
-                envs[i] = new()
-        batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        batch = next(batches)
         if big:
             batch["pad"] = np.broadcast_to(batch["obs"][:, 3:4], (len(batch["t"]), BIG)).copy()
         out.append(batch)

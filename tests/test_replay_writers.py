@@ -7,6 +7,8 @@ The long run: ``TRAJVIEW_WRITERS_SECONDS=60 pytest tests/test_replay_writers.py 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import multiprocessing
 import os
 import sys
@@ -35,30 +37,37 @@ def make_fragment(w: int, eps: int, t0: int, n: int, end: bool) -> dict:
             "terminateds": term, "truncateds": np.zeros(n, bool), "eps_id": np.full(n, eps, np.int64), "t": t}
 
 
-def writer_main(w: int, handle, seconds: float, counter, complete_only: bool = False) -> None:
-    """A writer like a rollout worker with 2 envs: each batch holds a fragment of each env's episode."""
-    rng = np.random.default_rng(w)
-    envs = []
+def two_env_batches(w: int, rng: np.random.Generator, max_len: int, max_chunk: int) -> Iterator[dict]:
+    """Endless batches of writer ``w``, as a rollout worker with 2 envs: each batch holds a fragment (1 to
+    ``max_chunk - 1`` steps) of each env's episode (1 to ``max_len - 1`` steps); episode e of writer w has id
+    (w + 1) << 20 | e."""
     next_eps = 0
 
-    def new():
+    def new() -> dict:
         nonlocal next_eps
         next_eps += 1
-        return dict(eps=(w + 1) << 20 | next_eps, t=0, length=int(rng.integers(1, 40)))
+        return dict(eps=(w + 1) << 20 | next_eps, t=0, length=int(rng.integers(1, max_len)))
 
     envs = [new(), new()]
-    end = time.monotonic() + seconds
-    sent = 0
-    while time.monotonic() < end:
+    while True:
         parts = []
         for i, e in enumerate(envs):
-            n = min(int(rng.integers(1, 12)), e["length"] - e["t"])
+            n = min(int(rng.integers(1, max_chunk)), e["length"] - e["t"])
             done = e["t"] + n == e["length"]
             parts.append(make_fragment(w, e["eps"], e["t"], n, done))
             e["t"] += n
             if done:
                 envs[i] = new()
-        batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        yield {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def writer_main(w: int, handle, seconds: float, counter, complete_only: bool = False) -> None:
+    """A writer like a rollout worker with 2 envs: each batch holds a fragment of each env's episode."""
+    batches = two_env_batches(w, np.random.default_rng(w), max_len=40, max_chunk=12)
+    end = time.monotonic() + seconds
+    sent = 0
+    while time.monotonic() < end:
+        batch = next(batches)
         handle.add(tv.SampleBatch(batch))
         sent += len(batch["t"])
     if complete_only:
