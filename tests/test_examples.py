@@ -56,7 +56,10 @@ def test_every_example_has_a_smoke_test():
     assert scripts == set(SMOKE)
 
 
-@pytest.mark.parametrize("script", sorted(SMOKE))
+# The Ray example starts a Ray session: marked `ray`, like every test that does (see the marker in pyproject.toml).
+@pytest.mark.parametrize(
+    "script", [pytest.param(s, marks=pytest.mark.ray) if "ray" in SMOKE[s] else s for s in sorted(SMOKE)]
+)
 def test_example_smoke(script):
     for module in SMOKE[script]:
         pytest.importorskip(module)
