@@ -8,7 +8,9 @@ rows total ``--sizes`` MiB. Per round, in the same folder and interleaved (so bo
   memory with a crc32, fsynced, renamed, the manifest replaced atomically) then ``rb2.loads(dir)`` (every file's
   size and crc32 verified, read straight into a fresh store, swapped in);
 * ``numpy``: ``np.save`` of each column's rows (the same bytes) then ``np.load`` of each: no checksum, no fsync,
-  no atomic rename: the bandwidth limit of writing and reading those bytes from Python;
+  no atomic rename: the bandwidth limit of writing and reading those bytes from Python (its pages are written
+  back after its clock stops: before every timed round, of every side, ``os.sync()`` runs untimed, so no side's
+  deferred writeback lands on another side's clock);
 * ``numpy+fsync``: the same with each file fsynced (what durability alone costs on this disk).
 
 Printed: per size and kind, the median of ``--repeats`` rounds with the spread (min..max) of the dump, load and
@@ -107,6 +109,10 @@ def measure(sizes_mib: list[int], kinds: list[str], repeats: int, where: Path) -
                 for side in (("trajview", "numpy", "numpy+fsync") if r % 2 == 0 else
                              ("numpy+fsync", "numpy", "trajview")):
                     d = where / f"{side}-{size}-{kind}"
+                    # Untimed: every side starts with nothing waiting to be written back. Without it the plain numpy
+                    # side's unsynced pages were written back while the next side was being timed (charging numpy's
+                    # deferred writes, and an fsync's journal commit, to whichever side came after it).
+                    os.sync()
                     if side == "trajview":
                         times[side].append(_trajview_round(rb, rb2, d))
                     else:
