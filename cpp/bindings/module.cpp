@@ -8,6 +8,7 @@ namespace trajview::bindings {
 void register_buffer(py::module_& m);
 void register_store(py::module_& m);
 void register_replay(py::module_& m);
+void register_envs(py::module_& m);
 }
 
 #ifndef TRAJVIEW_VERSION
@@ -20,4 +21,5 @@ PYBIND11_MODULE(_core, m) {
   trajview::bindings::register_buffer(m);
   trajview::bindings::register_store(m);
   trajview::bindings::register_replay(m);
+  trajview::bindings::register_envs(m);
 }

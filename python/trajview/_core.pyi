@@ -19,6 +19,10 @@ def _live_buffers() -> int: ...
 def crc32(data: Any, crc: int = 0) -> int:
     """zlib.crc32(data, crc) of a contiguous buffer (carry-less multiply folding where the CPU has it)."""
 def crc32_accelerated() -> bool: ...
+def step_envs(
+    envs: list[Any], ids: Any, acts: Any, start: int, out: Any, dtype: Any, rew: Any, term: Any, trunc: Any,
+    infos: list[Any] | None,
+) -> tuple[int, Any, BaseException | None, bool]: ...
 def start_writeback(fd: int, offset: int, nbytes: int) -> bool:
     """Starts writing a file's dirty pages in [offset, offset + nbytes) to disk (a hint; False where unsupported)."""
 

@@ -1,0 +1,186 @@
+"""`GymEnvList.step`'s common case runs in C++ (`_core.step_envs`); every other row is handed back to the Python
+loop. Property: for any mix of envs returning the common case and everything else (casts, numpy rewards and flags,
+non-contiguous or wrong observations, malformed results, raising envs, NaN rewards), with or without env_ids,
+infos and isolated failures, the C++ path gives exactly what the Python loop alone gives: the rows, the rewards
+and flags, the infos, the failures and their messages, the exception raised and `moved_on`, and the reward dtype.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trajview import _core
+from trajview.envs import GymEnvList
+
+KINDS = ("fast", "fast", "fast", "f64_exact", "f64_inexact", "list_obs", "np_f32_reward", "np_f64_reward",
+         "int_reward", "nan_reward", "np_bool_flags", "int_flag", "non_contiguous", "wrong_shape", "four_tuple",
+         "raise", "done", "truncated", "tuple_subclass", "int_obs_column")
+
+
+class ScriptedEnv(gym.Env):
+    """Returns, step by step, the kinds of results in ``script`` (cycled)."""
+
+    def __init__(self, script: list[str], seed: int) -> None:
+        self.observation_space = gym.spaces.Box(-10, 10, (3,), np.float32)
+        self.action_space = gym.spaces.Discrete(3)
+        self.script = script
+        self.t = 0
+        self.seed_ = seed
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        kind = self.script[self.t % len(self.script)]
+        self.t += 1
+        v = float(self.seed_ * 7 + self.t) + 0.25 * action
+        obs = np.array([v, -v, 0.5], np.float32)
+        rew, te, tr, info = v, False, False, {"t": self.t, "kind": kind}
+        if kind == "f64_exact":
+            obs = obs.astype(np.float64)
+        elif kind == "f64_inexact":
+            obs = obs.astype(np.float64) + 1e-9
+        elif kind == "list_obs":
+            obs = obs.tolist()
+        elif kind == "np_f32_reward":
+            rew = np.float32(v)
+        elif kind == "np_f64_reward":
+            rew = np.float64(v)
+        elif kind == "int_reward":
+            rew = int(v)
+        elif kind == "nan_reward":
+            rew = float("nan")
+        elif kind == "np_bool_flags":
+            te, tr = np.bool_(False), np.bool_(self.t % 2 == 0)
+        elif kind == "int_flag":
+            te = 1
+        elif kind == "non_contiguous":
+            obs = np.stack([obs, obs], axis=1)[:, 0]
+        elif kind == "wrong_shape":
+            obs = np.zeros(4, np.float32)
+        elif kind == "four_tuple":
+            return obs, rew, te, info
+        elif kind == "raise":
+            raise RuntimeError(f"env {self.seed_} failed at step {self.t}")
+        elif kind == "done":
+            te = True
+        elif kind == "truncated":
+            tr = True
+        elif kind == "tuple_subclass":
+            class Result(tuple):
+                pass
+            return Result((obs, rew, te, tr, info))
+        elif kind == "int_obs_column":
+            obs = obs.astype(np.int32)
+        return obs, rew, te, tr, info
+
+
+def _outcome(adapter: GymEnvList, actions, env_ids, need_infos, isolate, obs_out):
+    try:
+        res = adapter.step(actions, obs_out=obs_out, need_infos=need_infos, isolate_failures=isolate,
+                           env_ids=env_ids)
+    except BaseException as e:  # noqa: BLE001 (compared between the two paths)
+        return ("raised", type(e).__name__, str(e), adapter.moved_on().tolist())
+    return ("ok", np.array(res.obs, copy=True), res.rewards.copy(), res.terminateds.copy(), res.truncateds.copy(),
+            res.infos, bool(res.any_done), None if res.failed is None else res.failed.tolist(),
+            [(type(e).__name__, str(e)) for e in res.errors])
+
+
+def _same(a, b) -> None:
+    assert a[0] == b[0], (a, b)
+    if a[0] == "raised":
+        assert a == b
+        return
+    assert a[5:] == b[5:]
+    ok = np.ones(len(a[2]), bool)
+    ok[a[7] or []] = False  # a failed row's observation is not written (unspecified)
+    for x, y in zip(a[1:5], b[1:5]):
+        assert x.dtype == y.dtype and np.array_equal(x[ok], y[ok], equal_nan=True), (x, y)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    scripts=st.lists(st.lists(st.sampled_from(KINDS), min_size=1, max_size=6), min_size=1, max_size=6),
+    steps=st.integers(1, 8),
+    isolate=st.booleans(),
+    need_infos=st.booleans(),
+    subset=st.booleans(),
+    own_out=st.booleans(),
+    data=st.data(),
+)
+def test_cpp_step_loop_equals_the_python_loop(scripts, steps, isolate, need_infos, subset, own_out, data):
+    n = len(scripts)
+    pair = []
+    for in_cpp in (True, False):
+        a = GymEnvList([ScriptedEnv(s, k) for k, s in enumerate(scripts)])
+        a.step_in_cpp = in_cpp
+        a.reset()
+        pair.append(a)
+    for _ in range(steps):
+        if subset:
+            ids = np.array(sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1))), np.int64)
+        else:
+            ids = None
+        m = n if ids is None else len(ids)
+        actions = np.array(data.draw(st.lists(st.integers(0, 2), min_size=m, max_size=m)), np.int64)
+        outs = [np.full((n, 3), -1, np.float32) if own_out and ids is None else None for _ in pair]
+        got = [_outcome(a, actions, ids, need_infos, isolate, out) for a, out in zip(pair, outs)]
+        _same(*got)
+        assert pair[0].reward_dtype == pair[1].reward_dtype
+        assert (pair[0].saw_f32_rewards, pair[0].saw_other_rewards) == (pair[1].saw_f32_rewards,
+                                                                        pair[1].saw_other_rewards)
+        if got[0][0] == "raised":
+            break
+
+
+def test_the_common_case_runs_in_cpp(monkeypatch):
+    """After the first step (which notes the reward kind in Python), every row of a plain env goes through
+    `_core.step_envs` and none through the Python body."""
+    calls = []
+    real = _core.step_envs
+
+    def spy(*args):
+        out = real(*args)
+        calls.append(out[0])
+        return out
+
+    import trajview.envs.gym_list as gl
+
+    monkeypatch.setattr(gl._core, "step_envs", spy)
+    a = GymEnvList([ScriptedEnv(["fast"], k) for k in range(4)])
+    a.reset()
+    a.step(np.zeros(4, np.int64))  # rewards noted in Python
+    assert calls == []
+    for _ in range(3):
+        res = a.step(np.ones(4, np.int64))
+        assert res.obs[:, 2].tolist() == [0.5] * 4
+    assert calls == [4, 4, 4]
+
+
+def test_a_raising_env_keeps_its_traceback():
+    a = GymEnvList([ScriptedEnv(["fast"], 0), ScriptedEnv(["fast", "raise"], 1)])
+    a.reset()
+    a.step(np.zeros(2, np.int64))
+    with pytest.raises(RuntimeError, match="env 1 failed at step 2") as info:
+        a.step(np.zeros(2, np.int64))
+    assert any(e.name == "step" and str(e.path) == __file__ for e in info.traceback)  # the env's own frame
+    assert a.moved_on().tolist() == [0, 1]
+
+
+def test_step_envs_refuses_mismatched_buffers():
+    env = ScriptedEnv(["fast"], 0)
+    out = np.zeros((2, 3), np.float32)
+    rew, flags = np.zeros(2), np.zeros(2, bool)
+    with pytest.raises(ValueError, match="out must be C-contiguous rows of the given dtype"):
+        _core.step_envs([env, env], None, [0, 0], 0, out, np.dtype(np.float64), rew, flags, flags, None)
+    with pytest.raises(ValueError, match="rew must be a contiguous 1-d array of at least 2 items of 8 bytes"):
+        _core.step_envs([env, env], None, [0, 0], 0, out, out.dtype, np.zeros(2, np.float32), flags, flags, None)
+    with pytest.raises(ValueError, match="start out of range"):
+        _core.step_envs([env, env], None, [0, 0], 3, out, out.dtype, rew, flags, flags, None)
+    with pytest.raises(IndexError, match="env id out of range"):
+        _core.step_envs([env, env], [0, 5], [0, 0], 0, out, out.dtype, rew, flags, flags, None)
