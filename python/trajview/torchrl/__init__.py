@@ -1,0 +1,20 @@
+"""TorchRL drop-ins over trajview: `TrajviewStorage` (a TorchRL storage over the C++ replay store) and
+`TrajviewCollector` (a TorchRL data collector over trajview's rollout workers).
+
+Importable only where torchrl is installed (``pip install 'trajview[torchrl]'``); ``import trajview`` never
+imports it. See docs/guides/torchrl.md.
+"""
+
+from __future__ import annotations
+
+try:
+    import tensordict  # noqa: F401
+    import torchrl  # noqa: F401
+except ImportError as e:  # pragma: no cover - exercised where torchrl is missing
+    raise ImportError(
+        f"trajview.torchrl needs torchrl and tensordict ({e}); install them with: pip install 'trajview[torchrl]'"
+    ) from e
+
+from .storage import TrajviewStorage
+
+__all__ = ["TrajviewStorage"]

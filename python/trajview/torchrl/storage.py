@@ -1,0 +1,658 @@
+"""`TrajviewStorage`: a TorchRL storage (``torchrl.data.replay_buffers.Storage``) over trajview's C++ replay store.
+
+TorchRL's replay buffer composes a storage, a sampler and a writer; the writer puts each step in a *slot*
+``0 .. max_size - 1`` (``storage.set(cursor, data)``), the sampler picks slots (reading ``len(storage)``,
+``storage[:]`` for trajectory ids and end flags, the write cursor), and ``storage.get(index)`` builds the
+batch. This storage keeps TorchRL's slots as a map onto the rows of a trajview `ReplayBuffer` (the C++ store):
+
+- every step is appended to the C++ store, whose trajectories follow the data's trajectory ids
+  (``("collector", "traj_ids")``, else ``"episode"``) and end flags (``("next", "done")``, else
+  ``("next", "terminated") | ("next", "truncated")``); slot ``i`` remembers its step's row;
+- ``("next", k)`` of a root key ``k`` (an observation) is not stored: it is ``k`` read at ``+1`` in the
+  trajectory, with each trajectory piece's final observation in one extra row (the store's rule), so a step's
+  observation is stored once. A write whose ``("next", k)`` differs from the next step's ``k`` is refused;
+- ``views`` (``tv.ViewRequirement`` s, e.g. a frame stack ``observation@-3:0``) are built by the C++ store at
+  ``get`` time from the one stored copy, never stored;
+- ``get`` gathers the slots' rows (consecutive steps of one trajectory as one slice) without the GIL.
+
+The C++ store holds ``max_size + extra_rows`` rows: the final-observation rows and the rows of the oldest
+slots' trajectories. A trajectory is stored in pieces of at most ``extra_rows // 2`` steps (views do not read
+across such a cut, as before an episode start), so that every step a slot holds stays in the store; a write
+that would overwrite a step some slot still holds (too small ``extra_rows`` for the data) is refused and
+changes nothing.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torchrl.data.replay_buffers.storages import Storage, TensorStorage
+
+from .. import _core, _io
+from .._validate import positive_int
+from ..replay import ReplayBuffer, Sampler
+from ..replay import persistence
+from ..views import ViewRequirement
+from ..views.nest import SEP
+
+__all__ = ["TrajviewStorage"]
+
+#: Candidate trajectory-id keys, as TorchRL's SliceSampler looks for them.
+TRAJ_KEYS: tuple[tuple[str, ...], ...] = (("collector", "traj_ids"), ("episode",))
+#: End flags: ``("next", "done")``, else the OR of these.
+DONE_KEY = ("next", "done")
+END_KEYS = (("next", "terminated"), ("next", "truncated"))
+#: Root keys that are never read as observations under ``"next"`` (flags and rewards differ between steps).
+NOT_OBS = ("done", "terminated", "truncated", "reward")
+#: Internal columns handed to the store with each write (never stored).
+_KEY, _END = "__tv_key", "__tv_end"
+FORMAT = "trajview.torchrl-storage"
+VERSION = 1
+
+Key = tuple[str, ...]
+
+
+def _key(k: Any) -> Key:
+    return (k,) if isinstance(k, str) else tuple(k)
+
+
+def _flat(k: Key) -> str:
+    for part in k:
+        if SEP in part or part.startswith("__tv_"):
+            raise ValueError(f"TrajviewStorage: key {k!r}: names may not hold {SEP!r} nor start with '__tv_'")
+    return SEP.join(k)
+
+
+def _numpy(t: Any) -> np.ndarray:
+    if isinstance(t, torch.Tensor):
+        return t.detach().cpu().numpy()
+    return np.asarray(t)
+
+
+def _index(index: Any, length: int) -> tuple[np.ndarray, bool]:
+    """A TorchRL storage index as int64 slots (negative ones wrapped by ``length``), and whether it was one int."""
+    if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
+        idx = np.asarray([int(index)], np.int64)
+        scalar = True
+    elif isinstance(index, slice):
+        idx = np.arange(length, dtype=np.int64)[index]
+        scalar = False
+    elif isinstance(index, range):
+        idx = np.asarray(index, np.int64)
+        scalar = False
+    else:
+        if isinstance(index, tuple) and len(index) == 1:
+            index = index[0]
+        arr = _numpy(index)
+        if arr.dtype == bool:
+            arr = np.flatnonzero(arr.reshape(-1))
+        if arr.ndim == 0:
+            return _index(int(arr), length)
+        if arr.dtype.kind not in "iu":
+            raise TypeError(f"TrajviewStorage: an index must hold ints, got dtype {arr.dtype}")
+        idx = arr.astype(np.int64).reshape(-1)
+        scalar = False
+    idx = np.where(idx < 0, idx + length, idx)
+    return idx, scalar
+
+
+class _Writer:
+    """What one `TrajviewStorage.set` will do, computed before anything changes (then `TrajviewStorage._commit`)."""
+
+    def __init__(self, rows: np.ndarray, first: np.ndarray, open_: dict[int, list[int]],
+                 pending: dict[int, dict[str, np.ndarray]], next_ikey: int, fallback: int,
+                 data: dict[str, np.ndarray]) -> None:
+        self.rows, self.first, self.open, self.pending = rows, first, open_, pending
+        self.next_ikey, self.fallback, self.data = next_ikey, fallback, data
+
+
+class TrajviewStorage(TensorStorage):  # type: ignore[misc]
+    """A TorchRL storage of ``max_size`` steps over trajview's C++ replay store.
+
+    Use it as any TorchRL storage: ``TensorDictReplayBuffer(storage=TrajviewStorage(100_000,
+    views={"stack": tv.ViewRequirement("observation", shift="-3:0")}), sampler=SliceSampler(num_slices=8))``.
+
+    Args:
+        max_size: TorchRL's storage size, in steps (slots).
+        views: ``{name: tv.ViewRequirement}`` built into every batch ``get`` returns (a nested key's name is
+            its parts joined with ``"."``: ``"next.pixels"``); read from the stored columns, never stored.
+        next_keys: the root keys whose ``("next", key)`` is read from the store as the key at ``+1`` (stored
+            once). ``None`` (default): every root key that also sits under ``"next"`` with the same dtype and
+            shape, except done flags and rewards. ``()``: store every ``"next"`` entry as it is.
+        extra_rows: rows of the C++ store beyond ``max_size`` (default ``max(max_size // 8, 256)``); see the
+            module's doc.
+        storage: ``"memory"`` or ``"memmap"`` (rows in files under ``path``), as `trajview.ReplayBuffer`.
+        path: the folder of ``storage="memmap"``.
+    """
+
+    def __init__(
+        self,
+        max_size: int,
+        views: Mapping[Any, ViewRequirement] | None = None,
+        *,
+        next_keys: Iterable[Any] | None = None,
+        extra_rows: int | None = None,
+        storage: str = "memory",
+        path: str | os.PathLike[str] | None = None,
+    ) -> None:
+        max_size = positive_int("max_size", max_size)
+        # A TensorStorage to TorchRL (its replay buffers pick their collate function and fast paths by type), with
+        # none of its tensors: Storage's own setup, then what TorchRL reads of a TensorStorage.
+        Storage.__init__(self, max_size)
+        self.ndim = 1
+        self.device = torch.device("cpu")
+        self._storage = None
+        self._last_cursor = None
+        self.__dict__["_storage_keys"] = None
+        self.extra_rows = max(max_size // 8, 256) if extra_rows is None else positive_int("extra_rows", extra_rows)
+        if self.extra_rows < 2:
+            raise ValueError(f"extra_rows must be >= 2, got {self.extra_rows}")
+        self._views: dict[str, ViewRequirement] = {}
+        for name, vr in (views or {}).items():
+            if not isinstance(vr, ViewRequirement):
+                raise TypeError(f"views[{name!r}] must be a tv.ViewRequirement, got {type(vr).__name__}")
+            self._views[_flat(_key(name))] = vr
+        self._next_keys = None if next_keys is None else [_key(k) for k in next_keys]
+        self._backing = storage
+        self._path = path
+        if storage not in ("memory", "memmap"):
+            raise ValueError(f"storage must be 'memory' or 'memmap', got {storage!r}")
+        self._reset()
+
+    # -- state ---------------------------------------------------------------------------------------------
+
+    def _reset(self) -> None:
+        self._rb: ReplayBuffer | None = None
+        #: The TensorDict leaves: flat name -> (nested key, dtype, per-step shape); ``"next"`` ones included.
+        self._schema: dict[str, tuple[Key, np.dtype, tuple[int, ...]]] = {}
+        #: Shared observation columns: root flat name -> its ``"next"`` flat name (read at +1, not stored).
+        self._shared: dict[str, str] = {}
+        self._slot_row = np.full(self.max_size, -1, np.int64)  # each slot's absolute row in the store
+        self._slot_first = np.full(self.max_size, -1, np.int64)  # the first row of its store trajectory
+        self._len = 0
+        #: Open store trajectories, by the data's trajectory key: [store key, steps, first row].
+        self._open: dict[int, list[int]] = {}
+        #: Last next observation of each open store trajectory (checked against the step that continues it).
+        self._pending: dict[int, dict[str, np.ndarray]] = {}
+        self._next_ikey = 0
+        self._fallback = 0  # the data's trajectory key where it has no ids (counts end flags)
+
+    @property
+    def rows(self) -> int:
+        """Rows of the C++ store (``max_size + extra_rows``)."""
+        return self.max_size + self.extra_rows
+
+    @property
+    def cut_len(self) -> int:
+        """The most steps of one trajectory the store keeps as one piece that views read across."""
+        return max(self.extra_rows // 2, 1)
+
+    supports_conditional_update = False
+
+    @property
+    def _total_shape(self) -> torch.Size:
+        return torch.Size([self.max_size])
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size([self._len])
+
+    def flatten(self) -> TrajviewStorage:
+        return self
+
+    def _init(self) -> None:
+        pass
+
+    @property
+    def initialized(self) -> bool:
+        return self._rb is not None
+
+    @initialized.setter
+    def initialized(self, value: bool) -> None:
+        pass
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _empty(self) -> None:
+        if self._rb is not None:
+            self._rb.close()
+        self._reset()
+
+    def contains(self, item: Any) -> bool:
+        if isinstance(item, (int, np.integer)):
+            i = int(item) + (self._len if item < 0 else 0)
+            return 0 <= i < self._len and bool(self._slot_row[i] >= 0)
+        idx, _ = _index(item, self._len)
+        return bool(((idx >= 0) & (idx < self._len)).all() and (self._slot_row[np.clip(idx, 0, self.max_size - 1)] >= 0).all())
+
+    @property
+    def replay_buffer(self) -> ReplayBuffer | None:
+        """The trajview `ReplayBuffer` holding the rows (``None`` before the first write)."""
+        return self._rb
+
+    def frames_per_step(self, key: Any) -> float:
+        """Rows of ``key``'s stored column allocated per slot (``rows / max_size``: TorchRL's storages hold
+        2 per step where they store ``key`` and ``("next", key)``)."""
+        name = _flat(_key(key))
+        if self._rb is None or name not in self._rb.columns:
+            raise KeyError(f"{key!r} is not a stored column; stored: {list(self._rb.columns) if self._rb else []}")
+        return self.rows / self.max_size
+
+    # -- schema --------------------------------------------------------------------------------------------
+
+    def _infer(self, td: TensorDictBase) -> None:
+        schema: dict[str, tuple[Key, np.dtype, tuple[int, ...]]] = {}
+        for k in td.keys(include_nested=True, leaves_only=True):
+            key = _key(k)
+            v = td.get(key)
+            if not isinstance(v, torch.Tensor):
+                raise TypeError(f"TrajviewStorage: entry {key!r} is a {type(v).__name__}; only tensors are stored")
+            dt = np.dtype(str(v.dtype).removeprefix("torch."))
+            schema[_flat(key)] = (key, dt, tuple(v.shape[1:]))
+        if self._next_keys is None:
+            cands = [s[0] for s in schema.values() if s[0][0] not in ("next", "collector") and s[0][-1] not in NOT_OBS]
+        else:
+            cands = self._next_keys
+        shared: dict[str, str] = {}
+        for key in cands:
+            o, n = _flat(key), _flat(("next", *key))
+            if o in schema and n in schema and schema[o][1:] == schema[n][1:]:
+                shared[o] = n
+            elif self._next_keys is not None:
+                raise ValueError(f"next_keys: {key!r} and ('next', {', '.join(map(repr, key))}) must both be in the "
+                                 f"data with one dtype and shape; got {schema.get(o, (None,) * 3)[1:]} and "
+                                 f"{schema.get(n, (None,) * 3)[1:]}")
+        specs = {name: (dt, shape) for name, (_, dt, shape) in schema.items() if name not in shared.values()}
+        views = {n: ViewRequirement(o, shift=1) for o, n in shared.items()}
+        for name, vr in self._views.items():
+            if name in schema:
+                raise ValueError(f"views[{name!r}]: the data has an entry of that name; give the view another name")
+            views[name] = vr
+        sampler = Sampler()
+        sampler.traj_key, sampler.end_key = _KEY, _END
+        kw: dict[str, Any] = {"storage": self._backing, "path": self._path}
+        rb = ReplayBuffer(self.rows, sampler=sampler, columns=specs, views=views, next_obs=shared, **kw)
+        self._rb, self._schema, self._shared = rb, schema, shared
+
+    # -- writing -------------------------------------------------------------------------------------------
+
+    def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
+        if not isinstance(data, TensorDictBase):
+            raise TypeError(f"TrajviewStorage stores TensorDicts (TensorDictReplayBuffer, or ReplayBuffer.extend of a "
+                            f"TensorDict), got {type(data).__name__}")
+        slots, scalar = _index(cursor, self.max_size)
+        if scalar:
+            data = data.unsqueeze(0)
+        if data.batch_dims != 1:
+            data = data.reshape(-1)
+        if data.batch_size[0] != len(slots):
+            raise ValueError(f"TrajviewStorage.set: {len(slots)} slots for {data.batch_size[0]} steps")
+        if len(slots) > self.max_size:  # as TorchRL's storages: the last max_size steps (the others are overwritten)
+            slots, data = slots[-self.max_size:], data[-self.max_size:]
+        n = len(slots)
+        if ((slots < 0) | (slots >= self.max_size)).any():
+            raise IndexError(f"TrajviewStorage.set: slots must be in [0, {self.max_size}), got {slots.tolist()[:8]}...")
+        if len(np.unique(slots)) != n:
+            raise ValueError("TrajviewStorage.set: a slot is written twice in one call")
+        if n == 0:
+            return
+        if self._rb is None:
+            self._infer(data)
+        plan = self._plan(slots, data)
+        assert self._rb is not None
+        self._rb.add(plan.data)
+        self._commit(slots, plan)
+        if set_cursor:
+            self._set_last_cursor(torch.from_numpy(slots))
+            self._len = min(self._len + n, self.max_size)
+        self._bump_mutation_revision()
+
+    def _columns(self, data: TensorDictBase, n: int) -> dict[str, np.ndarray]:
+        cols: dict[str, np.ndarray] = {}
+        keys = {_flat(_key(k)) for k in data.keys(include_nested=True, leaves_only=True)}
+        if keys != set(self._schema):
+            raise ValueError(f"TrajviewStorage.set: the data's entries {sorted(keys)} differ from the stored ones "
+                             f"{sorted(self._schema)}")
+        for name, (key, dt, shape) in self._schema.items():
+            arr = _numpy(data.get(key))
+            if arr.dtype != dt or tuple(arr.shape[1:]) != shape:
+                raise ValueError(f"TrajviewStorage.set: entry {key!r}: expected dtype {dt} and per-step shape {shape}, "
+                                 f"got {arr.dtype} and {tuple(arr.shape[1:])}")
+            cols[name] = arr
+        return cols
+
+    def _trajectories(self, cols: Mapping[str, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray, bool]:
+        """The data's trajectory key and end flag of each step, and whether the keys are the data's own."""
+        done = np.zeros(n, bool)
+        flags = [DONE_KEY] if _flat(DONE_KEY) in cols else [k for k in END_KEYS if _flat(k) in cols]
+        for k in flags:
+            done |= cols[_flat(k)].reshape(n, -1).astype(bool).any(axis=1)
+        for tk in TRAJ_KEYS:
+            if _flat(tk) in cols:
+                ids = cols[_flat(tk)].reshape(n, -1)
+                if ids.shape[1] != 1 or ids.dtype.kind not in "iu":
+                    raise ValueError(f"TrajviewStorage.set: trajectory ids {tk!r} must be one int per step, got dtype "
+                                     f"{ids.dtype} and per-step shape {ids.shape[1:]}")
+                return ids[:, 0].astype(np.int64), done, True
+        return self._fallback + (np.cumsum(done) - done).astype(np.int64), done, False
+
+    def _plan(self, slots: np.ndarray, data: TensorDictBase) -> _Writer:
+        """Where each step goes in the store, checked (nothing changes here)."""
+        assert self._rb is not None
+        n = len(slots)
+        cols = self._columns(data, n)
+        ukeys, done, own = self._trajectories(cols, n)
+        has_next = bool(self._shared)
+        upieces = _core.trajectory_pieces(ukeys, done.view(np.uint8))
+        ends = np.r_[upieces[1:], n]
+        head0 = self._rb.rows_written()
+        cut = self.cut_len
+        # An upper bound of the rows this write takes (pieces may be cut further at cut_len steps).
+        bound = head0 + n + (2 * len(upieces) + n // cut + 1) * has_next
+        open_ = {k: list(v) for k, v in self._open.items()}
+        ikeys = np.empty(n, np.int64)
+        next_ikey = self._next_ikey
+        first_of: dict[int, int] = {}  # store key -> first row, for the keys this write continues
+        for s, e in zip(upieces.tolist(), ends.tolist()):
+            uk = int(ukeys[s])
+            cur = open_.get(uk)
+            at = s
+            while at < e:
+                if cur is None or cur[1] >= cut or cur[2] < bound - self.rows:
+                    cur = [next_ikey, 0, -1]
+                    next_ikey += 1
+                take = min(e - at, cut - cur[1])
+                ikeys[at:at + take] = cur[0]
+                if cur[2] >= 0:
+                    first_of[cur[0]] = cur[2]
+                cur[1] += take
+                at += take
+            if done[e - 1]:
+                open_.pop(uk, None)
+            else:
+                open_[uk] = cur  # type: ignore[assignment]
+        pieces = _core.trajectory_pieces(ikeys, done.view(np.uint8))
+        piece_of = np.zeros(n, np.int64)
+        piece_of[pieces[1:]] = 1
+        piece_of = np.cumsum(piece_of)
+        rows = head0 + np.arange(n, dtype=np.int64) + piece_of * int(has_next)
+        head1 = head0 + n + len(pieces) * int(has_next)
+        if head1 - head0 > self.rows:
+            raise ValueError(f"TrajviewStorage.set: {n} steps take {head1 - head0} rows, more than the store's "
+                             f"{self.rows}; raise extra_rows")
+        first = np.empty(n, np.int64)
+        for p, s in enumerate(pieces.tolist()):
+            e = int(pieces[p + 1]) if p + 1 < len(pieces) else n
+            k = int(ikeys[s])
+            first_of.setdefault(k, int(rows[s]))
+            first[s:e] = first_of[k]
+        for uk, cur in open_.items():
+            if cur[2] < 0:
+                cur[2] = first_of[cur[0]]
+        # Every step a slot still holds after this write must stay in the store.
+        kept = self._slot_row >= 0
+        kept[slots] = False
+        if kept.any():
+            oldest = int(self._slot_first[kept].min())
+            if oldest < head1 - self.rows:
+                raise ValueError(
+                    f"TrajviewStorage.set: this write of {n} steps would overwrite steps that slots still hold (the "
+                    f"store has {self.rows} rows: max_size {self.max_size} + extra_rows {self.extra_rows}); raise "
+                    f"extra_rows (final-observation rows and long trajectories need them)"
+                )
+        pending = self._check_next(cols, ikeys, done, pieces)
+        if not own:
+            fallback = self._fallback + int(done.sum())
+        else:
+            fallback = self._fallback
+        store = {k: v for k, v in cols.items() if k not in self._shared.values()}
+        for o, nx in self._shared.items():
+            store[nx] = cols[nx]
+        store[_KEY], store[_END] = ikeys, done
+        return _Writer(rows, first, open_, pending, next_ikey, fallback, store)
+
+    def _check_next(self, cols: Mapping[str, np.ndarray], ikeys: np.ndarray, done: np.ndarray,
+                    pieces: np.ndarray) -> dict[int, dict[str, np.ndarray]]:
+        """Refuses a ``("next", k)`` that is not the next step's ``k`` (it is read from there); returns the
+        pending next observations after this write."""
+        pending = {k: dict(v) for k, v in self._pending.items()}
+        n = len(ikeys)
+        for p, s in enumerate(pieces.tolist()):
+            e = int(pieces[p + 1]) if p + 1 < len(pieces) else n
+            k = int(ikeys[s])
+            for o, nx in self._shared.items():
+                prev = pending.get(k, {}).get(o)
+                if prev is not None and not _same(prev[None], cols[o][s:s + 1]).all():
+                    raise self._next_error(nx, o, s - 1, s)
+                ok = _same(cols[nx][s:e - 1], cols[o][s + 1:e])
+                if not ok.all():
+                    j = s + int(np.flatnonzero(~ok)[0])
+                    raise self._next_error(nx, o, j, j + 1)
+            if done[e - 1]:
+                pending.pop(k, None)
+            else:
+                pending[k] = {o: cols[nx][e - 1].copy() for o, nx in self._shared.items()}
+        return pending
+
+    def _next_error(self, nx: str, o: str, j: int, j1: int) -> ValueError:
+        return ValueError(
+            f"TrajviewStorage.set: {self._schema[nx][0]!r} of step {j} differs from {self._schema[o][0]!r} of the "
+            f"step after it ({j1}) in its trajectory, so it cannot be read from there; pass next_keys=() (or leave "
+            f"{self._schema[o][0]!r} out of next_keys) to store it as its own column"
+        )
+
+    def _commit(self, slots: np.ndarray, plan: _Writer) -> None:
+        self._slot_row[slots] = plan.rows
+        self._slot_first[slots] = plan.first
+        self._open, self._pending = plan.open, plan.pending
+        self._next_ikey, self._fallback = plan.next_ikey, plan.fallback
+
+    # -- reading -------------------------------------------------------------------------------------------
+
+    def get(self, index: Any) -> TensorDictBase:
+        idx, scalar = _index(index, self._len)
+        bad = (idx < 0) | (idx >= self._len)
+        if bad.any():
+            raise IndexError(f"TrajviewStorage.get: index {int(idx[bad][0])} out of range for {self._len} steps")
+        rows = self._slot_row[idx]
+        if (rows < 0).any():
+            raise IndexError(f"TrajviewStorage.get: slot {int(idx[rows < 0][0])} holds no step")
+        td = self._gather(rows)
+        return td[0] if scalar else td
+
+    def _gather(self, rows: np.ndarray) -> TensorDictBase:
+        assert self._rb is not None and self._rb._impl is not None
+        loc = np.asarray(self._rb._impl.locate(np.ascontiguousarray(rows)), np.int64).reshape(-1, 3)
+        if (loc[:, 0] < 0).any():  # never: set keeps every held step in the store
+            raise RuntimeError("TrajviewStorage: a slot's step left the store (a bug: please report it)")
+        n = len(rows)
+        new = np.ones(n, bool)
+        if n > 1:
+            new[1:] = (loc[1:, 0] != loc[:-1, 0]) | (loc[1:, 1] != loc[:-1, 1] + 1)
+        starts = np.flatnonzero(new)
+        lengths = np.diff(np.r_[starts, n])
+        picks = np.stack([loc[starts, 0], loc[starts, 1], lengths], axis=1)
+        batch, _ = self._rb._gather(picks, int(lengths.max()) if n else 1)
+        out = TensorDict({}, batch_size=[n])
+        for name in dict.keys(batch):
+            if name == "is_init":
+                continue
+            key: Key = self._schema[name][0] if name in self._schema else tuple(name.split(SEP))
+            out.set(key, torch.from_numpy(np.asarray(batch[name])))
+        return out
+
+    # -- persistence ---------------------------------------------------------------------------------------
+
+    def _meta(self) -> dict[str, Any]:
+        return {
+            "max_size": self.max_size, "extra_rows": self.extra_rows, "len": self._len,
+            "schema": [[name, list(key), dt.str, list(shape)] for name, (key, dt, shape) in self._schema.items()],
+            "shared": dict(self._shared), "views": sorted(self._views),
+            "open": [[uk, *v] for uk, v in self._open.items()],
+            "next_ikey": self._next_ikey, "fallback": self._fallback,
+            "last_cursor": self._last_cursor_index,
+        }
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        arrays = {"slot_row": self._slot_row.copy(), "slot_first": self._slot_first.copy()}
+        keys = sorted(self._pending)
+        arrays["pending_keys"] = np.asarray(keys, np.int64)
+        for o in self._shared:
+            if keys:
+                arrays[f"pending.{o}"] = np.stack([self._pending[k][o] for k in keys])
+        return arrays
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data (JSON-able values and numpy arrays; no objects): the slots, the trajectories' bookkeeping
+        and the trajview `ReplayBuffer`'s own `state_dict`."""
+        return {"meta": self._meta(), "arrays": self._arrays(),
+                "replay": None if self._rb is None else self._rb.state_dict()}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restores a `state_dict`, checked first; a state that is refused changes nothing."""
+        if not isinstance(state_dict, Mapping) or set(state_dict) != {"meta", "arrays", "replay"}:
+            raise ValueError("TrajviewStorage.load_state_dict: expected the entries ['arrays', 'meta', 'replay']")
+        self._check_config(state_dict["meta"])
+        rb = None
+        if state_dict["replay"] is not None:
+            rb = self._fresh_buffer()
+            rb.load_state_dict(state_dict["replay"])
+        self._restore(state_dict["meta"], state_dict["arrays"], rb)
+
+    def dumps(self, path: str | os.PathLike[str]) -> None:
+        """Writes the storage to the folder ``path`` as one committed unit (`trajview._io.commit_folder`: the
+        store's rows as trajview's replay dump, the slots as ``.npy`` files): a kill at any byte leaves the
+        previous dump whole."""
+        arrays = self._arrays()
+        files = {f"torchrl.{name}.npy": _npy(arr) for name, arr in arrays.items()}
+        meta: dict[str, Any] = {"torchrl": self._meta()}
+        if self._rb is None:
+            _io.commit_folder(path, FORMAT, VERSION, files, meta)
+            return
+        with persistence.dump_parts(self._rb) as (rfiles, rmeta):
+            meta["replay"] = rmeta
+            _io.commit_folder(path, FORMAT, VERSION, {**rfiles, **files}, meta)
+
+    def loads(self, path: str | os.PathLike[str]) -> None:
+        """Reads a `dumps` folder, verifying every file (`trajview.errors.FileIntegrityError` naming a damaged
+        one); a load that raises changes nothing."""
+        man = _io.read_manifest(Path(path), FORMAT, (VERSION,))
+        meta = man.meta.get("torchrl")
+        if not isinstance(meta, dict):
+            raise ValueError(f"{path}: the manifest holds no TrajviewStorage state")
+        self._check_config(meta)
+        arrays: dict[str, np.ndarray] = {}
+        for name in man.files:
+            if name.startswith("torchrl.") and name.endswith(".npy"):
+                raw = _io.read_verified(man, name)
+                arrays[name[len("torchrl."):-len(".npy")]] = np.load(io.BytesIO(bytes(raw)), allow_pickle=False)
+        rb = None
+        if "replay" in man.meta:
+            rb = self._fresh_buffer()
+            persistence.load_parts(rb, man, man.meta["replay"])
+        self._restore(meta, arrays, rb)
+        self._bump_mutation_revision()
+
+    def _fresh_buffer(self) -> ReplayBuffer:
+        sampler = Sampler()
+        sampler.traj_key, sampler.end_key = _KEY, _END
+        return ReplayBuffer(self.rows, sampler=sampler, storage=self._backing, path=self._path)
+
+    def _check_config(self, meta: Any) -> None:
+        """Refuses a saved state of a storage made with other settings."""
+        where = "TrajviewStorage state"
+        if not isinstance(meta, Mapping):
+            raise ValueError(f"{where}: 'meta' must be a dict")
+        for k in ("max_size", "extra_rows"):
+            if meta.get(k) != getattr(self, k):
+                raise ValueError(f"{where}: {k} is {meta.get(k)!r}, this storage's is {getattr(self, k)}")
+        if sorted(meta.get("views", [])) != sorted(self._views):
+            raise ValueError(f"{where}: views {meta.get('views')!r} differ from this storage's {sorted(self._views)}")
+
+    def _restore(self, meta: Any, arrays: Mapping[str, Any], rb: ReplayBuffer | None) -> None:
+        """Checks a saved state against this storage and swaps it in (nothing changes if it is refused)."""
+        where = "TrajviewStorage state"
+        self._check_config(meta)
+        length = meta.get("len")
+        if type(length) is not int or not 0 <= length <= self.max_size:
+            raise ValueError(f"{where}: len must be an int in [0, {self.max_size}], got {length!r}")
+        schema: dict[str, tuple[Key, np.dtype, tuple[int, ...]]] = {}
+        try:
+            for name, key, dt, shape in meta["schema"]:
+                schema[str(name)] = (tuple(str(p) for p in key), np.dtype(str(dt)), tuple(int(d) for d in shape))
+            shared = {str(o): str(n) for o, n in dict(meta["shared"]).items()}
+            open_ = {int(e[0]): [int(e[1]), int(e[2]), int(e[3])] for e in meta["open"]}
+            next_ikey, fallback = int(meta["next_ikey"]), int(meta["fallback"])
+            last_cursor = meta["last_cursor"]
+            if last_cursor is not None:
+                last_cursor = int(last_cursor)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{where}: malformed meta ({type(e).__name__}: {e})") from None
+        if (rb is None) != (not schema):
+            raise ValueError(f"{where}: the store's rows and the schema do not go together")
+        checked: dict[str, np.ndarray] = {}
+        for name in ("slot_row", "slot_first"):
+            a = np.asarray(arrays.get(name))
+            if a.dtype != np.int64 or a.shape != (self.max_size,):
+                raise ValueError(f"{where}: {name} must be int64 of shape ({self.max_size},), got {a.dtype} {a.shape}")
+            checked[name] = a.copy()
+        pk = np.asarray(arrays.get("pending_keys", np.zeros(0, np.int64)))
+        if pk.dtype != np.int64 or pk.ndim != 1:
+            raise ValueError(f"{where}: pending_keys must be a 1-D int64 array")
+        pending: dict[int, dict[str, np.ndarray]] = {int(k): {} for k in pk.tolist()}
+        for o in shared:
+            if len(pk) == 0:
+                continue
+            a = np.asarray(arrays.get(f"pending.{o}"))
+            _, dt, shape = schema[o]
+            if a.dtype != dt or a.shape != (len(pk), *shape):
+                raise ValueError(f"{where}: pending.{o} must be {dt} of shape {(len(pk), *shape)}")
+            for i, k in enumerate(pk.tolist()):
+                pending[int(k)][o] = a[i].copy()
+        rows = checked["slot_row"]
+        held = rows >= 0
+        if held[length:].any():
+            raise ValueError(f"{where}: a slot at or past len {length} holds a step")
+        if rb is not None and held.any():
+            assert rb._impl is not None
+            loc = np.asarray(rb._impl.locate(np.ascontiguousarray(rows[held])), np.int64).reshape(-1, 3)
+            if (loc[:, 0] < 0).any():
+                raise ValueError(f"{where}: slot_row names rows that hold no step in the store")
+        old = self._rb
+        self._rb, self._schema, self._shared = rb, schema, shared
+        self._slot_row, self._slot_first = rows, checked["slot_first"]
+        self._len, self._open, self._pending = length, open_, pending
+        self._next_ikey, self._fallback = next_ikey, fallback
+        self._set_last_cursor(last_cursor)
+        if old is not None and old is not rb:
+            old.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError("TrajviewStorage is not pickled (its rows live in C++); use state_dict() or dumps(path)")
+
+    def __repr__(self) -> str:
+        return (f"TrajviewStorage(max_size={self.max_size}, len={self._len}, rows={self.rows}, "
+                f"views={sorted(self._views)}, next_keys={sorted(self._shared)})")
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per row: ``a`` equals ``b`` (NaN equal to NaN)."""
+    eq = a == b
+    if a.dtype.kind == "f":
+        eq |= np.isnan(a) & np.isnan(b)
+    return eq.reshape(len(a), int(np.prod(a.shape[1:], dtype=np.int64))).all(axis=1)
+
+
+def _npy(arr: np.ndarray) -> Any:
+    def write(f: IO[bytes]) -> None:
+        np.save(f, np.ascontiguousarray(arr), allow_pickle=False)
+    return write
+
