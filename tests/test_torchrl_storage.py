@@ -336,18 +336,27 @@ def test_a_next_observation_that_is_not_the_next_step_is_refused():
     storage = TrajviewStorage(64)
     storage.set(range(10), episode_data([20])[:10])
     before = storage[:]
-    bad = episode_data([20])[10:]
-    bad["observation"][0] += 1  # differs from the ("next", "observation") stored before it
-    with pytest.raises(ValueError, match=r"\('next', 'observation'\) of step -1 differs"):
-        storage.set(range(10, 20), bad)
-    assert len(storage) == 10
-    assert_td_equal(storage[:], before)
     inside = episode_data([20])[10:]
     inside["next", "observation"][3] += 1
-    with pytest.raises(ValueError, match="of step 3 differs"):
+    with pytest.raises(ValueError, match=r"\('next', 'observation'\) of step 3 differs"):
         storage.set(range(10, 20), inside)
+    assert len(storage) == 10
+    assert_td_equal(storage[:], before)
     storage.set(range(10, 20), episode_data([20])[10:])  # the true continuation is taken
     assert_td_equal(storage[:], episode_data([20]))
+
+
+def test_writing_the_same_steps_again_starts_a_trajectory_of_its_own():
+    # TorchRL's PPO loop extends a buffer with the same batch every epoch: its trajectory ids come again, but
+    # its first step is not what the stored steps lead to, so nothing is joined (views do not read back).
+    data = episode_data([12])[:8]  # an open trajectory
+    storage = TrajviewStorage(8, views={"stack": tv.ViewRequirement("observation", shift="-3:0")})
+    rb = TensorDictReplayBuffer(storage=storage)
+    for _ in range(3):
+        rb.extend(data)
+        got = rb[:]
+        assert_td_equal(got.exclude("stack", "index"), data.exclude("index"))
+        assert torch.equal(got["stack"], _ref_stack(data, torch.arange(8)))
 
 
 def test_long_trajectories_are_cut_and_stay_readable():

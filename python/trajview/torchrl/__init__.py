@@ -15,6 +15,7 @@ except ImportError as e:  # pragma: no cover - exercised where torchrl is missin
         f"trajview.torchrl needs torchrl and tensordict ({e}); install them with: pip install 'trajview[torchrl]'"
     ) from e
 
+from .collector import TensorDictPolicy, TrajviewCollector
 from .storage import TrajviewStorage
 
-__all__ = ["TrajviewStorage"]
+__all__ = ["TensorDictPolicy", "TrajviewCollector", "TrajviewStorage"]

@@ -361,12 +361,23 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
         ikeys = np.empty(n, np.int64)
         next_ikey = self._next_ikey
         first_of: dict[int, int] = {}  # store key -> first row, for the keys this write continues
+        pending = {k: dict(v) for k, v in self._pending.items()}
         for s, e in zip(upieces.tolist(), ends.tolist()):
             uk = int(ukeys[s])
             cur = open_.get(uk)
+            if cur is not None and not self._follows(pending.get(cur[0]), cols, s):
+                pending.pop(cur[0], None)
+                cur = None  # not what the stored steps lead to (the same data written again): its own trajectory
+            for o, nx in self._shared.items():
+                ok = _same(cols[nx][s:e - 1], cols[o][s + 1:e])
+                if not ok.all():
+                    j = s + int(np.flatnonzero(~ok)[0])
+                    raise self._next_error(nx, o, j, j + 1)
             at = s
             while at < e:
                 if cur is None or cur[1] >= cut or cur[2] < bound - self.rows:
+                    if cur is not None:
+                        pending.pop(cur[0], None)
                     cur = [next_ikey, 0, -1]
                     next_ikey += 1
                 take = min(e - at, cut - cur[1])
@@ -375,10 +386,13 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
                     first_of[cur[0]] = cur[2]
                 cur[1] += take
                 at += take
+            assert cur is not None
             if done[e - 1]:
                 open_.pop(uk, None)
+                pending.pop(cur[0], None)
             else:
-                open_[uk] = cur  # type: ignore[assignment]
+                open_[uk] = cur
+                pending[cur[0]] = {o: cols[nx][e - 1].copy() for o, nx in self._shared.items()}
         pieces = _core.trajectory_pieces(ikeys, done.view(np.uint8))
         piece_of = np.zeros(n, np.int64)
         piece_of[pieces[1:]] = 1
@@ -408,7 +422,6 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
                     f"store has {self.rows} rows: max_size {self.max_size} + extra_rows {self.extra_rows}); raise "
                     f"extra_rows (final-observation rows and long trajectories need them)"
                 )
-        pending = self._check_next(cols, ikeys, done, pieces)
         if not own:
             fallback = self._fallback + int(done.sum())
         else:
@@ -419,28 +432,13 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
         store[_KEY], store[_END] = ikeys, done
         return _Writer(rows, first, open_, pending, next_ikey, fallback, store)
 
-    def _check_next(self, cols: Mapping[str, np.ndarray], ikeys: np.ndarray, done: np.ndarray,
-                    pieces: np.ndarray) -> dict[int, dict[str, np.ndarray]]:
-        """Refuses a ``("next", k)`` that is not the next step's ``k`` (it is read from there); returns the
-        pending next observations after this write."""
-        pending = {k: dict(v) for k, v in self._pending.items()}
-        n = len(ikeys)
-        for p, s in enumerate(pieces.tolist()):
-            e = int(pieces[p + 1]) if p + 1 < len(pieces) else n
-            k = int(ikeys[s])
-            for o, nx in self._shared.items():
-                prev = pending.get(k, {}).get(o)
-                if prev is not None and not _same(prev[None], cols[o][s:s + 1]).all():
-                    raise self._next_error(nx, o, s - 1, s)
-                ok = _same(cols[nx][s:e - 1], cols[o][s + 1:e])
-                if not ok.all():
-                    j = s + int(np.flatnonzero(~ok)[0])
-                    raise self._next_error(nx, o, j, j + 1)
-            if done[e - 1]:
-                pending.pop(k, None)
-            else:
-                pending[k] = {o: cols[nx][e - 1].copy() for o, nx in self._shared.items()}
-        return pending
+    def _follows(self, prev: Mapping[str, np.ndarray] | None, cols: Mapping[str, np.ndarray], s: int) -> bool:
+        """Whether step ``s`` is the next observation the open trajectory's last stored step saw."""
+        if not self._shared:
+            return True
+        if prev is None:
+            return False
+        return all(bool(_same(prev[o][None], cols[o][s:s + 1]).all()) for o in self._shared)
 
     def _next_error(self, nx: str, o: str, j: int, j1: int) -> ValueError:
         return ValueError(

@@ -44,7 +44,7 @@ def to_padded(columns: Mapping[str, Any], episode_lengths: Sequence[int]) -> dic
     return out
 
 
-def to_tensordict(columns: Mapping[str, Any], count: int, seq_keys: Collection[str] = ()) -> Any:
+def to_tensordict(columns: Mapping[str, Any], count: int, seq_keys: Collection[str] = (), obs_key: str = OBS) -> Any:
     """A `tensordict.TensorDict` of ``count`` rows in TorchRL's layout, zero copy where possible.
 
     ``new_obs`` -> ``("next", "obs")``; ``rewards`` -> ``("next", "reward")``,
@@ -58,7 +58,8 @@ def to_tensordict(columns: Mapping[str, Any], count: int, seq_keys: Collection[s
     every other column under its own name. ``infos`` is left out. The leaves
     of a nested column become nested keys: ``obs.image`` -> ``("obs", "image")``,
     ``new_obs.image`` -> ``("next", "obs", "image")``, ``actions.a`` -> ``("action", "a")``.
-    ``seq_keys`` (per-sequence columns) must be empty.
+    ``seq_keys`` (per-sequence columns) must be empty. ``obs_key`` names the observation in the TensorDict
+    (``"observation"``, TorchRL's envs' name: ``obs`` -> ``observation``, ``new_obs`` -> ``("next", "observation")``).
     Needs ``torch`` and ``tensordict`` (``pip install tensordict``).
     """
     try:
@@ -88,7 +89,7 @@ def to_tensordict(columns: Mapping[str, Any], count: int, seq_keys: Collection[s
     cols = dict(columns)
     # Nested leaves (``new_obs.image``, ``actions.a``): nested keys under the column's TorchRL name.
     nested: list[tuple[tuple[str, ...], Any]] = []
-    renamed = {NEXT_OBS: ("next", OBS), ACTIONS: ("action",)}
+    renamed = {NEXT_OBS: ("next", obs_key), ACTIONS: ("action",), OBS: (obs_key,)}
     for k in [k for k in cols if SEP in k]:
         top, *rest = k.split(SEP)
         if top == INFOS:
@@ -99,7 +100,9 @@ def to_tensordict(columns: Mapping[str, Any], count: int, seq_keys: Collection[s
     collector: dict[str, Any] = {}
     false = torch.zeros(n, 1, dtype=torch.bool)
     if NEXT_OBS in cols:
-        nxt["obs"] = tensor(cols.pop(NEXT_OBS))
+        nxt[obs_key] = tensor(cols.pop(NEXT_OBS))
+    if OBS in cols:
+        root[obs_key] = tensor(cols.pop(OBS))
     if REWARDS in cols:
         r = tensor(cols.pop(REWARDS))
         nxt["reward"] = r.unsqueeze(-1) if r.dim() == 1 else r

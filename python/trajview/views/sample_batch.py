@@ -583,16 +583,18 @@ class SampleBatch(dict):
         return {k: flat[k] if k in flat else assemble(k, keys, flat.__getitem__) for k in dict.fromkeys(
             k.split(SEP, 1)[0] for k in keys)}
 
-    def to_tensordict(self) -> Any:
+    def to_tensordict(self, obs_key: str = OBS) -> Any:
         """A `tensordict.TensorDict` in TorchRL's layout, zero copy where possible.
 
         ``new_obs`` -> ``("next", "obs")``, ``rewards`` -> ``("next", "reward")``,
         ``actions`` -> ``action``, ``eps_id`` -> ``("collector", "traj_ids")``, the
         end flags and ``is_init`` as ``[B, 1]`` bools, ``infos`` left out (the whole
         mapping: `views.interop.to_tensordict`; docs/contract.md, Flat layout).
+        ``obs_key="observation"``: the observation under TorchRL's envs' name (``obs`` -> ``observation``,
+        ``new_obs`` -> ``("next", "observation")``).
         Needs ``torch`` and ``tensordict`` (``pip install tensordict``).
         """
-        return interop.to_tensordict(dict(dict.items(self)), self.count, self._seq_keys)
+        return interop.to_tensordict(dict(dict.items(self)), self.count, self._seq_keys, obs_key)
 
     def rows(self) -> Iterator[dict[str, Any]]:
         """Yield one dict per timestep row holding that row of every per-step column."""
