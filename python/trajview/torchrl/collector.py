@@ -70,8 +70,11 @@ class TensorDictPolicy(Policy):
             self.view_requirements.pop(name, None)  # not in TorchRL's layout
         for name, vr in self.views.items():
             self.view_requirements[name] = vr
-        self._in_keys = [k if isinstance(k, str) else tuple(k) for k in self.module.in_keys]
-        for k in self._in_keys:
+        self._in_keys: list[str] = []
+        for k in self.module.in_keys:
+            if not isinstance(k, str) and len(k) == 1:
+                k = k[0]
+            self._in_keys.append(k)
             if k != OBS_KEY and k not in self.views:
                 raise ValueError(f"TrajviewCollector: the policy reads {k!r}; it can read {OBS_KEY!r} and the views "
                                  f"{sorted(self.views)}")

@@ -1,0 +1,206 @@
+"""`trajview.torchrl.TrajviewCollector` beside TorchRL's own `Collector` (0.14's name for SyncDataCollector).
+
+The cases follow TorchRL's collector tests (test/test_collector.py: batch sizes and frame counts, trajectory
+ids, consistency with a rollout of the env, set_seed, update_policy_weights_, state dicts, shutdown), run
+through TorchRL's public interface; the layout is compared key by key with TorchRL's collector's, and the
+data step by step with a plain gymnasium loop (the reference).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("tensordict")
+pytest.importorskip("torchrl")
+
+import gymnasium as gym  # noqa: E402
+from tensordict.nn import TensorDictModule  # noqa: E402
+from torch import nn  # noqa: E402
+from torchrl.envs import GymEnv, StepCounter, TransformedEnv  # noqa: E402
+from torchrl.envs.utils import ExplorationType  # noqa: E402
+
+import trajview as tv  # noqa: E402
+from trajview.torchrl import TrajviewCollector  # noqa: E402
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from torchrl.collectors import Collector  # noqa: E402
+
+
+def pendulum():
+    return gym.make("Pendulum-v1")
+
+
+def linear_policy(seed=0, in_key="observation", n_in=3):
+    torch.manual_seed(seed)
+    net = nn.Sequential(nn.Flatten(-2) if n_in != 3 else nn.Identity(), nn.Linear(n_in, 1), nn.Tanh())
+    return TensorDictModule(net, in_keys=[in_key], out_keys=["action"])
+
+
+def reference_rollout(policy, steps, seed):
+    """Pendulum stepped by hand: the policy's (deterministic) action on each observation; reset with
+    ``seed`` once, then without one (gymnasium's rule, as trajview's envs), max 200 steps per episode."""
+    env = pendulum()
+    obs, _ = env.reset(seed=seed)
+    rows = []
+    traj = 0
+    for _ in range(steps):
+        with torch.no_grad():
+            act = policy(tv_td(obs))["action"].numpy()[0]
+        nxt, r, term, trunc, _ = env.step(act)
+        rows.append((obs, act, nxt, float(r), bool(term), bool(trunc), traj))
+        obs = nxt
+        if term or trunc:
+            obs, _ = env.reset()
+            traj += 1
+    return rows
+
+
+def tv_td(obs):
+    from tensordict import TensorDict
+
+    return TensorDict({"observation": torch.as_tensor(obs).unsqueeze(0)}, batch_size=[1])
+
+
+def test_layout_matches_torchrls_collector():
+    policy = linear_policy()
+    ours = TrajviewCollector(pendulum, policy, frames_per_batch=100, total_frames=100, seed=0)
+    theirs = Collector(lambda: GymEnv("Pendulum-v1"), policy, frames_per_batch=100, total_frames=100,
+                       auto_register_policy_transforms=False)
+    a, b = next(iter(ours)), next(iter(theirs))
+    ka, kb = set(a.keys(True, True)), set(b.keys(True, True))
+    assert kb <= ka, kb - ka
+    for k in kb:
+        assert a[k].shape == b[k].shape and a[k].dtype == b[k].dtype, k
+    assert a.batch_size == b.batch_size == torch.Size([100])
+    ours.shutdown()
+    theirs.shutdown()
+
+
+@pytest.mark.parametrize("num_envs,num_workers", [(1, 0), (3, 0), (2, 2)])
+def test_batch_size_and_frame_count(num_envs, num_workers):
+    fpb = 60
+    c = TrajviewCollector(pendulum, linear_policy(), frames_per_batch=fpb, total_frames=250, num_envs=num_envs,
+                          num_workers=num_workers, seed=1)
+    slots = num_envs * max(num_workers, 1)
+    shapes = [td.shape for td in c]
+    assert len(shapes) == len(c) == 5  # 250 rounded up to whole batches, as TorchRL does
+    assert all(s == (torch.Size([fpb]) if slots == 1 else torch.Size([slots, fpb // slots])) for s in shapes)
+    c.shutdown()
+
+
+def test_matches_a_plain_gymnasium_loop():
+    policy = linear_policy(3)
+    c = TrajviewCollector(pendulum, policy, frames_per_batch=150, total_frames=450, seed=7,
+                          exploration_type=ExplorationType.DETERMINISTIC)
+    got = torch.cat(list(c))
+    c.shutdown()
+    ref = reference_rollout(policy, 450, seed=7)
+    obs, act, nxt, rew, term, trunc, traj = zip(*ref)
+    torch.testing.assert_close(got["observation"], torch.as_tensor(np.stack(obs)))
+    torch.testing.assert_close(got["action"], torch.as_tensor(np.stack(act)))
+    torch.testing.assert_close(got["next", "observation"], torch.as_tensor(np.stack(nxt)))
+    torch.testing.assert_close(got["next", "reward"][:, 0], torch.tensor(rew, dtype=torch.float32))
+    assert got["next", "terminated"][:, 0].tolist() == list(term)
+    assert got["next", "truncated"][:, 0].tolist() == list(trunc)
+    assert (got["next", "done"] == (got["next", "terminated"] | got["next", "truncated"])).all()
+    ids = got["collector", "traj_ids"]
+    # One id per trajectory, a new one after each end (TorchRL's traj_ids rule).
+    changes = (ids[1:] != ids[:-1]).tolist()
+    assert changes == [bool(t) for t in (np.array(trunc) | np.array(term))[:-1]]
+    assert len(set(ids.tolist())) == traj[-1] + 1
+
+
+def test_next_observation_is_the_next_steps_observation():
+    c = TrajviewCollector(pendulum, linear_policy(), frames_per_batch=300, total_frames=300, num_envs=3, seed=0)
+    td = next(iter(c))
+    c.shutdown()
+    for env in td:  # [envs, T]: each row one env in time order
+        same = env["collector", "traj_ids"][1:] == env["collector", "traj_ids"][:-1]
+        assert torch.equal(env["next", "observation"][:-1][same], env["observation"][1:][same])
+
+
+def test_views_are_keys_the_policy_reads():
+    vr = tv.ViewRequirement("observation", shift="-3:0")
+    policy = linear_policy(in_key="stack", n_in=12)
+    c = TrajviewCollector(pendulum, policy, frames_per_batch=250, total_frames=250, views={"stack": vr}, seed=0,
+                          exploration_type=ExplorationType.DETERMINISTIC)
+    td = next(iter(c))
+    c.shutdown()
+    assert td["stack"].shape == (250, 4, 3)
+    ids = td["collector", "traj_ids"]
+    for t in range(250):
+        for j, s in enumerate(range(-3, 1)):
+            u = t + s
+            want = td["observation"][u] if u >= 0 and ids[u] == ids[t] else torch.zeros(3)
+            assert torch.equal(td["stack"][t, j], want), (t, s)
+    with torch.no_grad():  # the action is the policy's on the stack (no CatFrames anywhere)
+        torch.testing.assert_close(policy(td.select("stack").clone())["action"], td["action"])
+
+
+def test_set_seed_reproduces_and_reset_moves_on():
+    c = TrajviewCollector(pendulum, linear_policy(), frames_per_batch=50, total_frames=-1, seed=0,
+                          exploration_type=ExplorationType.DETERMINISTIC)
+    it = iter(c)
+    a = next(it)
+    assert c.set_seed(0) == 0
+    b = next(iter(c))
+    torch.testing.assert_close(a["observation"], b["observation"])
+    c.reset()
+    d = next(iter(c))
+    assert not torch.equal(a["observation"][0], d["observation"][0])
+    c.shutdown()
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_update_policy_weights(num_workers):
+    policy = linear_policy()
+    c = TrajviewCollector(pendulum, policy, frames_per_batch=40, total_frames=-1, num_workers=num_workers, seed=0,
+                          exploration_type=ExplorationType.DETERMINISTIC)
+    it = iter(c)
+    next(it)
+    with torch.no_grad():
+        policy.module[1].weight.fill_(0.5)
+        policy.module[1].bias.fill_(-0.25)
+    c.update_policy_weights_()
+    td = next(it).reshape(-1)
+    with torch.no_grad():
+        want = policy(td.select("observation").clone())["action"]
+    torch.testing.assert_close(td["action"], want)
+    c.shutdown()
+
+
+def test_state_dict_round_trip():
+    p1, p2 = linear_policy(0), linear_policy(1)
+    c1 = TrajviewCollector(pendulum, p1, frames_per_batch=20, total_frames=100, seed=0)
+    it = iter(c1)
+    next(it)
+    next(it)
+    c2 = TrajviewCollector(pendulum, p2, frames_per_batch=20, total_frames=100, seed=0)
+    c2.load_state_dict(c1.state_dict())
+    assert torch.equal(p2.module[1].weight, p1.module[1].weight)
+    assert sum(1 for _ in c2) == 3  # 40 of the 100 frames were collected already
+    with pytest.raises(ValueError, match="frames"):
+        c2.load_state_dict({"policy_state_dict": p1.state_dict(), "frames": -1, "iter": 0})
+    c1.shutdown()
+    c2.shutdown()
+
+
+def test_torchrl_gym_envs_and_refusals():
+    c = TrajviewCollector(lambda: GymEnv("Pendulum-v1"), linear_policy(), frames_per_batch=10, total_frames=-1)
+    assert next(iter(c)).shape == (10,)
+    c.shutdown()
+    with pytest.raises(RuntimeError, match="shut down"):
+        next(iter(c))
+    with pytest.raises(TypeError, match="transforms are not run"):
+        TrajviewCollector(lambda: TransformedEnv(GymEnv("Pendulum-v1"), StepCounter()), linear_policy(),
+                          frames_per_batch=10)
+    with pytest.raises(ValueError, match="divisible"):
+        TrajviewCollector(pendulum, linear_policy(), frames_per_batch=10, num_envs=3)
+    with pytest.raises(ValueError, match="the policy reads 'pixels'"):
+        TrajviewCollector(pendulum, TensorDictModule(nn.Linear(3, 1), in_keys=["pixels"], out_keys=["action"]),
+                          frames_per_batch=10)
