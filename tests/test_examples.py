@@ -47,6 +47,7 @@ SMOKE = {
     "multi_agent.py": (),
     "dqn_replay.py": ("torch",),
     "torchrl_interop.py": ("torch", "tensordict"),
+    "torchrl_ppo.py": ("torch", "tensordict", "torchrl"),
     "workerset_ray.py": ("ray",),
 }
 

@@ -49,8 +49,10 @@ TRAJ_KEYS: tuple[tuple[str, ...], ...] = (("collector", "traj_ids"), ("episode",
 #: End flags: ``("next", "done")``, else the OR of these.
 DONE_KEY = ("next", "done")
 END_KEYS = (("next", "terminated"), ("next", "truncated"))
-#: Root keys that are never read as observations under ``"next"`` (flags and rewards differ between steps).
-NOT_OBS = ("done", "terminated", "truncated", "reward")
+#: Root keys that are never read as observations under ``"next"`` (flags and rewards differ between steps; value
+#: estimates are computed per row and need not match the next row's bit for bit).
+NOT_OBS = ("done", "terminated", "truncated", "reward", "state_value", "state_action_value", "advantage",
+           "value_target")
 #: Internal columns handed to the store with each write (never stored).
 _KEY, _END = "__tv_key", "__tv_end"
 FORMAT = "trajview.torchrl-storage"
@@ -125,7 +127,9 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
             its parts joined with ``"."``: ``"next.pixels"``); read from the stored columns, never stored.
         next_keys: the root keys whose ``("next", key)`` is read from the store as the key at ``+1`` (stored
             once). ``None`` (default): every root key that also sits under ``"next"`` with the same dtype and
-            shape, except done flags and rewards. ``()``: store every ``"next"`` entry as it is.
+            shape (except done flags and rewards) for which the first write holds the rule (``("next", key)``
+            of each step is ``key`` of the step after it in its trajectory). ``()``: store every ``"next"``
+            entry as it is.
         extra_rows: rows of the C++ store beyond ``max_size`` (default ``max(max_size // 8, 256)``); see the
             module's doc.
         storage: ``"memory"`` or ``"memmap"`` (rows in files under ``path``), as `trajview.ReplayBuffer`.
@@ -257,14 +261,23 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
                 raise TypeError(f"TrajviewStorage: entry {key!r} is a {type(v).__name__}; only tensors are stored")
             dt = np.dtype(str(v.dtype).removeprefix("torch."))
             schema[_flat(key)] = (key, dt, tuple(v.shape[1:]))
-        if self._next_keys is None:
+        auto = self._next_keys is None
+        if auto:
             cands = [s[0] for s in schema.values() if s[0][0] not in ("next", "collector") and s[0][-1] not in NOT_OBS]
+            cols = {name: _numpy(td.get(key)) for name, (key, _, _) in schema.items()}
+            ukeys, done, _ = self._trajectories(cols, td.batch_size[0])
+            starts = _core.trajectory_pieces(ukeys, done.view(np.uint8))
+            ends = np.r_[starts[1:], len(ukeys)]
         else:
-            cands = self._next_keys
+            cands = list(self._next_keys or [])
         shared: dict[str, str] = {}
         for key in cands:
             o, n = _flat(key), _flat(("next", *key))
             if o in schema and n in schema and schema[o][1:] == schema[n][1:]:
+                # By default, only where the first write holds the rule (a network's outputs, such as a value
+                # computed on each observation, need not be equal bit for bit: they are stored as they come).
+                if auto and not all(_same(cols[n][a:b - 1], cols[o][a + 1:b]).all() for a, b in zip(starts, ends)):
+                    continue
                 shared[o] = n
             elif self._next_keys is not None:
                 raise ValueError(f"next_keys: {key!r} and ('next', {', '.join(map(repr, key))}) must both be in the "
