@@ -325,6 +325,20 @@ def test_next_observation_is_stored_once():
     assert storage.replay_buffer.rows_written() == 42
 
 
+def test_next_entries_that_do_not_follow_are_stored_as_they_come():
+    # TorchRL's tests write random ("next", k): by default such a key is not shared, and reads back as written.
+    torch.manual_seed(0)
+    data = episode_data([10, 10])
+    data["next", "observation"] = torch.randn(20, 3)
+    data["state_value"] = torch.randn(20, 1)
+    data["next", "state_value"] = torch.cat([data["state_value"][1:], torch.zeros(1, 1)])  # follows, yet a value
+    storage = TrajviewStorage(32)
+    storage.set(range(20), data)
+    cols = storage.replay_buffer.columns
+    assert "next.observation" in cols and "next.state_value" in cols
+    assert_td_equal(storage[:], data)
+
+
 def test_next_keys_empty_stores_next_entries():
     storage = TrajviewStorage(64, next_keys=())
     storage.set(range(40), episode_data([20, 20]))
