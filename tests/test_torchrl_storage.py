@@ -448,6 +448,34 @@ def test_damaged_dump_is_refused_and_changes_nothing(tmp_path):
     assert len(b) == 5
 
 
+def test_memmap_rows_dump_and_load(tmp_path):
+    data = episode_data([30, 25])
+    a = TrajviewStorage(64, storage="memmap", path=tmp_path / "rings_a")
+    a.set(range(55), data)
+    assert_td_equal(a[:], data)
+    a.dumps(tmp_path / "d")
+    b = TrajviewStorage(64, storage="memmap", path=tmp_path / "rings_b")
+    b.set(range(5), episode_data([5], start=900))
+    b.loads(tmp_path / "d")
+    assert_td_equal(b[:], data)
+
+
+def test_empty_and_cached_slice_sampler():
+    storage = TrajviewStorage(64)
+    rb = TensorDictReplayBuffer(storage=storage, sampler=SliceSampler(slice_len=5, cache_values=True), batch_size=10)
+    rb.extend(episode_data([20, 20]))
+    assert set(rb.sample()["collector", "traj_ids"].tolist()) <= {0, 1}
+    rb.extend(episode_data([20], first_id=7, start=500))  # a write changes the storage's revision: the cache goes
+    seen: set[int] = set()
+    for _ in range(40):
+        seen |= set(rb.sample()["collector", "traj_ids"].tolist())
+    assert 7 in seen
+    rb.empty()
+    assert len(rb) == 0 and storage.replay_buffer is None
+    rb.extend(episode_data([10]))
+    assert_td_equal(rb[:].exclude("index"), episode_data([10]))
+
+
 def test_no_pickle():
     import pickle
 

@@ -573,6 +573,11 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
         self._bump_mutation_revision()
 
     def _fresh_buffer(self) -> ReplayBuffer:
+        """The buffer a load fills: a new one (swapped in when all of the load passed), or, for a memory-mapped
+        storage that has one, its own (which loads into staged ring files and swaps them in itself: its folder
+        has one owner)."""
+        if self._backing == "memmap" and self._rb is not None:
+            return self._rb
         sampler = Sampler()
         sampler.traj_key, sampler.end_key = _KEY, _END
         return ReplayBuffer(self.rows, sampler=sampler, storage=self._backing, path=self._path)
