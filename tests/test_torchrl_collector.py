@@ -204,3 +204,76 @@ def test_torchrl_gym_envs_and_refusals():
     with pytest.raises(ValueError, match="the policy reads 'pixels'"):
         TrajviewCollector(pendulum, TensorDictModule(nn.Linear(3, 1), in_keys=["pixels"], out_keys=["action"]),
                           frames_per_batch=10)
+
+
+# -- the same checks on both collectors (TorchRL's test_collector.py patterns) ------------------------------------
+
+def _seeded_gym_env(seed):
+    def make():
+        env = GymEnv("Pendulum-v1")
+        if seed is not None:
+            env.set_seed(seed)
+        return env
+    return make
+
+
+COLLECTORS = {
+    "trajview": lambda policy, fpb, total, seed=None: TrajviewCollector(pendulum, policy, frames_per_batch=fpb,
+                                                                       total_frames=total, seed=seed),
+    "torchrl": lambda policy, fpb, total, seed=None: Collector(_seeded_gym_env(seed), policy, frames_per_batch=fpb,
+                                                               total_frames=total,
+                                                               auto_register_policy_transforms=False),
+}
+
+
+@pytest.fixture(params=sorted(COLLECTORS))
+def make_collector(request):
+    return COLLECTORS[request.param]
+
+
+def test_frames_and_batches_both(make_collector):
+    c = make_collector(linear_policy(), 50, 250)
+    batches = list(c)
+    assert [b.numel() for b in batches] == [50] * 5 and len(c) == 5
+    c.shutdown()
+
+
+def test_trajectory_ids_and_next_observation_both(make_collector):
+    c = make_collector(linear_policy(), 450, 450)
+    td = next(iter(c))
+    c.shutdown()
+    ids = td["collector", "traj_ids"]
+    done = td["next", "done"][:, 0]
+    # A new id right after each end, never inside a trajectory; next observation = the next step's within one.
+    assert ((ids[1:] != ids[:-1]) == done[:-1]).all()
+    same = ids[1:] == ids[:-1]
+    assert torch.equal(td["next", "observation"][:-1][same], td["observation"][1:][same])
+    assert done.sum() == 2  # Pendulum's 200-step time limit, twice in 450 steps
+    assert (td["next", "truncated"][:, 0] == done).all()
+
+
+def test_same_seed_same_data_both(make_collector):
+    policy = linear_policy()
+    first = []
+    for _ in range(2):
+        c = make_collector(policy, 30, -1, seed=3)
+        first.append(next(iter(c)))
+        c.shutdown()
+    torch.testing.assert_close(first[0]["observation"], first[1]["observation"])
+    c = make_collector(policy, 30, -1, seed=4)
+    assert not torch.equal(next(iter(c))["observation"][0], first[0]["observation"][0])
+    c.shutdown()
+
+
+def test_policy_weights_are_used_both(make_collector):
+    policy = linear_policy()
+    c = make_collector(policy, 20, -1)
+    it = iter(c)
+    next(it)
+    with torch.no_grad():
+        policy.module[1].weight.fill_(-0.5)
+    c.update_policy_weights_()
+    td = next(it)
+    with torch.no_grad():
+        torch.testing.assert_close(policy(td.select("observation").clone())["action"], td["action"])
+    c.shutdown()
