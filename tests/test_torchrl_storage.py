@@ -35,7 +35,11 @@ from torchrl.data.replay_buffers import (  # noqa: E402
 
 import trajview as tv  # noqa: E402
 from trajview.errors import FileIntegrityError  # noqa: E402
-from trajview.torchrl import TrajviewStorage  # noqa: E402
+from trajview.torchrl import (  # noqa: E402
+    TrajviewSliceSampler,
+    TrajviewSliceSamplerWithoutReplacement,
+    TrajviewStorage,
+)
 
 _made = iter(range(10**9))
 STORAGES = {
@@ -198,13 +202,14 @@ def _slice_data(episode_key, done_key):
 @pytest.mark.parametrize("batch_size,num_slices,slice_len", [(100, 20, None), (120, 30, None), (100, None, 5),
                                                              (120, None, 4), (101, None, 101)])
 @pytest.mark.parametrize("episode_key,done_key", [("episode", "done"), (("some", "episode"), ("some", "done"))])
-def test_slice_sampler(make_storage, batch_size, num_slices, slice_len, episode_key, done_key):
+@pytest.mark.parametrize("cls", [SliceSampler, TrajviewSliceSampler])
+def test_slice_sampler(make_storage, batch_size, num_slices, slice_len, episode_key, done_key, cls):
     torch.manual_seed(0)
     storage = make_storage(100)
     storage.set(range(100), _slice_data(episode_key, done_key))
     strict = not (slice_len is not None and slice_len > 15)
-    sampler = SliceSampler(num_slices=num_slices, slice_len=slice_len, traj_key=episode_key, end_key=done_key,
-                           strict_length=strict)
+    sampler = cls(num_slices=num_slices, slice_len=slice_len, traj_key=episode_key, end_key=done_key,
+                  strict_length=strict)
     n_slices = batch_size // slice_len if slice_len is not None else num_slices
     seen: set[int] = set()
     too_short = False
@@ -225,14 +230,15 @@ def test_slice_sampler(make_storage, batch_size, num_slices, slice_len, episode_
 
 
 @pytest.mark.parametrize("batch_size,num_slices", [(20, 4), (4, 2)])
-def test_slice_sampler_without_replacement(make_storage, batch_size, num_slices):
+@pytest.mark.parametrize("cls", [SliceSamplerWithoutReplacement, TrajviewSliceSamplerWithoutReplacement])
+def test_slice_sampler_without_replacement(make_storage, batch_size, num_slices, cls):
     torch.manual_seed(0)
     episode = torch.arange(100, dtype=torch.int) // 5
     done = (torch.arange(100) % 5 == 4).unsqueeze(-1)
     data = TensorDict({"episode": episode, "steps": torch.arange(100) % 5, "done": done}, [100])
     storage = make_storage(100)
     storage.set(range(100), data)
-    sampler = SliceSamplerWithoutReplacement(num_slices=num_slices, traj_key="episode", end_key="done")
+    sampler = cls(num_slices=num_slices, traj_key="episode", end_key="done")
     seen: set[int] = set()
     for _ in range(5):
         index, _ = sampler.sample(storage, batch_size=batch_size)
@@ -254,6 +260,24 @@ def test_slice_sampler_strict_length(make_storage):
     for _ in range(20):
         s = rb.sample()
         assert s.shape == torch.Size([8]) and (s["traj"] == 0).all()
+
+
+def test_trajview_slice_sampler_gathers_only_the_batch(monkeypatch):
+    data = episode_data([13, 9, 21, 7, 30, 20])
+    storage = TrajviewStorage(100, views={"stack": tv.ViewRequirement("observation", shift="-3:0")})
+    gathered = []
+    real = storage._gather
+    monkeypatch.setattr(storage, "_gather", lambda rows: gathered.append(len(rows)) or real(rows))
+    for cls, whole in ((SliceSampler, True), (TrajviewSliceSampler, False)):
+        torch.manual_seed(0)
+        rb = TensorDictReplayBuffer(storage=storage, sampler=cls(slice_len=5), batch_size=20)
+        if not len(storage):
+            rb.extend(data)
+        gathered.clear()
+        s = rb.sample()
+        # TorchRL's reads storage[:] (every step, with its views); ours reads the ids alone, gathers the batch.
+        assert (max(gathered) == 100) == whole and min(gathered) >= (1 if whole else 20), (cls, gathered)
+        assert (s.view(4, 5)["collector", "traj_ids"].unique(dim=1).shape[1] == 1)
 
 
 def test_slice_sampler_reads_collector_trajectories_with_views():

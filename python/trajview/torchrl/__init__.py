@@ -16,6 +16,14 @@ except ImportError as e:  # pragma: no cover - exercised where torchrl is missin
     ) from e
 
 from .collector import TensorDictPolicy, TrajviewCollector
+from .samplers import TrajviewPrioritizedSliceSampler, TrajviewSliceSampler, TrajviewSliceSamplerWithoutReplacement
 from .storage import TrajviewStorage
 
-__all__ = ["TensorDictPolicy", "TrajviewCollector", "TrajviewStorage"]
+__all__ = [
+    "TensorDictPolicy",
+    "TrajviewCollector",
+    "TrajviewPrioritizedSliceSampler",
+    "TrajviewSliceSampler",
+    "TrajviewSliceSamplerWithoutReplacement",
+    "TrajviewStorage",
+]

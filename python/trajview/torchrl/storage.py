@@ -24,9 +24,10 @@ changes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -173,6 +174,7 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
     # -- state ---------------------------------------------------------------------------------------------
 
     def _reset(self) -> None:
+        self._columns_only = False
         self._rb: ReplayBuffer | None = None
         #: The TensorDict leaves: flat name -> (nested key, dtype, per-step shape); ``"next"`` ones included.
         self._schema: dict[str, tuple[Key, np.dtype, tuple[int, ...]]] = {}
@@ -476,8 +478,29 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
         rows = self._slot_row[idx]
         if (rows < 0).any():
             raise IndexError(f"TrajviewStorage.get: slot {int(idx[rows < 0][0])} holds no step")
+        if self._columns_only:
+            return _Columns(self, rows)  # type: ignore[return-value]
         td = self._gather(rows)
         return td[0] if scalar else td
+
+    @contextlib.contextmanager
+    def columns_only(self) -> Iterator[None]:
+        """Inside, ``get`` returns a read-only mapping whose ``[key]`` gathers that one stored entry over the
+        slots (a view of the store's rows indexed by each slot's row), nothing else: what a slice sampler
+        reads to find trajectories (`TrajviewSliceSampler`), without copying every frame and view."""
+        was, self._columns_only = self._columns_only, True
+        try:
+            yield
+        finally:
+            self._columns_only = was
+
+    def _column(self, name: str, rows: np.ndarray) -> torch.Tensor:
+        """The stored column ``name`` at the store's absolute ``rows`` (one gather of that column alone)."""
+        assert self._rb is not None and self._rb._impl is not None
+        i = list(self._rb.columns).index(name)
+        dt, shape = self._rb.columns[name]
+        ring = self._rb._impl.column_view(i).view(dt).reshape(self.rows, *shape)
+        return torch.from_numpy(ring[rows % self.rows])
 
     def _gather(self, rows: np.ndarray) -> TensorDictBase:
         assert self._rb is not None and self._rb._impl is not None
@@ -672,3 +695,38 @@ def _npy(arr: np.ndarray) -> Any:
         np.save(f, np.ascontiguousarray(arr), allow_pickle=False)
     return write
 
+
+
+class _Columns:
+    """What `TrajviewStorage.get` returns inside `TrajviewStorage.columns_only`: entries gathered one at a time."""
+
+    def __init__(self, storage: TrajviewStorage, rows: np.ndarray) -> None:
+        self._storage, self._rows = storage, rows
+
+    def keys(self, include_nested: bool = False, leaves_only: bool = False) -> list[Any]:
+        out: list[Any] = []
+        for key, _, _ in self._storage._schema.values():
+            if include_nested:
+                out.extend(key[:i] if i > 1 else key[0] for i in range(1, len(key) + 1))
+            elif len(key) == 1:
+                out.append(key[0])
+        return list(dict.fromkeys(out))
+
+    def __getitem__(self, key: Any) -> torch.Tensor:
+        name = _flat(_key(key))
+        rb = self._storage._rb
+        if rb is None or name not in self._storage._schema:
+            raise KeyError(key)
+        if name in rb.columns:
+            return self._storage._column(name, self._rows)
+        # A shared next observation: read from the store with the rows' trajectories.
+        return self._storage._gather(self._rows).get(self._storage._schema[name][0])
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __contains__(self, key: Any) -> bool:
+        return _flat(_key(key)) in self._storage._schema
