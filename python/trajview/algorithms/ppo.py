@@ -61,6 +61,9 @@ PPO_DEFAULTS: dict[str, Any] = {
 #: weights at the start of the update.
 PROX_LOGP = "prox_logp"
 
+#: What `PPOPolicy.learn_on_batch` returns: each loss term's mean over the minibatches.
+STATS = ("policy_loss", "vf_loss", "entropy", "kl", "clip_frac", "total_loss")
+
 
 def minibatches(batch: Mapping[str, torch.Tensor], size: int, generator: torch.Generator | None = None):
     """Shuffled minibatches of about ``size`` rows (dicts of tensors).
@@ -71,11 +74,14 @@ def minibatches(batch: Mapping[str, torch.Tensor], size: int, generator: torch.G
     """
     seq_lens = batch.get(SampleBatch.SEQ_LENS)
     n_rows = len(batch[SampleBatch.ACTIONS])
+    if n_rows <= size:  # one minibatch of every row: its order changes no mean, so it is not shuffled (nor copied)
+        yield dict(batch)
+        return
     if seq_lens is None:
         perm = torch.randperm(n_rows, generator=generator)
+        shuffled = {k: v[perm] for k, v in batch.items()}  # one gather per column per epoch; minibatches are views
         for a in range(0, n_rows, size):
-            idx = perm[a : a + size]
-            yield {k: v[idx] for k, v in batch.items()}
+            yield {k: v[a : a + size] for k, v in shuffled.items()}
         return
     seq_lens = seq_lens.long()
     n_seq = len(seq_lens)
@@ -124,7 +130,7 @@ class PPOPolicy(TorchPolicy):
         if getattr(model, "action_dist", None) is None:
             model.action_dist = make_action_head(action_space)
         super().__init__(observation_space, action_space, cfg, model=model)
-        self.last_stats: dict[str, float] = {}
+        self.last_stats_tensor = torch.zeros(len(STATS))
 
     # -- acting ---------------------------------------------------------------
 
@@ -175,15 +181,16 @@ class PPOPolicy(TorchPolicy):
         entropy = dist.entropy().mean()
         policy_loss = -surrogate.mean()
         total = policy_loss + float(cfg["vf_loss_coeff"]) * vf_loss - float(cfg["entropy_coeff"]) * entropy
-        with torch.no_grad():
-            self.last_stats = {
-                "policy_loss": float(policy_loss),
-                "vf_loss": float(vf_loss),
-                "entropy": float(entropy),
-                "kl": float(torch.mean(old_logp - logp)),
-                "clip_frac": float(torch.mean((torch.abs(ratio - 1) > clip).float())),
-            }
+        with torch.no_grad():  # as one tensor (STATS' order): read once per learn_on_batch, not once per minibatch
+            self.last_stats_tensor = torch.stack([
+                policy_loss, vf_loss, entropy, torch.mean(old_logp - logp),
+                torch.mean((torch.abs(ratio - 1) > clip).float()), total]).detach()
         return total
+
+    @property
+    def last_stats(self) -> dict[str, float]:
+        """The last minibatch's loss terms (`STATS`), as floats."""
+        return dict(zip(STATS, self.last_stats_tensor.tolist()))
 
     def logp_of_actions(self, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Each row's action logp (float32) under the current weights, in eval mode and without gradients: a training
@@ -204,7 +211,7 @@ class PPOPolicy(TorchPolicy):
             tensors[PROX_LOGP] = self.logp_of_actions(tensors)
         size = int(self.config["sgd_minibatch_size"])
         grad_clip = self.config.get("grad_clip")
-        sums: dict[str, float] = {}
+        sums: torch.Tensor | None = None
         n = 0
         params = [p for p in self.model.parameters() if p.requires_grad]  # once: model.parameters() walks modules
         self.model.train()
@@ -216,11 +223,9 @@ class PPOPolicy(TorchPolicy):
                 if grad_clip is not None:
                     torch.nn.utils.clip_grad_norm_(params, float(grad_clip), foreach=True)
                 self._optimizer.step()
-                for k, v in self.last_stats.items():
-                    sums[k] = sums.get(k, 0.0) + v
-                sums["total_loss"] = sums.get("total_loss", 0.0) + float(loss.detach())
+                sums = self.last_stats_tensor if sums is None else sums + self.last_stats_tensor
                 n += 1
-        return {k: v / max(n, 1) for k, v in sums.items()}
+        return {} if sums is None else dict(zip(STATS, (sums / n).tolist()))
 
     def optimizer(self) -> torch.optim.Optimizer:
         fused = bool(self.config["adam_fused"]) or None  # None: torch's default (the per-tensor loop on the CPU)
