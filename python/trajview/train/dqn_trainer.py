@@ -185,7 +185,7 @@ class DQNTrainer(RunCounters):
             if not self.resume:
                 atomic_write(Path(c.out_dir) / "config.json", json.dumps(dataclasses.asdict(c), indent=2).encode())
             self._out_ready = True
-        append_metrics(c.metrics_path, row, c.metrics_format)
+        append_metrics(c.metrics_path, row, c.metrics_format, sync=False)
         return row
 
     def done(self) -> bool:

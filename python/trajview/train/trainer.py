@@ -122,7 +122,7 @@ class PPOTrainer(RunCounters):
             "worker_restarts": self.rollouts.worker_restarts,
         }
         self._prepare_out_dir()
-        append_metrics(self.config.metrics_path, row, self.config.metrics_format)
+        append_metrics(self.config.metrics_path, row, self.config.metrics_format, sync=False)
         if self.tb_writer is not None:
             # One scalar per metric, against env steps (TensorBoard's step axis).
             for key in TENSORBOARD_SCALARS:
