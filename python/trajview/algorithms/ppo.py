@@ -206,7 +206,7 @@ class PPOPolicy(TorchPolicy):
             self._optimizer = self.optimizer()
         for g in self._optimizer.param_groups:
             g["lr"] = float(self.config["lr"])
-        tensors = dict(self._to_torch(train_batch).items())
+        tensors = self.model.prepare_train(dict(self._to_torch(train_batch).items()))
         if self.config["decoupled_clip"]:
             tensors[PROX_LOGP] = self.logp_of_actions(tensors)
         size = int(self.config["sgd_minibatch_size"])
