@@ -34,6 +34,9 @@ DEFAULT_DQN_CONFIG: dict[str, Any] = {
     "grad_clip": 10.0,
     "target_update_interval": 500,  # gradient steps between hard target updates
     "seed": 0,
+    #: torch's fused Adam (one kernel per step instead of ~8 ops per parameter tensor: a fifth of a gradient
+    #: step of the default network on the CPU); the same update up to rounding.
+    "adam_fused": True,
 }
 
 
@@ -73,7 +76,8 @@ class DQNPolicy(Policy):
         torch.manual_seed(int(cfg["seed"]))
         self.q = QNetwork(in_features, self.num_actions, int(cfg["hidden"]), bool(cfg["dueling"]))
         self.target = copy.deepcopy(self.q).requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=float(cfg["lr"]))
+        self._params = list(self.q.parameters())
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=float(cfg["lr"]), fused=bool(cfg["adam_fused"]) or None)
         self.epsilon = 1.0
         self.grad_steps = 0
         self._rng = np.random.default_rng(int(cfg["seed"]) + 1)
@@ -121,7 +125,7 @@ class DQNPolicy(Policy):
         loss = per.mean()
         self.optimizer.zero_grad()
         loss.backward()
-        nn.utils.clip_grad_norm_(self.q.parameters(), float(self.config["grad_clip"]))
+        nn.utils.clip_grad_norm_(self._params, float(self.config["grad_clip"]), foreach=True)
         self.optimizer.step()
         self.grad_steps += 1
         if self.grad_steps % int(self.config["target_update_interval"]) == 0:
