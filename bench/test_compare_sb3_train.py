@@ -57,3 +57,48 @@ def test_every_system_runs_a_tiny_budget(tmp_path, capsys):
     assert all(f"| {s} | 0 | 0/1 |" in out for s in bench.SYSTEMS)
     assert bench.main(["--table-from", str(tmp_path / "results.json")]) == 0
     assert "| sb3-lstm | 0 | 0/1 |" in capsys.readouterr().out
+
+
+def test_trajviews_linear_schedules_give_each_update_the_values_sb3s_updates_use(tmp_path):
+    """SB3 itself as the reference of ``--lr-schedule linear --clip-schedule linear``: the learning rate SB3's
+    optimizer stepped with in each update and the clip range of that update, against the values of a trajview
+    run of the same batch and total."""
+    pytest.importorskip("torch")
+    pytest.importorskip("stable_baselines3")
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from trajview.train import PPOTrainer, TrainConfig
+    from trajview.train.metrics import read_metrics
+
+    total, n_envs, n_steps = 160, 2, 16  # 5 updates of 32 env steps
+    seen: list[tuple[float, float]] = []
+
+    class Spy(BaseCallback):
+        def _note(self) -> None:  # the last train()'s lr (set at its start) and clip range
+            m = self.model
+            seen.append((m.policy.optimizer.param_groups[0]["lr"], m.clip_range(m._current_progress_remaining)))
+
+        def _on_rollout_start(self) -> None:
+            if self.model.num_timesteps > 0:
+                self._note()
+
+        def _on_step(self) -> bool:
+            return True
+
+        def _on_training_end(self) -> None:
+            self._note()
+
+    env = make_vec_env("trajview/StatelessCartPole-v1", n_envs=n_envs, seed=0)
+    PPO("MlpPolicy", env, n_steps=n_steps, batch_size=32, n_epochs=1, learning_rate=bench.linear(1e-3),
+        clip_range=bench.linear(0.2), seed=0, device="cpu").learn(total, callback=Spy())
+    out = tmp_path / "run"
+    PPOTrainer(TrainConfig(env="trajview/RepeatPrevious-v0", model="mlp", envs_per_worker=n_envs,
+                           train_batch_size=n_envs * n_steps, sgd_minibatch_size=32, num_sgd_iter=1, lr=1e-3,
+                           lr_schedule="linear", clip_param=0.2, clip_schedule="linear", timesteps=total,
+                           stop_reward=None, out_dir=str(out))).train(progress=False)
+    rows = read_metrics(out / "metrics.csv")
+    assert len(seen) == len(rows) == 5
+    assert [r["lr"] for r in rows] == pytest.approx([s[0] for s in seen], rel=1e-9, abs=1e-15)
+    assert [r["clip_param"] for r in rows] == pytest.approx([s[1] for s in seen], rel=1e-9, abs=1e-15)
