@@ -27,6 +27,7 @@ import torch
 
 from .models import ViewModel, make_action_head, make_model
 from .postprocessing import Postprocessing, compute_gae_for_sample_batch
+from .schedules import SCHEDULED, check_schedule, scheduled_value
 from ..views.sample_batch import SampleBatch
 from ..policy.torch_policy import TorchPolicy
 
@@ -55,6 +56,12 @@ PPO_DEFAULTS: dict[str, Any] = {
     #: size-invariance for policy optimization"). On a batch sampled with the learner's own weights it is the
     #: standard objective.
     "decoupled_clip": False,
+    #: The schedules of lr, clip_param and entropy_coeff over the run (`trajview.algorithms.schedules`):
+    #: "constant", or "linear" from the value to zero (SB3's linear_schedule) as `PPOPolicy.progress_remaining`
+    #: goes from 1 to 0 (the trainer sets it before each update).
+    "lr_schedule": "constant",
+    "clip_schedule": "constant",
+    "entropy_schedule": "constant",
 }
 
 #: The column `PPOPolicy.learn_on_batch` adds with ``decoupled_clip``: each row's action logp under the
@@ -129,8 +136,19 @@ class PPOPolicy(TorchPolicy):
             model = make_model(cfg["model"], observation_space, action_space, **dict(cfg["model_config"]))
         if getattr(model, "action_dist", None) is None:
             model.action_dist = make_action_head(action_space)
+        for key in SCHEDULED.values():
+            check_schedule(f"PPOPolicy config {key!r}", cfg[key])
         super().__init__(observation_space, action_space, cfg, model=model)
         self.last_stats_tensor = torch.zeros(len(STATS))
+        #: The run's progress remaining (`trajview.algorithms.schedules.progress_remaining`) that the scheduled
+        #: settings are at (`scheduled`): 1 until the trainer sets it before an update.
+        self.progress_remaining = 1.0
+
+    def scheduled(self, name: str) -> float:
+        """The value of ``name`` ("lr", "clip_param" or "entropy_coeff") now: its config value following its
+        schedule (config "lr_schedule", "clip_schedule", "entropy_schedule": `trajview.algorithms.schedules`) at
+        `progress_remaining`."""
+        return scheduled_value(self.config[SCHEDULED[name]], float(self.config[name]), self.progress_remaining)
 
     # -- acting ---------------------------------------------------------------
 
@@ -168,7 +186,7 @@ class PPOPolicy(TorchPolicy):
         old_logp = torch.as_tensor(train_batch[SampleBatch.ACTION_LOGP]).float()
         adv = torch.as_tensor(train_batch[Postprocessing.ADVANTAGES]).float()
         adv = (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8)
-        clip = float(cfg["clip_param"])
+        clip = self.scheduled("clip_param")
         prox_logp = train_batch.get(PROX_LOGP) if isinstance(train_batch, Mapping) else None
         # Standard PPO clips the ratio against the behaviour policy; the decoupled objective clips it against the
         # proximal policy and importance-weights each row from the behaviour policy to the proximal one.
@@ -180,7 +198,7 @@ class PPOPolicy(TorchPolicy):
         vf_loss = torch.mean((values - targets) ** 2)
         entropy = dist.entropy().mean()
         policy_loss = -surrogate.mean()
-        total = policy_loss + float(cfg["vf_loss_coeff"]) * vf_loss - float(cfg["entropy_coeff"]) * entropy
+        total = policy_loss + float(cfg["vf_loss_coeff"]) * vf_loss - self.scheduled("entropy_coeff") * entropy
         with torch.no_grad():  # as one tensor (STATS' order): read once per learn_on_batch, not once per minibatch
             self.last_stats_tensor = torch.stack([
                 policy_loss, vf_loss, entropy, torch.mean(old_logp - logp),
@@ -205,7 +223,7 @@ class PPOPolicy(TorchPolicy):
         if self._optimizer is None:
             self._optimizer = self.optimizer()
         for g in self._optimizer.param_groups:
-            g["lr"] = float(self.config["lr"])
+            g["lr"] = self.scheduled("lr")
         tensors = self.model.prepare_train(dict(self._to_torch(train_batch).items()))
         if self.config["decoupled_clip"]:
             tensors[PROX_LOGP] = self.logp_of_actions(tensors)

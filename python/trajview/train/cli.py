@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import WorkerError
+from ..algorithms.schedules import SCHEDULES
 from .config import MODEL_PRESETS, TrainConfig
 from .metrics import read_metrics
 
@@ -141,6 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--clip-param", type=float, default=None,
                    help=f"PPO's ratio clip, > 0; default: {d.clip_param}%(default).0s")
     t.add_argument("--vf-loss-coeff", type=float, default=None, help=PRESET_HELP % d.vf_loss_coeff)
+    for flag, what in (("--lr-schedule", "--lr"), ("--clip-schedule", "--clip-param"),
+                       ("--entropy-schedule", "--entropy-coeff")):
+        t.add_argument(flag, choices=SCHEDULES, default=None,
+                       help=f"{what} over the run: constant, or linear from it to zero at --timesteps env steps, as "
+                            f"Stable-Baselines3's linear_schedule (the value of each update from the env steps "
+                            f"sampled so far, its batch included; kept by --resume); default: constant%(default).0s")
     t.add_argument("--grad-clip", type=float, default=None,
                    help="global gradient norm clip (<= 0: none); " + PRESET_HELP % d.grad_clip)
     t.add_argument("--stop-reward", type=_stop_reward, default=d.stop_reward,
@@ -200,7 +207,8 @@ PPO_ONLY = (("--workers", "workers"), ("--backend", "backend"), ("--async", "asy
             ("--train-batch-size", "train_batch_size"), ("--minibatch-size", "minibatch_size"),
             ("--num-sgd-iter", "num_sgd_iter"), ("--entropy-coeff", "entropy_coeff"), ("--lambda", "lambda_"),
             ("--clip-param", "clip_param"), ("--vf-loss-coeff", "vf_loss_coeff"), ("--grad-clip", "grad_clip"),
-            ("--model-config", "model_config"))
+            ("--lr-schedule", "lr_schedule"), ("--clip-schedule", "clip_schedule"),
+            ("--entropy-schedule", "entropy_schedule"), ("--model-config", "model_config"))
 
 
 def _given(args: argparse.Namespace, parser_defaults: dict, dests: tuple[tuple[str, str], ...]) -> list[str]:
@@ -238,6 +246,9 @@ def _ppo_config(args: argparse.Namespace, out: str, metrics_format: str, tensorb
         vf_loss_coeff=args.vf_loss_coeff,
         grad_clip=args.grad_clip,  # None: the preset's; <= 0: none
         entropy_coeff=args.entropy_coeff,
+        lr_schedule=args.lr_schedule or d.lr_schedule,
+        clip_schedule=args.clip_schedule or d.clip_schedule,
+        entropy_schedule=args.entropy_schedule or d.entropy_schedule,
         stop_reward=args.stop_reward,
         model_config=args.model_config or {},
         out_dir=out,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .._validate import boolean, finite_number, int_at_least
+from ..algorithms.schedules import SCHEDULED, check_schedule
 
 __all__ = ["RunConfig", "TrainConfig", "MODEL_PRESETS", "IMAGE_MODEL_PRESETS", "PRESET_KEYS", "BACKENDS", "FLAGS",
            "setting", "check_common"]
@@ -57,7 +58,9 @@ FLAGS = {
     "train_batch_size": "--train-batch-size", "sgd_minibatch_size": "--minibatch-size",
     "num_sgd_iter": "--num-sgd-iter", "lr": "--lr", "gamma": "--gamma", "lambda_": "--lambda",
     "clip_param": "--clip-param", "vf_loss_coeff": "--vf-loss-coeff", "entropy_coeff": "--entropy-coeff",
-    "grad_clip": "--grad-clip", "stop_reward": "--stop-reward", "model_config": "--model-config", "out_dir": "--out",
+    "grad_clip": "--grad-clip", "lr_schedule": "--lr-schedule", "clip_schedule": "--clip-schedule",
+    "entropy_schedule": "--entropy-schedule", "stop_reward": "--stop-reward", "model_config": "--model-config",
+    "out_dir": "--out",
     "metrics_format": "--logger", "threads": "--threads",
 }
 
@@ -164,6 +167,11 @@ class TrainConfig(RunConfig):
     clip_param: float = 0.2
     vf_loss_coeff: float = 0.5
     entropy_coeff: float = 0.0
+    #: The schedules of lr, clip_param and entropy_coeff over the run's ``timesteps`` env steps
+    #: (`trajview.algorithms.schedules`): "constant", or "linear" from the value to zero (SB3's linear_schedule).
+    lr_schedule: str = "constant"
+    clip_schedule: str = "constant"
+    entropy_schedule: str = "constant"
     grad_clip: float | None = 0.5
     #: PPOPolicy's "adam_fused" (torch's fused Adam; the memory models' presets).
     adam_fused: bool = False
@@ -199,6 +207,8 @@ class TrainConfig(RunConfig):
         finite_number(setting("clip_param"), self.clip_param, 0, lo_open=True)
         finite_number(setting("vf_loss_coeff"), self.vf_loss_coeff, 0)
         finite_number(setting("entropy_coeff"), self.entropy_coeff, 0)
+        for name in SCHEDULED.values():
+            check_schedule(setting(name), getattr(self, name))
         if self.grad_clip is not None:
             finite_number(setting("grad_clip"), self.grad_clip, 0, lo_open=True)  # None: no clip
         for name in ("adam_fused", "tensorboard"):
@@ -268,6 +278,7 @@ class TrainConfig(RunConfig):
             "clip_param": self.clip_param,
             "vf_loss_coeff": self.vf_loss_coeff,
             "entropy_coeff": self.entropy_coeff,
+            **{name: getattr(self, name) for name in SCHEDULED.values()},
             "num_sgd_iter": self.num_sgd_iter,
             "sgd_minibatch_size": self.sgd_minibatch_size,
             "grad_clip": self.grad_clip,

@@ -44,6 +44,11 @@ METRIC_FIELDS = [
     "stale_batches_dropped",
     # Failed rollout workers replaced so far in this trainer session (--recreate-failed-workers).
     "worker_restarts",
+    # The values of the scheduled settings (--lr-schedule, --clip-schedule, --entropy-schedule) in the iteration's
+    # update (PPO).
+    "lr",
+    "clip_param",
+    "entropy_coeff",
 ]
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..algorithms.models import has_image_leaves
 from ..algorithms.ppo import PPOPolicy
+from ..algorithms.schedules import SCHEDULED, progress_remaining
 from .config import IMAGE_MODEL_PRESETS, TrainConfig
 from .envs import env_creator, import_env_modules, make_env
 from .._io import atomic_write
@@ -101,6 +102,8 @@ class PPOTrainer(RunCounters):
         self.lengths.extend(got.episode_lengths)
         self.episodes += len(got.episode_returns)
         t_learn = time.perf_counter()
+        # The schedules (lr, clip, entropy) at SB3's point: the env steps sampled so far, this batch's included.
+        self.policy.progress_remaining = progress_remaining(self.env_steps + got.env_steps, self.config.timesteps)
         stats = self.policy.learn_on_batch(got.batch)
         self._weights_version += 1
         t1 = time.perf_counter()
@@ -120,6 +123,7 @@ class PPOTrainer(RunCounters):
             "staleness_max": max(got.staleness) if got.staleness else math.nan,
             "stale_batches_dropped": got.stale_batches_dropped,
             "worker_restarts": self.rollouts.worker_restarts,
+            **{name: self.policy.scheduled(name) for name in SCHEDULED},  # the values this update used
         }
         self._prepare_out_dir()
         append_metrics(self.config.metrics_path, row, self.config.metrics_format, sync=False)
