@@ -1,0 +1,334 @@
+"""`PolicyRunner`: a trained policy acting outside a `RolloutWorker`, its views built as the worker builds them.
+
+A runner holds one C++ `Collector` slot per running episode (made by `make_collector`, the worker's own
+path from a policy to its store) and drives it with the worker's per-step protocol: an episode's first
+observation begins it (``begin_episodes``), every later observation is stored with the previous action, state
+outputs, extra fetches and reward (``add_step``), and the policy reads the store's compute-actions input dict
+(``input_dict``). Frame stacks, previous actions and rewards, recurrent state and attention memory are
+therefore exactly the worker's. Outputs are checked by the worker's `PolicyColumns`.
+
+`Policy.compute_single_action` without an explicit history (no ``input_dict``, ``state`` nor
+``prev_action``) acts through a one-episode runner of the policy (`implicit_single_action`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..collect.collector import Collector
+from ..policy import policy as _policy_module
+from ..policy.policy import Policy, _first_row
+from ..views.nest import Nest
+from ..views.sample_batch import SampleBatch
+from .config import RolloutConfig
+from .emit import F32
+from .plan import PolicyColumns, make_collector
+
+__all__ = ["PolicyRunner"]
+
+_OBS, _REWARDS = SampleBatch.OBS, SampleBatch.REWARDS
+_TERMINATEDS, _TRUNCATEDS = SampleBatch.TERMINATEDS, SampleBatch.TRUNCATEDS
+
+
+class PolicyRunner:
+    """Acts with ``policy`` in many concurrent episodes, each keeping the history its views read.
+
+    Each episode is named by a key of your choice (any hashable: an env index, ``(episode_id, agent_id)``).
+    An episode begins on the first `act` / `act_many` with its key (or with ``episode_start=True``) and lasts
+    until `reset` forgets it. Each later call with the key is the next step of that episode: its observation
+    is the one the previous action led to, and ``reward`` is what that action earned. The policy then sees
+    what a `RolloutWorker` would have built at that step: ``prev_n_obs`` frame stacks, ``prev_actions`` /
+    ``prev_rewards``, ``state_in_i`` (recurrent state, attention memory) from its own earlier outputs, ``t``.
+
+    Args:
+        policy: any `Policy` (its view-pruning pass runs first, as in a worker).
+        max_episodes: episodes that may run at once (the store's slots); a new one beyond that is a
+            ValueError until `reset` frees a slot.
+        explore: the default of every call's ``explore`` (None: the policy's own default, e.g.
+            ``PPOPolicy``'s ``config["explore"]``; pass False for the deterministic action).
+        nan_outputs: as `RolloutWorker`'s: "raise" (NaN in a float output is a ValueError) or "allow".
+
+    Multi-agent: one runner per policy, keyed by ``(episode, agent)``, with ``agent_index=`` the agent's
+    index when the policy reads ``agent_index``; an agent's ``reward`` is what it earned since it last acted
+    (as a multi-agent worker stores it).
+
+    A call that raises before the policy runs (a bad argument, a full runner, an observation the store
+    refuses: wrong shape, or a dtype it cannot take without loss) changes nothing, except that the episodes
+    it was asked to restart (``episode_start``) are forgotten. If the policy (or the check of its outputs,
+    the worker's) raises, the call's episodes are forgotten (as `reset`): their stored step has no action.
+    The error's note says so.
+
+    The views are built for the policy's ``view_requirements`` when the runner is made (after the pruning
+    pass); a runner does not follow later changes to them (make a new one). Observation filters are not
+    applied: pass observations as the policy saw them in training (e.g. through ``worker.filter(obs,
+    update=False)``).
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        max_episodes: int = 64,
+        explore: bool | None = None,
+        nan_outputs: str = "raise",
+    ) -> None:
+        if not isinstance(policy, Policy):
+            raise TypeError(f"PolicyRunner: policy must be a trajview Policy, got {type(policy).__name__}")
+        # The worker's settings, validated by the worker's own checks; rows are freed every `_chunk` calls.
+        config = RolloutConfig.validated(
+            batch_mode="truncate_episodes", rollout_fragment_length=max(1, _CHUNK), count_steps_by="env_steps",
+            horizon=None, soft_horizon=False, no_done_at_end=False, seed=None, worker_index=0, lazy_views=False,
+            nan_outputs=nan_outputs,
+        )
+        if isinstance(max_episodes, bool) or not isinstance(max_episodes, (int, np.integer)) or max_episodes < 1:
+            raise ValueError(f"PolicyRunner: max_episodes must be a positive int, got {max_episodes!r}")
+        if explore is not None and not isinstance(explore, (bool, np.bool_)):
+            raise ValueError(f"PolicyRunner: explore must be a bool or None, got {explore!r}")
+        self.policy = policy
+        self.max_episodes = int(max_episodes)
+        self.explore = None if explore is None else bool(explore)
+        self._collector: Collector = make_collector(policy, self.max_episodes, config, 0, inference_only=True)
+        self._columns = PolicyColumns(policy, config)
+        self._obs_nest = Nest.from_space(policy.observation_space, "observation_space")
+        #: What an episode's next step stores besides the observation and reward: the previous call's outputs.
+        self._pending_specs = {
+            k: spec for k, spec in policy.column_specs().items()
+            if k not in self._obs_columns() and k not in (_REWARDS, _TERMINATEDS, _TRUNCATEDS)
+        }
+        n = self.max_episodes
+        self._pending = {k: np.zeros((n, *shape), dtype=dt) for k, (dt, shape) in self._pending_specs.items()}
+        self._false = np.zeros(n, dtype=bool)
+        self._slots: dict[Hashable, int] = {}
+        self._free = list(range(n - 1, -1, -1))  # pop() hands out the lowest slot first
+        self._calls = 0  # calls since the store last freed emitted rows
+        self._f32_rewards = False  # rewards came as float32 once: reward inputs are float32 (as a worker does)
+        self._timestep = 0
+
+    def _obs_columns(self) -> list[str]:
+        return self._obs_nest.names(_OBS)
+
+    # -- episodes ---------------------------------------------------------------
+
+    @property
+    def episodes(self) -> list[Hashable]:
+        """The keys of the running episodes, oldest first."""
+        return list(self._slots)
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def __contains__(self, episode: object) -> bool:
+        return episode in self._slots
+
+    def reset(self, episode: Hashable | None = None) -> None:
+        """Forgets ``episode`` (every episode if None): its next `act` begins a new one. An unknown key is a
+        KeyError naming the running ones."""
+        if episode is None:
+            self._end(list(self._slots))
+            return
+        if episode not in self._slots:
+            raise KeyError(f"PolicyRunner.reset: no running episode {episode!r}; running: {self.episodes}")
+        self._end([episode])
+
+    def _end(self, keys: Sequence[Hashable]) -> None:
+        """Forgets the episodes ``keys``: ended in the store, their slots free."""
+        slots = [self._slots.pop(k) for k in keys]
+        self._end_slots(slots)
+        self._free.extend(sorted(slots, reverse=True))
+
+    # -- acting -----------------------------------------------------------------
+
+    def act(
+        self,
+        obs: Any,
+        episode: Hashable = 0,
+        *,
+        reward: Any = None,
+        episode_start: bool = False,
+        agent_index: int = 0,
+        explore: bool | None = None,
+        timestep: int | None = None,
+        full_fetch: bool = False,
+    ) -> Any:
+        """One episode's next action for observation ``obs`` (unbatched, as the env returns it).
+
+        ``reward``: what the previous action of this episode earned (ignored on its first step; needed when the
+        policy reads rewards, e.g. ``prev_rewards``). ``episode_start=True``: ``obs`` is a new episode's first
+        observation (the old one under this key is forgotten first; SB3's ``episode_start``). ``full_fetch``:
+        return ``(action, state_outs, extra_fetches)`` instead of the action alone.
+        """
+        obs_cols = {c: _batch_of_one(v) for c, v in self._obs_nest.columns(_OBS, obs, "obs").items()}
+        rewards = None if reward is None else np.asarray(reward)[None]
+        actions, state_outs, extra = self._act_columns(
+            obs_cols, [episode], rewards, [bool(episode_start)], np.asarray([agent_index], np.int64), explore, timestep
+        )
+        action = _first_row(actions)
+        if not full_fetch:
+            return action
+        return action, [_first_row(s) for s in state_outs], {k: _first_row(v) for k, v in extra.items()}
+
+    def act_many(
+        self,
+        obs: Any,
+        episodes: Sequence[Hashable],
+        *,
+        rewards: Any = None,
+        episode_start: Any = None,
+        agent_index: Any = None,
+        explore: bool | None = None,
+        timestep: int | None = None,
+        full_fetch: bool = False,
+    ) -> Any:
+        """The next action of each episode in ``episodes``, from one batched call of the policy.
+
+        ``obs``: ``[n, ...]`` rows (a nested space: its structure of such arrays, as a VectorEnv returns it),
+        row ``i`` the observation of ``episodes[i]``. ``rewards``: ``[n]``, what each episode's previous action
+        earned (rows of episodes that begin are ignored). ``episode_start``: ``[n]`` bools (SB3's): those rows
+        begin a new episode. ``agent_index``: an int or ``[n]`` ints (multi-agent). Returns the actions ``[n,
+        ...]`` (a nested action space: its structure of such arrays), or with ``full_fetch`` ``(actions,
+        state_outs, extra_fetches)``.
+        """
+        keys = list(episodes)
+        n = len(keys)
+        obs_cols = {c: np.asarray(v) for c, v in self._obs_nest.columns(_OBS, obs, "obs").items()}
+        for c, v in obs_cols.items():
+            if v.shape[:1] != (n,):
+                raise ValueError(
+                    f"PolicyRunner.act_many: obs column {c!r} must have one row per episode (leading dim {n}), "
+                    f"got shape {v.shape}"
+                )
+        r = None if rewards is None else np.asarray(rewards)
+        if r is not None and r.shape != (n,):
+            raise ValueError(f"PolicyRunner.act_many: rewards must have shape ({n},), got {r.shape}")
+        starts = [False] * n if episode_start is None else [bool(s) for s in np.asarray(episode_start).reshape(-1)]
+        if len(starts) != n:
+            raise ValueError(f"PolicyRunner.act_many: episode_start must have {n} entries, got {len(starts)}")
+        idx = np.zeros(n, np.int64) if agent_index is None else np.broadcast_to(np.asarray(agent_index, np.int64), (n,))
+        out = self._act_columns(obs_cols, keys, r, starts, idx, explore, timestep)
+        return out if full_fetch else out[0]
+
+    def _act_columns(
+        self,
+        obs_cols: dict[str, np.ndarray],
+        keys: list[Hashable],
+        rewards: np.ndarray | None,
+        starts: list[bool],
+        agent_index: np.ndarray,
+        explore: bool | None,
+        timestep: int | None,
+    ) -> tuple[Any, list, dict]:
+        n = len(keys)
+        # Everything checked before anything changes.
+        if len(set(keys)) != n:
+            dup = sorted({repr(k) for k in keys if keys.count(k) > 1})
+            raise ValueError(f"PolicyRunner: each episode may act once per call; repeated: {', '.join(dup)}")
+        slots_of = self._slots
+        begin = [j for j in range(n) if starts[j] or keys[j] not in slots_of]
+        restarted = [keys[j] for j in begin if keys[j] in slots_of]
+        if len(begin) - len(restarted) > len(self._free):
+            raise ValueError(
+                f"PolicyRunner: {len(begin) - len(restarted)} new episodes, but only {len(self._free)} of "
+                f"max_episodes={self.max_episodes} slots are free; reset(episode) the ones that ended, or make the "
+                f"runner with a larger max_episodes"
+            )
+        cont = [j for j in range(n) if j not in set(begin)] if begin else list(range(n))
+        if cont and self._columns.reward_input_keys and rewards is None:
+            raise ValueError(
+                f"PolicyRunner: the policy reads rewards (views {self._columns.reward_input_keys}): pass the reward "
+                f"that each episode's previous action earned (act(..., reward=r) / act_many(..., rewards=[...]))"
+            )
+        if rewards is not None and rewards.dtype == F32:
+            self._f32_rewards = True
+        # Slots: restarted episodes keep theirs (ended first); new ones take free ones.
+        if restarted:  # the old episode under the key ends; the new one takes its slot
+            self._end_slots([slots_of[k] for k in restarted])
+        for j in begin:
+            k = keys[j]
+            if k not in slots_of:
+                slots_of[k] = self._free.pop()
+        slots = np.fromiter((slots_of[k] for k in keys), np.int64, n)
+        coll = self._collector
+        fresh = [keys[j] for j in begin]
+        try:  # the store writes nothing when it refuses a call
+            if begin:
+                b = np.asarray(begin, np.int64)
+                coll.begin_episodes(slots[b], {col: v[b] for col, v in obs_cols.items()})
+            if cont:
+                c = np.asarray(cont, np.int64) if begin else None
+                cs = slots if c is None else slots[c]
+                data: dict[str, Any] = {k: v[cs] for k, v in self._pending.items()}
+                for col, v in obs_cols.items():
+                    data[col] = v if c is None else v[c]
+                data[_REWARDS] = np.zeros(len(cs)) if rewards is None else (rewards if c is None else rewards[c])
+                data[_TERMINATEDS] = data[_TRUNCATEDS] = self._false[: len(cs)]
+                coll.add_step(data, env_ids=cs)
+        except BaseException:
+            self._end(fresh)  # the episodes this call began (or restarted) are not kept
+            raise
+        try:
+            inputs = coll.input_dict(slots)
+            if self._columns.agent_index_input:
+                inputs[SampleBatch.AGENT_INDEX] = agent_index
+            if self._f32_rewards:
+                for key in self._columns.reward_input_keys:
+                    if key in inputs:
+                        inputs[key] = np.asarray(inputs[key], dtype=F32)
+            ts = self._timestep if timestep is None else timestep
+            explore = self.explore if explore is None else explore
+            actions, state_outs, extra = self.policy.compute_actions_from_input_dict(inputs, explore=explore, timestep=ts)
+            data = self._columns.check_outputs(actions, state_outs, extra, n)
+        except BaseException as e:
+            self._fail(keys, e)
+            raise
+        for k, v in self._pending.items():
+            v[slots] = data[k]
+        self._timestep += n
+        self._calls += 1
+        if self._calls >= _CHUNK:
+            self._free_rows()
+        return actions, list(state_outs), dict(extra)
+
+    def _end_slots(self, slots: list[int]) -> None:
+        """Ends the running episodes in ``slots`` in the store (the keys keep their slots)."""
+        running = self._collector.eps_ids()
+        live = np.asarray([s for s in slots if running[s] >= 0], dtype=np.int64)
+        if len(live):
+            self._collector.end_episodes(live)
+
+    def _fail(self, keys: list[Hashable], e: BaseException) -> None:
+        """A call failed after it may have changed the store: its episodes are forgotten (see the class doc)."""
+        mine = [k for k in keys if k in self._slots]
+        self._end(mine)
+        if hasattr(e, "add_note"):
+            e.add_note(f"PolicyRunner: the episodes of this call were reset: {mine!r}")
+
+    def _free_rows(self) -> None:
+        """Emits (and drops) every stored step; the store keeps the rows the views look back at."""
+        self._calls = 0
+        self._collector.build_flat_batch()
+
+
+#: Calls between two frees of a runner's emitted rows (and the store's block size, in steps per episode).
+_CHUNK = 32
+
+
+def _batch_of_one(value: Any) -> np.ndarray:
+    arr = np.asarray(value)
+    return arr[None]
+
+
+def implicit_single_action(policy: Policy, obs: Any, reward: Any, episode_start: bool, explore: bool | None,
+                           timestep: int | None) -> tuple[Any, list, dict]:
+    """`Policy.compute_single_action`'s implicit episode: a one-episode `PolicyRunner` kept on the policy."""
+    runner = getattr(policy, "_single_action_runner", None)
+    if runner is None:
+        runner = PolicyRunner(policy, max_episodes=1)
+        policy._single_action_runner = runner  # type: ignore[attr-defined]
+    return runner.act(obs, 0, reward=reward, episode_start=episode_start, explore=explore, timestep=timestep,
+                      full_fetch=True)
+
+
+_policy_module.register_single_action_runner(implicit_single_action)
