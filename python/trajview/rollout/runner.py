@@ -101,6 +101,14 @@ class PolicyRunner:
         n = self.max_episodes
         self._pending = {k: np.zeros((n, *shape), dtype=dt) for k, (dt, shape) in self._pending_specs.items()}
         self._false = np.zeros(n, dtype=bool)
+        self._zeros = np.zeros(n)  # the rewards stored when none are given (the policy does not read them)
+        self._all = np.arange(n, dtype=np.int64)
+        #: The last call's episodes, slots (None: all, in order) and outputs: the next call with the same episodes
+        #: stores those outputs as they are; anything else first writes them into `_pending` (`_write_back`).
+        self._last_keys: list[Hashable] | None = None
+        self._last_slots = self._all
+        self._last_ids: np.ndarray | None = None
+        self._last_data: dict[str, np.ndarray] = {}
         self._slots: dict[Hashable, int] = {}
         self._free = list(range(n - 1, -1, -1))  # pop() hands out the lowest slot first
         self._calls = 0  # calls since the store last freed emitted rows
@@ -135,6 +143,7 @@ class PolicyRunner:
 
     def _end(self, keys: Sequence[Hashable]) -> None:
         """Forgets the episodes ``keys``: ended in the store, their slots free."""
+        self._write_back()
         slots = [self._slots.pop(k) for k in keys]
         self._end_slots(slots)
         self._free.extend(sorted(slots, reverse=True))
@@ -165,10 +174,11 @@ class PolicyRunner:
         actions, state_outs, extra = self._act_columns(
             obs_cols, [episode], rewards, [bool(episode_start)], np.asarray([agent_index], np.int64), explore, timestep
         )
-        action = _first_row(actions)
+        # Copies: the arrays the policy returned are stored with the episode's next step.
+        action = _copied(_first_row(actions))
         if not full_fetch:
             return action
-        return action, [_first_row(s) for s in state_outs], {k: _first_row(v) for k, v in extra.items()}
+        return action, [_copied(_first_row(s)) for s in state_outs], {k: _copied(_first_row(v)) for k, v in extra.items()}
 
     def act_many(
         self,
@@ -207,8 +217,11 @@ class PolicyRunner:
         if len(starts) != n:
             raise ValueError(f"PolicyRunner.act_many: episode_start must have {n} entries, got {len(starts)}")
         idx = np.zeros(n, np.int64) if agent_index is None else np.broadcast_to(np.asarray(agent_index, np.int64), (n,))
-        out = self._act_columns(obs_cols, keys, r, starts, idx, explore, timestep)
-        return out if full_fetch else out[0]
+        actions, state_outs, extra = self._act_columns(obs_cols, keys, r, starts, idx, explore, timestep)
+        # Copies: the arrays the policy returned are stored with the episodes' next steps.
+        if not full_fetch:
+            return _copied(actions)
+        return _copied(actions), [_copied(s) for s in state_outs], {k: _copied(v) for k, v in extra.items()}
 
     def _act_columns(
         self,
@@ -220,6 +233,61 @@ class PolicyRunner:
         explore: bool | None,
         timestep: int | None,
     ) -> tuple[Any, list, dict]:
+        n = len(keys)
+        if rewards is None and self._columns.reward_input_keys:
+            # (the call that begins every one of its episodes needs none)
+            if not all(starts[j] or keys[j] not in self._slots for j in range(n)):
+                raise ValueError(
+                    f"PolicyRunner: the policy reads rewards (views {self._columns.reward_input_keys}): pass the "
+                    f"reward that each episode's previous action earned (act(..., reward=r) / act_many(..., "
+                    f"rewards=[...]))"
+                )
+        coll = self._collector
+        if keys == self._last_keys and not any(starts):
+            # The episodes of the last call, each one step on: the step stores the last call's outputs as they are.
+            slots, c_slots = self._last_slots, self._last_ids
+            data = dict(self._last_data)
+            data.update(obs_cols)
+            data[_REWARDS] = self._zeros[:n] if rewards is None else rewards
+            data[_TERMINATEDS] = data[_TRUNCATEDS] = self._false[:n]
+            inputs = coll.step(data, env_ids=c_slots)  # (the store writes nothing when it refuses a step)
+        else:
+            self._write_back()
+            slots, inputs = self._store_step(obs_cols, keys, rewards, starts)
+            c_slots = None if n == self.max_episodes and bool((slots == self._all).all()) else slots
+        if rewards is not None and rewards.dtype == F32:
+            self._f32_rewards = True
+        try:
+            if inputs is None:
+                inputs = coll.input_dict(c_slots)
+            if self._columns.agent_index_input:
+                inputs[SampleBatch.AGENT_INDEX] = agent_index
+            if self._f32_rewards:
+                for key in self._columns.reward_input_keys:
+                    if key in inputs:
+                        inputs[key] = np.asarray(inputs[key], dtype=F32)
+            ts = self._timestep if timestep is None else timestep
+            explore = self.explore if explore is None else explore
+            actions, state_outs, extra = self.policy.compute_actions_from_input_dict(inputs, explore=explore, timestep=ts)
+            data = self._columns.check_outputs(actions, state_outs, extra, n)
+        except BaseException as e:
+            self._last_keys = None
+            self._fail(keys, e)
+            raise
+        # The outputs are stored with each episode's next step (kept here until the episodes change).
+        self._last_keys, self._last_slots, self._last_ids = keys, slots, c_slots
+        self._last_data = {k: data[k] for k in self._pending}
+        self._timestep += n
+        self._calls += 1
+        if self._calls >= _CHUNK:
+            self._free_rows()
+        return actions, list(state_outs), dict(extra)
+
+    def _store_step(
+        self, obs_cols: dict[str, np.ndarray], keys: list[Hashable], rewards: np.ndarray | None, starts: list[bool]
+    ) -> tuple[np.ndarray, dict | None]:
+        """Begins or steps each episode of the call in the store (the general case: new, restarted, other
+        episodes than the last call's). Returns (their slots, the input dict if gathered with the step)."""
         n = len(keys)
         # Everything checked before anything changes.
         if len(set(keys)) != n:
@@ -234,16 +302,8 @@ class PolicyRunner:
                 f"max_episodes={self.max_episodes} slots are free; reset(episode) the ones that ended, or make the "
                 f"runner with a larger max_episodes"
             )
-        cont = [j for j in range(n) if j not in set(begin)] if begin else list(range(n))
-        if cont and self._columns.reward_input_keys and rewards is None:
-            raise ValueError(
-                f"PolicyRunner: the policy reads rewards (views {self._columns.reward_input_keys}): pass the reward "
-                f"that each episode's previous action earned (act(..., reward=r) / act_many(..., rewards=[...]))"
-            )
-        if rewards is not None and rewards.dtype == F32:
-            self._f32_rewards = True
-        # Slots: restarted episodes keep theirs (ended first); new ones take free ones.
-        if restarted:  # the old episode under the key ends; the new one takes its slot
+        # Slots: restarted episodes keep theirs (the old episode under the key ends); new ones take free ones.
+        if restarted:
             self._end_slots([slots_of[k] for k in restarted])
         for j in begin:
             k = keys[j]
@@ -256,40 +316,30 @@ class PolicyRunner:
             if begin:
                 b = np.asarray(begin, np.int64)
                 coll.begin_episodes(slots[b], {col: v[b] for col, v in obs_cols.items()})
-            if cont:
-                c = np.asarray(cont, np.int64) if begin else None
+            if len(begin) < n:
+                begun = set(begin)
+                c = np.asarray([j for j in range(n) if j not in begun], np.int64) if begin else None
                 cs = slots if c is None else slots[c]
                 data: dict[str, Any] = {k: v[cs] for k, v in self._pending.items()}
                 for col, v in obs_cols.items():
                     data[col] = v if c is None else v[c]
-                data[_REWARDS] = np.zeros(len(cs)) if rewards is None else (rewards if c is None else rewards[c])
+                data[_REWARDS] = self._zeros[: len(cs)] if rewards is None else (rewards if c is None else rewards[c])
                 data[_TERMINATEDS] = data[_TRUNCATEDS] = self._false[: len(cs)]
+                if c is None:
+                    return slots, coll.step(data, env_ids=slots)
                 coll.add_step(data, env_ids=cs)
         except BaseException:
             self._end(fresh)  # the episodes this call began (or restarted) are not kept
             raise
-        try:
-            inputs = coll.input_dict(slots)
-            if self._columns.agent_index_input:
-                inputs[SampleBatch.AGENT_INDEX] = agent_index
-            if self._f32_rewards:
-                for key in self._columns.reward_input_keys:
-                    if key in inputs:
-                        inputs[key] = np.asarray(inputs[key], dtype=F32)
-            ts = self._timestep if timestep is None else timestep
-            explore = self.explore if explore is None else explore
-            actions, state_outs, extra = self.policy.compute_actions_from_input_dict(inputs, explore=explore, timestep=ts)
-            data = self._columns.check_outputs(actions, state_outs, extra, n)
-        except BaseException as e:
-            self._fail(keys, e)
-            raise
-        for k, v in self._pending.items():
-            v[slots] = data[k]
-        self._timestep += n
-        self._calls += 1
-        if self._calls >= _CHUNK:
-            self._free_rows()
-        return actions, list(state_outs), dict(extra)
+        return slots, None
+
+    def _write_back(self) -> None:
+        """The last call's outputs into the per-slot table (before the episodes acting change)."""
+        if self._last_keys is not None:
+            slots = self._last_slots
+            for k, v in self._pending.items():
+                v[slots] = self._last_data[k]
+            self._last_keys = None
 
     def _end_slots(self, slots: list[int]) -> None:
         """Ends the running episodes in ``slots`` in the store (the keys keep their slots)."""
@@ -313,6 +363,17 @@ class PolicyRunner:
 
 #: Calls between two frees of a runner's emitted rows (and the store's block size, in steps per episode).
 _CHUNK = 32
+
+
+def _copied(value: Any) -> Any:
+    """``value`` (an array, or a dict / tuple of them: a nested action) copied."""
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_copied(v) for v in value)
+    if isinstance(value, np.generic):
+        return value  # a scalar (immutable)
+    return np.array(value, copy=True)
 
 
 def _batch_of_one(value: Any) -> np.ndarray:
