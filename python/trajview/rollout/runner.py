@@ -243,6 +243,7 @@ class PolicyRunner:
                     f"rewards=[...]))"
                 )
         coll = self._collector
+        inputs: dict[str, Any] | None
         if keys == self._last_keys and not any(starts):
             # The episodes of the last call, each one step on: the step stores the last call's outputs as they are.
             slots, c_slots = self._last_slots, self._last_ids
