@@ -489,3 +489,26 @@ def test_a_long_episode_keeps_only_the_rows_its_views_read():
         assert runner._collector.num_steps() <= 32
     assert p.seen[-1]["t"][0] == 299 and p.seen[-1]["stack"][0, :, 0].tolist() == [297, 298, 299]
     assert p.seen[-1]["prev_rewards"][0] == 299.0
+
+
+def test_the_guides_vector_env_loop():
+    """docs/guides/porting.md, serving a trained policy: a SAME_STEP-autoreset VectorEnv driven by act_many with
+    episode_start; every episode's first frame stack holds only its first observation."""
+    pytest.importorskip("torch")
+    vec_env = gym.make_vec("CartPole-v1", num_envs=8, vectorization_mode="sync",
+                           vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    policy = ppo("framestack", vec_env.single_observation_space, vec_env.single_action_space, **MODELS["framestack"])
+    runner = tv.PolicyRunner(policy, max_episodes=8, explore=False)
+    seen = record(policy)
+    obs, infos = vec_env.reset(seed=0)
+    start, rewards = np.ones(8, dtype=bool), None
+    ends = 0
+    for _ in range(60):
+        actions = runner.act_many(obs, episodes=range(8), rewards=rewards, episode_start=start)
+        stacks = seen[-1][0]["prev_n_obs"]
+        np.testing.assert_array_equal(stacks[:, -1], obs)
+        assert not stacks[start, :-1].any()
+        obs, rewards, terminated, truncated, infos = vec_env.step(actions)
+        start = terminated | truncated
+        ends += int(start.sum())
+    assert ends > 0 and len(runner) == 8
