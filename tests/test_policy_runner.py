@@ -512,3 +512,18 @@ def test_the_guides_vector_env_loop():
         start = terminated | truncated
         ends += int(start.sum())
     assert ends > 0 and len(runner) == 8
+
+
+def test_a_policy_that_acted_alone_still_pickles_and_copies():
+    """WorkerSet ships policies by pickle: the implicit episode (a C++ store) stays behind, a copy begins its own."""
+    import copy
+    import pickle
+
+    p = Echo(S.Box(-100.0, 100.0, (2,), np.float32), S.Discrete(4))
+    p.compute_single_action(np.zeros(2, np.float32))
+    p.compute_single_action(np.ones(2, np.float32), prev_reward=1.0)
+    for q in (pickle.loads(pickle.dumps(p)), copy.deepcopy(p)):
+        q.compute_single_action(np.full(2, 5, np.float32))
+        assert q.seen[-1]["t"][0] == 0 and q.seen[-1]["stack"][0].tolist() == [[0, 0], [0, 0], [5, 5]]
+    p.compute_single_action(np.full(2, 2, np.float32), prev_reward=1.0)
+    assert p.seen[-1]["t"][0] == 2

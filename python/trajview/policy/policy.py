@@ -158,6 +158,13 @@ class Policy:
             {k: _first_row(v) for k, v in dict(extra).items()},
         )
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickling and copying leave out `compute_single_action`'s implicit episode (a C++ store): a copy
+        begins its own."""
+        state = dict(self.__dict__)
+        state.pop("_single_action_runner", None)
+        return state
+
     def postprocess_trajectory(
         self, sample_batch: SampleBatch, other_agent_batches: dict | None = None, episode: Any = None
     ) -> SampleBatch:
