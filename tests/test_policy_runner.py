@@ -56,10 +56,11 @@ def keep_ids(policy, *extra):
 
 
 class Walk(gym.Env):
-    """Random observations; episodes of 1..9 steps, terminated or truncated; reward from the action and the obs."""
+    """Random observations; episodes of 1..9 steps, terminated or truncated; reward from the action and the obs
+    (numpy float32 rewards if ``f32``)."""
 
-    def __init__(self, obs_space, action_space):
-        self.observation_space, self.action_space = obs_space, action_space
+    def __init__(self, obs_space, action_space, f32=False):
+        self.observation_space, self.action_space, self.f32 = obs_space, action_space, f32
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -70,7 +71,7 @@ class Walk(gym.Env):
         self.t += 1
         r = float(np.sum(np.asarray(np.concatenate([np.ravel(x) for x in _leaves(action)]), np.float64))) + self.t
         end = self.t >= self.len
-        return self.observation_space.sample(), r, end and self.len % 2 == 0, end and self.len % 2 == 1, {}
+        return self.observation_space.sample(), np.float32(r) if self.f32 else r, end and self.len % 2 == 0, end and self.len % 2 == 1, {}
 
 
 def _leaves(x):
@@ -79,11 +80,11 @@ def _leaves(x):
     return [np.asarray(x, np.float64)]
 
 
-def _env_creator(obs_space, action_space):
+def _env_creator(obs_space, action_space, f32=False):
     count = iter(range(1000))
 
     def make(cfg):
-        env = Walk(obs_space, action_space)
+        env = Walk(obs_space, action_space, f32)
         k = next(count)
         env.observation_space.seed(k)
         return env
@@ -106,7 +107,8 @@ class Lookup:
         return self.nest.unflatten([self.cols[c][idx] for c in self.names])
 
     def reward_before(self, e, t):
-        return self.cols["rewards"][self.row[(e, t - 1)]] if t > 0 else 0.0
+        rewards = self.cols["rewards"]
+        return rewards[self.row[(e, t - 1)]] if t > 0 else rewards.dtype.type(0)
 
     def ends(self, e, t):
         j = self.row[(e, t)]
@@ -135,7 +137,7 @@ def replay(policy, worker_calls, lookup, keying, max_episodes=8, agent_index=Fal
     calls = record(policy)
     for wd, _ in worker_calls:
         rows = list(zip(wd["eps_id"].tolist(), wd["t"].tolist()))
-        rewards = np.array([lookup.reward_before(e, t) for e, t in rows])
+        rewards = np.array([lookup.reward_before(e, t) for e, t in rows], dtype=lookup.cols["rewards"].dtype)
         starts = np.array([t == 0 for _, t in rows])
         kw = {"agent_index": np.array([lookup.agent_index(e, t) for e, t in rows])} if agent_index else {}
         if keying == "eps_id":
@@ -191,6 +193,23 @@ def test_a_runner_replays_a_workers_episodes_exactly(model, obs_space, action_sp
     assert len(worker_calls) == 45 and len(np.unique(batch["eps_id"])) > 10  # many episodes, some mid-fragment
     runner_calls = replay(policy, worker_calls, Lookup(batch, obs_space), keying)
     assert len(runner_calls) == len(worker_calls)
+    for wc, rc in zip(worker_calls, runner_calls):
+        assert_same_inputs(wc, rc)
+
+
+def test_float32_rewards_reach_the_policy_as_in_a_worker():
+    """An env with numpy float32 rewards: the worker's reward inputs are float32, and so are the runner's when it
+    is given float32 rewards."""
+    pytest.importorskip("torch")
+    policy = ppo("lstm", BOX, S.Discrete(3), **MODELS["lstm"])
+    keep_ids(policy)
+    worker_calls = record(policy)
+    w = tv.RolloutWorker(_env_creator(BOX, S.Discrete(3), f32=True), policy, num_envs=2, rollout_fragment_length=30,
+                         explore=False, seed=2, lazy_views=False)
+    batch = w.sample()
+    worker_calls = list(worker_calls)
+    assert batch["rewards"].dtype == np.float32 and worker_calls[-1][0]["prev_rewards"].dtype == np.float32
+    runner_calls = replay(policy, worker_calls, Lookup(batch, BOX), "env")
     for wc, rc in zip(worker_calls, runner_calls):
         assert_same_inputs(wc, rc)
 
@@ -527,3 +546,18 @@ def test_a_policy_that_acted_alone_still_pickles_and_copies():
         assert q.seen[-1]["t"][0] == 0 and q.seen[-1]["stack"][0].tolist() == [[0, 0], [0, 0], [5, 5]]
     p.compute_single_action(np.full(2, 2, np.float32), prev_reward=1.0)
     assert p.seen[-1]["t"][0] == 2
+
+
+def test_episodes_that_sit_out_a_call_keep_their_last_outputs():
+    """The last call's outputs are stored with each episode's next step, also after calls without it."""
+    p, runner = echo_runner(3)
+    o = np.array([[1, 1], [2, 2]], np.float32)
+    acts, states, _ = runner.act_many(o, ["a", "b"], rewards=[0.0, 0.0], full_fetch=True)
+    runner.act_many(o[:1] + 10, ["a"], rewards=[1.0])  # "b" sits out
+    runner.act_many(o[:1] + 20, ["c"], rewards=[1.0])  # a new one
+    runner.act_many(o + 30, ["a", "b"], rewards=[2.0, 3.0])
+    seen = p.seen[-1]
+    assert seen["t"].tolist() == [2, 1]
+    assert seen["prev_actions"][1] == acts[1] and seen["prev_rewards"][1] == 3.0
+    np.testing.assert_array_equal(seen["state_in_0"][1], states[0][1])
+    assert seen["stack"][1].tolist() == [[0, 0], [2, 2], [32, 32]]

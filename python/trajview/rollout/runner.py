@@ -24,7 +24,7 @@ from ..policy.policy import Policy, _first_row
 from ..views.nest import Nest
 from ..views.sample_batch import SampleBatch
 from .config import RolloutConfig
-from .emit import F32
+from .emit import F32, cast_rewards
 from .plan import PolicyColumns, make_collector
 
 __all__ = ["PolicyRunner"]
@@ -112,7 +112,10 @@ class PolicyRunner:
         self._slots: dict[Hashable, int] = {}
         self._free = list(range(n - 1, -1, -1))  # pop() hands out the lowest slot first
         self._calls = 0  # calls since the store last freed emitted rows
-        self._f32_rewards = False  # rewards came as float32 once: reward inputs are float32 (as a worker does)
+        # The rewards given so far were float32 (or float16) / of another dtype: reward inputs are float32 when
+        # every one was (the rule of `EnvAdapter.reward_dtype`, which a worker's inputs follow).
+        self._saw_f32 = False
+        self._saw_other = False
         self._timestep = 0
 
     def _obs_columns(self) -> list[str]:
@@ -234,9 +237,11 @@ class PolicyRunner:
         timestep: int | None,
     ) -> tuple[Any, list, dict]:
         n = len(keys)
+        fast = keys == self._last_keys and not any(starts)
+        # Whether an episode steps (a call that begins every one of its episodes has no reward to store).
+        stepped = fast or any(not starts[j] and keys[j] in self._slots for j in range(n))
         if rewards is None and self._columns.reward_input_keys:
-            # (the call that begins every one of its episodes needs none)
-            if not all(starts[j] or keys[j] not in self._slots for j in range(n)):
+            if stepped:
                 raise ValueError(
                     f"PolicyRunner: the policy reads rewards (views {self._columns.reward_input_keys}): pass the "
                     f"reward that each episode's previous action earned (act(..., reward=r) / act_many(..., "
@@ -244,7 +249,7 @@ class PolicyRunner:
                 )
         coll = self._collector
         inputs: dict[str, Any] | None
-        if keys == self._last_keys and not any(starts):
+        if fast:
             # The episodes of the last call, each one step on: the step stores the last call's outputs as they are.
             slots, c_slots = self._last_slots, self._last_ids
             data = dict(self._last_data)
@@ -256,17 +261,18 @@ class PolicyRunner:
             self._write_back()
             slots, inputs = self._store_step(obs_cols, keys, rewards, starts)
             c_slots = None if n == self.max_episodes and bool((slots == self._all).all()) else slots
-        if rewards is not None and rewards.dtype == F32:
-            self._f32_rewards = True
+        if rewards is not None and stepped:  # the rewards' dtype, by the adapters' rule (`EnvAdapter.reward_dtype`)
+            if rewards.dtype.type is np.float32 or rewards.dtype.type is np.float16:
+                self._saw_f32 = True
+            else:
+                self._saw_other = True
         try:
             if inputs is None:
                 inputs = coll.input_dict(c_slots)
             if self._columns.agent_index_input:
                 inputs[SampleBatch.AGENT_INDEX] = agent_index
-            if self._f32_rewards:
-                for key in self._columns.reward_input_keys:
-                    if key in inputs:
-                        inputs[key] = np.asarray(inputs[key], dtype=F32)
+            if self._saw_f32 and not self._saw_other:  # float32 rewards only: inputs as a worker gives them
+                cast_rewards(inputs, self._columns.reward_input_keys, F32)
             ts = self._timestep if timestep is None else timestep
             explore = self.explore if explore is None else explore
             actions, state_outs, extra = self.policy.compute_actions_from_input_dict(inputs, explore=explore, timestep=ts)
