@@ -4,7 +4,7 @@ exactly the inputs a `RolloutWorker` built, and acts the same.
 The worker replays: a worker samples with ``explore=False`` while every compute-actions input dict it builds
 is recorded; a runner is then driven with the same observations and rewards (keyed by the worker's episode
 ids and reset when an episode ends, or keyed by env index with ``episode_start``, as SB3 does) and every input
-column and every action must be identical. Frame-stack, LSTM, GTrXL and MLP models, Box / Dict observations,
+column and every action must be identical. Frame-stack, LSTM, GTrXL and MLP models (PPO) and DQN's frame stack, Box / Dict observations,
 Discrete / Box / MultiDiscrete actions (PPO), nested Dict actions (a numpy policy), multi-agent (a turn-based
 PettingZoo game, one runner per policy keyed by (episode, agent)). A hypothesis property test checks random
 episodes, interleavings and resets against a pure-Python reference of the views.
@@ -155,6 +155,8 @@ def ppo(model, obs_space, action_space, **model_config):
     import torch
 
     torch.manual_seed(0)
+    if model == "dqn":
+        return tv.DQNPolicy(obs_space, action_space, {"hidden": 16, **model_config})
     return tv.PPOPolicy(obs_space, action_space, {"model": model, "model_config": model_config})
 
 
@@ -166,6 +168,7 @@ MODELS = {
     "attention": {"max_seq_len": 5, "memory": 6, "attention_dim": 16, "num_heads": 2, "ff_dim": 16,
                   "prev_reward": True},
     "mlp": {"hidden": (16,)},
+    "dqn": {"num_frames": 3},
 }
 CASES = [
     ("framestack", BOX, S.Discrete(3)),
@@ -175,6 +178,7 @@ CASES = [
     ("attention", BOX, S.Discrete(3)),
     ("attention", DICT_OBS, S.Box(-1.0, 1.0, (2,), np.float32)),
     ("mlp", BOX, S.MultiBinary(2)),
+    ("dqn", BOX, S.Discrete(3)),
 ]
 
 
