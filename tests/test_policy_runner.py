@@ -453,6 +453,14 @@ def test_bad_calls_change_nothing():
         runner.act_many(np.zeros((2, 2), np.float32), ["a", "b"], rewards=[1.0])
     with pytest.raises(ValueError, match="leading dim 2"):
         runner.act_many(np.zeros((3, 2), np.float32), ["a", "b"], rewards=[1.0, 1.0])
+    with pytest.raises(ValueError, match=r"episode_start must be one value or 2 values .* got shape \(3,\)"):
+        runner.act_many(np.zeros((2, 2), np.float32), ["a", "b"], rewards=[1.0, 1.0], episode_start=[0, 0, 1])
+    with pytest.raises(ValueError, match=r"agent_index must be one value or 2 values"):
+        runner.act_many(np.zeros((2, 2), np.float32), ["a", "b"], rewards=[1.0, 1.0], agent_index=[[0, 1]])
+    with pytest.raises(ValueError, match="episodes is empty"):
+        runner.act_many(np.zeros((0, 2), np.float32), [])
+    with pytest.raises(TypeError, match=r"episode key must be hashable, got list \['x'\]"):
+        runner.act(np.zeros(2, np.float32), ["x"])
     assert runner.episodes == ["a", "b"]
     runner.act(np.ones(2, np.float32), "a", reward=1.0)  # step 1 of "a": the refused calls stored nothing
     assert p.seen[-1]["t"][0] == 1 and p.seen[-1]["stack"][0, 1:].tolist() == [[0, 0], [1, 1]]

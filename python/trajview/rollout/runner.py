@@ -77,9 +77,9 @@ class PolicyRunner:
     ) -> None:
         if not isinstance(policy, Policy):
             raise TypeError(f"PolicyRunner: policy must be a trajview Policy, got {type(policy).__name__}")
-        # The worker's settings, validated by the worker's own checks; rows are freed every `_chunk` calls.
+        # A worker's settings, by the worker's own checks; the store's blocks hold `_CHUNK` steps per episode.
         config = RolloutConfig.validated(
-            batch_mode="truncate_episodes", rollout_fragment_length=max(1, _CHUNK), count_steps_by="env_steps",
+            batch_mode="truncate_episodes", rollout_fragment_length=_CHUNK, count_steps_by="env_steps",
             horizon=None, soft_horizon=False, no_done_at_end=False, seed=None, worker_index=0, lazy_views=False,
             nan_outputs=nan_outputs,
         )
@@ -93,13 +93,13 @@ class PolicyRunner:
         self._collector: Collector = make_collector(policy, self.max_episodes, config, 0, inference_only=True)
         self._columns = PolicyColumns(policy, config)
         self._obs_nest = Nest.from_space(policy.observation_space, "observation_space")
-        #: What an episode's next step stores besides the observation and reward: the previous call's outputs.
-        self._pending_specs = {
-            k: spec for k, spec in policy.column_specs().items()
-            if k not in self._obs_columns() and k not in (_REWARDS, _TERMINATEDS, _TRUNCATEDS)
-        }
+        # What an episode's next step stores besides the observation, reward and ends: the policy's outputs (actions,
+        # state_out_i, extra fetches) of its previous step, per slot.
+        env_columns = {*self._obs_nest.names(_OBS), _REWARDS, _TERMINATEDS, _TRUNCATEDS}
         n = self.max_episodes
-        self._pending = {k: np.zeros((n, *shape), dtype=dt) for k, (dt, shape) in self._pending_specs.items()}
+        self._pending = {
+            k: np.zeros((n, *shape), dtype=dt) for k, (dt, shape) in policy.column_specs().items() if k not in env_columns
+        }
         self._false = np.zeros(n, dtype=bool)
         self._zeros = np.zeros(n)  # the rewards stored when none are given (the policy does not read them)
         self._all = np.arange(n, dtype=np.int64)
@@ -118,14 +118,11 @@ class PolicyRunner:
         self._saw_other = False
         self._timestep = 0
 
-    def _obs_columns(self) -> list[str]:
-        return self._obs_nest.names(_OBS)
-
     # -- episodes ---------------------------------------------------------------
 
     @property
     def episodes(self) -> list[Hashable]:
-        """The keys of the running episodes, oldest first."""
+        """The keys of the running episodes, in the order they first acted."""
         return list(self._slots)
 
     def __len__(self) -> int:
@@ -206,6 +203,8 @@ class PolicyRunner:
         """
         keys = list(episodes)
         n = len(keys)
+        if not n:
+            raise ValueError("PolicyRunner.act_many: episodes is empty; pass at least one episode key")
         obs_cols = {c: np.asarray(v) for c, v in self._obs_nest.columns(_OBS, obs, "obs").items()}
         for c, v in obs_cols.items():
             if v.shape[:1] != (n,):
@@ -216,10 +215,8 @@ class PolicyRunner:
         r = None if rewards is None else np.asarray(rewards)
         if r is not None and r.shape != (n,):
             raise ValueError(f"PolicyRunner.act_many: rewards must have shape ({n},), got {r.shape}")
-        starts = [False] * n if episode_start is None else [bool(s) for s in np.asarray(episode_start).reshape(-1)]
-        if len(starts) != n:
-            raise ValueError(f"PolicyRunner.act_many: episode_start must have {n} entries, got {len(starts)}")
-        idx = np.zeros(n, np.int64) if agent_index is None else np.broadcast_to(np.asarray(agent_index, np.int64), (n,))
+        starts = [False] * n if episode_start is None else _per_episode("episode_start", episode_start, n, bool).tolist()
+        idx = np.zeros(n, np.int64) if agent_index is None else _per_episode("agent_index", agent_index, n, np.int64)
         actions, state_outs, extra = self._act_columns(obs_cols, keys, r, starts, idx, explore, timestep)
         # Copies: the arrays the policy returned are stored with the episodes' next steps.
         if not full_fetch:
@@ -239,7 +236,11 @@ class PolicyRunner:
         n = len(keys)
         fast = keys == self._last_keys and not any(starts)
         # Whether an episode steps (a call that begins every one of its episodes has no reward to store).
-        stepped = fast or any(not starts[j] and keys[j] in self._slots for j in range(n))
+        try:
+            stepped = fast or any(not starts[j] and keys[j] in self._slots for j in range(n))
+        except TypeError:
+            bad = next(k for k in keys if not isinstance(k, Hashable))
+            raise TypeError(f"PolicyRunner: an episode key must be hashable, got {type(bad).__name__} {bad!r}") from None
         if rewards is None and self._columns.reward_input_keys:
             if stepped:
                 raise ValueError(
@@ -370,6 +371,15 @@ class PolicyRunner:
 
 #: Calls between two frees of a runner's emitted rows (and the store's block size, in steps per episode).
 _CHUNK = 32
+
+
+def _per_episode(name: str, value: Any, n: int, dtype: Any) -> np.ndarray:
+    """``value`` (one for every episode, or ``[n]``) as ``[n]`` of ``dtype``; else a ValueError naming it."""
+    arr = np.asarray(value)
+    if arr.ndim > 1 or (arr.ndim == 1 and len(arr) != n):
+        raise ValueError(f"PolicyRunner.act_many: {name} must be one value or {n} values (one per episode), got "
+                         f"shape {arr.shape}")
+    return np.broadcast_to(arr.astype(dtype, copy=False), (n,))
 
 
 def _copied(value: Any) -> Any:
