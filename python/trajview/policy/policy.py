@@ -124,7 +124,8 @@ class Policy:
         """
         if input_dict is None and state is None and prev_action is None:
             if info is not None or kwargs or episode is not None:
-                given = sorted([*kwargs, *(["info"] if info is not None else []), *(["episode"] if episode else [])])
+                given = sorted([*kwargs, *(["info"] if info is not None else []),
+                                *(["episode"] if episode is not None else [])])
                 raise ValueError(
                     f"compute_single_action: {given} are only passed on when the caller carries the history "
                     f"(input_dict=, state= or prev_action=); the implicit episode takes obs, prev_reward, "
