@@ -93,6 +93,7 @@ class PolicyRunner:
         self._collector: Collector = make_collector(policy, self.max_episodes, config, 0, inference_only=True)
         self._columns = PolicyColumns(policy, config)
         self._obs_nest = Nest.from_space(policy.observation_space, "observation_space")
+        self._nested_actions = not self._columns.action_nest.flat
         # What an episode's next step stores besides the observation, reward and ends: the policy's outputs (actions,
         # state_out_i, extra fetches) of its previous step, per slot.
         env_columns = {*self._obs_nest.names(_OBS), _REWARDS, _TERMINATEDS, _TRUNCATEDS}
@@ -171,14 +172,15 @@ class PolicyRunner:
         """
         obs_cols = {c: _batch_of_one(v) for c, v in self._obs_nest.columns(_OBS, obs, "obs").items()}
         rewards = None if reward is None else np.asarray(reward)[None]
-        actions, state_outs, extra = self._act_columns(
+        actions, data = self._act_columns(
             obs_cols, [episode], rewards, [bool(episode_start)], np.asarray([agent_index], np.int64), explore, timestep
         )
         # Copies: the arrays the policy returned are stored with the episode's next step.
-        action = _copied(_first_row(actions))
+        action = _copied(_first_row(actions)) if self._nested_actions else _row(data[SampleBatch.ACTIONS])
         if not full_fetch:
             return action
-        return action, [_copied(_first_row(s)) for s in state_outs], {k: _copied(_first_row(v)) for k, v in extra.items()}
+        cols = self._columns
+        return action, [_row(data[k]) for k in cols.state_keys], {k: _row(data[k]) for k in cols.extra_keys}
 
     def act_many(
         self,
@@ -217,11 +219,13 @@ class PolicyRunner:
             raise ValueError(f"PolicyRunner.act_many: rewards must have shape ({n},), got {r.shape}")
         starts = [False] * n if episode_start is None else _per_episode("episode_start", episode_start, n, bool).tolist()
         idx = np.zeros(n, np.int64) if agent_index is None else _per_episode("agent_index", agent_index, n, np.int64)
-        actions, state_outs, extra = self._act_columns(obs_cols, keys, r, starts, idx, explore, timestep)
+        actions, data = self._act_columns(obs_cols, keys, r, starts, idx, explore, timestep)
         # Copies: the arrays the policy returned are stored with the episodes' next steps.
         if not full_fetch:
             return _copied(actions)
-        return _copied(actions), [_copied(s) for s in state_outs], {k: _copied(v) for k, v in extra.items()}
+        cols = self._columns
+        return (_copied(actions), [np.array(data[k], copy=True) for k in cols.state_keys],
+                {k: np.array(data[k], copy=True) for k in cols.extra_keys})
 
     def _act_columns(
         self,
@@ -232,7 +236,9 @@ class PolicyRunner:
         agent_index: np.ndarray,
         explore: bool | None,
         timestep: int | None,
-    ) -> tuple[Any, list, dict]:
+    ) -> tuple[Any, dict[str, Any]]:
+        """Stores the call's step, calls the policy and checks its outputs: (the actions as the policy returned
+        them, the checked output columns: ``actions`` (or its leaves), ``state_out_i``, extra fetches)."""
         n = len(keys)
         fast = keys == self._last_keys and not any(starts)
         # Whether an episode steps (a call that begins every one of its episodes has no reward to store).
@@ -289,7 +295,7 @@ class PolicyRunner:
         self._calls += 1
         if self._calls >= _CHUNK:
             self._free_rows()
-        return actions, list(state_outs), dict(extra)
+        return actions, data
 
     def _store_step(
         self, obs_cols: dict[str, np.ndarray], keys: list[Hashable], rewards: np.ndarray | None, starts: list[bool]
@@ -380,6 +386,12 @@ def _per_episode(name: str, value: Any, n: int, dtype: Any) -> np.ndarray:
         raise ValueError(f"PolicyRunner.act_many: {name} must be one value or {n} values (one per episode), got "
                          f"shape {arr.shape}")
     return np.broadcast_to(arr.astype(dtype, copy=False), (n,))
+
+
+def _row(column: np.ndarray) -> Any:
+    """Row 0 of a checked output column: a numpy scalar, or a copy of the row."""
+    r = column[0]
+    return r.copy() if isinstance(r, np.ndarray) else r
 
 
 def _copied(value: Any) -> Any:
