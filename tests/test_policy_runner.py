@@ -4,10 +4,11 @@ exactly the inputs a `RolloutWorker` built, and acts the same.
 The worker replays: a worker samples with ``explore=False`` while every compute-actions input dict it builds
 is recorded; a runner is then driven with the same observations and rewards (keyed by the worker's episode
 ids and reset when an episode ends, or keyed by env index with ``episode_start``, as SB3 does) and every input
-column and every action must be identical. Frame-stack, LSTM, GTrXL and MLP models (PPO) and DQN's frame stack, Box / Dict observations,
-Discrete / Box / MultiDiscrete actions (PPO), nested Dict actions (a numpy policy), multi-agent (a turn-based
-PettingZoo game, one runner per policy keyed by (episode, agent)). A hypothesis property test checks random
-episodes, interleavings and resets against a pure-Python reference of the views.
+column and every action must be identical. Frame-stack, LSTM, GTrXL and MLP models (PPO) and DQN's frame stack,
+Box / Dict observations, Discrete / Box / MultiDiscrete / MultiBinary actions (PPO), nested Dict actions (a numpy
+policy), float32 rewards, multi-agent (a turn-based PettingZoo game, one runner per policy keyed by (episode,
+agent)). A hypothesis property test checks random episodes, interleavings and resets against a pure-Python
+reference of the views.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ class Walk(gym.Env):
         self.t += 1
         r = float(np.sum(np.asarray(np.concatenate([np.ravel(x) for x in _leaves(action)]), np.float64))) + self.t
         end = self.t >= self.len
-        return self.observation_space.sample(), np.float32(r) if self.f32 else r, end and self.len % 2 == 0, end and self.len % 2 == 1, {}
+        reward = np.float32(r) if self.f32 else r
+        return self.observation_space.sample(), reward, end and self.len % 2 == 0, end and self.len % 2 == 1, {}
 
 
 def _leaves(x):
@@ -231,7 +233,8 @@ class NestedActs(tv.Policy):
         n = len(s["flag"])
         pa = d["prev_actions"]
         x = (s["vec"].reshape(n, -1).sum(1) + s["flag"].sum(1) + pa["b"].sum(1) + 3 * pa["a"] + d["prev_rewards"])
-        return {"a": (np.abs(x * 10).astype(np.int64) % 3), "b": np.tanh(np.stack([x, -x], 1)).astype(np.float32)}, [], {}
+        acts = {"a": np.abs(x * 10).astype(np.int64) % 3, "b": np.tanh(np.stack([x, -x], 1)).astype(np.float32)}
+        return acts, [], {}
 
 
 @pytest.mark.parametrize("keying", ["eps_id", "env"])

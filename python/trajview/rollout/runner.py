@@ -3,9 +3,11 @@
 A runner holds one C++ `Collector` slot per running episode (made by `make_collector`, the worker's own
 path from a policy to its store) and drives it with the worker's per-step protocol: an episode's first
 observation begins it (``begin_episodes``), every later observation is stored with the previous action, state
-outputs, extra fetches and reward (``add_step``), and the policy reads the store's compute-actions input dict
-(``input_dict``). Frame stacks, previous actions and rewards, recurrent state and attention memory are
-therefore exactly the worker's. Outputs are checked by the worker's `PolicyColumns`.
+outputs, extra fetches and reward (``add_step``, or ``step``: the step and the next input dict in one C++
+call), and the policy reads the store's compute-actions input dict (``input_dict``). Frame stacks, previous
+actions and rewards, recurrent state and attention memory are therefore exactly the worker's. Outputs are
+checked by the worker's `PolicyColumns`. Every 32 calls the store emits (and drops) its steps, keeping the rows
+the views look back at.
 
 `Policy.compute_single_action` without an explicit history (no ``input_dict``, ``state`` nor
 ``prev_action``) acts through a one-episode runner of the policy (`implicit_single_action`).
@@ -99,7 +101,9 @@ class PolicyRunner:
         env_columns = {*self._obs_nest.names(_OBS), _REWARDS, _TERMINATEDS, _TRUNCATEDS}
         n = self.max_episodes
         self._pending = {
-            k: np.zeros((n, *shape), dtype=dt) for k, (dt, shape) in policy.column_specs().items() if k not in env_columns
+            k: np.zeros((n, *shape), dtype=dt)
+            for k, (dt, shape) in policy.column_specs().items()
+            if k not in env_columns
         }
         self._false = np.zeros(n, dtype=bool)
         self._zeros = np.zeros(n)  # the rewards stored when none are given (the policy does not read them)
@@ -217,7 +221,9 @@ class PolicyRunner:
         r = None if rewards is None else np.asarray(rewards)
         if r is not None and r.shape != (n,):
             raise ValueError(f"PolicyRunner.act_many: rewards must have shape ({n},), got {r.shape}")
-        starts = [False] * n if episode_start is None else _per_episode("episode_start", episode_start, n, bool).tolist()
+        starts = [False] * n
+        if episode_start is not None:
+            starts = _per_episode("episode_start", episode_start, n, bool).tolist()
         idx = np.zeros(n, np.int64) if agent_index is None else _per_episode("agent_index", agent_index, n, np.int64)
         actions, data = self._act_columns(obs_cols, keys, r, starts, idx, explore, timestep)
         # Copies: the arrays the policy returned are stored with the episodes' next steps.
@@ -246,7 +252,9 @@ class PolicyRunner:
             stepped = fast or any(not starts[j] and keys[j] in self._slots for j in range(n))
         except TypeError:
             bad = next(k for k in keys if not isinstance(k, Hashable))
-            raise TypeError(f"PolicyRunner: an episode key must be hashable, got {type(bad).__name__} {bad!r}") from None
+            raise TypeError(
+                f"PolicyRunner: an episode key must be hashable, got {type(bad).__name__} {bad!r}"
+            ) from None
         if rewards is None and self._columns.reward_input_keys:
             if stepped:
                 raise ValueError(
@@ -282,7 +290,9 @@ class PolicyRunner:
                 cast_rewards(inputs, self._columns.reward_input_keys, F32)
             ts = self._timestep if timestep is None else timestep
             explore = self.explore if explore is None else explore
-            actions, state_outs, extra = self.policy.compute_actions_from_input_dict(inputs, explore=explore, timestep=ts)
+            actions, state_outs, extra = self.policy.compute_actions_from_input_dict(
+                inputs, explore=explore, timestep=ts
+            )
             data = self._columns.check_outputs(actions, state_outs, extra, n)
         except BaseException as e:
             self._last_keys = None
