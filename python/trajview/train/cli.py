@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import WorkerError
 from ..algorithms.schedules import SCHEDULES
-from .config import MODEL_PRESETS, TrainConfig
+from .config import DEVICES, MODEL_PRESETS, TrainConfig
 from .metrics import read_metrics
 
 __all__ = ["main", "build_parser"]
@@ -163,6 +163,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "TensorBoard event files in --out/tensorboard (needs the tensorboard package); repeat to combine, "
                    "e.g. --logger jsonl --logger tensorboard. --metrics-format is the old name")
     t.add_argument("--threads", type=int, default=d.threads, help="torch intra-op threads")
+    t.add_argument("--device", choices=DEVICES, default=None,
+                   help="where the learner trains: cpu, cuda, or auto (cuda where torch sees a device). The "
+                        "rollout workers act on the CPU (a copy of the policy, its weights synced after each "
+                        "update); checkpoints hold CPU tensors, so a run resumes on either (with --resume: this "
+                        "session's device, default the run's). default: cpu")
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its checkpoint (its settings; --timesteps may be raised)")
     t.add_argument("--no-progress", action="store_true", help="log a line per iteration instead of a progress bar")
@@ -255,6 +260,7 @@ def _ppo_config(args: argparse.Namespace, out: str, metrics_format: str, tensorb
         metrics_format=metrics_format,
         tensorboard=tensorboard,
         threads=args.threads,
+        device=args.device or d.device,
     )
 
 
@@ -273,6 +279,8 @@ def _resumed_ppo_config(args: argparse.Namespace, ck: Any, out: str) -> TrainCon
         saved["max_worker_restarts"] = args.max_worker_restarts
     if args.sample_timeout_s is not None:
         saved["sample_timeout_s"] = args.sample_timeout_s
+    if args.device is not None:  # where this session trains (a GPU run may resume on a CPU, and the other way)
+        saved["device"] = args.device
     return config_from(TrainConfig, ck, out, _timesteps_given(args), saved)
 
 

@@ -61,8 +61,11 @@ FLAGS = {
     "grad_clip": "--grad-clip", "lr_schedule": "--lr-schedule", "clip_schedule": "--clip-schedule",
     "entropy_schedule": "--entropy-schedule", "stop_reward": "--stop-reward", "model_config": "--model-config",
     "out_dir": "--out",
-    "metrics_format": "--logger", "threads": "--threads",
+    "metrics_format": "--logger", "threads": "--threads", "device": "--device",
 }
+
+#: Where the learner's networks live (--device): "auto" is CUDA where torch sees a device, else the CPU.
+DEVICES = ("cpu", "cuda", "auto")
 
 #: The largest seed: numpy's seeding takes 32-bit seeds.
 MAX_SEED = 2**32 - 1
@@ -85,6 +88,8 @@ def check_common(c: Any) -> None:
     int_at_least(setting("seed"), c.seed, 0, MAX_SEED)
     int_at_least(setting("timesteps"), c.timesteps, 1)
     int_at_least(setting("threads"), c.threads, 1)
+    if c.device not in DEVICES:
+        raise ValueError(f"{setting('device')} must be one of {', '.join(DEVICES)}, got {c.device!r}")
     int_at_least(setting("smoothing_episodes"), c.smoothing_episodes, 1)
     finite_number(setting("lr"), c.lr, 0, lo_open=True)
     finite_number(setting("gamma"), c.gamma, 0, 1)
@@ -111,9 +116,24 @@ class RunConfig:
     out_dir: str
     metrics_format: str
     threads: int
+    device: str
 
     def __post_init__(self) -> None:
         check_common(self)
+
+    def resolved_device(self) -> str:
+        """The device the learner trains on: `device` with "auto" resolved; ValueError naming ``--device``
+        when it asks for CUDA and torch sees none (a run trained on a GPU resumes on a CPU with --device cpu:
+        checkpoints hold CPU tensors)."""
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+        if self.device == "auto":
+            return "cuda" if has_cuda else "cpu"
+        if self.device == "cuda" and not has_cuda:
+            raise ValueError(f"{setting('device')}: cuda asked for, but torch sees no CUDA device here "
+                             f"(torch {torch.__version__}, torch.cuda.is_available() is False): use cpu or auto")
+        return self.device
 
     @property
     def metrics_path(self) -> Path:
@@ -183,6 +203,8 @@ class TrainConfig(RunConfig):
     #: Also write TensorBoard event files to ``<out_dir>/tensorboard`` (``--logger tensorboard``).
     tensorboard: bool = False
     threads: int = 1
+    #: The learner's device (`DEVICES`); acting stays on the CPU (small batches: a CPU copy with synced weights).
+    device: str = "cpu"
 
     @classmethod
     def with_model_presets(cls, **given: Any) -> "TrainConfig":

@@ -61,7 +61,9 @@ class PPOTrainer(RunCounters):
         preset = IMAGE_MODEL_PRESETS.get(config.model)
         if preset and getattr(config, "model_config_is_preset", False) and has_image_leaves(obs_space):
             config.model_config = {**config.model_config, **preset}
-        self.policy = PPOPolicy(obs_space, act_space, config.ppo_config())
+        device = config.resolved_device()
+        self.policy = PPOPolicy(obs_space, act_space, {**config.ppo_config(), "device": device})
+
         # Made here, not in the first (timed) iteration: torch's fused Adam imports torch._dynamo (1.4 s).
         self.policy.get_optimizer()
         if resume:
@@ -83,9 +85,16 @@ class PPOTrainer(RunCounters):
         #: Bumped by every update of the learner's weights; the workers have `_synced_version`'s.
         self._weights_version = 0
         self._synced_version = 0
+        # The workers act on the CPU (one env step's batch is too small for a GPU to pay off): with the learner
+        # elsewhere, they act with a CPU copy of the policy (the resumed weights), then the learner's after each
+        # update (`sync_weights`).
+        acting = self.policy
+        if device != "cpu":
+            acting = PPOPolicy(obs_space, act_space, {**config.ppo_config(), "device": "cpu"})
+            acting.set_weights(self.policy.get_weights())
         # Last: worker processes or Ray actors start here (`stop` or the end of `train` ends them).
         self.rollouts: LocalRollouts | ParallelRollouts = make_rollouts(
-            config, env_creator(config.env, config.drop_obs_keys), self.policy, fragment, base
+            config, env_creator(config.env, config.drop_obs_keys), acting, fragment, base
         )
 
     # -- the loop ------------------------------------------------------------------
