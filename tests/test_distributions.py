@@ -5,6 +5,8 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -150,3 +152,25 @@ def test_gradients_reach_the_mean_and_the_log_std():
 def test_unsupported_action_spaces_are_refused(space):
     with pytest.raises(UnsupportedSpaceError, match="action_space"):
         make_action_head(space)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 7), batch=st.integers(1, 300), start=st.integers(-3, 3), seed=st.integers(0, 2**31 - 1))
+def test_categorical_is_torchs_categorical_without_its_checks(n, batch, start, seed):
+    """trajview's Categorical does torch.distributions.Categorical's arithmetic, op for op: the same logp,
+    entropy and gradients bit for bit, and the same draws from the same seed."""
+    from trajview.algorithms.models.distributions import Categorical
+
+    gen = torch.Generator().manual_seed(seed)
+    logits = (torch.randn(batch, n, generator=gen) * 3).requires_grad_(True)
+    actions = torch.randint(0, n, (batch,), generator=gen)
+    mine, ref = Categorical(logits, start), torch.distributions.Categorical(logits=logits)
+    lp, ref_lp = mine.logp(actions + start), ref.log_prob(actions)
+    assert torch.equal(lp, ref_lp) and torch.equal(mine.entropy(), ref.entropy())
+    g1 = torch.autograd.grad((lp * 1.5 + mine.entropy()).sum(), logits)[0]
+    g2 = torch.autograd.grad((ref_lp * 1.5 + ref.entropy()).sum(), logits)[0]
+    assert torch.equal(g1, g2)
+    torch.manual_seed(seed)
+    drawn = mine.sample()
+    torch.manual_seed(seed)
+    assert torch.equal(drawn, ref.sample() + start)

@@ -52,6 +52,7 @@ from .rollout import (
     Episode,
     Filter,
     MeanStdFilter,
+    PolicyRunner,
     ReplayWritingCallbacks,
     RolloutWorker,
     WorkerSet,
@@ -121,6 +122,7 @@ __all__ = [
     "Episode",
     "Filter",
     "MeanStdFilter",
+    "PolicyRunner",
     "ReplayWritingCallbacks",
     "WorkerError",
     # learning

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import WorkerError
-from .config import MODEL_PRESETS, TrainConfig
+from ..algorithms.schedules import SCHEDULES
+from .config import DEVICES, MODEL_PRESETS, TrainConfig
 from .metrics import read_metrics
 
 __all__ = ["main", "build_parser"]
@@ -141,6 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--clip-param", type=float, default=None,
                    help=f"PPO's ratio clip, > 0; default: {d.clip_param}%(default).0s")
     t.add_argument("--vf-loss-coeff", type=float, default=None, help=PRESET_HELP % d.vf_loss_coeff)
+    for flag, what in (("--lr-schedule", "--lr"), ("--clip-schedule", "--clip-param"),
+                       ("--entropy-schedule", "--entropy-coeff")):
+        t.add_argument(flag, choices=SCHEDULES, default=None,
+                       help=f"{what} over the run: constant, or linear from it to zero at --timesteps env steps, as "
+                            f"Stable-Baselines3's linear_schedule (the value of each update from the env steps "
+                            f"sampled so far, its batch included; kept by --resume); default: constant%(default).0s")
     t.add_argument("--grad-clip", type=float, default=None,
                    help="global gradient norm clip (<= 0: none); " + PRESET_HELP % d.grad_clip)
     t.add_argument("--stop-reward", type=_stop_reward, default=d.stop_reward,
@@ -156,6 +163,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "TensorBoard event files in --out/tensorboard (needs the tensorboard package); repeat to combine, "
                    "e.g. --logger jsonl --logger tensorboard. --metrics-format is the old name")
     t.add_argument("--threads", type=int, default=d.threads, help="torch intra-op threads")
+    t.add_argument("--device", choices=DEVICES, default=None,
+                   help="where the learner trains: cpu, cuda, or auto (cuda where torch sees a device). The "
+                        "rollout workers act on the CPU (a copy of the policy, its weights synced after each "
+                        "update); checkpoints hold CPU tensors, so a run resumes on either (with --resume: this "
+                        "session's device, default the run's). default: cpu")
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its checkpoint (its settings; --timesteps may be raised)")
     t.add_argument("--no-progress", action="store_true", help="log a line per iteration instead of a progress bar")
@@ -200,7 +212,8 @@ PPO_ONLY = (("--workers", "workers"), ("--backend", "backend"), ("--async", "asy
             ("--train-batch-size", "train_batch_size"), ("--minibatch-size", "minibatch_size"),
             ("--num-sgd-iter", "num_sgd_iter"), ("--entropy-coeff", "entropy_coeff"), ("--lambda", "lambda_"),
             ("--clip-param", "clip_param"), ("--vf-loss-coeff", "vf_loss_coeff"), ("--grad-clip", "grad_clip"),
-            ("--model-config", "model_config"))
+            ("--lr-schedule", "lr_schedule"), ("--clip-schedule", "clip_schedule"),
+            ("--entropy-schedule", "entropy_schedule"), ("--model-config", "model_config"))
 
 
 def _given(args: argparse.Namespace, parser_defaults: dict, dests: tuple[tuple[str, str], ...]) -> list[str]:
@@ -238,12 +251,16 @@ def _ppo_config(args: argparse.Namespace, out: str, metrics_format: str, tensorb
         vf_loss_coeff=args.vf_loss_coeff,
         grad_clip=args.grad_clip,  # None: the preset's; <= 0: none
         entropy_coeff=args.entropy_coeff,
+        lr_schedule=args.lr_schedule or d.lr_schedule,
+        clip_schedule=args.clip_schedule or d.clip_schedule,
+        entropy_schedule=args.entropy_schedule or d.entropy_schedule,
         stop_reward=args.stop_reward,
         model_config=args.model_config or {},
         out_dir=out,
         metrics_format=metrics_format,
         tensorboard=tensorboard,
         threads=args.threads,
+        device=args.device or d.device,
     )
 
 
@@ -262,6 +279,8 @@ def _resumed_ppo_config(args: argparse.Namespace, ck: Any, out: str) -> TrainCon
         saved["max_worker_restarts"] = args.max_worker_restarts
     if args.sample_timeout_s is not None:
         saved["sample_timeout_s"] = args.sample_timeout_s
+    if args.device is not None:  # where this session trains (a GPU run may resume on a CPU, and the other way)
+        saved["device"] = args.device
     return config_from(TrainConfig, ck, out, _timesteps_given(args), saved)
 
 

@@ -72,6 +72,8 @@ class DQNConfig(RunConfig):
     out_dir: str = "runs/dqn"
     metrics_format: str = "csv"
     threads: int = 1
+    #: The learner's device (`DEVICES`); acting stays on the CPU (small batches: a CPU copy with synced weights).
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -92,7 +94,8 @@ class DQNConfig(RunConfig):
 
     def policy_config(self) -> dict:
         return {"num_frames": self.num_frames, "hidden": self.hidden, "dueling": self.dueling, "lr": self.lr,
-                "gamma": self.gamma, "target_update_interval": self.target_update_interval, "seed": self.seed}
+                "gamma": self.gamma, "target_update_interval": self.target_update_interval, "seed": self.seed,
+                "device": self.resolved_device()}
 
 
 class DQNTrainer(RunCounters):
@@ -185,7 +188,7 @@ class DQNTrainer(RunCounters):
             if not self.resume:
                 atomic_write(Path(c.out_dir) / "config.json", json.dumps(dataclasses.asdict(c), indent=2).encode())
             self._out_ready = True
-        append_metrics(c.metrics_path, row, c.metrics_format)
+        append_metrics(c.metrics_path, row, c.metrics_format, sync=False)
         return row
 
     def done(self) -> bool:
@@ -225,9 +228,11 @@ def dqn_config(args: argparse.Namespace, ck: Checkpoint | None, out: str, metric
     shared options that apply (env, seed, timesteps, lr and gamma when given, stop reward, out, metrics format,
     threads) over `DQNConfig`'s defaults."""
     if ck is not None:
-        return config_from(DQNConfig, ck, out, timesteps)
+        return config_from(DQNConfig, ck, out, timesteps, {"device": args.device} if args.device else None)
     kw = dict(env=args.env, seed=args.seed, timesteps=args.timesteps, out_dir=out, metrics_format=metrics_format,
               threads=args.threads, stop_reward=args.stop_reward)  # a number, or None ('none': never)
+    if args.device is not None:
+        kw["device"] = args.device
     for name in ("lr", "gamma"):
         if getattr(args, name) is not None:
             kw[name] = getattr(args, name)

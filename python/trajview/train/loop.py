@@ -5,6 +5,7 @@ learning-curve plot), and what a run stopped early (Ctrl-C, SIGTERM, a failed wo
 from __future__ import annotations
 
 import dataclasses
+import os
 import logging
 import math
 import signal
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from .._io import fsync_file
 from ..errors import FileIntegrityError
 from .checkpoint import Checkpoint, fitting, has_checkpoint, prepare_checkpoint, read_checkpoint, tensor_state
 from .metrics import plot_learning_curve, read_metrics, truncate_metrics
@@ -93,9 +95,16 @@ class RunCounters:
         state is taken now (serialized: ``files`` must not change after) and written by a thread while the run goes
         on (its fsyncs off the iteration's path); `wait_checkpoint` waits for it, and the next commit first."""
         self.wait_checkpoint()
-        commit = prepare_checkpoint(self.config.checkpoint_path, algo, dataclasses.asdict(self.config),
-                                    self.counters_state(), {**weights, "torch_rng": torch.get_rng_state()}, extra,
-                                    files, extra_meta)
+        commit_folder = prepare_checkpoint(self.config.checkpoint_path, algo, dataclasses.asdict(self.config),
+                                           self.counters_state(), {**weights, "torch_rng": torch.get_rng_state()},
+                                           extra, files, extra_meta)
+        metrics = self.config.metrics_path
+
+        def commit() -> None:  # the metrics rows this checkpoint covers (appended unsynced) durable before it
+            if os.path.exists(metrics):
+                fsync_file(metrics)
+            commit_folder()
+
         at = (self.iteration, self.env_steps)
         if not background:
             commit()

@@ -109,8 +109,15 @@ class LocalRollouts:
     worker_restarts = 0
 
     def sync_weights(self, policy: Policy) -> tuple[int, float]:
-        """Nothing to send: the workers act with the learner's policy object itself."""
-        return 0, 0.0
+        """Nothing to send when the workers act with the learner's policy object itself; else (the learner on
+        another device) its weights copied into the workers' CPU policy: the bytes and the seconds it took."""
+        acting = self.workers[0].policy
+        if acting is policy:
+            return 0, 0.0
+        t0 = time.perf_counter()
+        weights = policy.get_weights()
+        acting.set_weights(weights)
+        return sum(int(np.asarray(v).nbytes) for v in weights.values()), time.perf_counter() - t0
 
     def stop(self) -> None:
         for w in self.workers:

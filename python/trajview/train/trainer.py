@@ -15,6 +15,7 @@ import numpy as np
 
 from ..algorithms.models import has_image_leaves
 from ..algorithms.ppo import PPOPolicy
+from ..algorithms.schedules import SCHEDULED, progress_remaining
 from .config import IMAGE_MODEL_PRESETS, TrainConfig
 from .envs import env_creator, import_env_modules, make_env
 from .._io import atomic_write
@@ -60,7 +61,9 @@ class PPOTrainer(RunCounters):
         preset = IMAGE_MODEL_PRESETS.get(config.model)
         if preset and getattr(config, "model_config_is_preset", False) and has_image_leaves(obs_space):
             config.model_config = {**config.model_config, **preset}
-        self.policy = PPOPolicy(obs_space, act_space, config.ppo_config())
+        device = config.resolved_device()
+        self.policy = PPOPolicy(obs_space, act_space, {**config.ppo_config(), "device": device})
+
         # Made here, not in the first (timed) iteration: torch's fused Adam imports torch._dynamo (1.4 s).
         self.policy.get_optimizer()
         if resume:
@@ -82,9 +85,16 @@ class PPOTrainer(RunCounters):
         #: Bumped by every update of the learner's weights; the workers have `_synced_version`'s.
         self._weights_version = 0
         self._synced_version = 0
+        # The workers act on the CPU (one env step's batch is too small for a GPU to pay off): with the learner
+        # elsewhere, they act with a CPU copy of the policy (the resumed weights), then the learner's after each
+        # update (`sync_weights`).
+        acting = self.policy
+        if device != "cpu":
+            acting = PPOPolicy(obs_space, act_space, {**config.ppo_config(), "device": "cpu"})
+            acting.set_weights(self.policy.get_weights())
         # Last: worker processes or Ray actors start here (`stop` or the end of `train` ends them).
         self.rollouts: LocalRollouts | ParallelRollouts = make_rollouts(
-            config, env_creator(config.env, config.drop_obs_keys), self.policy, fragment, base
+            config, env_creator(config.env, config.drop_obs_keys), acting, fragment, base
         )
 
     # -- the loop ------------------------------------------------------------------
@@ -101,6 +111,8 @@ class PPOTrainer(RunCounters):
         self.lengths.extend(got.episode_lengths)
         self.episodes += len(got.episode_returns)
         t_learn = time.perf_counter()
+        # The schedules (lr, clip, entropy) at SB3's point: the env steps sampled so far, this batch's included.
+        self.policy.progress_remaining = progress_remaining(self.env_steps + got.env_steps, self.config.timesteps)
         stats = self.policy.learn_on_batch(got.batch)
         self._weights_version += 1
         t1 = time.perf_counter()
@@ -120,9 +132,10 @@ class PPOTrainer(RunCounters):
             "staleness_max": max(got.staleness) if got.staleness else math.nan,
             "stale_batches_dropped": got.stale_batches_dropped,
             "worker_restarts": self.rollouts.worker_restarts,
+            **{name: self.policy.scheduled(name) for name in SCHEDULED},  # the values this update used
         }
         self._prepare_out_dir()
-        append_metrics(self.config.metrics_path, row, self.config.metrics_format)
+        append_metrics(self.config.metrics_path, row, self.config.metrics_format, sync=False)
         if self.tb_writer is not None:
             # One scalar per metric, against env steps (TensorBoard's step axis).
             for key in TENSORBOARD_SCALARS:

@@ -82,27 +82,48 @@ class ActionHead(nn.Module):
 
 
 class Categorical(ActionDistribution):
+    """A categorical over ``logits`` (``[B, n]``): the arithmetic of ``torch.distributions.Categorical`` (the
+    same ops, so the same values and the same random draws), without its argument validation and broadcasting,
+    which cost more than the math at PPO's minibatch sizes."""
+
     def __init__(self, logits: Tensor, start: int = 0, dtype: torch.dtype = torch.int64) -> None:
-        self.dist = torch.distributions.Categorical(logits=logits)
         self.logits = logits
         self.start = start
         self.dtype = dtype
+        self._norm: Tensor | None = None
+        self._probs: Tensor | None = None
+
+    @property
+    def norm_logits(self) -> Tensor:
+        """Log-probabilities: the logits less their logsumexp."""
+        if self._norm is None:
+            self._norm = self.logits - self.logits.logsumexp(dim=-1, keepdim=True)
+        return self._norm
+
+    @property
+    def probs(self) -> Tensor:
+        if self._probs is None:
+            self._probs = torch.softmax(self.norm_logits, -1)
+        return self._probs
 
     def _out(self, idx: Tensor) -> Tensor:
         return (idx + self.start if self.start else idx).to(self.dtype)
 
     def sample(self) -> Tensor:
-        return self._out(self.dist.sample())
+        probs = self.probs
+        return self._out(torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, True).T.reshape(probs.shape[:-1]))
 
     def deterministic(self) -> Tensor:
         return self._out(torch.argmax(self.logits, -1))
 
     def logp(self, actions: Any) -> Tensor:
         a = torch.as_tensor(actions).long()
-        return self.dist.log_prob(a - self.start if self.start else a)
+        a = a - self.start if self.start else a
+        return self.norm_logits.gather(-1, a.unsqueeze(-1)).squeeze(-1)
 
     def entropy(self) -> Tensor:
-        return self.dist.entropy()
+        logits = torch.clamp(self.norm_logits, min=torch.finfo(self.logits.dtype).min)
+        return -(logits * self.probs).sum(-1)
 
 
 class _CategoricalHead(ActionHead):
