@@ -1,4 +1,4 @@
-"""``trajview``: the command line (``trajview train``, ``trajview report``)."""
+"""``trajview``: the command line (``trajview train``, ``trajview evaluate``, ``trajview report``)."""
 
 from __future__ import annotations
 
@@ -54,6 +54,16 @@ def _stop_reward(text: str) -> float | None:
         raise argparse.ArgumentTypeError(f"expected a number or 'none', got {text!r}") from None
     if not math.isfinite(v):
         raise argparse.ArgumentTypeError(f"expected a finite number or 'none', got {text!r}")
+    return v
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}")
     return v
 
 
@@ -162,6 +172,23 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--traceback", action="store_true",
                    help="on a setup error (bad env id, module or space), raise with the traceback instead of one line")
 
+    e = sub.add_parser(
+        "evaluate", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="a trained policy's mean/std return and episode length over N episodes",
+        description="Loads a run folder (what `trajview train --out` wrote) or its checkpoint folder, rebuilds the "
+                    "run's env and policy from its settings, runs N episodes and prints a table of the return's and "
+                    "the episode length's mean and std.")
+    e.add_argument("run", metavar="RUN_OR_CHECKPOINT", help="a run folder or its checkpoint/ folder")
+    e.add_argument("--episodes", type=_positive_int, default=10, help="episodes to run")
+    e.add_argument("--explore", action="store_true",
+                   help="sample actions as in training (PPO: from the action distribution; DQN: epsilon-greedy with "
+                        "the checkpoint's epsilon) instead of the deterministic ones")
+    e.add_argument("--seed", type=int, default=0, help="the envs' seed")
+    e.add_argument("--video", default=None, metavar="DIR",
+                   help="record each episode into DIR with gymnasium's RecordVideo (the env made with "
+                        "render_mode='rgb_array'; needs moviepy: pip install 'trajview[video]')")
+    e.add_argument("--traceback", action="store_true", help="on an error, raise with the traceback instead of one line")
+
     r = sub.add_parser("report", help="a markdown table of runs: env steps and time to the stop reward")
     r.add_argument("runs", nargs="+", help="run directories")
     r.add_argument("--target", type=float, default=150.0)
@@ -269,16 +296,22 @@ def _timesteps_given(args: argparse.Namespace) -> int | None:
     return None if args.timesteps == TrainConfig.timesteps else args.timesteps
 
 
+def _train_extra_missing(command: str) -> bool:
+    """Prints what ``trajview <command>`` needs and how to install it when the ``train`` extra is missing."""
+    missing = _missing(TRAIN_EXTRA)
+    if missing:
+        print(f"trajview {command} needs {', '.join(missing)}: pip install 'trajview[train]' "
+              "(torch's CPU build first: pip install torch==2.13.0)", file=sys.stderr)
+    return bool(missing)
+
+
 def _train(args: argparse.Namespace) -> int:
     metrics_format, tensorboard = _loggers(args.loggers)
-    missing = _missing(TRAIN_EXTRA + (("tensorboard",) if tensorboard else ()))
-    if missing == ["tensorboard"]:
+    if _train_extra_missing("train"):
+        return 1
+    if tensorboard and _missing(("tensorboard",)):
         print("trajview train --logger tensorboard needs the tensorboard package: pip install 'trajview[tensorboard]'",
               file=sys.stderr)
-        return 1
-    if missing:
-        print(f"trajview train needs {', '.join(missing)}: pip install 'trajview[train]' "
-              "(torch's CPU build first: pip install torch==2.13.0)", file=sys.stderr)
         return 1
     from ..errors import FileIntegrityError
     from .loop import on_sigterm
@@ -392,6 +425,52 @@ def _run(args: argparse.Namespace, algo: str, out: str, ck: Any, metrics_format:
     return 0
 
 
+def _load_trained(command: str, args: argparse.Namespace) -> Any:
+    """The trained policy of ``args.run`` (`trajview.train.saved.load_trained`), or the exit code after one line
+    on stderr: 2 for a path without a checkpoint, a damaged checkpoint or an env that cannot be made here."""
+    import gymnasium as gym
+
+    from ..errors import FileIntegrityError
+    from .runs import damaged_advice
+    from .saved import SavedRunError, checkpoint_folder, load_trained
+
+    try:
+        return load_trained(args.run)
+    except (SavedRunError, FileIntegrityError, ValueError, TypeError, ImportError, NotImplementedError,
+            gym.error.Error) as e:
+        if args.traceback:
+            raise
+        if isinstance(e, FileIntegrityError):
+            msg = damaged_advice(e, checkpoint_folder(args.run)[1])
+        else:
+            msg = _one_line(e)
+        print(f"trajview {command}: error: {msg}", file=sys.stderr)
+        return 2
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    if _train_extra_missing("evaluate"):
+        return 1
+    import gymnasium as gym
+
+    from .evaluate import EvaluateError, evaluate, evaluation_table
+
+    trained = _load_trained("evaluate", args)
+    if isinstance(trained, int):
+        return trained
+    try:
+        ev = evaluate(trained, args.episodes, args.explore, args.seed, args.video)
+    except (EvaluateError, ValueError, TypeError, gym.error.Error) as e:
+        if args.traceback:
+            raise
+        print(f"trajview evaluate: error: {_one_line(e)}", file=sys.stderr)
+        return 2
+    print(evaluation_table(args.run, trained, ev, args.explore))
+    if ev.videos:
+        print(f"videos: {', '.join(ev.videos)}")
+    return 0
+
+
 def _report(args: argparse.Namespace) -> int:
     from .._io import read_json
     from ..errors import FileIntegrityError
@@ -430,6 +509,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "train":
         return _train(args)
+    if args.command == "evaluate":
+        return _evaluate(args)
     return _report(args)
 
 

@@ -32,7 +32,7 @@ from .config import RunConfig, setting
 from .metrics import append_metrics
 from .runs import config_from
 
-__all__ = ["DQNConfig", "DQNTrainer", "REPLAY_PREFIX", "dqn_config"]
+__all__ = ["DQNConfig", "DQNTrainer", "REPLAY_PREFIX", "dqn_config", "dqn_policy", "load_dqn_policy"]
 
 log = logging.getLogger("trajview.train")
 
@@ -95,6 +95,30 @@ class DQNConfig(RunConfig):
                 "gamma": self.gamma, "target_update_interval": self.target_update_interval, "seed": self.seed}
 
 
+def dqn_policy(config: DQNConfig) -> DQNPolicy:
+    """The run's `DQNPolicy`, freshly initialized, for the spaces of ``config.env`` (made once)."""
+    probe = gym.make(config.env)
+    try:
+        return DQNPolicy(probe.observation_space, probe.action_space, config.policy_config())
+    finally:
+        probe.close()
+
+
+def load_dqn_policy(policy: DQNPolicy, ck: Checkpoint) -> dict:
+    """Loads a DQN checkpoint's networks, optimizer, epsilon, gradient steps and exploration RNG into ``policy``
+    (`FileIntegrityError` naming the file for a state that is missing or does not fit); returns the checkpoint's
+    ``extra``, checked."""
+    extra = ck.extra
+    resumes, pol = extra.get("resumes"), extra.get("policy")
+    if (isinstance(resumes, bool) or not isinstance(resumes, int) or resumes < 0 or not isinstance(pol, dict)
+            or not isinstance(pol.get("rng"), dict)):
+        raise FileIntegrityError(ck.manifest_path, f"'extra' must hold 'resumes' (an int >= 0) and 'policy' "
+                                                   f"(epsilon, grad_steps, rng), got {extra!r:.200}")
+    tensors = {k: tensor_state(ck, k) for k in ("q", "target", "optimizer")}
+    fitting(ck, "the policy's state", lambda: policy.set_state({**tensors, **pol}))
+    return extra
+
+
 class DQNTrainer(RunCounters):
     """Double DQN on ``config.env`` with one `RolloutWorker` of ``config.envs`` envs and a `ReplayBuffer`."""
 
@@ -104,9 +128,7 @@ class DQNTrainer(RunCounters):
         self._out_ready = False
         self.start_counters(c.seed, c.threads, c.smoothing_episodes)
         self.resumes = 0
-        probe = gym.make(c.env)
-        self.policy = DQNPolicy(probe.observation_space, probe.action_space, c.policy_config())
-        probe.close()
+        self.policy = dqn_policy(c)
         sampler: Sampler = (PrioritizedSampler(None, c.per_alpha, c.per_beta, seed=c.seed) if c.prioritized
                             else RandomSampler(seed=c.seed))
         # Each observation is stored once; the stacks are views built at sample time.
@@ -125,14 +147,7 @@ class DQNTrainer(RunCounters):
     def _restore(self, ck: Checkpoint) -> None:
         """The policy (networks and optimizer from ``weights.pt``; epsilon, gradient steps and the exploration RNG
         from the manifest), the replay buffer (its files, checked) and the counters of a checkpoint."""
-        extra = ck.extra
-        resumes, pol = extra.get("resumes"), extra.get("policy")
-        if (isinstance(resumes, bool) or not isinstance(resumes, int) or resumes < 0 or not isinstance(pol, dict)
-                or not isinstance(pol.get("rng"), dict)):
-            raise FileIntegrityError(ck.manifest_path, f"'extra' must hold 'resumes' (an int >= 0) and 'policy' "
-                                                       f"(epsilon, grad_steps, rng), got {extra!r:.200}")
-        tensors = {k: tensor_state(ck, k) for k in ("q", "target", "optimizer")}
-        fitting(ck, "the policy's state", lambda: self.policy.set_state({**tensors, **pol}))
+        resumes = load_dqn_policy(self.policy, ck)["resumes"]
         replay = ck.manifest.meta.get("replay")
         load_parts(self.buffer, ck.manifest, replay, REPLAY_PREFIX)
         self.restore_counters(ck)  # and the metrics rows written after the checkpoint go
