@@ -48,6 +48,7 @@ SMOKE = {
     "dqn_replay.py": ("torch",),
     "torchrl_interop.py": ("torch", "tensordict"),
     "workerset_ray.py": ("ray",),
+    "serve_exported.py": ("torch",),
 }
 
 

@@ -203,17 +203,15 @@ def _keep_views(policy: Any, vrs: Mapping[str, ViewRequirement]) -> frozenset[st
 def prune_views(policy: PrunablePolicy) -> None:
     """Runs the view-pruning pass on ``policy`` once (later calls return at once).
 
-    Sends dummy batches through ``compute_actions_from_input_dict``,
-    ``postprocess_trajectory`` and the loss, records which keys each reads,
-    adds or deletes, and marks views that none reads as unused
-    (``used_for_compute_actions`` / ``used_for_training`` set to ``False``;
-    `NEVER_PRUNED` views and those named in ``policy.keep_views`` keep training). The dummy batches hold
-    valid values: seeded samples of the observation and action spaces, with at least one legal action in an
-    action mask (a leaf named ``action_mask``); zeros for the other columns. When the policy raises on them,
-    the error (the same type where it can be, chained to the policy's) names the call and its views. Also learns the dtype and shape of
-    the ``state_out_i`` and extra-fetch columns (``policy.state_columns``,
-    ``policy.extra_fetch_columns``) and the columns postprocessing adds
-    (``policy.postprocessed_columns``).
+    Sends dummy batches through ``compute_actions_from_input_dict``, ``postprocess_trajectory`` and the loss,
+    records which keys each reads, adds or deletes, and marks views that none reads as unused
+    (``used_for_compute_actions`` / ``used_for_training`` set to ``False``; `NEVER_PRUNED` views and those
+    named in ``policy.keep_views`` keep training). The dummy batches hold valid values: seeded samples of the
+    observation and action spaces, with at least one legal action in an action mask (a leaf named
+    ``action_mask``); zeros for the other columns. When the policy raises on them, the error (the same type
+    where it can be, chained to the policy's) names the call and its views. Also learns the dtype and shape of
+    the ``state_out_i`` and extra-fetch columns (``policy.state_columns``, ``policy.extra_fetch_columns``) and
+    the columns postprocessing adds (``policy.postprocessed_columns``).
     """
     if policy._views_initialized:
         return

@@ -1,4 +1,4 @@
-"""``trajview``: the command line (``trajview train``, ``trajview evaluate``, ``trajview report``)."""
+"""``trajview``: the command line (``trajview train``, ``evaluate``, ``export``, ``report``)."""
 
 from __future__ import annotations
 
@@ -188,6 +188,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="record each episode into DIR with gymnasium's RecordVideo (the env made with "
                         "render_mode='rgb_array'; needs moviepy: pip install 'trajview[video]')")
     e.add_argument("--traceback", action="store_true", help="on an error, raise with the traceback instead of one line")
+
+    x = sub.add_parser(
+        "export", help="a trained policy's acting network and view spec as one TorchScript or ONNX file",
+        description="Writes the deterministic acting step of a run's policy (what it reads to act, after the "
+                    "view-pruning pass, in; the action and the recurrent state out) with its view spec (JSON: "
+                    "which columns, shifts, shapes and dtypes each input reads) into one file; "
+                    "examples/serve_exported.py acts from it without trajview.")
+    x.add_argument("run", metavar="RUN_OR_CHECKPOINT", help="a run folder or its checkpoint/ folder")
+    x.add_argument("--format", dest="fmt", choices=("torchscript", "onnx"), default="torchscript",
+                   help="torchscript (torch.jit.load; the spec in the extra file view_spec.json) or onnx "
+                        "(onnxruntime; the spec in the model's metadata 'view_spec'; needs pip install "
+                        "'trajview[export]'). default: torchscript")
+    x.add_argument("--out", default=None, metavar="FILE",
+                   help="where to write it (default: RUN/policy.pt, or RUN/policy.onnx)")
+    x.add_argument("--traceback", action="store_true", help="on an error, raise with the traceback instead of one line")
 
     r = sub.add_parser("report", help="a markdown table of runs: env steps and time to the stop reward")
     r.add_argument("runs", nargs="+", help="run directories")
@@ -471,6 +486,35 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    if _train_extra_missing("export"):
+        return 1
+    from .export import ExportError, export_policy
+    from .saved import checkpoint_folder
+
+    trained = _load_trained("export", args)
+    if isinstance(trained, int):
+        return trained
+    out = Path(args.out) if args.out else checkpoint_folder(args.run)[1] / (
+        "policy.onnx" if args.fmt == "onnx" else "policy.pt")
+    try:
+        if out.is_dir():
+            raise ExportError(f"--out {out} is a folder: give the file to write")
+        spec = export_policy(trained.policy, out, args.fmt, algo=trained.algo, env=trained.config.env,
+                             model=trained.config.model, iteration=trained.counters["iteration"],
+                             env_steps=trained.counters["env_steps"])
+    except (ExportError, OSError) as e:
+        if args.traceback:
+            raise
+        print(f"trajview export: error: {_one_line(e)}", file=sys.stderr)
+        return 2
+    views = ", ".join(f"{i['name']} ({i['column']} at {i['shift'][0]}..{i['shift'][-1]}, {i['dtype']} "
+                      f"{tuple(i['shape'])})" for i in spec["inputs"])
+    print(f"wrote {out} ({args.fmt}): {trained.algo} {trained.config.model} on {trained.config.env}; inputs: {views}; "
+          f"outputs: {', '.join(o['name'] for o in spec['outputs'])}")
+    return 0
+
+
 def _report(args: argparse.Namespace) -> int:
     from .._io import read_json
     from ..errors import FileIntegrityError
@@ -511,6 +555,8 @@ def main(argv: list[str] | None = None) -> int:
         return _train(args)
     if args.command == "evaluate":
         return _evaluate(args)
+    if args.command == "export":
+        return _export(args)
     return _report(args)
 
 
