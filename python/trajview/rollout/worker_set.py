@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, cast, overload
 import numpy as np
 
 from .._validate import positive_int
+from ..envs.make import as_env_creator
 from ..errors import WorkerError
 from ..policy.policy import Policy
 from ..views import MultiAgentBatch, SampleBatch, concat_samples
@@ -36,7 +37,8 @@ _STOP_TIMEOUT_S = 5.0
 class WorkerSet(Generic[BatchT]):
     """``num_workers`` `RolloutWorker` s, each in a process of its own, sampled in parallel.
 
-    ``WorkerSet(env_creator, policy, num_workers=2, **worker_kwargs)`` builds
+    ``WorkerSet(env_creator, policy, num_workers=2, **worker_kwargs)`` (``env_creator`` a callable or a
+    registered gymnasium env id, as `RolloutWorker`'s) builds
     worker ``i`` (``1..num_workers``) as ``RolloutWorker(env_creator, policy,
     worker_index=i, **worker_kwargs)`` in its own process, so its ``eps_id`` s
     never collide with another worker's. ``sample()`` asks every worker for one
@@ -145,7 +147,7 @@ class WorkerSet(Generic[BatchT]):
 
     def __init__(
         self,
-        env_creator: Callable[[dict], Any],
+        env_creator: str | Callable[[dict], Any],
         policy: Policy | type[Policy] | dict,
         *,
         num_workers: int = 2,
@@ -172,6 +174,7 @@ class WorkerSet(Generic[BatchT]):
             or not (0 < sample_timeout_s < math.inf)
         ):
             raise ValueError(f"sample_timeout_s must be None or a number of seconds > 0, got {sample_timeout_s!r}")
+        env_creator = as_env_creator(env_creator)  # an env id: checked here, a picklable creator for the workers
         self.backend = backend
         self.recreate_failed_workers = bool(recreate_failed_workers)
         self.max_restarts = int(max_restarts)
