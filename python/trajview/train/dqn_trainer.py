@@ -132,7 +132,8 @@ class DQNTrainer(RunCounters):
         sampler: Sampler = (PrioritizedSampler(None, c.per_alpha, c.per_beta, seed=c.seed) if c.prioritized
                             else RandomSampler(seed=c.seed))
         # Each observation is stored once; the stacks are views built at sample time.
-        self.buffer = ReplayBuffer(c.buffer_size, sampler=sampler, views=self.policy.replay_views())
+        self.buffer = ReplayBuffer(c.buffer_size, sampler=sampler, views=self.policy.replay_views(),
+                                   default_views=False)  # next_stack holds what new_obs would
         if resume:
             self._restore(self.load_checkpoint("dqn"))
         #: The iteration this process started from (0, or the checkpoint's on resume).
