@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from .._extras import require
 from .worker import RolloutWorker
 
 __all__ = ["Backend", "ProcessBackend", "RayBackend", "ServedWorker", "WorkerFailed"]
@@ -414,10 +415,7 @@ class RayBackend(Backend):
     """
 
     def __init__(self, env_creator: Callable, policy: Any, worker_kwargs: dict, options: dict) -> None:
-        try:
-            import ray
-        except ImportError as e:
-            raise ImportError("WorkerSet(backend='ray') needs Ray: pip install 'ray>=2.9'") from e
+        ray = require("ray", "WorkerSet(backend='ray')")
         if not ray.is_initialized():
             ray.init()
         actor = ray.remote(ServedWorker)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .._extras import extra_hint, install_hint
 from ..errors import WorkerError
 from .config import MODEL_PRESETS, TrainConfig
 from .metrics import read_metrics
@@ -315,8 +316,7 @@ def _train_extra_missing(command: str) -> bool:
     """Prints what ``trajview <command>`` needs and how to install it when the ``train`` extra is missing."""
     missing = _missing(TRAIN_EXTRA)
     if missing:
-        print(f"trajview {command} needs {', '.join(missing)}: pip install 'trajview[train]' "
-              "(torch's CPU build first: pip install torch==2.13.0)", file=sys.stderr)
+        print(f"trajview {command} needs {', '.join(missing)}: {extra_hint('train')}", file=sys.stderr)
     return bool(missing)
 
 
@@ -325,7 +325,7 @@ def _train(args: argparse.Namespace) -> int:
     if _train_extra_missing("train"):
         return 1
     if tensorboard and _missing(("tensorboard",)):
-        print("trajview train --logger tensorboard needs the tensorboard package: pip install 'trajview[tensorboard]'",
+        print(f"trajview train --logger tensorboard needs the tensorboard package: {install_hint('tensorboard')}",
               file=sys.stderr)
         return 1
     from ..errors import FileIntegrityError

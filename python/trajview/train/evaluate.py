@@ -17,6 +17,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from .._extras import install_hint
 from ..rollout.worker import RolloutWorker
 from .saved import TrainedPolicy
 
@@ -52,8 +53,8 @@ def _video_env(trained: TrainedPolicy, video_dir: Path, episodes: int) -> Any:
         raise EvaluateError(f"--video: {trained.config.env} does not render rgb_array frames (its render_modes: "
                             f"{modes}); evaluate without --video")
     if importlib.util.find_spec("moviepy") is None:
-        raise EvaluateError("--video needs the moviepy package (gymnasium's RecordVideo writes the files with it): "
-                            "pip install 'trajview[video]'")
+        raise EvaluateError(f"--video needs the moviepy package (gymnasium's RecordVideo writes the files with it): "
+                            f"{install_hint('moviepy')}")
     env = trained.make_env(render_mode="rgb_array")
     return gym.wrappers.RecordVideo(env, str(video_dir), episode_trigger=lambda i: i < episodes,
                                     name_prefix="eval", disable_logger=True)

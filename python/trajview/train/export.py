@@ -43,6 +43,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .._extras import install_hint
 from .._io import atomic_write
 from ..algorithms.dqn import DQNPolicy
 from ..algorithms.models import ViewModel
@@ -215,7 +216,7 @@ def _onnx_bytes(module: nn.Module, args: tuple[torch.Tensor, ...], spec: Mapping
     try:
         import onnx
     except ImportError:
-        raise ExportError("--format onnx needs the onnx package: pip install 'trajview[export]'") from None
+        raise ExportError(f"--format onnx needs the onnx package: {install_hint('onnx')}") from None
     raw = io.BytesIO()
     outputs = [o["name"] for o in spec["outputs"]]
     inputs = [i["name"] for i in spec["inputs"]]

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from .._extras import require
 from ..errors import FileIntegrityError
 from .checkpoint import Checkpoint, fitting, has_checkpoint, prepare_checkpoint, read_checkpoint, tensor_state
 from .metrics import plot_learning_curve, read_metrics, truncate_metrics
@@ -182,7 +183,7 @@ def run_loop(
     """Iterations until ``run.done()``, a checkpoint after each (written while the next iteration runs, where the
     trainer can: `RunCounters.commit_checkpoint`; waited for before the loop ends, however it ends); a progress
     bar (or, without, ``log_line(row)`` logged per iteration); ``close()`` at the end, whatever happened."""
-    from tqdm import tqdm
+    tqdm = require("tqdm", "a training run's progress bar").tqdm
 
     c = run.config
     bar = tqdm(total=c.timesteps, initial=min(run.env_steps, c.timesteps), unit="step", disable=not progress,

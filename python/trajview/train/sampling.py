@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from .._extras import require
 from ..policy.policy import Policy
 from ..rollout.worker import RolloutWorker
 from ..rollout.worker_set import WorkerSet
@@ -214,10 +215,7 @@ class ParallelRollouts:
         self._started_ray = False
         ray_options: dict[str, Any] = {}
         if config.backend == "ray":
-            try:
-                import ray
-            except ImportError as e:
-                raise ImportError("--backend ray needs Ray: pip install 'trajview[ray]'") from e
+            ray = require("ray", "--backend ray")
             if not ray.is_initialized():  # else: the Ray session the caller started (e.g. a test's)
                 if config.ray_address is not None:
                     check_ray_address(config.ray_address)

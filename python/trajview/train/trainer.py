@@ -17,6 +17,7 @@ from ..algorithms.models import has_image_leaves
 from ..algorithms.ppo import PPOPolicy
 from .config import IMAGE_MODEL_PRESETS, TrainConfig
 from .envs import env_creator, import_env_modules, make_env
+from .._extras import missing
 from .._io import atomic_write
 from .checkpoint import Checkpoint, fitting, tensor_state
 from .loop import RunCounters, run_loop, summarize
@@ -91,7 +92,10 @@ class PPOTrainer(RunCounters):
         self.tb_writer: Any = None  # made with the run directory (`_prepare_out_dir`), which it writes into
         if config.tensorboard:
             # torch's writer needs the tensorboard package (the tensorboard extra): checked here, before any step.
-            from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+            try:
+                from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+            except ImportError as e:
+                raise missing(e, "TrainConfig(tensorboard=True) (--logger tensorboard)") from e
         #: Bumped by every update of the learner's weights; the workers have `_synced_version`'s.
         self._weights_version = 0
         self._synced_version = 0
