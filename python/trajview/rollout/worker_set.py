@@ -28,10 +28,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trajview.rollout")
 
-__all__ = ["AsyncBatch", "WorkerSet"]
+__all__ = ["AsyncBatch", "WorkerSet", "worker_failure"]
 
 #: How long `WorkerSet.stop` waits for a worker to close its envs before it is killed.
 _STOP_TIMEOUT_S = 5.0
+
+
+def worker_failure(index: int, reason: str, detail: str, sample_timeout_s: float | None = None) -> str:
+    """What a failed rollout worker's `WorkerError` says (its ``failure``): worker ``index`` (1-based) ``died``
+    (``detail``: how), gave no answer within ``sample_timeout_s`` (``timeout``), or ``raised`` (``detail``: its
+    traceback). `WorkerSet` and ``trajview train``'s local backend say it alike."""
+    if reason == "died":
+        return f"rollout worker {index} died: {detail}"
+    if reason == "timeout":
+        return f"rollout worker {index} gave no answer within sample_timeout_s={sample_timeout_s:g} s (killed)"
+    return f"rollout worker {index} failed:\n{detail.rstrip()}"
 
 
 class WorkerSet(Generic[BatchT]):
@@ -336,12 +347,7 @@ class WorkerSet(Generic[BatchT]):
                     self._eps_next[i] = max(self._eps_next[i], n)
 
     def _error(self, i: int, f: WorkerFailed, hint: bool = True) -> WorkerError:
-        if f.reason == "died":
-            msg = f"rollout worker {i + 1} died: {f.detail}"
-        elif f.reason == "timeout":
-            msg = f"rollout worker {i + 1} gave no answer within sample_timeout_s={self.sample_timeout_s:g} s (killed)"
-        else:
-            msg = f"rollout worker {i + 1} failed:\n{f.detail.rstrip()}"
+        msg = worker_failure(i + 1, f.reason, f.detail, self.sample_timeout_s)
         note = ""
         if hint and not self.recreate_failed_workers:
             note = "(WorkerSet(..., recreate_failed_workers=True) replaces a failed worker and goes on)"

@@ -229,6 +229,10 @@ def _worker_failure(e: WorkerError, trainer: Any, config: Any) -> str:
     if e.restarts_used_up:
         where += (f"; all {config.max_worker_restarts} worker restarts allowed are used up: raise "
                   f"--max-worker-restarts for more")
+    elif config is not None and not hasattr(config, "backend"):
+        pass  # DQN: one worker in the trainer's process, never replaced
+    elif config is not None and config.backend == "local":
+        where += "; --backend process --recreate-failed-workers replaces a failed worker and goes on"
     elif config is None or not config.recreate_failed_workers:
         where += "; --recreate-failed-workers replaces a failed worker and goes on"
     return f"trajview train: error: {msg}\n{where}"

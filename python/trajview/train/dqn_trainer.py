@@ -31,6 +31,7 @@ from .loop import RunCounters, run_loop, summarize
 from .config import RunConfig, setting
 from .metrics import append_metrics
 from .runs import config_from
+from .sampling import sample_in_process
 
 __all__ = ["DQNConfig", "DQNTrainer", "REPLAY_PREFIX", "dqn_config", "dqn_policy", "load_dqn_policy"]
 
@@ -166,7 +167,7 @@ class DQNTrainer(RunCounters):
         steps = 0
         while steps < c.iteration_steps:
             self.policy.epsilon = self._epsilon()
-            batch = cast(SampleBatch, self.worker.sample())
+            batch = cast(SampleBatch, sample_in_process(self.worker, 1))
             self.buffer.add(batch)
             steps += len(batch)
             self.env_steps += len(batch)
