@@ -168,7 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "e.g. --logger jsonl --logger tensorboard. --metrics-format is the old name")
     t.add_argument("--threads", type=int, default=d.threads, help="torch intra-op threads")
     t.add_argument("--resume", action="store_true",
-                   help="continue the run in --out from its checkpoint (its settings; --timesteps may be raised)")
+                   help="continue the run in --out from its checkpoint (its settings; --timesteps may be raised, "
+                        "above the env steps the checkpoint holds)")
     t.add_argument("--no-progress", action="store_true", help="log a line per iteration instead of a progress bar")
     t.add_argument("--traceback", action="store_true",
                    help="on a setup error (bad env id, module or space), raise with the traceback instead of one line")
@@ -365,7 +366,13 @@ def _train(args: argparse.Namespace) -> int:
                       f"DQNConfig's settings; {', '.join(ppo_only)} {'is' if len(ppo_only) == 1 else 'are'} "
                       f"PPO's, got {' '.join(ppo_only)}", file=sys.stderr)
                 return 2
-        return _run(args, algo, out, folder.checkpoint, metrics_format, tensorboard)
+        ck, given = folder.checkpoint, _timesteps_given(args)
+        if ck is not None and given is not None and given <= ck.counters["env_steps"]:
+            print(f"trajview train: error: --resume --timesteps {given}: the run in {out} already has "
+                  f"{ck.counters['env_steps']} env steps (its checkpoint holds iteration {ck.counters['iteration']}); "
+                  f"give --timesteps above {ck.counters['env_steps']} to continue it", file=sys.stderr)
+            return 2
+        return _run(args, algo, out, ck, metrics_format, tensorboard)
     except FileIntegrityError as e:  # a damaged file met after the start (the metrics, read by the summary)
         if args.traceback:
             raise
