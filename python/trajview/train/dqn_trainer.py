@@ -165,7 +165,9 @@ class DQNTrainer(RunCounters):
         t0 = time.perf_counter()
         stats: dict[str, list[float]] = {"td_loss": [], "q_mean": []}
         steps = 0
-        while steps < c.iteration_steps:
+        # An iteration ends at iteration_steps, or at the run's timesteps: the budget is kept within one sample
+        # (envs x rollout_fragment_length env steps).
+        while steps < c.iteration_steps and self.env_steps < c.timesteps:
             self.policy.epsilon = self._epsilon()
             batch = cast(SampleBatch, sample_in_process(self.worker, 1))
             self.buffer.add(batch)
