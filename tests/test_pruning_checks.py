@@ -204,3 +204,74 @@ def test_keep_views_keeps_views_the_loss_does_not_read():
     p3.keep_views = "new_obs"
     with pytest.raises(TypeError, match="keep_views must be a set of view names"):
         prune_views(p3)
+
+
+class _Cells(tv.Policy):
+    """Samples a legal cell from the board game's action mask (the PettingZoo classic pattern)."""
+
+    def __init__(self, o, a, c=None):
+        super().__init__(o, a, c)
+        self.rng = np.random.default_rng(0)
+
+    def compute_actions_from_input_dict(self, d, explore=None, timestep=None, **kw):
+        masks = np.asarray(d["obs"]["action_mask"])
+        return np.asarray([self.rng.choice(np.flatnonzero(m)) for m in masks], np.int64), [], {}
+
+    def loss(self, batch):
+        return [batch["obs"], batch["actions"]]
+
+
+def test_a_board_game_policy_sampling_from_its_mask_runs_in_a_worker():
+    from pettingzoo import AECEnv
+    from pettingzoo.utils.agent_selector import AgentSelector
+
+    class Cells(AECEnv):
+        """Two players take turns claiming one of 5 free cells (the mask: cells still free); 5 moves a game."""
+
+        metadata = {"name": "cells_v0", "is_parallelizable": False}
+        space = gym.spaces.Dict({"observation": gym.spaces.Box(0, 1, (5,), np.int8),
+                                 "action_mask": gym.spaces.Box(0, 1, (5,), np.int8)})
+
+        def __init__(self):
+            super().__init__()
+            self.possible_agents = ["p0", "p1"]
+
+        def observation_space(self, agent):
+            return self.space
+
+        def action_space(self, agent):
+            return gym.spaces.Discrete(5)
+
+        def observe(self, agent):
+            return {"observation": self.taken.copy(), "action_mask": (1 - self.taken).astype(np.int8)}
+
+        def reset(self, seed=None, options=None):
+            self.agents = list(self.possible_agents)
+            self.rewards = {a: 0.0 for a in self.agents}
+            self._cumulative_rewards = {a: 0.0 for a in self.agents}
+            self.terminations = {a: False for a in self.agents}
+            self.truncations = {a: False for a in self.agents}
+            self.infos = {a: {} for a in self.agents}
+            self._selector = AgentSelector(self.agents)
+            self.agent_selection = self._selector.reset()
+            self.taken = np.zeros(5, np.int8)
+
+        def step(self, action):
+            agent = self.agent_selection
+            if self.terminations[agent] or self.truncations[agent]:
+                self._was_dead_step(action)
+                return
+            self._clear_rewards()
+            assert self.taken[action] == 0, f"illegal move {action} on {self.taken}"
+            self.taken[action] = 1
+            if self.taken.all():
+                for a in self.agents:
+                    self.terminations[a] = True
+            self.agent_selection = self._selector.next()
+            self._accumulate_rewards()
+
+    w = tv.RolloutWorker(lambda cfg: Cells(), _Cells, num_envs=2, rollout_fragment_length=20)
+    b = w.sample()
+    batch = b.policy_batches["default_policy"]
+    masks, acts = batch["obs"]["action_mask"], batch["actions"]
+    assert len(acts) >= 20 and all(m[a] == 1 for m, a in zip(masks, acts))  # every move legal
