@@ -51,7 +51,9 @@ class ExportedPolicy:
 
     def __init__(self, path: str | Path) -> None:
         path = str(path)
-        if path.endswith(".onnx"):
+        with open(path, "rb") as f:
+            is_zip = f.read(4) == b"PK\x03\x04"  # a TorchScript archive is a zip file; an ONNX model is not
+        if not is_zip:
             import onnxruntime
 
             self._session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
@@ -213,7 +215,7 @@ def smoke() -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("file", nargs="?", help="a file `trajview export` wrote (.pt: TorchScript, .onnx: ONNX)")
+    p.add_argument("file", nargs="?", help="a file `trajview export` wrote (TorchScript or ONNX: told by its content)")
     p.add_argument("--env", default=None, help="gymnasium env id (default: the run's, from the file's view spec)")
     p.add_argument("--episodes", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)

@@ -195,3 +195,9 @@ def test_onnx_holds_the_spec_in_its_metadata(tmp_path):
     assert json.loads(meta["view_spec"]) == json.loads(json.dumps(spec))
     assert [i.name for i in model.graph.input] == [i["name"] for i in spec["inputs"]]
     assert [o.name for o in model.graph.output] == [o["name"] for o in spec["outputs"]]
+    # The runner tells the format by the content, not the name.
+    export_policy(p, tmp_path / "p.bin", "onnx")
+    export_policy(p, tmp_path / "q.bin", "torchscript")
+    r = serve.ExportedPolicy(tmp_path / "p.bin")
+    assert r._run == r._run_onnx
+    assert serve.ExportedPolicy(tmp_path / "q.bin").spec["inputs"] == spec["inputs"]

@@ -87,7 +87,7 @@ def __getattr__(name: str) -> Any:
         try:
             module = importlib.import_module(module_name)
         except ImportError as e:
-            raise missing(e, f"tv.{name}") from e
+            raise missing(e, f"tv.{name}")  # chained to e
         return getattr(module, attr)
     return _compat.renamed(__name__, name)  # a deprecated name (warns), or AttributeError
 

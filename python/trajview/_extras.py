@@ -48,8 +48,9 @@ def install_hint(module: str) -> str:
 
 def missing(e: ImportError, what: str, extra: str | None = None) -> ImportError:
     """``e`` (an import of an optional module that failed) as one line: ``<what> needs <module>: <hint>`` (the
-    hint of ``extra`` when given, else of the module's own extra). An error about a module trajview does not
-    know as optional is returned as it is."""
+    hint of ``extra`` when given, else of the module's own extra), its ``__cause__`` set to ``e``: ``raise
+    missing(e, ...)`` in the ``except`` block. An error about a module trajview does not know as optional is
+    returned as it is (re-raised by that line)."""
     name = (getattr(e, "name", None) or "").split(".")[0]
     if name not in EXTRA_OF:
         return e
@@ -67,4 +68,4 @@ def require(module: str, what: str) -> ModuleType:
     except ImportError as e:
         if (getattr(e, "name", None) or "").split(".")[0] != module.split(".")[0]:
             raise
-        raise missing(e, what) from e
+        raise missing(e, what)  # chained to e

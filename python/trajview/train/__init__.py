@@ -46,7 +46,7 @@ def __getattr__(name: str) -> Any:
         try:
             module = importlib.import_module(_LAZY[name])
         except ImportError as e:
-            raise missing(e, f"trajview.train.{name}", extra="train") from e
+            raise missing(e, f"trajview.train.{name}", extra="train")  # chained to e
         return getattr(module, name)
     from .._compat import renamed
 

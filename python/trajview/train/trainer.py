@@ -95,7 +95,7 @@ class PPOTrainer(RunCounters):
             try:
                 from torch.utils.tensorboard import SummaryWriter  # noqa: F401
             except ImportError as e:
-                raise missing(e, "TrainConfig(tensorboard=True) (--logger tensorboard)") from e
+                raise missing(e, "TrainConfig(tensorboard=True) (--logger tensorboard)")  # chained to e
         #: Bumped by every update of the learner's weights; the workers have `_synced_version`'s.
         self._weights_version = 0
         self._synced_version = 0

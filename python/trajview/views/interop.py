@@ -66,7 +66,7 @@ def to_tensordict(columns: Mapping[str, Any], count: int, seq_keys: Collection[s
         import torch
         from tensordict import TensorDict
     except ImportError as e:
-        raise missing(e, "SampleBatch.to_tensordict") from e
+        raise missing(e, "SampleBatch.to_tensordict")  # chained to e
     if seq_keys:
         raise ValueError(f"to_tensordict needs per-step columns only, got per-sequence columns {sorted(seq_keys)}")
     n = count
