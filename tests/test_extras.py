@@ -73,10 +73,12 @@ def test_the_library_paths_name_their_extra(monkeypatch):
                                                   r"pip install 'trajview\[ray\]'"):
         tv.WorkerSet("CartPole-v1", tv.Policy, num_workers=1, backend="ray")
     monkeypatch.setitem(sys.modules, "tensordict", None)
-    with pytest.raises(ModuleNotFoundError, match=r"to_tensordict needs tensordict.*pip install 'trajview\[tensordict\]'"):
+    with pytest.raises(ModuleNotFoundError,
+                       match=r"to_tensordict needs tensordict.*pip install 'trajview\[tensordict\]'"):
         tv.SampleBatch({"obs": np.zeros((2, 1)), "eps_id": np.zeros(2, int), "t": np.arange(2)}).to_tensordict()
     monkeypatch.setitem(sys.modules, "tqdm", None)
     from trajview.train.loop import run_loop
 
     with pytest.raises(ModuleNotFoundError, match=r"progress bar needs tqdm.*pip install 'trajview\[train\]'"):
-        run_loop(None, desc="", log_line=str, progress=False, on_iteration=None, close=lambda: None)  # type: ignore[arg-type]
+        run_loop(None, desc="", log_line=str, progress=False, on_iteration=None,  # type: ignore[arg-type]
+                 close=lambda: None)

@@ -493,7 +493,8 @@ def test_views_add_to_the_default_new_obs_view_and_default_views_false_builds_on
     only.add(batch)
     b = only.sample(8)
     assert "stack" in b and "new_obs" not in b
-    replaced = tv.ReplayBuffer(16, views={"new_obs": tv.ViewRequirement("obs", shift=-1)})  # a name replaces its default
+    # A view named as a default one replaces it.
+    replaced = tv.ReplayBuffer(16, views={"new_obs": tv.ViewRequirement("obs", shift=-1)})
     replaced.add(batch)
     b = replaced.sample(40)
     np.testing.assert_array_equal(b["new_obs"], np.maximum(b["obs"] - 1, 0) * (b["obs"] > 0))

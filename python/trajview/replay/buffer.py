@@ -3,10 +3,11 @@
 The buffer stores flat env steps in C++ circular storage, each observation
 once: ``new_obs`` is ``obs`` read at ``+1`` within a trajectory, and each
 trajectory piece's final observation is kept in one extra row after it.
-Samples are single steps or slices of trajectories (which ones: the buffer's sampler; by default
-`RandomSampler`, single transitions drawn uniformly; `SliceSampler` for slices) with any view (frame stacks, previous actions, ``new_obs``)
-built in C++ at sample time, without the GIL, into fresh arrays (zero copy
-to numpy and, with ``torch.from_numpy``, to torch).
+Samples are single steps or slices of trajectories (which ones: the
+buffer's sampler; by default `RandomSampler`, single transitions drawn
+uniformly; `SliceSampler` for slices) with any view (frame stacks, previous
+actions, ``new_obs``) built in C++ at sample time, without the GIL, into
+fresh arrays (zero copy to numpy and, with ``torch.from_numpy``, to torch).
 
 Trajectories: rows with the same ``traj_key`` value (default ``eps_id``,
 else ``traj_ids``) that sit next to each other in a batch form a piece; a
