@@ -275,3 +275,25 @@ def test_a_board_game_policy_sampling_from_its_mask_runs_in_a_worker():
     batch = b.policy_batches["default_policy"]
     masks, acts = batch["obs"]["action_mask"], batch["actions"]
     assert len(acts) >= 20 and all(m[a] == 1 for m, a in zip(masks, acts))  # every move legal
+
+
+def test_a_space_that_cannot_sample_gets_zeros():
+    class Fixed(gym.spaces.Space):
+        def __init__(self):
+            super().__init__((2,), np.float32)
+
+        def sample(self, mask=None, probability=None):
+            raise RuntimeError("cannot sample")
+
+        def contains(self, x):
+            return True
+
+    got = {}
+
+    class P(tv.Policy):
+        def compute_actions_from_input_dict(self, d, explore=None, timestep=None, **kw):
+            got["obs"] = np.asarray(d["obs"])
+            return np.zeros(len(d["obs"]), np.int64), [], {}
+
+    prune_views(P(Fixed(), gym.spaces.Discrete(2)))
+    np.testing.assert_array_equal(got["obs"], np.zeros((2, 2), np.float32))

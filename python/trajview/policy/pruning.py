@@ -121,13 +121,13 @@ class _Samples:
         self._series: dict[tuple[str, int], np.ndarray] = {}
 
     def _sample_series(self, col: str, space: Any, dtype: np.dtype, shape: tuple[int, ...], count: int) -> np.ndarray:
-        space = copy.deepcopy(space)
         seed = len(self._series)
-        space.seed(seed)
         try:
+            space = copy.deepcopy(space)
+            space.seed(seed)
             values = np.asarray([np.asarray(space.sample()) for _ in range(count)], dtype=dtype)
             values = values.reshape((count,) + shape)
-        except (ValueError, TypeError, NotImplementedError):  # a custom space that cannot sample: zeros, as before
+        except Exception:  # noqa: BLE001  (a custom space that cannot copy, seed or sample: zeros, as before)
             values = np.zeros((count,) + shape, dtype=dtype)
         if is_action_mask(col) and values.size:
             rows = values.reshape(count, -1)
