@@ -167,3 +167,24 @@ def test_video_of_an_env_that_does_not_render_and_without_moviepy_is_one_line_ex
 def test_video_records_each_episode(ppo_run, tmp_path):
     ev = evaluate(load_trained(ppo_run), episodes=2, video_dir=tmp_path / "v")
     assert [p.rsplit("/", 1)[1] for p in ev.videos] == ["eval-episode-0.mp4", "eval-episode-1.mp4"]
+
+
+class _Endless(_NoRender):
+    def step(self, action):
+        return np.zeros(2, np.float32), 1.0, False, False, {}
+
+
+if "tvtest/Endless-v0" not in gym.registry:
+    gym.register("tvtest/Endless-v0", entry_point=_Endless)
+
+
+def test_evaluate_gives_up_on_episodes_that_never_end(tmp_path):
+    from trajview.train.evaluate import EvaluateError
+
+    out = tmp_path / "norender"
+    assert main(["train", *PPO_SMALL, "--env", "tvtest/NoRender-v0", "--out", str(out)]) == 0
+    trained = load_trained(out)
+    trained.config.env = "tvtest/Endless-v0"  # the same spaces, episodes that never end
+    with pytest.raises(EvaluateError, match=r"1000 env steps and only 0 of 2 episodes ended: does "
+                                            r"tvtest/Endless-v0 end its episodes\?"):
+        evaluate(trained, episodes=2, max_steps=1000)

@@ -1,8 +1,8 @@
 """``trajview evaluate``: a trained policy's returns and episode lengths over N episodes of its run's env.
 
-The episodes are sampled by a `RolloutWorker` (one env, ``batch_mode="complete_episodes"``), acting
-deterministically unless ``explore``; with ``video_dir``, gymnasium's ``RecordVideo`` records each of them
-(the env made with ``render_mode="rgb_array"``).
+The episodes are sampled by a `RolloutWorker` (one env, fragments of `FRAGMENT` steps, the finished episodes
+read from its metrics until there are N), acting deterministically unless ``explore``; with ``video_dir``,
+gymnasium's ``RecordVideo`` records each of them (the env made with ``render_mode="rgb_array"``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ __all__ = ["Evaluation", "EvaluateError", "evaluate", "evaluation_table"]
 
 #: The most env steps one evaluation runs per episode asked before it gives up (an env whose episodes never end).
 MAX_STEPS_PER_EPISODE = 1_000_000
+#: Env steps per sample: the step limit is checked between samples.
+FRAGMENT = 200
 
 
 class EvaluateError(Exception):
@@ -61,10 +63,12 @@ def _video_env(trained: TrainedPolicy, video_dir: Path, episodes: int) -> Any:
 
 
 def evaluate(trained: TrainedPolicy, episodes: int = 10, explore: bool = False, seed: int = 0,
-             video_dir: str | os.PathLike[str] | None = None) -> Evaluation:
+             video_dir: str | os.PathLike[str] | None = None, max_steps: int | None = None) -> Evaluation:
     """Runs ``episodes`` episodes of the run's env with the trained policy (deterministic actions unless
     ``explore``), the env seeded from ``seed``; with ``video_dir``, an mp4 of each episode there
-    (`EvaluateError` when the env does not render rgb_array frames or moviepy is missing)."""
+    (`EvaluateError` when the env does not render rgb_array frames or moviepy is missing). `EvaluateError`
+    after ``max_steps`` env steps (default `MAX_STEPS_PER_EPISODE` per episode asked) without the episodes
+    asked."""
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise EvaluateError(f"--episodes must be an int >= 1, got {episodes!r}")
     out = Evaluation()
@@ -82,16 +86,17 @@ def evaluate(trained: TrainedPolicy, episodes: int = 10, explore: bool = False, 
             return trained.make_env()
 
     worker: RolloutWorker[Any] = RolloutWorker(creator, trained.policy, num_envs=1,
-                                               batch_mode="complete_episodes", rollout_fragment_length=1,
+                                               rollout_fragment_length=FRAGMENT,
                                                seed=seed, explore=explore)
     steps = 0
+    limit = MAX_STEPS_PER_EPISODE * episodes if max_steps is None else max_steps
     try:
         while len(out.returns) < episodes:
             steps += len(worker.sample())
             m = worker.get_metrics()
             out.returns.extend(float(x) for x in m["episode_returns"])
             out.lengths.extend(int(x) for x in m["episode_lengths"])
-            if steps > MAX_STEPS_PER_EPISODE * episodes and len(out.returns) < episodes:
+            if steps >= limit and len(out.returns) < episodes:
                 raise EvaluateError(f"{steps} env steps and only {len(out.returns)} of {episodes} episodes ended: "
                                     f"does {trained.config.env} end its episodes?")
     finally:
