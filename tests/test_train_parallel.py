@@ -605,3 +605,33 @@ def test_a_ray_client_connection_whose_server_failed_to_start_is_tried_again(mon
         with pytest.raises(ConnectionError):
             sampling.join_ray_cluster(ray, address)
         assert (ray.inits, ray.shutdowns) == (1, 0)
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_an_env_that_raises_in_the_trainers_process_says_what_the_process_backend_says(tmp_path, monkeypatch, capsys,
+                                                                                      algo):
+    _fail(monkeypatch, tmp_path, "raise")
+    import failing_env  # the env's steps are counted in this process (the local backend samples here)
+
+    monkeypatch.setattr(failing_env.FailingEnv, "steps_in_process", 0)
+    out = tmp_path / "run"
+    if algo == "ppo":  # one worker of 2 envs: 200 env steps an iteration; the failure in the second
+        monkeypatch.setenv("TV_FAIL_AT", "250")
+        flags = [*FAILING[:FAILING.index("--workers")], "--workers", "1", *FAILING[FAILING.index("--workers") + 2:]]
+        assert main(["train", "--timesteps", "800", "--out", str(out), *flags]) == 1
+        where = (f"the run's checkpoint {out / 'checkpoint'} holds iteration 1 (200 env steps); --resume --out {out} "
+                 f"continues it; --backend process --recreate-failed-workers replaces a failed worker and goes on")
+    else:  # DQN's iterations of 2,000 env steps: the failure in the second
+        monkeypatch.setenv("TV_FAIL_AT", "2100")
+        assert main(["train", "--algo", "dqn", "--env", "tvtest/Failing-v0", "--timesteps", "6000", "--out", str(out),
+                     "--no-progress"]) == 1
+        where = (f"the run's checkpoint {out / 'checkpoint'} holds iteration 1 (2016 env steps); --resume --out {out} "
+                 f"continues it")
+    err = capsys.readouterr().err.strip().splitlines()
+    # As test_an_env_that_keeps_failing_uses_up_the_restarts (the process backend): the worker's failure with its
+    # env's traceback, then where the run stands.
+    assert err[0] == "trajview train: error: rollout worker 1 failed:", err
+    assert err[1].startswith("Traceback") and "RuntimeError: FailingEnv: the env failed on purpose" in err[-2]
+    assert err[-1] == where, err[-1]
+    assert _ckpt(out)["iteration"] == 1
+    assert main(["train", "--resume", "--out", str(out), "--no-progress"]) == 0  # the failure does not come back
