@@ -147,6 +147,31 @@ if "tvtest/NoRender-v0" not in gym.registry:
     gym.register("tvtest/NoRender-v0", entry_point=_NoRender)
 
 
+class _BrokenRender(_NoRender):
+    """Says it renders rgb_array frames, but cannot draw one (as classic control without pygame)."""
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, render_mode=None):
+        self.render_mode = render_mode
+
+    def render(self):
+        raise ImportError("pygame is not installed, run `pip install pygame`")
+
+
+if "tvtest/BrokenRender-v0" not in gym.registry:
+    gym.register("tvtest/BrokenRender-v0", entry_point=_BrokenRender)
+
+
+def test_video_of_an_env_that_cannot_draw_a_frame_is_one_line_exit_2(tmp_path, capsys):
+    out = tmp_path / "broken"
+    assert main(["train", *PPO_SMALL, "--env", "tvtest/BrokenRender-v0", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(out), "--video", str(tmp_path / "v")]) == 2
+    assert ("--video: tvtest/BrokenRender-v0 could not render an rgb_array frame: ImportError: pygame is not "
+            "installed") in _err(capsys)
+
+
 def test_video_of_an_env_that_does_not_render_and_without_moviepy_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
     out = tmp_path / "norender"
     assert main(["train", *PPO_SMALL, "--env", "tvtest/NoRender-v0", "--out", str(out)]) == 0

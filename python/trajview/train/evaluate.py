@@ -58,6 +58,17 @@ def _video_env(trained: TrainedPolicy, video_dir: Path, episodes: int) -> Any:
         raise EvaluateError(f"--video needs the moviepy package (gymnasium's RecordVideo writes the files with it): "
                             f"{install_hint('moviepy')}")
     env = trained.make_env(render_mode="rgb_array")
+    try:  # a frame, before any episode: an env that cannot draw one (e.g. pygame missing) says so here
+        env.reset()
+        frame = env.render()
+    except Exception as e:
+        env.close()
+        raise EvaluateError(f"--video: {trained.config.env} could not render an rgb_array frame: "
+                            f"{type(e).__name__}: {' '.join(str(e).split())}") from None
+    if not isinstance(frame, np.ndarray):
+        env.close()
+        raise EvaluateError(f"--video: {trained.config.env}'s render() gave {type(frame).__name__}, not an "
+                            f"rgb_array frame")
     return gym.wrappers.RecordVideo(env, str(video_dir), episode_trigger=lambda i: i < episodes,
                                     name_prefix="eval", disable_logger=True)
 
