@@ -150,7 +150,7 @@ if "tvtest/NoRender-v0" not in gym.registry:
 class _BrokenRender(_NoRender):
     """Says it renders rgb_array frames, but cannot draw one (as classic control without pygame)."""
 
-    metadata = {"render_modes": ["rgb_array"]}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
 
     def __init__(self, render_mode=None):
         self.render_mode = render_mode
