@@ -82,8 +82,14 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
+        from ._extras import missing
+
         module_name, attr = _LAZY[name]
-        return getattr(importlib.import_module(module_name), attr)
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            raise missing(e, f"tv.{name}")  # chained to e
+        return getattr(module, attr)
     return _compat.renamed(__name__, name)  # a deprecated name (warns), or AttributeError
 
 

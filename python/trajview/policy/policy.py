@@ -40,7 +40,14 @@ class Policy:
     ``loss`` / ``learn_on_batch``. ``view_requirements`` is the authoritative
     dict of what the policy reads; change it in ``__init__`` (or later,
     before the next ``sample()``).
+
+    ``keep_views``: names of views the view-pruning pass keeps in training
+    batches though neither postprocessing nor the loss reads them (e.g.
+    ``policy.keep_views = {"obs", "new_obs"}`` before the first sample, to
+    log or replay them; docs/contract.md, Pruning).
     """
+
+    keep_views: frozenset[str] | set[str] = frozenset()
 
     def __init__(self, observation_space: Any, action_space: Any, config: dict | None = None) -> None:
         self.observation_space = observation_space

@@ -31,8 +31,9 @@ from .loop import RunCounters, run_loop, summarize
 from .config import RunConfig, setting
 from .metrics import append_metrics
 from .runs import config_from
+from .sampling import sample_in_process
 
-__all__ = ["DQNConfig", "DQNTrainer", "REPLAY_PREFIX", "dqn_config"]
+__all__ = ["DQNConfig", "DQNTrainer", "REPLAY_PREFIX", "dqn_config", "dqn_policy", "load_dqn_policy"]
 
 log = logging.getLogger("trajview.train")
 
@@ -98,6 +99,30 @@ class DQNConfig(RunConfig):
                 "device": self.resolved_device()}
 
 
+def dqn_policy(config: DQNConfig) -> DQNPolicy:
+    """The run's `DQNPolicy`, freshly initialized, for the spaces of ``config.env`` (made once)."""
+    probe = gym.make(config.env)
+    try:
+        return DQNPolicy(probe.observation_space, probe.action_space, config.policy_config())
+    finally:
+        probe.close()
+
+
+def load_dqn_policy(policy: DQNPolicy, ck: Checkpoint) -> dict:
+    """Loads a DQN checkpoint's networks, optimizer, epsilon, gradient steps and exploration RNG into ``policy``
+    (`FileIntegrityError` naming the file for a state that is missing or does not fit); returns the checkpoint's
+    ``extra``, checked."""
+    extra = ck.extra
+    resumes, pol = extra.get("resumes"), extra.get("policy")
+    if (isinstance(resumes, bool) or not isinstance(resumes, int) or resumes < 0 or not isinstance(pol, dict)
+            or not isinstance(pol.get("rng"), dict)):
+        raise FileIntegrityError(ck.manifest_path, f"'extra' must hold 'resumes' (an int >= 0) and 'policy' "
+                                                   f"(epsilon, grad_steps, rng), got {extra!r:.200}")
+    tensors = {k: tensor_state(ck, k) for k in ("q", "target", "optimizer")}
+    fitting(ck, "the policy's state", lambda: policy.set_state({**tensors, **pol}))
+    return extra
+
+
 class DQNTrainer(RunCounters):
     """Double DQN on ``config.env`` with one `RolloutWorker` of ``config.envs`` envs and a `ReplayBuffer`."""
 
@@ -107,13 +132,12 @@ class DQNTrainer(RunCounters):
         self._out_ready = False
         self.start_counters(c.seed, c.threads, c.smoothing_episodes)
         self.resumes = 0
-        probe = gym.make(c.env)
-        self.policy = DQNPolicy(probe.observation_space, probe.action_space, c.policy_config())
-        probe.close()
+        self.policy = dqn_policy(c)
         sampler: Sampler = (PrioritizedSampler(None, c.per_alpha, c.per_beta, seed=c.seed) if c.prioritized
                             else RandomSampler(seed=c.seed))
         # Each observation is stored once; the stacks are views built at sample time.
-        self.buffer = ReplayBuffer(c.buffer_size, sampler=sampler, views=self.policy.replay_views())
+        self.buffer = ReplayBuffer(c.buffer_size, sampler=sampler, views=self.policy.replay_views(),
+                                   default_views=False)  # next_stack holds what new_obs would
         if resume:
             self._restore(self.load_checkpoint("dqn"))
         #: The iteration this process started from (0, or the checkpoint's on resume).
@@ -128,14 +152,7 @@ class DQNTrainer(RunCounters):
     def _restore(self, ck: Checkpoint) -> None:
         """The policy (networks and optimizer from ``weights.pt``; epsilon, gradient steps and the exploration RNG
         from the manifest), the replay buffer (its files, checked) and the counters of a checkpoint."""
-        extra = ck.extra
-        resumes, pol = extra.get("resumes"), extra.get("policy")
-        if (isinstance(resumes, bool) or not isinstance(resumes, int) or resumes < 0 or not isinstance(pol, dict)
-                or not isinstance(pol.get("rng"), dict)):
-            raise FileIntegrityError(ck.manifest_path, f"'extra' must hold 'resumes' (an int >= 0) and 'policy' "
-                                                       f"(epsilon, grad_steps, rng), got {extra!r:.200}")
-        tensors = {k: tensor_state(ck, k) for k in ("q", "target", "optimizer")}
-        fitting(ck, "the policy's state", lambda: self.policy.set_state({**tensors, **pol}))
+        resumes = load_dqn_policy(self.policy, ck)["resumes"]
         replay = ck.manifest.meta.get("replay")
         load_parts(self.buffer, ck.manifest, replay, REPLAY_PREFIX)
         self.restore_counters(ck)  # and the metrics rows written after the checkpoint go
@@ -151,9 +168,11 @@ class DQNTrainer(RunCounters):
         t0 = time.perf_counter()
         stats: dict[str, list[float]] = {"td_loss": [], "q_mean": []}
         steps = 0
-        while steps < c.iteration_steps:
+        # An iteration ends at iteration_steps, or at the run's timesteps: the budget is kept within one sample
+        # (envs x rollout_fragment_length env steps).
+        while steps < c.iteration_steps and self.env_steps < c.timesteps:
             self.policy.epsilon = self._epsilon()
-            batch = cast(SampleBatch, self.worker.sample())
+            batch = cast(SampleBatch, sample_in_process(self.worker, 1))
             self.buffer.add(batch)
             steps += len(batch)
             self.env_steps += len(batch)

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from .._extras import require
 from .._io import fsync_file
 from ..errors import FileIntegrityError
 from .checkpoint import Checkpoint, fitting, has_checkpoint, prepare_checkpoint, read_checkpoint, tensor_state
@@ -191,7 +192,7 @@ def run_loop(
     """Iterations until ``run.done()``, a checkpoint after each (written while the next iteration runs, where the
     trainer can: `RunCounters.commit_checkpoint`; waited for before the loop ends, however it ends); a progress
     bar (or, without, ``log_line(row)`` logged per iteration); ``close()`` at the end, whatever happened."""
-    from tqdm import tqdm
+    tqdm = require("tqdm", "a training run's progress bar").tqdm
 
     c = run.config
     bar = tqdm(total=c.timesteps, initial=min(run.env_steps, c.timesteps), unit="step", disable=not progress,

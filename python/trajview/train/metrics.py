@@ -12,6 +12,7 @@ import json
 import math
 from pathlib import Path
 
+from .._extras import require
 from .._io import append_line, atomic_write, read_lines
 from ..errors import FileIntegrityError
 
@@ -177,7 +178,7 @@ def read_metrics(path: str | Path) -> list[dict]:
 
 def plot_learning_curve(rows: list[dict], path: str | Path, title: str, stop_reward: float | None = None) -> None:
     """Mean episode return against env steps, as a PNG."""
-    import matplotlib
+    matplotlib = require("matplotlib", "the learning-curve plot")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
