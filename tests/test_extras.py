@@ -45,6 +45,14 @@ def test_ppo_policy_without_torch_says_what_to_install():
         "'trajview[train]' (torch's CPU build first: pip install torch==2.13.0)"), r.stderr
 
 
+def test_torchrl_dropins_without_torchrl_say_what_to_install():
+    r = _run_without(["torchrl"], "import trajview; print('imported'); import trajview.torchrl")
+    assert r.stdout.strip() == "imported"  # import trajview never imports torchrl
+    assert r.stderr.strip().splitlines()[-1] == (
+        "ModuleNotFoundError: trajview.torchrl needs torchrl, which is not installed: pip install "
+        "'trajview[torchrl]' (torch first: pip install torch==2.13.0)"), r.stderr
+
+
 @pytest.mark.parametrize("module,extra", sorted(EXTRA_OF.items()))
 def test_require_gives_the_extras_one_line_hint(monkeypatch, module, extra):
     monkeypatch.setitem(sys.modules, module, None)

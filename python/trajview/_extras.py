@@ -26,12 +26,14 @@ EXTRA_OF = {
     "onnxruntime": "export",
     "moviepy": "video",
     "tensordict": "tensordict",
+    "torchrl": "torchrl",
 }
 
 #: What an extra needs installed first, said after its hint.
 _FIRST = {"torch": " (torch's CPU build: pip install torch==2.13.0)",
           "train": " (torch's CPU build first: pip install torch==2.13.0)",
-          "tensordict": " (torch first: pip install torch==2.13.0)"}
+          "tensordict": " (torch first: pip install torch==2.13.0)",
+          "torchrl": " (torch first: pip install torch==2.13.0)"}
 
 
 def extra_hint(extra: str) -> str:

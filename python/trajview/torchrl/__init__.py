@@ -7,13 +7,13 @@ imports it. See docs/guides/torchrl.md.
 
 from __future__ import annotations
 
+from .._extras import missing
+
 try:
     import tensordict  # noqa: F401
     import torchrl  # noqa: F401
-except ImportError as e:  # pragma: no cover - exercised where torchrl is missing
-    raise ImportError(
-        f"trajview.torchrl needs torchrl and tensordict ({e}); install them with: pip install 'trajview[torchrl]'"
-    ) from e
+except ImportError as e:  # tested where torchrl is missing (tests/test_extras.py)
+    raise missing(e, "trajview.torchrl", "torchrl") from e
 
 from .collector import TensorDictPolicy, TrajviewCollector
 from .samplers import TrajviewPrioritizedSliceSampler, TrajviewSliceSampler, TrajviewSliceSamplerWithoutReplacement
