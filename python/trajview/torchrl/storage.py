@@ -244,14 +244,6 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
         """The trajview `ReplayBuffer` holding the rows (``None`` before the first write)."""
         return self._rb
 
-    def frames_per_step(self, key: Any) -> float:
-        """Rows of ``key``'s stored column allocated per slot (``rows / max_size``: TorchRL's storages hold
-        2 per step where they store ``key`` and ``("next", key)``)."""
-        name = _flat(_key(key))
-        if self._rb is None or name not in self._rb.columns:
-            raise KeyError(f"{key!r} is not a stored column; stored: {list(self._rb.columns) if self._rb else []}")
-        return self.rows / self.max_size
-
     # -- schema --------------------------------------------------------------------------------------------
 
     def _infer(self, td: TensorDictBase) -> None:
