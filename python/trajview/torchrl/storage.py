@@ -25,23 +25,22 @@ changes nothing.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data.replay_buffers.storages import Storage, TensorStorage
 
-from .. import _core, _io
+from .. import _core
 from .._validate import positive_int
 from ..replay import ReplayBuffer, Sampler
-from ..replay import persistence
 from ..views import ViewRequirement
 from ..views.nest import SEP
+from . import storage_state
+from .storage_state import END as _END, KEY as _KEY, Key
 
 __all__ = ["TrajviewStorage"]
 
@@ -54,12 +53,6 @@ END_KEYS = (("next", "terminated"), ("next", "truncated"))
 #: estimates are computed per row and need not match the next row's bit for bit).
 NOT_OBS = ("done", "terminated", "truncated", "reward", "state_value", "state_action_value", "advantage",
            "value_target")
-#: Internal columns handed to the store with each write (never stored).
-_KEY, _END = "__tv_key", "__tv_end"
-FORMAT = "trajview.torchrl-storage"
-VERSION = 1
-
-Key = tuple[str, ...]
 
 
 def _key(k: Any) -> Key:
@@ -515,156 +508,27 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
             out.set(key, torch.from_numpy(np.asarray(batch[name])))
         return out
 
-    # -- persistence ---------------------------------------------------------------------------------------
-
-    def _meta(self) -> dict[str, Any]:
-        return {
-            "max_size": self.max_size, "extra_rows": self.extra_rows, "len": self._len,
-            "schema": [[name, list(key), dt.str, list(shape)] for name, (key, dt, shape) in self._schema.items()],
-            "shared": dict(self._shared), "views": sorted(self._views),
-            "open": [[uk, *v] for uk, v in self._open.items()],
-            "next_ikey": self._next_ikey, "fallback": self._fallback,
-            "last_cursor": self._last_cursor_index,
-        }
-
-    def _arrays(self) -> dict[str, np.ndarray]:
-        arrays = {"slot_row": self._slot_row.copy(), "slot_first": self._slot_first.copy()}
-        keys = sorted(self._pending)
-        arrays["pending_keys"] = np.asarray(keys, np.int64)
-        for o in self._shared:
-            if keys:
-                arrays[f"pending.{o}"] = np.stack([self._pending[k][o] for k in keys])
-        return arrays
+    # -- persistence (storage_state.py) --------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
         """Plain data (JSON-able values and numpy arrays; no objects): the slots, the trajectories' bookkeeping
         and the trajview `ReplayBuffer`'s own `state_dict`."""
-        return {"meta": self._meta(), "arrays": self._arrays(),
-                "replay": None if self._rb is None else self._rb.state_dict()}
+        return storage_state.state_dict(self)
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restores a `state_dict`, checked first; a state that is refused changes nothing."""
-        if not isinstance(state_dict, Mapping) or set(state_dict) != {"meta", "arrays", "replay"}:
-            raise ValueError("TrajviewStorage.load_state_dict: expected the entries ['arrays', 'meta', 'replay']")
-        self._check_config(state_dict["meta"])
-        rb = None
-        if state_dict["replay"] is not None:
-            rb = self._fresh_buffer()
-            rb.load_state_dict(state_dict["replay"])
-        self._restore(state_dict["meta"], state_dict["arrays"], rb)
+        storage_state.load_state_dict(self, state_dict)
 
     def dumps(self, path: str | os.PathLike[str]) -> None:
         """Writes the storage to the folder ``path`` as one committed unit (`trajview._io.commit_folder`: the
         store's rows as trajview's replay dump, the slots as ``.npy`` files): a kill at any byte leaves the
         previous dump whole."""
-        arrays = self._arrays()
-        files = {f"torchrl.{name}.npy": _npy(arr) for name, arr in arrays.items()}
-        meta: dict[str, Any] = {"torchrl": self._meta()}
-        if self._rb is None:
-            _io.commit_folder(path, FORMAT, VERSION, files, meta)
-            return
-        with persistence.dump_parts(self._rb) as (rfiles, rmeta):
-            meta["replay"] = rmeta
-            _io.commit_folder(path, FORMAT, VERSION, {**rfiles, **files}, meta)
+        storage_state.dumps(self, path)
 
     def loads(self, path: str | os.PathLike[str]) -> None:
         """Reads a `dumps` folder, verifying every file (`trajview.errors.FileIntegrityError` naming a damaged
         one); a load that raises changes nothing."""
-        man = _io.read_manifest(Path(path), FORMAT, (VERSION,))
-        meta = man.meta.get("torchrl")
-        if not isinstance(meta, dict):
-            raise ValueError(f"{path}: the manifest holds no TrajviewStorage state")
-        self._check_config(meta)
-        arrays: dict[str, np.ndarray] = {}
-        for name in man.files:
-            if name.startswith("torchrl.") and name.endswith(".npy"):
-                raw = _io.read_verified(man, name)
-                arrays[name[len("torchrl."):-len(".npy")]] = np.load(io.BytesIO(bytes(raw)), allow_pickle=False)
-        rb = None
-        if "replay" in man.meta:
-            rb = self._fresh_buffer()
-            persistence.load_parts(rb, man, man.meta["replay"])
-        self._restore(meta, arrays, rb)
-        self._bump_mutation_revision()
-
-    def _fresh_buffer(self) -> ReplayBuffer:
-        """The buffer a load fills: a new one (swapped in when all of the load passed), or, for a memory-mapped
-        storage that has one, its own (which loads into staged ring files and swaps them in itself: its folder
-        has one owner)."""
-        if self._backing == "memmap" and self._rb is not None:
-            return self._rb
-        sampler = Sampler()
-        sampler.traj_key, sampler.end_key = _KEY, _END
-        return ReplayBuffer(self.rows, sampler=sampler, storage=self._backing, path=self._path)
-
-    def _check_config(self, meta: Any) -> None:
-        """Refuses a saved state of a storage made with other settings."""
-        where = "TrajviewStorage state"
-        if not isinstance(meta, Mapping):
-            raise ValueError(f"{where}: 'meta' must be a dict")
-        for k in ("max_size", "extra_rows"):
-            if meta.get(k) != getattr(self, k):
-                raise ValueError(f"{where}: {k} is {meta.get(k)!r}, this storage's is {getattr(self, k)}")
-        if sorted(meta.get("views", [])) != sorted(self._views):
-            raise ValueError(f"{where}: views {meta.get('views')!r} differ from this storage's {sorted(self._views)}")
-
-    def _restore(self, meta: Any, arrays: Mapping[str, Any], rb: ReplayBuffer | None) -> None:
-        """Checks a saved state against this storage and swaps it in (nothing changes if it is refused)."""
-        where = "TrajviewStorage state"
-        self._check_config(meta)
-        length = meta.get("len")
-        if type(length) is not int or not 0 <= length <= self.max_size:
-            raise ValueError(f"{where}: len must be an int in [0, {self.max_size}], got {length!r}")
-        schema: dict[str, tuple[Key, np.dtype, tuple[int, ...]]] = {}
-        try:
-            for name, key, dt, shape in meta["schema"]:
-                schema[str(name)] = (tuple(str(p) for p in key), np.dtype(str(dt)), tuple(int(d) for d in shape))
-            shared = {str(o): str(n) for o, n in dict(meta["shared"]).items()}
-            open_ = {int(e[0]): [int(e[1]), int(e[2]), int(e[3])] for e in meta["open"]}
-            next_ikey, fallback = int(meta["next_ikey"]), int(meta["fallback"])
-            last_cursor = meta["last_cursor"]
-            if last_cursor is not None:
-                last_cursor = int(last_cursor)
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"{where}: malformed meta ({type(e).__name__}: {e})") from None
-        if (rb is None) != (not schema):
-            raise ValueError(f"{where}: the store's rows and the schema do not go together")
-        checked: dict[str, np.ndarray] = {}
-        for name in ("slot_row", "slot_first"):
-            a = np.asarray(arrays.get(name))
-            if a.dtype != np.int64 or a.shape != (self.max_size,):
-                raise ValueError(f"{where}: {name} must be int64 of shape ({self.max_size},), got {a.dtype} {a.shape}")
-            checked[name] = a.copy()
-        pk = np.asarray(arrays.get("pending_keys", np.zeros(0, np.int64)))
-        if pk.dtype != np.int64 or pk.ndim != 1:
-            raise ValueError(f"{where}: pending_keys must be a 1-D int64 array")
-        pending: dict[int, dict[str, np.ndarray]] = {int(k): {} for k in pk.tolist()}
-        for o in shared:
-            if len(pk) == 0:
-                continue
-            a = np.asarray(arrays.get(f"pending.{o}"))
-            _, dt, shape = schema[o]
-            if a.dtype != dt or a.shape != (len(pk), *shape):
-                raise ValueError(f"{where}: pending.{o} must be {dt} of shape {(len(pk), *shape)}")
-            for i, k in enumerate(pk.tolist()):
-                pending[int(k)][o] = a[i].copy()
-        rows = checked["slot_row"]
-        held = rows >= 0
-        if held[length:].any():
-            raise ValueError(f"{where}: a slot at or past len {length} holds a step")
-        if rb is not None and held.any():
-            assert rb._impl is not None
-            loc = np.asarray(rb._impl.locate(np.ascontiguousarray(rows[held])), np.int64).reshape(-1, 3)
-            if (loc[:, 0] < 0).any():
-                raise ValueError(f"{where}: slot_row names rows that hold no step in the store")
-        old = self._rb
-        self._rb, self._schema, self._shared = rb, schema, shared
-        self._slot_row, self._slot_first = rows, checked["slot_first"]
-        self._len, self._open, self._pending = length, open_, pending
-        self._next_ikey, self._fallback = next_ikey, fallback
-        self._set_last_cursor(last_cursor)
-        if old is not None and old is not rb:
-            old.close()
+        storage_state.loads(self, path)
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("TrajviewStorage is not pickled (its rows live in C++); use state_dict() or dumps(path)")
@@ -680,13 +544,6 @@ def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind == "f":
         eq |= np.isnan(a) & np.isnan(b)
     return eq.reshape(len(a), int(np.prod(a.shape[1:], dtype=np.int64))).all(axis=1)
-
-
-def _npy(arr: np.ndarray) -> Any:
-    def write(f: IO[bytes]) -> None:
-        np.save(f, np.ascontiguousarray(arr), allow_pickle=False)
-    return write
-
 
 
 class _Columns:
