@@ -285,5 +285,11 @@ def interrupted(trainer: Any, config: Any, stop: BaseException | None = None) ->
     (`where_it_stopped`) instead of a traceback; the exit code, 130 (SIGINT) or 143 (SIGTERM, ``stop`` a
     `Terminated`), as a shell gives a command a signal ended."""
     what = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
+    wait = getattr(trainer, "wait_checkpoint", None)
+    if wait is not None:  # a checkpoint being written when the signal came completes first: the message names it
+        try:
+            wait()
+        except BaseException:  # noqa: BLE001 (its write failed, or a second Ctrl-C: the one that stands is named)
+            pass
     print(f"trajview train: {what}\n{where_it_stopped(trainer, config)}", file=sys.stderr)
     return 143 if isinstance(stop, Terminated) else 130
