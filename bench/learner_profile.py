@@ -184,27 +184,24 @@ if TIMED_ENV_ID not in gym.registry:
     gym.register(id=TIMED_ENV_ID, entry_point=_make_timed_env, disable_env_checker=True, order_enforce=False)
 
 
-def env_timer_cost_us(n: int = 20_000) -> float:
-    """Microseconds `TimedEnv` adds per step (the timer around a step, against the bare step)."""
+def env_timer_cost_us(n: int = 20_000, rounds: int = 5) -> float:
+    """Microseconds `TimedEnv` adds per step: the best of ``rounds`` loops of ``n`` wrapped steps less the best of
+    as many bare ones."""
     env = gym.make(STATELESS_CARTPOLE_ID)
     wrapped = TimedEnv(env)
     env.reset(seed=0)
-    best = math.inf
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for i in range(n):
-            _, _, te, tr, _ = env.step(i & 1)
-            if te or tr:
-                env.reset()
-        bare = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        for i in range(n):
-            _, _, te, tr, _ = wrapped.step(i & 1)
-            if te or tr:
-                wrapped.reset()
-        best = min(best, (time.perf_counter() - t0 - bare) / n)
+    best = {False: math.inf, True: math.inf}
+    for _ in range(rounds):
+        for wrap in (False, True):
+            e = wrapped if wrap else env
+            t0 = time.perf_counter()
+            for i in range(n):
+                _, _, te, tr, _ = e.step(i & 1)
+                if te or tr:
+                    e.reset()
+            best[wrap] = min(best[wrap], time.perf_counter() - t0)
     ENV_CLOCK.reset()
-    return max(best, 0.0) * 1e6
+    return max(0.0, best[True] - best[False]) / n * 1e6
 
 
 # -- trainers as `trajview train` makes them --------------------------------------------------------------------
@@ -335,11 +332,10 @@ class MinimalPPO:
                   file=sys.stderr)
         self.opt = torch.optim.Adam(self.params, lr=float(cfg.lr), eps=1e-5, fused=True if cfg.adam_fused else None)
 
-    def _loss(self, logits: torch.Tensor, values: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    def _loss(self, logits: torch.Tensor, values: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         c, t = self.cfg, self.t
-        pick = (lambda k: t[k]) if rows is None else (lambda k: t[k][rows])
-        return ppo_loss(logits, values, pick("actions"), pick("action_logp"), pick("advantages"),
-                        pick("value_targets"), float(c.clip_param), float(c.vf_loss_coeff), float(c.entropy_coeff))
+        return ppo_loss(logits, values, t["actions"][rows], t["action_logp"][rows], t["advantages"][rows],
+                        t["value_targets"][rows], float(c.clip_param), float(c.vf_loss_coeff), float(c.entropy_coeff))
 
     def _step(self, loss: torch.Tensor) -> None:
         self.opt.zero_grad()
@@ -348,77 +344,114 @@ class MinimalPPO:
             torch.nn.utils.clip_grad_norm_(self.params, float(self.cfg.grad_clip), foreach=True)
         self.opt.step()
 
-    def learn(self) -> int:
-        return {"framestack": self._learn_framestack, "lstm": self._learn_lstm,
-                "attention": self._learn_attention}[self.cfg.model]()
-
-    def _learn_framestack(self) -> int:
-        t, m, n_act = self.t, self.modules, self.n_actions
-        x = torch.cat([t["prev_n_obs"].float().flatten(1),
-                       nn.functional.one_hot(t["prev_n_actions"].long(), n_act).float().flatten(1),
-                       t["prev_n_rewards"].float()], -1)
-        acts, old_logp, adv, targets = t["actions"], t["action_logp"], t["advantages"], t["value_targets"]
-        n, size, steps = len(x), int(self.cfg.sgd_minibatch_size), 0
-        c = self.cfg
-        for _ in range(int(c.num_sgd_iter)):
-            perm = torch.randperm(n)
-            for a in range(0, n, size):
-                idx = perm[a: a + size]
-                xb = x[idx]
-                loss = ppo_loss(m["pi"](xb), m["vf"](xb)[:, 0], acts[idx], old_logp[idx], adv[idx], targets[idx],
-                                float(c.clip_param), float(c.vf_loss_coeff), float(c.entropy_coeff))
-                self._step(loss)
-                steps += 1
-        return steps
-
     def _features(self) -> torch.Tensor:
         t = self.t
         return torch.cat([t["obs"].float().flatten(1),
                           nn.functional.one_hot(t["prev_actions"].long(), self.n_actions).float()], -1)
 
-    def _learn_lstm(self) -> int:
-        t, m = self.t, self.modules
+    def prepare(self) -> None:
+        """What a hand-written loop computes once per training batch: the input features (and for the memory
+        models the sequences' layout)."""
+        t, model = self.t, self.cfg.model
+        if model == "framestack":
+            self.x = torch.cat([t["prev_n_obs"].float().flatten(1),
+                                nn.functional.one_hot(t["prev_n_actions"].long(), self.n_actions).float().flatten(1),
+                                t["prev_n_rewards"].float()], -1)
+            return
         x = self._features()
-        lens = t["seq_lens"].long()
-        n, s = len(x), len(lens)
-        starts = torch.cumsum(lens, 0) - lens
-        t_max = int(lens.max())
-        time_idx = torch.arange(t_max)[:, None]
-        mask = time_idx < lens[None]  # [T, S]
-        pad_idx = torch.where(mask, starts[None] + time_idx, torch.full((t_max, s), n))  # row n: zeros
-        xpad = torch.cat([x, x.new_zeros(1, x.shape[1])])[pad_idx]  # [T, S, d]
-        h = [t[f"state_in_{i}"].float() for i in range(4)]
-        steps = 0
-        for _ in range(int(self.cfg.num_sgd_iter)):
-            for seqs in sequence_groups(lens, int(self.cfg.sgd_minibatch_size)):
-                tm = int(lens[seqs].max())
-                mk = mask[:tm, seqs]
-                rows = pad_idx[:tm, seqs][mk]
-                xs = xpad[:tm, seqs]
-                po, _ = m["pi_lstm"](torch.tanh(m["pi_fc"](xs)), (h[0][seqs][None], h[1][seqs][None]))
-                vo, _ = m["vf_lstm"](torch.tanh(m["vf_fc"](xs)), (h[2][seqs][None], h[3][seqs][None]))
-                self._step(self._loss(m["pi_head"](po[mk]), m["vf_head"](vo[mk])[:, 0], rows))
+        self.lens = lens = t["seq_lens"].long()
+        self.starts = torch.cumsum(lens, 0) - lens
+        if model == "lstm":
+            n, s, t_max = len(x), len(lens), int(lens.max())
+            time_idx = torch.arange(t_max)[:, None]
+            self.mask = time_idx < lens[None]  # [T, S]
+            self.pad_idx = torch.where(self.mask, self.starts[None] + time_idx, torch.full((t_max, s), n))  # n: zeros
+            self.xpad = torch.cat([x, x.new_zeros(1, x.shape[1])])[self.pad_idx]  # [T, S, d]
+            self.h = [t[f"state_in_{i}"].float() for i in range(4)]
+        else:
+            L = self.num_layers
+            self.inputs = x[None].expand(2, *x.shape)
+            self.tt = t["t"].long()
+            self.mems = [torch.stack([t[f"state_in_{i}"].float(), t[f"state_in_{L + i}"].float()]) for i in range(L)]
+
+    def minibatch_loss(self, pick: torch.Tensor) -> torch.Tensor:
+        """The loss of one minibatch: ``pick`` holds its rows (frame stack) or its sequences (memory models)."""
+        m, model = self.modules, self.cfg.model
+        if model == "framestack":
+            xb = self.x[pick]
+            return self._loss(m["pi"](xb), m["vf"](xb)[:, 0], pick)
+        if model == "lstm":
+            tm = int(self.lens[pick].max())
+            mk = self.mask[:tm, pick]
+            rows = self.pad_idx[:tm, pick][mk]
+            xs = self.xpad[:tm, pick]
+            h = self.h
+            po, _ = m["pi_lstm"](torch.tanh(m["pi_fc"](xs)), (h[0][pick][None], h[1][pick][None]))
+            vo, _ = m["vf_lstm"](torch.tanh(m["vf_fc"](xs)), (h[2][pick][None], h[3][pick][None]))
+            return self._loss(m["pi_head"](po[mk]), m["vf_head"](vo[mk])[:, 0], rows)
+        ls = self.lens[pick]
+        offsets = torch.cumsum(ls, 0) - ls
+        rows = torch.repeat_interleave(self.starts[pick] - offsets, ls) + torch.arange(int(ls.sum()))
+        out = m["core"].flat(self.inputs[:, rows], self.tt[rows], ls, [mem[:, pick] for mem in self.mems])
+        return self._loss(m["pi_head"](out[0]), m["vf_head"](out[1])[:, 0], rows)
+
+    def learn(self) -> int:
+        """``num_sgd_iter`` epochs of shuffled minibatches over the batch; returns the steps taken."""
+        self.prepare()
+        c, steps = self.cfg, 0
+        size = int(c.sgd_minibatch_size)
+        for _ in range(int(c.num_sgd_iter)):
+            if c.model == "framestack":
+                n = len(self.x)
+                perm = torch.randperm(n)
+                picks = [perm[a: a + size] for a in range(0, n, size)]
+            else:
+                picks = sequence_groups(self.lens, size)
+            for pick in picks:
+                self._step(self.minibatch_loss(pick))
                 steps += 1
         return steps
 
-    def _learn_attention(self) -> int:
-        t, m, L = self.t, self.modules, self.num_layers
-        x = self._features()
-        inputs = x[None].expand(2, *x.shape)
-        lens = t["seq_lens"].long()
-        starts = torch.cumsum(lens, 0) - lens
-        tt = t["t"].long()
-        mems = [torch.stack([t[f"state_in_{i}"].float(), t[f"state_in_{L + i}"].float()]) for i in range(L)]
-        steps = 0
-        for _ in range(int(self.cfg.num_sgd_iter)):
-            for seqs in sequence_groups(lens, int(self.cfg.sgd_minibatch_size)):
-                ls = lens[seqs]
-                offsets = torch.cumsum(ls, 0) - ls
-                rows = torch.repeat_interleave(starts[seqs] - offsets, ls) + torch.arange(int(ls.sum()))
-                out = m["core"].flat(inputs[:, rows], tt[rows], ls, [mem[:, seqs] for mem in mems])
-                self._step(self._loss(m["pi_head"](out[0]), m["vf_head"](out[1])[:, 0], rows))
-                steps += 1
-        return steps
+    def load_from(self, model: nn.Module) -> bool:
+        """trajview's weights into these layers (frame stack and LSTM; the GTrXL's are a copy already); False
+        where the layouts differ."""
+        sd = model.state_dict()
+        if self.cfg.model == "framestack":
+            mine = {k: v for k, v in sd.items() if k.startswith(("pi.", "vf."))}
+        elif self.cfg.model == "lstm":
+            mine = {}
+            for k, v in sd.items():
+                for theirs, ours in (("pi_core.fc.", "pi_fc."), ("pi_core.lstm.", "pi_lstm."), ("vf_core.fc.", "vf_fc."),
+                                     ("vf_core.lstm.", "vf_lstm."), ("pi_head.", "pi_head."), ("vf_head.", "vf_head.")):
+                    if k.startswith(theirs):
+                        mine[ours + k[len(theirs):]] = v
+        else:
+            return True
+        try:
+            self.modules.load_state_dict(mine)
+        except (RuntimeError, KeyError):
+            return False
+        return True
+
+
+def check_loss(minimal: MinimalPPO, policy: Any, tensors: dict[str, torch.Tensor]) -> str:
+    """The minimal loop's loss on the whole batch (one minibatch of every row, every sequence in order) against
+    `PPOPolicy.loss` with the same weights: the relative difference, or why it was not compared."""
+    if not minimal.load_from(policy.model):
+        return "not compared (trajview's layout differs)"
+    minimal.prepare()
+    with torch.no_grad():
+        pick = torch.arange(len(minimal.x)) if minimal.cfg.model == "framestack" else torch.arange(len(minimal.lens))
+        ours = float(minimal.minibatch_loss(pick))
+        try:
+            theirs = float(policy.loss(policy._to_torch(tensors)))
+        except Exception as e:  # noqa: BLE001  (the lead may change the learner's internals: say so, go on)
+            return f"not compared ({type(e).__name__}: {e})"
+    rel = abs(ours - theirs) / max(1e-12, abs(theirs))
+    if rel > 1e-4:
+        print(f"WARNING: {minimal.cfg.model}: the minimal loop's loss {ours} differs from trajview's {theirs}",
+              file=sys.stderr)
+    return f"{rel:.0e}"
 
 
 def sgd_ppo(name: str, reps: int, seed: int = 0) -> dict[str, Any]:
@@ -440,6 +473,7 @@ def sgd_ppo(name: str, reps: int, seed: int = 0) -> dict[str, Any]:
                     print(f"WARNING: {name}: episodes start inside sequences; the minimal loop starts every sequence "
                           f"from its state_in (trajview splits them)", file=sys.stderr)
             minimal = MinimalPPO(cfg, tensors, int(policy.action_space.n), policy.model)
+            loss_check = check_loss(minimal, policy, tensors)
             opt = policy.get_optimizer()
             policy.learn_on_batch(batch)  # warm-up
             minimal.learn()
@@ -457,6 +491,7 @@ def sgd_ppo(name: str, reps: int, seed: int = 0) -> dict[str, Any]:
         finally:
             stop_trainer(trainer)
     return {"setting": name, "rows": [("learn_on_batch", ours, theirs)], "same_size": minimal.same_size,
+            "loss_check": loss_check,
             "batch": len(batch), "minibatch": cfg.sgd_minibatch_size, "epochs": cfg.num_sgd_iter}
 
 
@@ -483,6 +518,27 @@ class MinimalDQN:
         hdn = body(s)
         a = adv(hdn)
         return value(hdn) + a - a.mean(dim=1, keepdim=True)
+
+    def check(self, policy: Any) -> str:
+        """trajview's Q-network weights into these layers; the relative difference of the Q-values of the data's
+        stacks (or why they were not compared)."""
+        mine = {}
+        for k, v in policy.q.state_dict().items():
+            for theirs, ours in (("body.", "0."), ("adv.", "1."), ("value.", "2.")):
+                if k.startswith(theirs):
+                    mine[ours + k[len(theirs):]] = v
+        try:
+            self.q.load_state_dict(mine)
+        except (RuntimeError, KeyError):
+            return "not compared (trajview's layout differs)"
+        self.target.load_state_dict(self.q.state_dict())
+        with torch.no_grad():
+            ours = self._q(self.q, self.data["stack"])
+            theirs = policy.q(self.data["stack"].view(len(self.data["stack"]), policy.num_frames, -1))
+        rel = float((ours - theirs).abs().max() / theirs.abs().max().clamp(min=1e-12))
+        if rel > 1e-4:
+            print(f"WARNING: dqn: the minimal loop's Q-values differ from trajview's by {rel:.1e}", file=sys.stderr)
+        return f"{rel:.0e} (Q-values)"
 
     def update(self, n: int) -> None:
         d, c = self.data, self.cfg
@@ -519,6 +575,7 @@ def sgd_dqn(reps: int, seed: int = 0, steps: int = 200, quick: bool = False) -> 
                     for k, dt in (("stack", np.float32), ("next_stack", np.float32), ("actions", np.int64),
                                   ("rewards", np.float32), ("terminateds", np.float32))}
             minimal = MinimalDQN(c, data, int(policy.num_actions))
+            loss_check = minimal.check(policy)
             same = sum(p.numel() for p in minimal.params) == sum(p.numel() for p in policy.q.parameters())
             samples = [buf.sample(c.batch_size) for _ in range(steps)]
             minimal.update(steps)  # warm-up
@@ -538,17 +595,18 @@ def sgd_dqn(reps: int, seed: int = 0, steps: int = 200, quick: bool = False) -> 
         finally:
             stop_trainer(trainer)
     return {"setting": "dqn", "rows": [("learn_on_replay", learn, mini), ("sample + learn_on_replay", both, mini)],
-            "same_size": same, "batch": c.batch_size, "minibatch": c.batch_size, "epochs": 1}
+            "same_size": same, "loss_check": loss_check, "batch": c.batch_size, "minibatch": c.batch_size, "epochs": 1}
 
 
 def sgd_table(results: list[dict[str, Any]]) -> str:
-    lines = ["| setting | step | minibatch rows | trajview ms | minimal ms | ratio | same parameter count |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| setting | step | minibatch rows | trajview ms | minimal ms | ratio | same parameter count | "
+             "minimal's loss vs trajview's (relative difference) |", "|---|---|---|---|---|---|---|---|"]
     for r in results:
         for what, ours, theirs in r["rows"]:
             ratio = [a / b for a, b in zip(ours, theirs)]
             lines.append(f"| {r['setting']} | {what} | {r['minibatch']} | {summary(ours, '{:.3f}')} | "
-                         f"{summary(theirs, '{:.3f}')} | {summary(ratio)} | {'yes' if r['same_size'] else 'NO'} |")
+                         f"{summary(theirs, '{:.3f}')} | {summary(ratio)} | {'yes' if r['same_size'] else 'NO'} | "
+                         f"{r['loss_check']} |")
     return "\n".join(lines)
 
 
@@ -653,11 +711,11 @@ def one_run(name: str, iterations: int, seed: int, mode: str = "plain", quick: b
     return result
 
 
-def share(name: str, iterations: int, reps: int, quick: bool = False) -> dict[str, Any]:
+def share(name: str, iterations: int, reps: int, quick: bool = False, timer_us: float = 0.0) -> dict[str, Any]:
     """(b): per run (seed 0, 1, ...), a plain run and an identical profiled one; the shares of the plain run's
     wall-clock."""
     rows: dict[str, list[float]] = {k: [] for k in ("total", "env", "torch_prof", "torch_direct", "rest_prof",
-                                                    "rest_direct", "ckpt", "env_steps_per_s", "prof_overhead")}
+                                                    "rest_direct", "ckpt", "env_steps_per_s", "prof_overhead", "timer")}
     for seed in range(reps):
         plain = one_run(name, iterations, seed, "plain", quick)
         prof = one_run(name, iterations, seed, "profiler", quick)
@@ -675,6 +733,7 @@ def share(name: str, iterations: int, reps: int, quick: bool = False) -> dict[st
         rows["ckpt"].append(100 * plain["ckpt_s"] / w)
         rows["env_steps_per_s"].append(plain["env_steps"] / w)
         rows["prof_overhead"].append(1e6 * added / max(1, prof["events"]))
+        rows["timer"].append(100 * plain["env_calls"] * timer_us * 1e-6 / w)
     rows["steps"] = [plain["env_steps"]]
     rows["env_calls"] = [plain["env_calls"]]
     return {"setting": name, "iterations": iterations, **rows}
@@ -683,13 +742,13 @@ def share(name: str, iterations: int, reps: int, quick: bool = False) -> dict[st
 def share_table(results: list[dict[str, Any]]) -> str:
     lines = ["| setting | iterations (env steps) | total s | env steps/s | env % | torch ops % (profiler) | "
              "torch calls % (direct) | trajview+Python % (profiler .. direct) | of which ckpt % | "
-             "profiler us/event |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "of which env timer % | profiler us/event |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         rest = f"{summary(r['rest_prof'], '{:.1f}')} .. {summary(r['rest_direct'], '{:.1f}')}"
         lines.append(f"| {r['setting']} | {r['iterations']} ({r['steps'][0]:,}) | {summary(r['total'])} | "
                      f"{summary(r['env_steps_per_s'], '{:,.0f}')} | {summary(r['env'], '{:.1f}')} | "
                      f"{summary(r['torch_prof'], '{:.1f}')} | {summary(r['torch_direct'], '{:.1f}')} | {rest} | "
-                     f"{summary(r['ckpt'], '{:.1f}')} | {summary(r['prof_overhead'])} |")
+                     f"{summary(r['ckpt'], '{:.1f}')} | {summary(r['timer'], '{:.1f}')} | {summary(r['prof_overhead'])} |")
     return "\n".join(lines)
 
 
@@ -765,8 +824,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     reps = args.reps or (1 if args.quick else 5)
     sgd_reps = args.sgd_reps or (2 if args.quick else 7)
     print(f"# learner_profile: {machine()}")
-    print(f"torch threads: the trainer's (--threads default 1); env timer's own cost {env_timer_cost_us():.2f} us "
-          f"per step (in the trajview+Python share)\n")
+    timer_us = env_timer_cost_us()
+    print(f"torch threads: the trainer's (--threads default 1); the env timer's own cost {timer_us:.2f} us per "
+          f"step (in the trajview+Python share)\n")
     out: dict[str, Any] = {"sgd": [], "share": [], "cprofile": {}}
     if "a" not in args.skip:
         print("## (a) ms per SGD (minibatch) step: trajview's learner against the minimal torch loop "
@@ -779,7 +839,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"## (b) shares of a run's wall-clock (median (min..max) of {reps} runs, seeds 0..{reps - 1})\n")
         for name in args.models:
             it = args.iterations or (2 if args.quick else ITERATIONS[name])
-            out["share"].append(share(name, it, reps, args.quick))
+            out["share"].append(share(name, it, reps, args.quick, timer_us))
         print(share_table(out["share"]) + "\n")
         print("torch ops % (profiler): union of torch.profiler's top-level spans minus all the profiler added "
               "(a lower bound); torch calls % (direct): forward passes, loss, backward, clip and optimizer step "
