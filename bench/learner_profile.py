@@ -644,6 +644,30 @@ def compute_timers(trainer: Any, clock: Clock) -> Iterator[None]:
             delattr(obj, attr)  # the instance attribute goes: the class's method again
 
 
+def profiler_cost_us(n: int = 2000, rounds: int = 5) -> float:
+    """Microseconds torch.profiler adds per event it records: a loop of small ops (a linear layer and a tanh,
+    several events each) with and without the profiler, the best of ``rounds`` each, over the events recorded."""
+    from torch.profiler import ProfilerActivity, profile
+
+    x, lin = torch.randn(256, 64), nn.Linear(64, 64)
+
+    def loop() -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            torch.tanh(lin(x))
+        return time.perf_counter() - t0
+
+    plain, prof, events = math.inf, math.inf, 0
+    with torch.no_grad():
+        loop()
+        for _ in range(rounds):
+            plain = min(plain, loop())
+            with profile(activities=[ProfilerActivity.CPU]) as p:
+                prof = min(prof, loop())
+            events = len(p.events())
+    return max(0.0, prof - plain) / max(1, events) * 1e6
+
+
 def top_level_op_seconds(prof: Any) -> tuple[float, int]:
     """(seconds in the union of the top-level op spans of every thread, events recorded)."""
     spans = []
@@ -677,7 +701,7 @@ def one_run(name: str, iterations: int, seed: int, mode: str = "plain", quick: b
             trainer.save_checkpoint = timed(trainer.save_checkpoint, ckpt)
             compute = Clock()
             result: dict[str, Any] = {}
-            with compute_timers(trainer, compute):
+            with (contextlib.nullcontext() if mode == "cprofile" else compute_timers(trainer, compute)):
                 ENV_CLOCK.reset()
                 it0, steps0 = trainer.iteration, trainer.env_steps
                 if mode == "profiler":
@@ -711,17 +735,21 @@ def one_run(name: str, iterations: int, seed: int, mode: str = "plain", quick: b
     return result
 
 
-def share(name: str, iterations: int, reps: int, quick: bool = False, timer_us: float = 0.0) -> dict[str, Any]:
-    """(b): per run (seed 0, 1, ...), a plain run and an identical profiled one; the shares of the plain run's
-    wall-clock."""
-    rows: dict[str, list[float]] = {k: [] for k in ("total", "env", "torch_prof", "torch_direct", "rest_prof",
-                                                    "rest_direct", "ckpt", "env_steps_per_s", "prof_overhead", "timer")}
+def share(name: str, iterations: int, reps: int, quick: bool = False, timer_us: float = 0.0,
+          event_us: float = 0.0) -> dict[str, Any]:
+    """(b): per run (seed 0, 1, ...), a plain run and an identical profiled one (same seed: the same batches and
+    ops). Env, direct and checkpoint shares are of the plain run's wall-clock; the profiler's share is of the
+    profiled run's, both its op spans and its wall-clock less ``event_us`` per event recorded (`profiler_cost_us`;
+    all of it charged to the spans: a lower bound), so that the two runs' noise does not enter."""
+    keys = ("total", "env", "torch_prof", "torch_direct", "rest_prof", "rest_direct", "ckpt", "env_steps_per_s",
+            "prof_added_us", "timer")
+    rows: dict[str, list[float]] = {k: [] for k in keys}
     for seed in range(reps):
         plain = one_run(name, iterations, seed, "plain", quick)
         prof = one_run(name, iterations, seed, "profiler", quick)
         w = plain["wall"]
-        added = prof["wall"] - w  # what the profiler added: charged to the op spans
-        torch_prof = max(0.0, prof["op_s"] - max(0.0, added)) / w
+        added = event_us * 1e-6 * prof["events"]
+        torch_prof = max(0.0, prof["op_s"] - added) / max(1e-9, prof["wall"] - added)
         env = plain["env_s"] / w
         torch_direct = plain["compute_s"] / w
         rows["total"].append(w)
@@ -732,7 +760,8 @@ def share(name: str, iterations: int, reps: int, quick: bool = False, timer_us: 
         rows["rest_direct"].append(100 * (1 - env - torch_direct))
         rows["ckpt"].append(100 * plain["ckpt_s"] / w)
         rows["env_steps_per_s"].append(plain["env_steps"] / w)
-        rows["prof_overhead"].append(1e6 * added / max(1, prof["events"]))
+        # What the profiled run took more per event: against event_us, a check of the correction (noisy).
+        rows["prof_added_us"].append(1e6 * (prof["wall"] - w) / max(1, prof["events"]))
         rows["timer"].append(100 * plain["env_calls"] * timer_us * 1e-6 / w)
     rows["steps"] = [plain["env_steps"]]
     rows["env_calls"] = [plain["env_calls"]]
@@ -742,13 +771,13 @@ def share(name: str, iterations: int, reps: int, quick: bool = False, timer_us: 
 def share_table(results: list[dict[str, Any]]) -> str:
     lines = ["| setting | iterations (env steps) | total s | env steps/s | env % | torch ops % (profiler) | "
              "torch calls % (direct) | trajview+Python % (profiler .. direct) | of which ckpt % | "
-             "of which env timer % | profiler us/event |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "of which env timer % | profiled run's extra us/event |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         rest = f"{summary(r['rest_prof'], '{:.1f}')} .. {summary(r['rest_direct'], '{:.1f}')}"
         lines.append(f"| {r['setting']} | {r['iterations']} ({r['steps'][0]:,}) | {summary(r['total'])} | "
                      f"{summary(r['env_steps_per_s'], '{:,.0f}')} | {summary(r['env'], '{:.1f}')} | "
                      f"{summary(r['torch_prof'], '{:.1f}')} | {summary(r['torch_direct'], '{:.1f}')} | {rest} | "
-                     f"{summary(r['ckpt'], '{:.1f}')} | {summary(r['timer'], '{:.1f}')} | {summary(r['prof_overhead'])} |")
+                     f"{summary(r['ckpt'], '{:.1f}')} | {summary(r['timer'], '{:.1f}')} | {summary(r['prof_added_us'])} |")
     return "\n".join(lines)
 
 
@@ -777,15 +806,41 @@ def where(func: tuple[str, int, str]) -> str:
     return "other (Python)"
 
 
+#: Stages of a run, as cProfile's cumulative time of the function that does each: (label, file, function).
+STAGES = (
+    ("sampling (RolloutWorker.sample: acting, env steps, GAE)", "rollout/worker.py", "sample"),
+    ("  acting (the policy's compute_actions_from_input_dict)", "policy/torch_policy.py", "compute_actions_from_input_dict"),
+    ("  acting (DQN's compute_actions_from_input_dict)", "algorithms/dqn.py", "compute_actions_from_input_dict"),
+    ("  postprocessing (PPO's GAE with the bootstrap value)", "algorithms/ppo.py", "postprocess_trajectory"),
+    ("batch building (concat_samples)", "views/concat.py", "concat_samples"),
+    ("PPO learn_on_batch", "algorithms/ppo.py", "learn_on_batch"),
+    ("  tensor conversion (TorchPolicy._to_torch, acting included)", "policy/torch_policy.py", "_to_torch"),
+    ("  minibatch assembly (ppo.minibatches)", "algorithms/ppo.py", "minibatches"),
+    ("  loss (forward passes, loss, statistics)", "algorithms/ppo.py", "loss"),
+    ("replay add", "replay/buffer.py", "add"),
+    ("replay sample", "replay/buffer.py", "sample"),
+    ("DQN learn_on_replay", "algorithms/dqn.py", "learn_on_replay"),
+    ("checkpoint (commit_checkpoint, in the loop's thread)", "train/loop.py", "commit_checkpoint"),
+    ("metrics (append_metrics)", "train/metrics.py", "append_metrics"),
+)
+
+
 def cprofile_report(name: str, stats: pstats.Stats, top: int) -> str:
     raw: dict = stats.stats  # type: ignore[attr-defined]
     total = sum(v[2] for v in raw.values())
+    stage_lines = []
+    for label, path, fname in STAGES:
+        cum = sum(v[3] for (f, _, fn), v in raw.items() if fn == fname and f.replace(os.sep, "/").endswith(path))
+        if cum > 0:
+            stage_lines.append(f"| {label} | {100 * cum / total:.1f} |")
     by: dict[str, float] = {}
     for func, (_, _, tt, _, _) in raw.items():
         by[where(func)] = by.get(where(func), 0.0) + tt
     lines = [f"#### {name}: cProfile, own time by where the code lives (total {total:.2f} s under cProfile)", "",
              "| where | own time % |", "|---|---|"]
     lines += [f"| {k} | {100 * v / total:.1f} |" for k, v in sorted(by.items(), key=lambda kv: -kv[1])]
+    lines += ["", "Stages (cumulative time, nested stages indented):", "", "| stage | cumulative % |", "|---|---|",
+              *stage_lines]
     lines += ["", f"Top {top} by own time:", "", "| own s | own % | cumulative s | calls | function | where |",
               "|---|---|---|---|---|---|"]
     rows = sorted(raw.items(), key=lambda kv: -kv[1][2])[:top]
@@ -824,9 +879,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     reps = args.reps or (1 if args.quick else 5)
     sgd_reps = args.sgd_reps or (2 if args.quick else 7)
     print(f"# learner_profile: {machine()}")
+    torch.set_num_threads(1)  # the trainer's default (--threads 1), for the calibrations; each trainer sets its own
     timer_us = env_timer_cost_us()
+    event_us = profiler_cost_us()
     print(f"torch threads: the trainer's (--threads default 1); the env timer's own cost {timer_us:.2f} us per "
-          f"step (in the trajview+Python share)\n")
+          f"step (in the trajview+Python share); torch.profiler's cost {event_us:.2f} us per event (calibrated on "
+          f"small ops, subtracted from the profiled runs)\n")
     out: dict[str, Any] = {"sgd": [], "share": [], "cprofile": {}}
     if "a" not in args.skip:
         print("## (a) ms per SGD (minibatch) step: trajview's learner against the minimal torch loop "
@@ -839,10 +897,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"## (b) shares of a run's wall-clock (median (min..max) of {reps} runs, seeds 0..{reps - 1})\n")
         for name in args.models:
             it = args.iterations or (2 if args.quick else ITERATIONS[name])
-            out["share"].append(share(name, it, reps, args.quick, timer_us))
+            out["share"].append(share(name, it, reps, args.quick, timer_us, event_us))
         print(share_table(out["share"]) + "\n")
-        print("torch ops % (profiler): union of torch.profiler's top-level spans minus all the profiler added "
-              "(a lower bound); torch calls % (direct): forward passes, loss, backward, clip and optimizer step "
+        print("torch ops % (profiler): union of torch.profiler's top-level spans, less the profiler's calibrated "
+              "cost per event recorded (all charged to the spans: a lower bound), of the profiled run's wall-clock "
+              "less the same; torch calls % (direct): forward passes, loss, backward, clip and optimizer step "
               "timed around each call (an upper bound: the models' own Python is inside). trajview+Python % = "
               "100 - env - torch, from each.\n")
         if args.top > 0:
