@@ -212,7 +212,7 @@ def make_trainer(name: str, out: str, seed: int, env: str = TIMED_ENV_ID, quick:
     if name == "dqn":
         from trajview.train.dqn_trainer import DQNConfig, DQNTrainer
 
-        extra = {"iteration_steps": 512, "learning_starts": 256} if quick else {}
+        extra = {"iteration_steps": 256, "learning_starts": 128} if quick else {}
         return DQNTrainer(DQNConfig(env=env, seed=seed, timesteps=10**9, stop_reward=None, out_dir=out, **extra))
     from trajview.train import PPOTrainer, TrainConfig
 
@@ -880,8 +880,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     sgd_reps = args.sgd_reps or (2 if args.quick else 7)
     print(f"# learner_profile: {machine()}")
     torch.set_num_threads(1)  # the trainer's default (--threads 1), for the calibrations; each trainer sets its own
-    timer_us = env_timer_cost_us()
-    event_us = profiler_cost_us()
+    timer_us = env_timer_cost_us(5_000, 3) if args.quick else env_timer_cost_us()
+    event_us = profiler_cost_us(500, 3) if args.quick else profiler_cost_us()
     print(f"torch threads: the trainer's (--threads default 1); the env timer's own cost {timer_us:.2f} us per "
           f"step (in the trajview+Python share); torch.profiler's cost {event_us:.2f} us per event (calibrated on "
           f"small ops, subtracted from the profiled runs)\n")
@@ -890,7 +890,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print("## (a) ms per SGD (minibatch) step: trajview's learner against the minimal torch loop "
               f"(median (min..max) of {sgd_reps} rounds)\n")
         for name in args.models:
-            out["sgd"].append(sgd_dqn(sgd_reps, quick=args.quick, steps=50 if args.quick else 200) if name == "dqn"
+            out["sgd"].append(sgd_dqn(sgd_reps, quick=args.quick, steps=20 if args.quick else 200) if name == "dqn"
                               else sgd_ppo(name, sgd_reps))
         print(sgd_table(out["sgd"]) + "\n")
     if "b" not in args.skip:
