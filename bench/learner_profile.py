@@ -212,7 +212,7 @@ def make_trainer(name: str, out: str, seed: int, env: str = TIMED_ENV_ID, quick:
     if name == "dqn":
         from trajview.train.dqn_trainer import DQNConfig, DQNTrainer
 
-        extra = {"iteration_steps": 256, "learning_starts": 128} if quick else {}
+        extra: dict[str, Any] = {"iteration_steps": 256, "learning_starts": 128} if quick else {}
         return DQNTrainer(DQNConfig(env=env, seed=seed, timesteps=10**9, stop_reward=None, out_dir=out, **extra))
     from trajview.train import PPOTrainer, TrainConfig
 
@@ -295,7 +295,7 @@ class MinimalPPO:
     """The minimal loop of one PPO setting: ``learn(tensors)`` runs the epochs over one training batch and returns
     the minibatch steps taken. ``modules``: its layers (the parameter count is checked against trajview's)."""
 
-    def __init__(self, cfg: Any, tensors: dict[str, torch.Tensor], n_actions: int, trajview_model: nn.Module) -> None:
+    def __init__(self, cfg: Any, tensors: dict[str, torch.Tensor], n_actions: int, trajview_model: Any) -> None:
         self.cfg, self.t, self.n_actions = cfg, tensors, n_actions
         mc = cfg.model_config
         if cfg.model == "framestack":
@@ -305,13 +305,13 @@ class MinimalPPO:
             in_dim = k * obs_dim + k * n_actions + k
             self.modules = nn.ModuleDict({"pi": mlp(in_dim, hidden, n_actions, 0.01), "vf": mlp(in_dim, hidden, 1, 1.0)})
         elif cfg.model == "lstm":
-            hidden, cell = int(mc.get("hidden", 64)), int(mc.get("cell_size", 64))
+            fc, cell = int(mc.get("hidden", 64)), int(mc.get("cell_size", 64))
             if mc.get("prev_reward", False):
                 raise NotImplementedError("the minimal LSTM loop reads obs and the previous action (the preset)")
             d = int(tensors["obs"].shape[1]) + n_actions
             self.modules = nn.ModuleDict({
-                "pi_fc": orthogonal(nn.Linear(d, hidden), math.sqrt(2)), "pi_lstm": nn.LSTM(hidden, cell),
-                "vf_fc": orthogonal(nn.Linear(d, hidden), math.sqrt(2)), "vf_lstm": nn.LSTM(hidden, cell),
+                "pi_fc": orthogonal(nn.Linear(d, fc), math.sqrt(2)), "pi_lstm": nn.LSTM(fc, cell),
+                "vf_fc": orthogonal(nn.Linear(d, fc), math.sqrt(2)), "vf_lstm": nn.LSTM(fc, cell),
                 "pi_head": orthogonal(nn.Linear(cell, n_actions), 0.01), "vf_head": orthogonal(nn.Linear(cell, 1), 1.0)})
         elif cfg.model == "attention":
             if mc.get("prev_reward", False):
@@ -392,7 +392,8 @@ class MinimalPPO:
         ls = self.lens[pick]
         offsets = torch.cumsum(ls, 0) - ls
         rows = torch.repeat_interleave(self.starts[pick] - offsets, ls) + torch.arange(int(ls.sum()))
-        out = m["core"].flat(self.inputs[:, rows], self.tt[rows], ls, [mem[:, pick] for mem in self.mems])
+        core: Any = m["core"]
+        out = core.flat(self.inputs[:, rows], self.tt[rows], ls, [mem[:, pick] for mem in self.mems])
         return self._loss(m["pi_head"](out[0]), m["vf_head"](out[1])[:, 0], rows)
 
     def learn(self) -> int:
@@ -524,9 +525,9 @@ class MinimalDQN:
         stacks (or why they were not compared)."""
         mine = {}
         for k, v in policy.q.state_dict().items():
-            for theirs, ours in (("body.", "0."), ("adv.", "1."), ("value.", "2.")):
-                if k.startswith(theirs):
-                    mine[ours + k[len(theirs):]] = v
+            for prefix, index in (("body.", "0."), ("adv.", "1."), ("value.", "2.")):
+                if k.startswith(prefix):
+                    mine[index + k[len(prefix):]] = v
         try:
             self.q.load_state_dict(mine)
         except (RuntimeError, KeyError):
