@@ -63,7 +63,7 @@ medians over ``--reps`` runs (seeds 0, 1, ...) with their spread (min..max).
     python bench/learner_profile.py --models lstm dqn   # some settings
     python bench/learner_profile.py --top 30            # more cProfile rows (0: no cProfile run)
 
-What dominated the rest at commit 3f5cafb (a ``--quick`` smoke on the shared
+What dominated the rest at commit 3f5cafb (one run per setting on the shared
 2-core machine: shares only, the lead measures): see `OVERHEAD_NOTES`, printed
 at the end.
 """
@@ -94,7 +94,48 @@ import trajview  # noqa: F401  (registers trajview's gymnasium ids)
 
 #: What the cProfile runs of the quick smoke showed (written down for the lead; the script prints it last).
 OVERHEAD_NOTES = """\
-(filled in from the smoke run: see the end of the module docstring)"""
+Written down from one run per setting at commit 3f5cafb (`--reps 1 --sgd-reps 3 --top 30`, default iterations) on
+the shared 2-core machine at load 5 (every absolute figure there is 2-3x slow and noisy; the shares and ratios
+are what to read; the lead measures on a quiet machine):
+
+* (b) trajview+Python is 32-46 % of a run for the frame stacks (zoo settings and preset), 31-43 % for the LSTM,
+  16-38 % for the GTrXL, 18-34 % for DQN (direct .. profiler bounds): far from the 10 % goal. The env's own step is
+  1-11 %. The gap between the two torch figures is mostly torch's own Python (nn.Module.__call__, the optimizer's
+  Python wrapper, the autograd engine between ops): cProfile's "torch (Python)" is 7-17 % of PPO runs, 23 % of DQN's.
+* (a) trajview's SGD step is 1.1-1.3x the minimal loop's on every PPO model (DQN: 0.95x without the replay sample,
+  1.2x with it) (the minimal loops compute
+  trajview's loss exactly, relative difference 0): the step itself is bound by eager torch's per-op cost on
+  the CPU, so the learner's next factor is fewer ops per step (policy and value as one batched network, as the
+  GTrXL already is; a compiled step), not less bookkeeping around it.
+* Where the rest goes (cProfile stages, cumulative % of a run; frame-stack preset / zoo / lstm / attention):
+  sampling 36 / 34 / 39 / 46 %, of which acting (compute_actions_from_input_dict: input dict to tensors, the
+  forward, Categorical.sample's multinomial, logp, back to numpy) 16 / 18 / 20 / 21 % and GAE with the bootstrap
+  value 4 / 4 / 6 / 11 % (the GTrXL's bootstrap runs forward_step on a window built per truncated segment; and
+  discount_cumsum is a Python loop over steps); learn_on_batch 59 / 59 / 57 / 51 %.
+  What to speed up next, in order of what it would save:
+  1. nn.Module call machinery: ~40,000 Module calls in a 10,000-step zoo run (Sequential of 5 layers, SpaceEncoder
+     -> ModuleList -> leaf encoder, per forward, per network): _call_impl + __getattr__ + Linear.forward are the top
+     Python entries. One batched pi+vf network with F.linear / baddbmm (the GTrXL's _Linears), encoders as plain
+     functions, or a compiled forward removes most of it.
+  2. Acting per env step (16-21 %): a lean path for the common case (no SampleBatch / dict building, one forward
+     for policy and value under inference_mode, sampling by torch.multinomial on the probabilities directly).
+  3. ppo.minibatches indexes every column of the training batch per minibatch (its dict comprehension is the
+     top trajview entry: 3-5 % of the frame-stack runs): obs, new_obs, eps_id, t, state_out_*, terminateds, ...
+     though the loss reads 5-7 of them. Keep only the columns the model and the loss read (one dict per
+     learn_on_batch), or index them once per epoch.
+  4. Per-minibatch statistics in PPOPolicy.loss: kl and clip fraction ops and six float() conversions per
+     minibatch (loss's own time is 1.5-2.9 % of a run): accumulate tensors, convert once per learn_on_batch.
+  5. torch.optim's per-step Python: Optimizer.step / zero_grad wrappers (their record_function annotations show as
+     _record_function_enter_new, ~1 %), _init_group, _make_grads: a compiled or hand-fused step avoids them.
+  6. DQN: Adam is torch's default single-tensor loop (_single_tensor_adam: ~13 % of a DQN run's time, cumulative);
+     fused=True as PPO's presets have. clip_grad_norm_(self.q.parameters()) walks the modules each step (take the
+     parameter list once, as PPO does). Three forward passes per step (q(s), q(s2), target(s2)): q over [s; s2] in
+     one call saves one. The replay sample is 7 % (its sampler's _next_seed, rng.integers(0, 2**63) with a lock,
+     ~4 us; bit_generator.random_raw() is 0.5 us).
+  7. Checkpoints after every iteration: 1-4 % (fsync, torch.save's pickling); most for the zoo settings (256-step
+     iterations: 40 checkpoints per 10,000 steps). A time-based interval would cut it.
+  8. GTrXL: its block's forward has the most Python per op (gtrxl.py:120 is 7.5 % own time); _valid rebuilds
+     arange(M + 1) per call."""
 
 # -- the settings -----------------------------------------------------------------------------------------------
 
