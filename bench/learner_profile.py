@@ -37,8 +37,9 @@ default 1, set by the trainer itself):
     minus everything the profiler added to the wall-clock (``wall(profiled) -
     wall(plain)``, all charged to the op spans: a lower bound of torch's time);
     *direct*: the time inside the calls that hold the learner's and the
-    policy's compute (the model's forward passes, PPO's loss, ``backward``,
-    the gradient clip, the optimizer's step), timed around each call: an upper
+    policy's compute (acting's ``action_sampler``: forward, sample, logp; the
+    model's forward passes, PPO's loss, ``backward``, the gradient clip, the
+    optimizer's step; DQN's Q-network calls), timed around each call: an upper
     bound (it holds the models' own Python too);
   - **trajview+Python %**: the rest (sampling, batch building, GAE, minibatch
     assembly, tensor conversion, metrics, checkpoints), from each torch figure
@@ -102,11 +103,11 @@ are what to read; the lead measures on a quiet machine):
   16-38 % for the GTrXL, 18-34 % for DQN (direct .. profiler bounds): far from the 10 % goal. The env's own step is
   1-11 %. The gap between the two torch figures is mostly torch's own Python (nn.Module.__call__, the optimizer's
   Python wrapper, the autograd engine between ops): cProfile's "torch (Python)" is 7-17 % of PPO runs, 23 % of DQN's.
-* (a) trajview's SGD step is 1.1-1.3x the minimal loop's on every PPO model (DQN: 0.95x without the replay sample,
-  1.2x with it) (the minimal loops compute
-  trajview's loss exactly, relative difference 0): the step itself is bound by eager torch's per-op cost on
-  the CPU, so the learner's next factor is fewer ops per step (policy and value as one batched network, as the
-  GTrXL already is; a compiled step), not less bookkeeping around it.
+* (a) trajview's SGD step is 1.1-1.3x the minimal loop's on every PPO model (DQN: 0.95x without the replay
+  sample, 1.2x with it; the minimal loops compute trajview's loss exactly, relative difference 0): the step
+  itself is bound by eager torch's per-op cost on the CPU, so the learner's next factor is fewer ops per step
+  (policy and value as one batched network, as the GTrXL already is; a compiled step), not less bookkeeping
+  around it.
 * Where the rest goes (cProfile stages, cumulative % of a run; frame-stack preset / zoo / lstm / attention):
   sampling 36 / 34 / 39 / 46 %, of which acting (compute_actions_from_input_dict: input dict to tensors, the
   forward, Categorical.sample's multinomial, logp, back to numpy) 16 / 18 / 20 / 21 % and GAE with the bootstrap
@@ -344,7 +345,8 @@ class MinimalPPO:
             hidden = tuple(mc.get("hidden", (64, 64)))
             obs_dim = int(np.prod(tensors["prev_n_obs"].shape[2:]))
             in_dim = k * obs_dim + k * n_actions + k
-            self.modules = nn.ModuleDict({"pi": mlp(in_dim, hidden, n_actions, 0.01), "vf": mlp(in_dim, hidden, 1, 1.0)})
+            self.modules = nn.ModuleDict({"pi": mlp(in_dim, hidden, n_actions, 0.01),
+                                          "vf": mlp(in_dim, hidden, 1, 1.0)})
         elif cfg.model == "lstm":
             fc, cell = int(mc.get("hidden", 64)), int(mc.get("cell_size", 64))
             if mc.get("prev_reward", False):
@@ -353,7 +355,8 @@ class MinimalPPO:
             self.modules = nn.ModuleDict({
                 "pi_fc": orthogonal(nn.Linear(d, fc), math.sqrt(2)), "pi_lstm": nn.LSTM(fc, cell),
                 "vf_fc": orthogonal(nn.Linear(d, fc), math.sqrt(2)), "vf_lstm": nn.LSTM(fc, cell),
-                "pi_head": orthogonal(nn.Linear(cell, n_actions), 0.01), "vf_head": orthogonal(nn.Linear(cell, 1), 1.0)})
+                "pi_head": orthogonal(nn.Linear(cell, n_actions), 0.01),
+                "vf_head": orthogonal(nn.Linear(cell, 1), 1.0)})
         elif cfg.model == "attention":
             if mc.get("prev_reward", False):
                 raise NotImplementedError("the minimal GTrXL loop reads obs and the previous action (the preset)")
@@ -463,8 +466,9 @@ class MinimalPPO:
         elif self.cfg.model == "lstm":
             mine = {}
             for k, v in sd.items():
-                for theirs, ours in (("pi_core.fc.", "pi_fc."), ("pi_core.lstm.", "pi_lstm."), ("vf_core.fc.", "vf_fc."),
-                                     ("vf_core.lstm.", "vf_lstm."), ("pi_head.", "pi_head."), ("vf_head.", "vf_head.")):
+                for theirs, ours in (("pi_core.fc.", "pi_fc."), ("pi_core.lstm.", "pi_lstm."),
+                                     ("vf_core.fc.", "vf_fc."), ("vf_core.lstm.", "vf_lstm."),
+                                     ("pi_head.", "pi_head."), ("vf_head.", "vf_head.")):
                     if k.startswith(theirs):
                         mine[ours + k[len(theirs):]] = v
         else:
@@ -526,7 +530,10 @@ def sgd_ppo(name: str, reps: int, seed: int = 0) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 policy.learn_on_batch(batch)
                 dt = time.perf_counter() - t0
-                ours.append(1e3 * dt / max(1, adam_steps(opt) - s0))
+                taken = adam_steps(opt) - s0
+            if taken <= 0:
+                raise RuntimeError(f"{name}: learn_on_batch took no Adam step that this script can count")
+            ours.append(1e3 * dt / taken)
                 t0 = time.perf_counter()
                 steps = minimal.learn()
                 theirs.append(1e3 * (time.perf_counter() - t0) / steps)
@@ -588,7 +595,8 @@ class MinimalDQN:
         gamma = float(c.gamma)
         for _ in range(n):
             idx = torch.randint(rows, (int(c.batch_size),))
-            s, s2, a, r, term = d["stack"][idx], d["next_stack"][idx], d["actions"][idx], d["rewards"][idx], d["terminateds"][idx]
+            s, s2, a = d["stack"][idx], d["next_stack"][idx], d["actions"][idx]
+            r, term = d["rewards"][idx], d["terminateds"][idx]
             q = self._q(self.q, s).gather(1, a[:, None]).squeeze(1)
             with torch.no_grad():
                 a2 = self._q(self.q, s2).argmax(dim=1, keepdim=True)
@@ -670,6 +678,7 @@ def compute_timers(trainer: Any, clock: Clock) -> Iterator[None]:
             patched.append((obj, attr))
 
     if hasattr(trainer, "rollouts"):  # PPO
+        patch(policy, "action_sampler")  # acting: the forward, the distribution's sample and logp
         patch(policy, "loss")
         patch(policy.model, "forward_train")
         patch(policy.model, "forward_step")
@@ -819,7 +828,8 @@ def share_table(results: list[dict[str, Any]]) -> str:
         lines.append(f"| {r['setting']} | {r['iterations']} ({r['steps'][0]:,}) | {summary(r['total'])} | "
                      f"{summary(r['env_steps_per_s'], '{:,.0f}')} | {summary(r['env'], '{:.1f}')} | "
                      f"{summary(r['torch_prof'], '{:.1f}')} | {summary(r['torch_direct'], '{:.1f}')} | {rest} | "
-                     f"{summary(r['ckpt'], '{:.1f}')} | {summary(r['timer'], '{:.1f}')} | {summary(r['prof_added_us'])} |")
+                     f"{summary(r['ckpt'], '{:.1f}')} | {summary(r['timer'], '{:.1f}')} | "
+                     f"{summary(r['prof_added_us'])} |")
     return "\n".join(lines)
 
 
@@ -839,7 +849,8 @@ def where(func: tuple[str, int, str]) -> str:
         return "other (Python builtins)"
     if os.sep + "torch" + os.sep in filename:
         return "torch (Python)"
-    if "gymnasium" in filename or "stateless_cartpole" in filename or (filename == __file__ and fname in ("step", "reset")):
+    timed_env = filename == __file__ and fname in ("step", "reset")
+    if "gymnasium" in filename or "stateless_cartpole" in filename or timed_env:
         return "env"
     if os.sep + "trajview" + os.sep in filename:
         return "trajview"
@@ -851,7 +862,8 @@ def where(func: tuple[str, int, str]) -> str:
 #: Stages of a run, as cProfile's cumulative time of the function that does each: (label, file, function).
 STAGES = (
     ("sampling (RolloutWorker.sample: acting, env steps, GAE)", "rollout/worker.py", "sample"),
-    ("  acting (the policy's compute_actions_from_input_dict)", "policy/torch_policy.py", "compute_actions_from_input_dict"),
+    ("  acting (the policy's compute_actions_from_input_dict)", "policy/torch_policy.py",
+     "compute_actions_from_input_dict"),
     ("  acting (DQN's compute_actions_from_input_dict)", "algorithms/dqn.py", "compute_actions_from_input_dict"),
     ("  postprocessing (PPO's GAE with the bootstrap value)", "algorithms/ppo.py", "postprocess_trajectory"),
     ("batch building (concat_samples)", "views/concat.py", "concat_samples"),
