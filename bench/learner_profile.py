@@ -531,9 +531,9 @@ def sgd_ppo(name: str, reps: int, seed: int = 0) -> dict[str, Any]:
                 policy.learn_on_batch(batch)
                 dt = time.perf_counter() - t0
                 taken = adam_steps(opt) - s0
-            if taken <= 0:
-                raise RuntimeError(f"{name}: learn_on_batch took no Adam step that this script can count")
-            ours.append(1e3 * dt / taken)
+                if taken <= 0:
+                    raise RuntimeError(f"{name}: learn_on_batch took no Adam step that this script can count")
+                ours.append(1e3 * dt / taken)
                 t0 = time.perf_counter()
                 steps = minimal.learn()
                 theirs.append(1e3 * (time.perf_counter() - t0) / steps)
