@@ -18,9 +18,11 @@ def test_quick_mode_measures_every_part(capsys):
     printed = capsys.readouterr().out
     sgd = {r["setting"]: r for r in out["sgd"]}
     assert sgd["framestack-zoo"]["same_size"] and sgd["dqn"]["same_size"]
-    # The minimal loops' losses are trajview's (same weights, same batch): relative differences printed as 1e-07 etc.
+    # The minimal loops' losses are trajview's (same weights, same batch): relative differences printed as 1e-07
+    # etc. (a model whose weights are laid out otherwise than the minimal loop's layers is said so, not compared).
     for r in sgd.values():
-        assert float(r["loss_check"].split()[0]) < 1e-4
+        assert r["loss_check"].startswith("not compared (trajview's layout differs)") or \
+            float(r["loss_check"].split()[0]) < 1e-4, r["loss_check"]
     for r in out["sgd"]:
         for _, ours, minimal in r["rows"]:
             assert len(ours) == len(minimal) == 1 and ours[0] > 0 and minimal[0] > 0
