@@ -63,6 +63,7 @@ medians over ``--reps`` runs (seeds 0, 1, ...) with their spread (min..max).
     python bench/learner_profile.py --quick             # a smoke: 1 run, 2 short iterations each (~1 min)
     python bench/learner_profile.py --models lstm dqn   # some settings
     python bench/learner_profile.py --top 30            # more cProfile rows (0: no cProfile run)
+    python bench/learner_profile.py --threads 2         # torch on 2 threads (trajview train --threads 2)
 
 What dominated the rest at commit 3f5cafb (one run per setting on the shared
 2-core machine: shares only, the lead measures): see `OVERHEAD_NOTES`, printed
@@ -156,6 +157,9 @@ SETTINGS = (*PPO_SETTINGS, "dqn")
 #: Timed iterations per run (after the warm-up one): about 10,000 env steps for the frame stacks, 5,000-6,000
 #: for the others.
 ITERATIONS = {"framestack-zoo": 40, "framestack": 5, "lstm": 5, "attention": 3, "dqn": 3}
+
+#: torch intra-op threads of every trainer (``trajview train --threads``, default 1; ``--threads`` here).
+THREADS = 1
 
 #: The env the runs sample: trajview's Stateless CartPole inside `TimedEnv`.
 TIMED_ENV_ID = "trajview-bench/TimedStatelessCartPole-v1"
@@ -255,11 +259,12 @@ def make_trainer(name: str, out: str, seed: int, env: str = TIMED_ENV_ID, quick:
         from trajview.train.dqn_trainer import DQNConfig, DQNTrainer
 
         extra: dict[str, Any] = {"iteration_steps": 256, "learning_starts": 128} if quick else {}
-        return DQNTrainer(DQNConfig(env=env, seed=seed, timesteps=10**9, stop_reward=None, out_dir=out, **extra))
+        return DQNTrainer(DQNConfig(env=env, seed=seed, timesteps=10**9, stop_reward=None, out_dir=out,
+                                    threads=THREADS, **extra))
     from trajview.train import PPOTrainer, TrainConfig
 
     cfg = TrainConfig.with_model_presets(env=env, seed=seed, timesteps=10**9, stop_reward=None, out_dir=out,
-                                         **copy.deepcopy(PPO_SETTINGS[name]))
+                                         threads=THREADS, **copy.deepcopy(PPO_SETTINGS[name]))
     return PPOTrainer(cfg)
 
 
@@ -665,7 +670,12 @@ def sgd_table(results: list[dict[str, Any]]) -> str:
 
 @contextlib.contextmanager
 def compute_timers(trainer: Any, clock: Clock) -> Iterator[None]:
-    """The learner's and the policy's compute calls timed into ``clock`` (module attributes put back after)."""
+    """The learner's and the policy's compute calls timed into ``clock`` (module attributes put back after).
+
+    PPO: ``policy.action_sampler``, ``policy.loss``, ``model.forward_train`` / ``forward_step``, the optimizer's
+    ``step``; DQN: the Q-network's and the target's ``forward``, the optimizer's ``step``; both:
+    ``torch.autograd.backward`` and ``torch.nn.utils.clip_grad_norm_``. A learner that routes its step through
+    other calls (a compiled step function) needs them added here, or the direct figure misses them."""
     saved = (torch.autograd.backward, torch.nn.utils.clip_grad_norm_)
     torch.autograd.backward = timed(torch.autograd.backward, clock)
     torch.nn.utils.clip_grad_norm_ = timed(torch.nn.utils.clip_grad_norm_, clock)
@@ -926,6 +936,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--iterations", type=int, default=None,
                    help="timed iterations per run (default: ITERATIONS per setting; quick: 2)")
     p.add_argument("--sgd-reps", type=int, default=None, help="(a) rounds per setting; default 7 (quick: 2)")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (trajview train's --threads)")
     p.add_argument("--top", type=int, default=15, help="cProfile rows per setting (0: no cProfile run)")
     p.add_argument("--quick", action="store_true", help="a smoke: 1 run, 2 iterations each, short DQN iterations")
     p.add_argument("--skip", choices=("a", "b"), action="append", default=[], help="leave out a part")
@@ -933,10 +944,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     reps = args.reps or (1 if args.quick else 5)
     sgd_reps = args.sgd_reps or (2 if args.quick else 7)
     print(f"# learner_profile: {machine()}")
-    torch.set_num_threads(1)  # the trainer's default (--threads 1), for the calibrations; each trainer sets its own
+    global THREADS
+    THREADS = args.threads
+    torch.set_num_threads(THREADS)  # for the calibrations; each trainer sets its own (the same)
     timer_us = env_timer_cost_us(5_000, 3) if args.quick else env_timer_cost_us()
     event_us = profiler_cost_us(500, 3) if args.quick else profiler_cost_us()
-    print(f"torch threads: the trainer's (--threads default 1); the env timer's own cost {timer_us:.2f} us per "
+    print(f"torch threads: {THREADS} (trajview train's --threads, default 1); the env timer's own cost {timer_us:.2f} us per "
           f"step (in the trajview+Python share); torch.profiler's cost {event_us:.2f} us per event (calibrated on "
           f"small ops, subtracted from the profiled runs)\n")
     out: dict[str, Any] = {"sgd": [], "share": [], "cprofile": {}}
