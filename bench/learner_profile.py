@@ -34,8 +34,11 @@ default 1, set by the trainer itself):
   - **torch %** measured two ways: *profiler*: the union of the top-level
     op spans of ``torch.profiler`` (every op and torch's own annotated calls,
     Adam's step included) in a second, identical run (same seed, same batches),
-    minus everything the profiler added to the wall-clock (``wall(profiled) -
-    wall(plain)``, all charged to the op spans: a lower bound of torch's time);
+    less the profiler's own cost per event recorded (calibrated on a loop of
+    small ops, `profiler_cost_us`), all of it charged to the op spans (a lower
+    bound of torch's time), over that run's wall-clock less the same cost (so
+    that the noise between the two runs does not enter; the profiled run's
+    measured extra time per event is printed next to it as a check);
     *direct*: the time inside the calls that hold the learner's and the
     policy's compute (acting's ``action_sampler``: forward, sample, logp; the
     model's forward passes, PPO's loss, ``backward``, the gradient clip, the
@@ -54,13 +57,14 @@ default 1, set by the trainer itself):
 
 Settings: ``framestack-zoo`` (rl-baselines3-zoo's CartPoleNoVel PPO: 8 envs x
 32 steps = 256-row batches, minibatch 256, 20 epochs, lr 1e-3, gamma 0.98,
-lambda 0.8, 16 frames, 64x64 policy and value MLPs, gradient clip 0.5), and
+lambda 0.8, 16 frames, 64x64 policy and value MLPs, gradient clip 0.5, and
+Adam as ``trajview train --model framestack`` gives it: fused, eps 1e-5), and
 trajview's presets (`trajview.train.config.MODEL_PRESETS`) for ``framestack``,
 ``lstm`` and ``attention``; ``dqn`` is `DQNConfig`'s defaults. Figures are
 medians over ``--reps`` runs (seeds 0, 1, ...) with their spread (min..max).
 
-    python bench/learner_profile.py                     # every setting, 5 runs each (a few minutes on 2 cores)
-    python bench/learner_profile.py --quick             # a smoke: 1 run, 2 short iterations each (~1 min)
+    python bench/learner_profile.py                     # every setting, 5 runs each (~10 min on 2 quiet cores)
+    python bench/learner_profile.py --quick             # a smoke: 1 run, 2 short iterations each (~2 min)
     python bench/learner_profile.py --models lstm dqn   # some settings
     python bench/learner_profile.py --top 30            # more cProfile rows (0: no cProfile run)
     python bench/learner_profile.py --threads 2         # torch on 2 threads (trajview train --threads 2)
