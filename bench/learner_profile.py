@@ -63,7 +63,7 @@ trajview's presets (`trajview.train.config.MODEL_PRESETS`) for ``framestack``,
 ``lstm`` and ``attention``; ``dqn`` is `DQNConfig`'s defaults. Figures are
 medians over ``--reps`` runs (seeds 0, 1, ...) with their spread (min..max).
 
-    python bench/learner_profile.py                     # every setting, 5 runs each (~10 min on 2 quiet cores)
+    python bench/learner_profile.py                     # every setting, 5 runs each (~10-15 min on 2 quiet cores)
     python bench/learner_profile.py --quick             # a smoke: 1 run, 2 short iterations each (~2 min)
     python bench/learner_profile.py --models lstm dqn   # some settings
     python bench/learner_profile.py --top 30            # more cProfile rows (0: no cProfile run)
