@@ -6,7 +6,8 @@ envs, stores every step once in the C++ store, hands a 4-frame stack and the
 previous action to the (random) policy at every step, cuts a batch every
 ``--fragment`` steps, checks every view of every batch against the data the
 envs returned, and reports throughput and memory. A failed check raises (exit
-status 1); on success the last line starts with ``checks passed``. The views
+status 1); on success the last line starts with ``ok: checks passed``.
+``--smoke`` runs it in a few seconds (as every example takes). The views
 and their shifts are described in docs/contract.md ("Views").
 """
 
@@ -75,7 +76,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fragment", type=_positive, default=200, help="steps per env between batches")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a few seconds: 1,200 steps of 4 envs, a batch every 50 steps, no progress bar")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.steps, args.num_envs, args.fragment, args.no_progress = 1200, 4, 50, True
 
     envs = gym.vector.SyncVectorEnv(
         [lambda: gym.make("CartPole-v1") for _ in range(args.num_envs)],
@@ -159,7 +164,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{len(returns)} episodes, mean return {np.mean(returns) if returns else 0:.1f}; "
         f"peak store size {peak_bytes / 1e3:.1f} kB"
     )
-    print(f"checks passed: {checked} batch rows, every view ({', '.join(views)}) equal to the env's data")
+    print(f"ok: checks passed: {checked} batch rows, every view ({', '.join(views)}) equal to the env's data")
 
 
 if __name__ == "__main__":

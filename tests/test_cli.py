@@ -316,3 +316,21 @@ def test_model_presets_carry_ppo_settings_under_what_is_given(tmp_path, capsys):
     cfg = json.loads((out / "config.json").read_text())
     assert (cfg["train_batch_size"], cfg["envs_per_worker"], cfg["grad_clip"], cfg["adam_fused"], cfg["lr"]) == (
         1000, 20, None, True, 2e-3)
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_resume_with_timesteps_at_or_below_the_runs_count_says_so(tmp_path, capsys, algo):
+    out = tmp_path / "run"
+    args = (["--model", "mlp", *SMALL] if algo == "ppo" else ["--algo", "dqn", "--no-progress"])
+    first = "400" if algo == "ppo" else "300"
+    assert main(["train", "--timesteps", first, "--out", str(out), *args]) == 0
+    steps = _ckpt(out)["env_steps"]
+    it = _ckpt(out)["iteration"]
+    before = (out / "metrics.csv").read_bytes()
+    capsys.readouterr()
+    for t in (steps - 1, steps):
+        assert main(["train", "--resume", "--timesteps", str(t), "--out", str(out), "--no-progress"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (f"trajview train: error: --resume --timesteps {t}: the run in {out} already has {steps} env "
+                       f"steps (its checkpoint holds iteration {it}); give --timesteps above {steps} to continue it")
+    assert (out / "metrics.csv").read_bytes() == before and _ckpt(out)["env_steps"] == steps

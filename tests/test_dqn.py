@@ -102,3 +102,15 @@ def test_dqn_learns_from_stack_views(tmp_path):
     assert s["stack"].shape == (8, 4, 2) and s["next_stack"].shape == (8, 4, 2)
     np.testing.assert_array_equal(s["stack"][:, 1:], s["next_stack"][:, :-1])
     np.testing.assert_array_equal(s["stack"][:, -1], s["obs"])
+
+
+def test_dqn_keeps_the_timesteps_budget_within_one_sample(tmp_path, capsys):
+    out = tmp_path / "dqn"
+    assert main(["train", "--algo", "dqn", "--timesteps", "3000", "--stop-reward", "none", "--out", str(out),
+                 "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    per_sample = 8 * 4  # DQNConfig's envs x rollout_fragment_length
+    assert 3000 <= summary["env_steps"] < 3000 + per_sample, summary  # 4,032 before: a whole second iteration
+    from trajview.train.metrics import read_metrics
+
+    assert [int(r["env_steps"]) for r in read_metrics(out / "metrics.csv")] == [2016, summary["env_steps"]]

@@ -28,7 +28,7 @@ def test_collector_demo_checks_every_view_against_the_env():
     r = _run("collector_demo.py", "--steps", "1200", "--num-envs", "4", "--fragment", "50", "--no-progress")
     assert r.returncode == 0, r.stderr
     last = r.stdout.strip().splitlines()[-1]
-    assert last.startswith("checks passed: 1200 batch rows"), r.stdout
+    assert last.startswith("ok: checks passed: 1200 batch rows"), r.stdout
     for view in ("obs", "new_obs", "prev_n_obs", "actions", "prev_actions", "rewards", "terminateds", "truncateds"):
         assert view in last
 
@@ -41,6 +41,7 @@ def test_collector_demo_rejects_bad_arguments():
 
 # Each example checks its own result (asserts) and ends with a line starting "ok:"; --smoke runs it in seconds.
 SMOKE = {
+    "collector_demo.py": ("tqdm",),
     "framestack_cartpole.py": (),
     "rllib_port.py": ("torch",),
     "lstm_flat.py": ("torch",),
@@ -48,12 +49,12 @@ SMOKE = {
     "dqn_replay.py": ("torch",),
     "torchrl_interop.py": ("torch", "tensordict"),
     "workerset_ray.py": ("ray",),
+    "serve_exported.py": ("torch",),
 }
 
 
 def test_every_example_has_a_smoke_test():
-    scripts = {p.name for p in EXAMPLES.glob("*.py")} - {"collector_demo.py"}
-    assert scripts == set(SMOKE)
+    assert {p.name for p in EXAMPLES.glob("*.py")} == set(SMOKE)
 
 
 # The Ray example starts a Ray session: marked `ray`, like every test that does (see the marker in pyproject.toml).

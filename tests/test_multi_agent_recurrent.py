@@ -35,7 +35,7 @@ def recurrent(max_seq_len):
         def compute_actions_from_input_dict(self, d, explore=None, timestep=None, **kw):
             obs = np.asarray(d["obs"])
             h = np.asarray(d["state_in_0"])
-            if len(obs) and obs[:, 0].max() > 0:  # (not the pruning pass's dummy input)
+            if self._views_initialized:  # (not the pruning pass: its dummy input holds samples of the spaces)
                 # At action time too: state_in is the agent's previous observation, or the initial state.
                 first = h[:, 0] == -1
                 np.testing.assert_array_equal(h[~first, 0], obs[~first, 0].astype(np.float32))

@@ -215,3 +215,45 @@ def test_loss_kl_and_entropy_with_other_action_heads(space):
     # An older policy that gave these actions less probability: the KL estimate is the mean logp gap.
     p.loss({**batch, "action_logp": logp - 0.3})
     assert p.last_stats["kl"] == pytest.approx(-0.3, abs=1e-5) and p.last_stats["clip_frac"] == 1.0
+
+
+@pytest.mark.parametrize("obs_space, act_space", [
+    (gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Discrete(3)),
+    (gym.spaces.Dict({"a": gym.spaces.Box(-1, 1, (2,), np.float32), "b": gym.spaces.Discrete(4)}),
+     gym.spaces.MultiDiscrete([2, 3])),
+    (gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Box(-1, 1, (2,), np.float32)),
+    (gym.spaces.Box(0, 255, (16, 16, 1), np.uint8), gym.spaces.Discrete(2)),  # a CNN: weights, left as it is
+])
+def test_framestack_inputs_built_once_per_batch_equal_those_built_per_minibatch(obs_space, act_space):
+    """`prepare_train` builds the frame stack's input rows once per training batch; every minibatch of them
+    gives exactly the outputs (and gradients) the minibatch's own views give."""
+    from trajview.algorithms.models import make_model
+
+    torch.manual_seed(0)
+    model = make_model("framestack", obs_space, act_space, num_frames=4)
+    k, n = 4, 37
+    rng = np.random.default_rng(1)
+
+    def stack(space):
+        return torch.as_tensor(np.stack([np.stack([space.sample() for _ in range(k)]) for _ in range(n)]))
+
+    batch = {"prev_n_actions": stack(act_space), "prev_n_rewards": torch.as_tensor(rng.standard_normal((n, k))),
+             "actions": stack(act_space)[:, 0]}
+    if isinstance(obs_space, gym.spaces.Dict):
+        batch.update({f"prev_n_obs.{name}": stack(sub) for name, sub in obs_space.spaces.items()})
+    else:
+        batch["prev_n_obs"] = stack(obs_space)
+    prepared = model.prepare_train(dict(batch))
+    has_weights = obs_space.shape == (16, 16, 1)
+    assert (prepared == batch) if has_weights else ("prev_n_actions" not in prepared and "actions" in prepared)
+    rows = torch.randperm(n)[:11]
+    want = model.forward_train({key: v[rows] for key, v in batch.items()})
+    got = model.forward_train({key: v[rows] for key, v in prepared.items()})
+    for a, b in zip(want, got):
+        assert torch.equal(a, b)
+    grads = []
+    for outs in (want, got):
+        model.zero_grad()
+        (outs[0].sum() + outs[1].sum()).backward(retain_graph=True)
+        grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+    assert all(torch.equal(a, b) for a, b in zip(*grads))

@@ -303,7 +303,8 @@ def test_nstep_as_a_buffer_view_with_a_sampler_and_nested_obs():
     np.testing.assert_array_equal(b["nstep"]["new_obs"]["a"][:, 0], np.minimum(j + 2, 6))
     np.testing.assert_allclose(b["nstep.rewards"], np.where(j == 5, 1.0, 1.5))
     np.testing.assert_array_equal(b["nstep.terminateds"], j >= 4)
-    assert "new_obs" not in b  # views= replaces the default new_obs view, as before
+    # views= adds to the default new_obs view (obs@+1; the final observation after the last step).
+    np.testing.assert_array_equal(b["new_obs"]["b"], np.minimum(j + 1, 6) * 10)
     with pytest.raises(ValueError, match="new_obs"):
         rb2 = tv.ReplayBuffer(8)
         rb2.add(tv.SampleBatch({"obs": np.zeros((2, 1)), "rewards": np.zeros(2), "eps_id": np.zeros(2, int)}))
@@ -475,3 +476,27 @@ def test_a_sampler_of_your_own_through_draw():
     req = tv.SliceSampler(slice_len=4, seed=1).draw(rb._impl, 2, 4)
     assert (req.mode, req.num_slices, req.slice_len, req.truncated_key, req.done_key) == (
         _core.SampleMode.PER_TRAJECTORY, 2, 4, "truncateds", "dones")
+
+
+def test_views_add_to_the_default_new_obs_view_and_default_views_false_builds_only_the_given():
+    obs = np.arange(5, dtype=np.float32)[:, None]
+    batch = tv.SampleBatch({"obs": obs, "new_obs": obs + 1, "actions": np.arange(5), "rewards": np.ones(5),
+                            "eps_id": np.zeros(5, int), "t": np.arange(5), "terminateds": np.arange(5) == 4})
+    stack = {"stack": tv.ViewRequirement("obs", shift="-1:0")}
+    rb = tv.ReplayBuffer(16, views=stack)
+    rb.add(batch)
+    b = rb.sample(40)
+    np.testing.assert_array_equal(b["new_obs"], b["obs"] + 1)  # obs@+1, the final observation after the last step
+    np.testing.assert_array_equal(b["stack"][:, 1], b["obs"])
+    np.testing.assert_array_equal(b["stack"][:, 0], np.maximum(b["obs"] - 1, 0) * (b["obs"] > 0))
+    only = tv.ReplayBuffer(16, views=stack, default_views=False)
+    only.add(batch)
+    b = only.sample(8)
+    assert "stack" in b and "new_obs" not in b
+    # A view named as a default one replaces it.
+    replaced = tv.ReplayBuffer(16, views={"new_obs": tv.ViewRequirement("obs", shift=-1)})
+    replaced.add(batch)
+    b = replaced.sample(40)
+    np.testing.assert_array_equal(b["new_obs"], np.maximum(b["obs"] - 1, 0) * (b["obs"] > 0))
+    with pytest.raises(TypeError, match="default_views must be a bool"):
+        tv.ReplayBuffer(16, default_views="no")

@@ -52,6 +52,7 @@ from .rollout import (
     Episode,
     Filter,
     MeanStdFilter,
+    PolicyRunner,
     ReplayWritingCallbacks,
     RolloutWorker,
     WorkerSet,
@@ -81,8 +82,14 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
+        from ._extras import missing
+
         module_name, attr = _LAZY[name]
-        return getattr(importlib.import_module(module_name), attr)
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            raise missing(e, f"tv.{name}")  # chained to e
+        return getattr(module, attr)
     return _compat.renamed(__name__, name)  # a deprecated name (warns), or AttributeError
 
 
@@ -121,6 +128,7 @@ __all__ = [
     "Episode",
     "Filter",
     "MeanStdFilter",
+    "PolicyRunner",
     "ReplayWritingCallbacks",
     "WorkerError",
     # learning

@@ -45,6 +45,7 @@ __all__ = [
     "crc32_combine",
     "crc32_of",
     "fsync_dir",
+    "fsync_file",
     "read_json",
     "read_lines",
     "read_manifest",
@@ -60,6 +61,15 @@ _GEN_PREFIX = "gen-"
 def fsync_dir(folder: str | os.PathLike[str]) -> None:
     """Makes a rename or a new file in ``folder`` durable."""
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: str | os.PathLike[str]) -> None:
+    """Makes what was written to the file at ``path`` durable (e.g. lines appended with ``sync=False``)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -233,9 +243,11 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | Callable[[Any], Non
     return f.size, f.crc
 
 
-def append_line(path: str | os.PathLike[str], line: str) -> None:
-    """Appends one line (``line`` without its newline) and fsyncs: a kill mid-write leaves at most a partial
-    last line, which `read_lines` drops. A file whose last line was left partial gets a newline first."""
+def append_line(path: str | os.PathLike[str], line: str, sync: bool = True) -> None:
+    """Appends one line (``line`` without its newline) and fsyncs (``sync``; else the line is handed to the OS,
+    which keeps it through a crash of the process but not of the machine, until an `fsync_file`): a kill
+    mid-write leaves at most a partial last line, which `read_lines` drops. A file whose last line was left
+    partial gets a newline first."""
     path = Path(path)
     with open(path, "a+b") as f:
         f.seek(0, os.SEEK_END)
@@ -245,7 +257,8 @@ def append_line(path: str | os.PathLike[str], line: str) -> None:
                 f.write(b"\n")
         f.write(line.encode() + b"\n")
         f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
 
 
 def read_lines(path: str | os.PathLike[str]) -> tuple[list[str], bool]:

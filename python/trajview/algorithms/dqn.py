@@ -34,6 +34,11 @@ DEFAULT_DQN_CONFIG: dict[str, Any] = {
     "grad_clip": 10.0,
     "target_update_interval": 500,  # gradient steps between hard target updates
     "seed": 0,
+    #: torch's fused Adam (one kernel per step instead of ~8 ops per parameter tensor: a fifth of a gradient
+    #: step of the default network on the CPU); the same update up to rounding.
+    "adam_fused": True,
+    #: Where the networks live and learn ("cpu", "cuda", a torch device string); actions come back as numpy.
+    "device": "cpu",
 }
 
 
@@ -71,9 +76,11 @@ class DQNPolicy(Policy):
         self.view_requirements["stack"] = ViewRequirement("obs", shift=f"-{k - 1}:0")
         in_features = k * int(np.prod(observation_space.shape))
         torch.manual_seed(int(cfg["seed"]))
-        self.q = QNetwork(in_features, self.num_actions, int(cfg["hidden"]), bool(cfg["dueling"]))
+        self.device = torch.device(cfg["device"])
+        self.q = QNetwork(in_features, self.num_actions, int(cfg["hidden"]), bool(cfg["dueling"])).to(self.device)
         self.target = copy.deepcopy(self.q).requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=float(cfg["lr"]))
+        self._params = list(self.q.parameters())
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=float(cfg["lr"]), fused=bool(cfg["adam_fused"]) or None)
         self.epsilon = 1.0
         self.grad_steps = 0
         self._rng = np.random.default_rng(int(cfg["seed"]) + 1)
@@ -87,9 +94,9 @@ class DQNPolicy(Policy):
     def compute_actions_from_input_dict(
         self, input_dict: Mapping[str, Any], explore: bool | None = None, timestep: int | None = None, **kwargs: Any
     ) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
-        stack = torch.as_tensor(np.asarray(input_dict["stack"], dtype=np.float32))
+        stack = torch.as_tensor(np.asarray(input_dict["stack"], dtype=np.float32)).to(self.device)
         with torch.no_grad():
-            actions = self.q(stack).argmax(dim=1).numpy().astype(np.int64)
+            actions = self.q(stack).argmax(dim=1).cpu().numpy().astype(np.int64)
         if explore is not False and self.epsilon > 0:
             rand = self._rng.random(len(actions)) < self.epsilon
             actions[rand] = self._rng.integers(0, self.num_actions, int(rand.sum()))
@@ -103,11 +110,12 @@ class DQNPolicy(Policy):
     def learn_on_replay(self, batch: Mapping[str, Any], weights: np.ndarray | None = None) -> dict[str, Any]:
         """One gradient step on a replay sample (``stack``, ``next_stack``, ``actions``, ``rewards``,
         ``terminateds``); returns the loss, mean Q and ``td_errors`` (for priorities)."""
-        s = torch.from_numpy(np.asarray(batch["stack"], dtype=np.float32))
-        s2 = torch.from_numpy(np.asarray(batch["next_stack"], dtype=np.float32))
-        a = torch.from_numpy(np.asarray(batch["actions"], dtype=np.int64))
-        r = torch.from_numpy(np.asarray(batch["rewards"], dtype=np.float32))
-        term = torch.from_numpy(np.asarray(batch["terminateds"], dtype=np.float32))
+        def tensor(key: str, dtype: Any) -> torch.Tensor:
+            return torch.from_numpy(np.asarray(batch[key], dtype=dtype)).to(self.device)
+
+        s, s2 = tensor("stack", np.float32), tensor("next_stack", np.float32)
+        a, r = tensor("actions", np.int64), tensor("rewards", np.float32)
+        term = tensor("terminateds", np.float32)
         gamma = float(self.config["gamma"])
         q = self.q(s).gather(1, a[:, None]).squeeze(1)
         with torch.no_grad():
@@ -117,20 +125,20 @@ class DQNPolicy(Policy):
         td = q - y
         per = nn.functional.smooth_l1_loss(q, y, reduction="none")
         if weights is not None:
-            per = per * torch.from_numpy(np.asarray(weights, dtype=np.float32))
+            per = per * torch.from_numpy(np.asarray(weights, dtype=np.float32)).to(self.device)
         loss = per.mean()
         self.optimizer.zero_grad()
         loss.backward()
-        nn.utils.clip_grad_norm_(self.q.parameters(), float(self.config["grad_clip"]))
+        nn.utils.clip_grad_norm_(self._params, float(self.config["grad_clip"]), foreach=True)
         self.optimizer.step()
         self.grad_steps += 1
         if self.grad_steps % int(self.config["target_update_interval"]) == 0:
             self.target.load_state_dict(self.q.state_dict())
         return {"td_loss": float(loss.detach()), "q_mean": float(q.detach().mean()),
-                "td_errors": td.detach().abs().numpy()}
+                "td_errors": td.detach().abs().cpu().numpy()}
 
     def get_weights(self) -> dict[str, Any]:
-        return {k: v.detach().numpy().copy() for k, v in self.q.state_dict().items()}
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.q.state_dict().items()}
 
     def set_weights(self, weights: Mapping[str, Any]) -> None:
         self.q.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})

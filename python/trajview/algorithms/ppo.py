@@ -27,6 +27,7 @@ import torch
 
 from .models import ViewModel, make_action_head, make_model
 from .postprocessing import Postprocessing, compute_gae_for_sample_batch
+from .schedules import SCHEDULED, check_schedule, scheduled_value
 from ..views.sample_batch import SampleBatch
 from ..policy.torch_policy import TorchPolicy
 
@@ -55,11 +56,20 @@ PPO_DEFAULTS: dict[str, Any] = {
     #: size-invariance for policy optimization"). On a batch sampled with the learner's own weights it is the
     #: standard objective.
     "decoupled_clip": False,
+    #: The schedules of lr, clip_param and entropy_coeff over the run (`trajview.algorithms.schedules`):
+    #: "constant", or "linear" from the value to zero (SB3's linear_schedule) as `PPOPolicy.progress_remaining`
+    #: goes from 1 to 0 (the trainer sets it before each update).
+    "lr_schedule": "constant",
+    "clip_schedule": "constant",
+    "entropy_schedule": "constant",
 }
 
 #: The column `PPOPolicy.learn_on_batch` adds with ``decoupled_clip``: each row's action logp under the
 #: weights at the start of the update.
 PROX_LOGP = "prox_logp"
+
+#: What `PPOPolicy.learn_on_batch` returns: each loss term's mean over the minibatches.
+STATS = ("policy_loss", "vf_loss", "entropy", "kl", "clip_frac", "total_loss")
 
 
 def minibatches(batch: Mapping[str, torch.Tensor], size: int, generator: torch.Generator | None = None):
@@ -71,11 +81,14 @@ def minibatches(batch: Mapping[str, torch.Tensor], size: int, generator: torch.G
     """
     seq_lens = batch.get(SampleBatch.SEQ_LENS)
     n_rows = len(batch[SampleBatch.ACTIONS])
+    if n_rows <= size:  # one minibatch of every row: its order changes no mean, so it is not shuffled (nor copied)
+        yield dict(batch)
+        return
     if seq_lens is None:
         perm = torch.randperm(n_rows, generator=generator)
+        shuffled = {k: v[perm] for k, v in batch.items()}  # one gather per column per epoch; minibatches are views
         for a in range(0, n_rows, size):
-            idx = perm[a : a + size]
-            yield {k: v[idx] for k, v in batch.items()}
+            yield {k: v[a : a + size] for k, v in shuffled.items()}
         return
     seq_lens = seq_lens.long()
     n_seq = len(seq_lens)
@@ -123,8 +136,19 @@ class PPOPolicy(TorchPolicy):
             model = make_model(cfg["model"], observation_space, action_space, **dict(cfg["model_config"]))
         if getattr(model, "action_dist", None) is None:
             model.action_dist = make_action_head(action_space)
+        for key in SCHEDULED.values():
+            check_schedule(f"PPOPolicy config {key!r}", cfg[key])
         super().__init__(observation_space, action_space, cfg, model=model)
-        self.last_stats: dict[str, float] = {}
+        self.last_stats_tensor = torch.zeros(len(STATS))
+        #: The run's progress remaining (`trajview.algorithms.schedules.progress_remaining`) that the scheduled
+        #: settings are at (`scheduled`): 1 until the trainer sets it before an update.
+        self.progress_remaining = 1.0
+
+    def scheduled(self, name: str) -> float:
+        """The value of ``name`` ("lr", "clip_param" or "entropy_coeff") now: its config value following its
+        schedule (config "lr_schedule", "clip_schedule", "entropy_schedule": `trajview.algorithms.schedules`) at
+        `progress_remaining`."""
+        return scheduled_value(self.config[SCHEDULED[name]], float(self.config[name]), self.progress_remaining)
 
     # -- acting ---------------------------------------------------------------
 
@@ -162,7 +186,7 @@ class PPOPolicy(TorchPolicy):
         old_logp = torch.as_tensor(train_batch[SampleBatch.ACTION_LOGP]).float()
         adv = torch.as_tensor(train_batch[Postprocessing.ADVANTAGES]).float()
         adv = (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8)
-        clip = float(cfg["clip_param"])
+        clip = self.scheduled("clip_param")
         prox_logp = train_batch.get(PROX_LOGP) if isinstance(train_batch, Mapping) else None
         # Standard PPO clips the ratio against the behaviour policy; the decoupled objective clips it against the
         # proximal policy and importance-weights each row from the behaviour policy to the proximal one.
@@ -174,16 +198,17 @@ class PPOPolicy(TorchPolicy):
         vf_loss = torch.mean((values - targets) ** 2)
         entropy = dist.entropy().mean()
         policy_loss = -surrogate.mean()
-        total = policy_loss + float(cfg["vf_loss_coeff"]) * vf_loss - float(cfg["entropy_coeff"]) * entropy
-        with torch.no_grad():
-            self.last_stats = {
-                "policy_loss": float(policy_loss),
-                "vf_loss": float(vf_loss),
-                "entropy": float(entropy),
-                "kl": float(torch.mean(old_logp - logp)),
-                "clip_frac": float(torch.mean((torch.abs(ratio - 1) > clip).float())),
-            }
+        total = policy_loss + float(cfg["vf_loss_coeff"]) * vf_loss - self.scheduled("entropy_coeff") * entropy
+        with torch.no_grad():  # as one tensor (STATS' order): read once per learn_on_batch, not once per minibatch
+            self.last_stats_tensor = torch.stack([
+                policy_loss, vf_loss, entropy, torch.mean(old_logp - logp),
+                torch.mean((torch.abs(ratio - 1) > clip).float()), total]).detach()
         return total
+
+    @property
+    def last_stats(self) -> dict[str, float]:
+        """The last minibatch's loss terms (`STATS`), as floats."""
+        return dict(zip(STATS, self.last_stats_tensor.tolist()))
 
     def logp_of_actions(self, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Each row's action logp (float32) under the current weights, in eval mode and without gradients: a training
@@ -198,13 +223,13 @@ class PPOPolicy(TorchPolicy):
         if self._optimizer is None:
             self._optimizer = self.optimizer()
         for g in self._optimizer.param_groups:
-            g["lr"] = float(self.config["lr"])
-        tensors = dict(self._to_torch(train_batch).items())
+            g["lr"] = self.scheduled("lr")
+        tensors = self.model.prepare_train(dict(self._to_torch(train_batch).items()))
         if self.config["decoupled_clip"]:
             tensors[PROX_LOGP] = self.logp_of_actions(tensors)
         size = int(self.config["sgd_minibatch_size"])
         grad_clip = self.config.get("grad_clip")
-        sums: dict[str, float] = {}
+        sums: torch.Tensor | None = None
         n = 0
         params = [p for p in self.model.parameters() if p.requires_grad]  # once: model.parameters() walks modules
         self.model.train()
@@ -216,11 +241,9 @@ class PPOPolicy(TorchPolicy):
                 if grad_clip is not None:
                     torch.nn.utils.clip_grad_norm_(params, float(grad_clip), foreach=True)
                 self._optimizer.step()
-                for k, v in self.last_stats.items():
-                    sums[k] = sums.get(k, 0.0) + v
-                sums["total_loss"] = sums.get("total_loss", 0.0) + float(loss.detach())
+                sums = self.last_stats_tensor if sums is None else sums + self.last_stats_tensor
                 n += 1
-        return {k: v / max(n, 1) for k, v in sums.items()}
+        return {} if sums is None else dict(zip(STATS, (sums / n).tolist()))
 
     def optimizer(self) -> torch.optim.Optimizer:
         fused = bool(self.config["adam_fused"]) or None  # None: torch's default (the per-tensor loop on the CPU)

@@ -14,11 +14,47 @@ from .multi_agent_dict import MultiAgentDictEnv, is_multi_agent_dict_env, is_mul
 from .pettingzoo_aec import PettingZooAECEnv, is_aec_env
 from .pettingzoo_parallel import PettingZooParallelEnv, is_parallel_env
 
-__all__ = ["make_adapter"]
+__all__ = ["GymMake", "as_env_creator", "make_adapter"]
 
 
-def make_adapter(env_creator: Callable[[dict], Any], env_config: dict, num_envs: int) -> EnvAdapter:
+class GymMake:
+    """The ``env_creator`` of a registered gymnasium env id: ``gym.make(env_id, **env_config)`` (RLlib's for an
+    env given by its id). A class, not a lambda, so that it pickles (``WorkerSet``'s spawn start method, Ray)."""
+
+    def __init__(self, env_id: str) -> None:
+        self.env_id = env_id
+
+    def __call__(self, env_config: dict | None = None) -> Any:
+        return gym.make(self.env_id, **dict(env_config or {}))
+
+    def __repr__(self) -> str:
+        return f"GymMake({self.env_id!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GymMake) and other.env_id == self.env_id
+
+    def __hash__(self) -> int:
+        return hash((GymMake, self.env_id))
+
+
+def as_env_creator(env: str | Callable[[dict], Any]) -> Callable[[dict], Any]:
+    """``env`` as an ``env_creator(env_config)``: a registered gymnasium env id (a str) becomes `GymMake`; a
+    callable is returned as it is. The one place where trajview turns an env id into a creator."""
+    if isinstance(env, str):
+        if not env:
+            raise ValueError("env_creator: an empty env id; give a registered gymnasium env id (e.g. "
+                             "'CartPole-v1') or a callable env_creator(env_config)")
+        return GymMake(env)
+    if not callable(env):
+        raise TypeError(f"env_creator must be a callable env_creator(env_config) or a registered gymnasium env id "
+                        f"(a str, e.g. 'CartPole-v1'), got {type(env).__name__} {env!r:.80}")
+    return env
+
+
+def make_adapter(env_creator: str | Callable[[dict], Any], env_config: dict, num_envs: int) -> EnvAdapter:
     """Calls ``env_creator(env_config)`` and wraps what it returns in the adapter for its kind.
+
+    ``env_creator`` may be a registered gymnasium env id (`as_env_creator`: ``gym.make(env_id, **env_config)``).
 
     * a ``gymnasium.Env``: ``num_envs`` of them (`GymEnvList`);
     * a ``gymnasium.vector.VectorEnv``: that one (`GymVectorEnv`); ``num_envs``
@@ -29,6 +65,7 @@ def make_adapter(env_creator: Callable[[dict], Any], env_config: dict, num_envs:
     * a PettingZoo ``ParallelEnv``: ``num_envs`` of them (`PettingZooParallelEnv`);
     * an `EnvAdapter`: used as it is (``num_envs`` must be 1 or its ``num_envs``).
     """
+    env_creator = as_env_creator(env_creator)
     first = env_creator(env_config)
     if isinstance(first, EnvAdapter):
         _check_count(num_envs, first.num_envs, "an EnvAdapter")

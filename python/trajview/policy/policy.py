@@ -5,7 +5,7 @@ The view-pruning pass that trims those requirements is `prune_views` (in `policy
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,17 @@ __all__ = ["Policy", "ColumnSpec", "NEVER_PRUNED"]
 #: The old name of `views.columns.column_spec_from_space` (``space_column_spec(space, what)``).
 space_column_spec = column_spec_from_space
 
+#: `compute_single_action`'s implicit episode: ``(policy, obs, reward, episode_start, explore, timestep) ->
+#: (action, state_outs, extra_fetches)``, acting through a `PolicyRunner` of the policy. The runner lives in
+#: `trajview.rollout` (a layer above: it drives the C++ store), which registers it here on import.
+_single_action_runner: Callable[..., tuple[Any, list, dict]] | None = None
+
+
+def register_single_action_runner(fn: Callable[..., tuple[Any, list, dict]]) -> None:
+    """Sets what `Policy.compute_single_action` acts through when it keeps the episode (see `trajview.rollout`)."""
+    global _single_action_runner
+    _single_action_runner = fn
+
 
 class Policy:
     """The framework-free policy base (RLlib's names and signatures).
@@ -29,7 +40,14 @@ class Policy:
     ``loss`` / ``learn_on_batch``. ``view_requirements`` is the authoritative
     dict of what the policy reads; change it in ``__init__`` (or later,
     before the next ``sample()``).
+
+    ``keep_views``: names of views the view-pruning pass keeps in training
+    batches though neither postprocessing nor the loss reads them (e.g.
+    ``policy.keep_views = {"obs", "new_obs"}`` before the first sample, to
+    log or replay them; docs/contract.md, Pruning).
     """
+
+    keep_views: frozenset[str] | set[str] = frozenset()
 
     def __init__(self, observation_space: Any, action_space: Any, config: dict | None = None) -> None:
         self.observation_space = observation_space
@@ -90,17 +108,44 @@ class Policy:
         episode: Any = None,
         explore: bool | None = None,
         timestep: int | None = None,
+        episode_start: bool = False,
         **kwargs: Any,
     ) -> tuple[Any, list, dict]:
-        """RLlib's ``compute_single_action``: one observation (or one unbatched ``input_dict``) in, one action out.
+        """RLlib's ``compute_single_action``: one observation in, one action out (without the batch axis).
 
-        Builds a batch of one row (``obs``, ``state_in_i`` from ``state``,
-        ``prev_actions`` / ``prev_rewards`` when given; or every key of
-        ``input_dict``), calls `compute_actions_from_input_dict` and returns
-        ``(action, state_outs, extra_fetches)`` without the batch axis. A policy
-        whose views need an episode's history (a frame stack) needs
-        ``input_dict`` with those views, as in RLlib.
+        Returns ``(action, state_outs, extra_fetches)``. Two ways:
+
+        - **The policy keeps the episode** (``obs`` alone, optionally ``prev_reward``): each call is the
+          next step of one implicit episode, and the policy reads exactly what a `RolloutWorker` would
+          have built at that step: frame stacks (``prev_n_obs``), previous actions and rewards, recurrent
+          state and attention memory, from the observations and its own earlier outputs. ``prev_reward``
+          is what the previous action earned (needed when the policy reads rewards; ignored on an
+          episode's first step). The episode lasts until a call with ``episode_start=True``, whose
+          ``obs`` is the next episode's first observation (as SB3's ``episode_start``); the first call
+          begins one. It acts through a one-episode `trajview.PolicyRunner` (for many episodes at once,
+          make one yourself).
+        - **The caller carries the history** (``input_dict``, ``state`` or ``prev_action`` given, as
+          RLlib's stateless call): one row of ``obs``, ``state_in_i`` from ``state`` and
+          ``prev_actions`` / ``prev_rewards`` / ``infos`` when given (or every key of the unbatched
+          ``input_dict``) goes to `compute_actions_from_input_dict` as it is.
         """
+        if input_dict is None and state is None and prev_action is None:
+            if info is not None or kwargs or episode is not None:
+                given = sorted([*kwargs, *(["info"] if info is not None else []),
+                                *(["episode"] if episode is not None else [])])
+                raise ValueError(
+                    f"compute_single_action: {given} are only passed on when the caller carries the history "
+                    f"(input_dict=, state= or prev_action=); the implicit episode takes obs, prev_reward, "
+                    f"episode_start, explore and timestep"
+                )
+            if _single_action_runner is None:
+                raise RuntimeError("compute_single_action: import trajview first (it registers the episode runner)")
+            return _single_action_runner(self, obs, prev_reward, episode_start, explore, timestep)
+        if episode_start:
+            raise ValueError(
+                "compute_single_action: episode_start is for the implicit episode; with input_dict=, state= or "
+                "prev_action= the caller carries the history"
+            )
         if input_dict is None:
             input_dict = {SampleBatch.OBS: obs}
             for i, s in enumerate(state or []):
@@ -120,6 +165,13 @@ class Policy:
             [_first_row(s) for s in state_outs],
             {k: _first_row(v) for k, v in dict(extra).items()},
         )
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickling and copying leave out `compute_single_action`'s implicit episode (a C++ store): a copy
+        begins its own."""
+        state = dict(self.__dict__)
+        state.pop("_single_action_runner", None)
+        return state
 
     def postprocess_trajectory(
         self, sample_batch: SampleBatch, other_agent_batches: dict | None = None, episode: Any = None

@@ -1,6 +1,6 @@
 """The view-pruning pass: `prune_views(policy)` finds which views a policy really reads (see docs/contract.md, Pruning).
 
-Dummy batches built from the view requirements (and the spaces) go through
+Dummy batches built from the view requirements (valid samples of the spaces) go through
 ``compute_actions_from_input_dict``, ``postprocess_trajectory`` and the
 loss; views that none of them reads are marked unused, so collectors never
 build or store them. As in RLlib, the pass is the policy's concern: it runs
@@ -9,7 +9,8 @@ once per policy, before its first sample (`Policy._initialize_view_requirements`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -22,11 +23,19 @@ from ..views.columns import (
     ColumnSpec,
     column_spec_from_space,
 )
-from ..views.nest import SEP, leaf_names
+from ..views.nest import SEP, Nest, leaf_names
 from ..views.sample_batch import SampleBatch
 from ..views.view_requirement import ViewRequirement
 
-__all__ = ["NEVER_PRUNED", "PrunablePolicy", "prune_views"]
+__all__ = ["NEVER_PRUNED", "MASK_LEAF", "PrunablePolicy", "ViewPruningError", "is_action_mask", "prune_views"]
+
+#: The name of an action-mask leaf in an observation (PettingZoo's classic games).
+MASK_LEAF = "action_mask"
+
+
+class ViewPruningError(RuntimeError):
+    """The policy raised while the view-pruning pass ran it on a dummy batch (for an exception class that cannot
+    be raised again with the pass's message); its ``__cause__`` is the policy's exception."""
 
 #: Training views the pruning pass never removes (see docs/contract.md, Pruning).
 NEVER_PRUNED = frozenset(
@@ -77,23 +86,100 @@ def _dummy_column(col: str, specs: dict[str, ColumnSpec], vr: ViewRequirement | 
     )
 
 
-def _dummy_view(key: str, vr: ViewRequirement, specs: dict[str, ColumnSpec], n: int) -> Any:
-    """Zeros of the view's shape; a view of a nested column gives ``{leaf: zeros}`` (a SampleBatch stores the leaves)."""
-    lead = (n, len(vr.shift_arr)) if vr.adds_axis else (n,)
+def is_action_mask(column: str) -> bool:
+    """Whether a leaf column holds an action mask (1 = legal): its last name part is ``action_mask`` (PettingZoo's
+    classic games: ``obs.action_mask``) or ends with ``_action_mask``."""
+    last = column.rsplit(SEP, 1)[-1]
+    return last == MASK_LEAF or last.endswith("_" + MASK_LEAF)
+
+
+class _Samples:
+    """Valid values of the observation and action spaces' leaves for the dummy batches: ``space.sample()`` of a
+    copy of each leaf space, seeded (the pass gives the same batches every time and leaves the policy's spaces'
+    RNGs alone); an action mask has at least one legal action in every row. Each column is one series of
+    samples that every view of it reads at its offsets (row r at offset s reads the series at r + s), so two
+    views of one column agree where they overlap (``prev_n_obs[:, -1]`` is ``obs``)."""
+
+    def __init__(self, policy: PrunablePolicy, vrs: Mapping[str, ViewRequirement]) -> None:
+        self.spaces: dict[str, Any] = {}
+        for base, space, what in ((SampleBatch.OBS, getattr(policy, "observation_space", None), "observation_space"),
+                                  (SampleBatch.ACTIONS, getattr(policy, "action_space", None), "action_space")):
+            if space is None:
+                continue
+            try:
+                nest = Nest.from_space(space, what)
+            except (ValueError, TypeError):
+                continue  # column_specs names the space's problem
+            for name, leaf in zip(nest.names(base), nest.leaves):
+                self.spaces[name] = leaf.space
+        #: Per column read by a view (its base name): the lowest and highest offset any view reads.
+        self.bounds: dict[str, tuple[int, int]] = {}
+        for key, vr in vrs.items():
+            col = vr.column(key).split(SEP, 1)[0]
+            lo, hi = self.bounds.get(col, (0, 0))
+            self.bounds[col] = (min(lo, vr.shift_from), max(hi, vr.shift_to))
+        self._series: dict[tuple[str, int], np.ndarray] = {}
+
+    def _sample_series(self, col: str, space: Any, dtype: np.dtype, shape: tuple[int, ...], count: int) -> np.ndarray:
+        seed = len(self._series)
+        try:
+            space = copy.deepcopy(space)
+            space.seed(seed)
+            values = np.asarray([np.asarray(space.sample()) for _ in range(count)], dtype=dtype)
+            values = values.reshape((count,) + shape)
+        except Exception:  # noqa: BLE001  (a custom space that cannot copy, seed or sample: zeros, as before)
+            values = np.zeros((count,) + shape, dtype=dtype)
+        if is_action_mask(col) and values.size:
+            rows = values.reshape(count, -1)
+            empty = ~rows.any(axis=1)
+            legal = np.random.default_rng(seed).integers(0, rows.shape[1], count)
+            rows[np.flatnonzero(empty), legal[empty]] = 1
+        return values
+
+    def view(self, col: str, vr: ViewRequirement, dtype: np.dtype, shape: tuple[int, ...], n: int) -> np.ndarray:
+        """The values of ``n`` rows of a view of ``col`` (a leaf column)."""
+        lead = (n, len(vr.shift_arr)) if vr.adds_axis else (n,)
+        space = self.spaces.get(col)
+        if space is None:
+            return np.zeros(lead + shape, dtype=dtype)
+        lo, hi = self.bounds.get(col.split(SEP, 1)[0], (0, 0))
+        lo, hi = min(lo, vr.shift_from), max(hi, vr.shift_to)
+        series = self._series.get((col, n))
+        if series is None or len(series) < n + hi - lo:
+            series = self._series[(col, n)] = self._sample_series(col, space, dtype, shape, n + hi - lo)
+        rows = np.arange(n)[:, None] + vr.shift_arr[None, :] - lo
+        out = series[rows]  # [n, offsets, ...]
+        return out if vr.adds_axis else out[:, 0]
+
+
+def _dummy_view(key: str, vr: ViewRequirement, specs: dict[str, ColumnSpec], n: int, samples: _Samples) -> Any:
+    """Valid values of the view's shape (`_Samples`: samples of the spaces for observation and action columns,
+    zeros for the others); a view of a nested column gives ``{leaf: values}`` (a SampleBatch stores the leaves)."""
     col = vr.column(key)
     if col not in specs:
         leaves = leaf_names(col, specs)
         if leaves:
-            return _nested_zeros(col, {c: specs[c] for c in leaves}, lead)
+            from ..views.nest import assemble
+
+            values = {c: samples.view(c, vr, specs[c][0], specs[c][1], n) for c in leaves}
+            return assemble(col, list(values), values.__getitem__)
     dtype, shape = _dummy_column(col, specs, vr)
-    return np.zeros(lead + shape, dtype=dtype)
+    return samples.view(col, vr, dtype, shape, n)
 
 
-def _nested_zeros(col: str, leaves: dict[str, ColumnSpec], lead: tuple[int, ...]) -> Any:
-    from ..views.nest import assemble
-
-    zeros = {c: np.zeros(lead + shape, dtype=dtype) for c, (dtype, shape) in leaves.items()}
-    return assemble(col, list(zeros), zeros.__getitem__)
+def _raised_in(e: Exception, where: str, views: Any) -> Exception:
+    """``e`` (the policy's exception) again, its message saying which call of the pass raised and on which views:
+    the same type when it takes one message, else `ViewPruningError`; raised ``from e``."""
+    msg = (f"the view-pruning pass (before the first sample; docs/contract.md, Pruning) called {where} on a dummy "
+           f"batch of the views {sorted(views)} (samples of the spaces, action masks with a legal action) and it "
+           f"raised {type(e).__name__}: {e}")
+    try:
+        new = type(e)(msg)
+    except Exception:  # noqa: BLE001  (an exception class that needs other arguments)
+        new = ViewPruningError(msg)
+    if not isinstance(new, type(e)) or str(new) == "":
+        new = ViewPruningError(msg)
+    return new
 
 
 def _read(key: str, keys: set[str]) -> bool:
@@ -101,17 +187,31 @@ def _read(key: str, keys: set[str]) -> bool:
     return key in keys or any(k.startswith(key + SEP) for k in keys)
 
 
+def _keep_views(policy: Any, vrs: Mapping[str, ViewRequirement]) -> frozenset[str]:
+    """``policy.keep_views`` (the views the pass must not prune for training), checked: names of views."""
+    keep = getattr(policy, "keep_views", ())
+    if isinstance(keep, str) or not isinstance(keep, Iterable):
+        raise TypeError(f"{type(policy).__name__}.keep_views must be a set of view names, got {keep!r}")
+    keep = frozenset(keep)
+    unknown = sorted(k for k in keep if k not in vrs)
+    if unknown:
+        raise ValueError(f"{type(policy).__name__}.keep_views names {unknown}, which are not views of the policy "
+                         f"(its views: {sorted(vrs)})")
+    return keep
+
+
 def prune_views(policy: PrunablePolicy) -> None:
     """Runs the view-pruning pass on ``policy`` once (later calls return at once).
 
-    Sends dummy batches through ``compute_actions_from_input_dict``,
-    ``postprocess_trajectory`` and the loss, records which keys each reads,
-    adds or deletes, and marks views that none reads as unused
-    (``used_for_compute_actions`` / ``used_for_training`` set to ``False``;
-    `NEVER_PRUNED` views keep training). Also learns the dtype and shape of
-    the ``state_out_i`` and extra-fetch columns (``policy.state_columns``,
-    ``policy.extra_fetch_columns``) and the columns postprocessing adds
-    (``policy.postprocessed_columns``).
+    Sends dummy batches through ``compute_actions_from_input_dict``, ``postprocess_trajectory`` and the loss,
+    records which keys each reads, adds or deletes, and marks views that none reads as unused
+    (``used_for_compute_actions`` / ``used_for_training`` set to ``False``; `NEVER_PRUNED` views and those
+    named in ``policy.keep_views`` keep training). The dummy batches hold valid values: seeded samples of the
+    observation and action spaces, with at least one legal action in an action mask (a leaf named
+    ``action_mask``); zeros for the other columns. When the policy raises on them, the error (the same type
+    where it can be, chained to the policy's) names the call and its views. Also learns the dtype and shape of
+    the ``state_out_i`` and extra-fetch columns (``policy.state_columns``, ``policy.extra_fetch_columns``) and
+    the columns postprocessing adds (``policy.postprocessed_columns``).
     """
     if policy._views_initialized:
         return
@@ -121,6 +221,8 @@ def prune_views(policy: PrunablePolicy) -> None:
     for i, s in enumerate(init):
         specs[f"{STATE_OUT_PREFIX}{i}"] = (s.dtype, s.shape)
     vrs = policy.view_requirements
+    keep = _keep_views(policy, vrs)
+    samples = _Samples(policy, vrs)
     # The recurrent-state views come from get_initial_state() before anything runs (as RLlib does), so that
     # the dummy compute-actions input already holds state_in_i.
     for i in range(len(init)):
@@ -140,10 +242,13 @@ def prune_views(policy: PrunablePolicy) -> None:
         elif col in PYTHON_COLUMNS:
             knowable = False
         if knowable:
-            inputs[key] = _dummy_view(key, vr, specs, _DUMMY_B)
+            inputs[key] = _dummy_view(key, vr, specs, _DUMMY_B, samples)
     input_batch = SampleBatch(inputs)
     input_batch.enable_access_tracking()
-    out = policy.compute_actions_from_input_dict(input_batch, explore=False, timestep=0)
+    try:
+        out = policy.compute_actions_from_input_dict(input_batch, explore=False, timestep=0)
+    except Exception as e:
+        raise _raised_in(e, f"{type(policy).__name__}.compute_actions_from_input_dict", inputs) from e
     if not isinstance(out, tuple) or len(out) != 3:
         raise TypeError(
             f"{type(policy).__name__}.compute_actions_from_input_dict must return (actions, state_outs, "
@@ -217,7 +322,7 @@ def prune_views(policy: PrunablePolicy) -> None:
         ):
             continue  # a column that postprocessing adds: see below
         rows = _DUMMY_T if vr.batch_repeat_value == 1 else -(-_DUMMY_T // vr.batch_repeat_value)
-        train[key] = _dummy_view(key, vr, specs, rows)
+        train[key] = _dummy_view(key, vr, specs, rows, samples)
     train[SampleBatch.EPS_ID] = np.zeros(_DUMMY_T, np.int64)
     train[SampleBatch.ENV_ID] = np.zeros(_DUMMY_T, np.int64)
     train[SampleBatch.T] = np.arange(_DUMMY_T, dtype=np.int64)
@@ -231,7 +336,10 @@ def prune_views(policy: PrunablePolicy) -> None:
     pre = SampleBatch(train, seq_keys=seq_keys)
     pre_keys = list(dict.keys(pre))  # nested views by leaf
     pre.enable_access_tracking()
-    post = policy.postprocess_trajectory(pre)
+    try:
+        post = policy.postprocess_trajectory(pre)
+    except Exception as e:
+        raise _raised_in(e, f"{type(policy).__name__}.postprocess_trajectory", pre_keys) from e
     if not isinstance(post, SampleBatch):
         raise TypeError(
             f"{type(policy).__name__}.postprocess_trajectory must return a SampleBatch, got {type(post).__name__}"
@@ -247,13 +355,15 @@ def prune_views(policy: PrunablePolicy) -> None:
         policy._run_loss_for_pruning(loss_batch)
     except NotImplementedError:
         has_loss = False
+    except Exception as e:
+        raise _raised_in(e, f"{type(policy).__name__}.loss", dict.keys(loss_batch)) from e
     read_in_loss = set(loss_batch.accessed_keys)
 
     # 4. Prune.
     for key, vr in vrs.items():
         if vr.used_for_compute_actions and not _read(key, read_for_actions):
             vr.used_for_compute_actions = False
-        if has_loss and vr.used_for_training and key not in NEVER_PRUNED:
+        if has_loss and vr.used_for_training and key not in NEVER_PRUNED and key not in keep:
             if not _read(key, read_in_post) and not _read(key, read_in_loss):
                 vr.used_for_training = False
     for key in policy.postprocessed_columns:

@@ -10,6 +10,7 @@ import torch
 
 from .policy import Policy
 from ..views import LazyView, SampleBatch
+from ..views.lazy_view import to_device
 
 __all__ = ["TorchPolicy"]
 
@@ -85,12 +86,12 @@ class TorchPolicy(Policy):
         items = dict.items(batch) if isinstance(batch, dict) else batch.items()
         for k, v in (kv for key, value in items for kv in _flat_items(key, value)):
             if isinstance(v, torch.Tensor):
-                cols[k] = v.to(self.device)
+                cols[k] = to_device(v, self.device) if v.device.type == "cpu" else v.to(self.device)
             elif type(v) is LazyView:
                 cols[k] = v.to_torch(self.device, bases)
             elif isinstance(v, np.ndarray) and v.dtype != object:
                 t = torch.from_numpy(v) if v.flags.writeable else torch.from_numpy(v.copy())
-                cols[k] = t.to(self.device)
+                cols[k] = to_device(t, self.device)
         seq_keys: Iterable[str] = getattr(batch, "seq_keys", frozenset())
         out = SampleBatch(cols, seq_keys=[k for k in seq_keys if k in cols])
         if getattr(batch, "_tracking", False):

@@ -3,10 +3,11 @@
 The buffer stores flat env steps in C++ circular storage, each observation
 once: ``new_obs`` is ``obs`` read at ``+1`` within a trajectory, and each
 trajectory piece's final observation is kept in one extra row after it.
-Samples are slices of trajectories (which ones: the buffer's sampler, e.g.
-`SliceSampler`) with any view (frame stacks, previous actions, ``new_obs``)
-built in C++ at sample time, without the GIL, into fresh arrays (zero copy
-to numpy and, with ``torch.from_numpy``, to torch).
+Samples are single steps or slices of trajectories (which ones: the
+buffer's sampler; by default `RandomSampler`, single transitions drawn
+uniformly; `SliceSampler` for slices) with any view (frame stacks, previous
+actions, ``new_obs``) built in C++ at sample time, without the GIL, into
+fresh arrays (zero copy to numpy and, with ``torch.from_numpy``, to torch).
 
 Trajectories: rows with the same ``traj_key`` value (default ``eps_id``,
 else ``traj_ids``) that sit next to each other in a batch form a piece; a
@@ -71,9 +72,14 @@ class ReplayBuffer:
             shape from the first batch; other batch columns are ignored, which
             is how views such as a stored frame stack are left out), or
             ``{name: (dtype, shape)}``.
-        views: ``{name: ViewRequirement}`` built by every `sample` besides the
-            stored columns (default: ``new_obs = obs@+1`` when batches carry
-            ``new_obs``).
+        views: ``{name: ViewRequirement or NStep}`` built by every `sample`
+            besides the stored columns, added to the default views
+            (``new_obs = obs@+1`` per ``next_obs`` entry, built when the added
+            batches carry ``new_obs``); a view named as a default one
+            replaces it.
+        default_views: ``False`` builds only ``views`` (the default
+            ``new_obs`` views left out; the final observations are still
+            stored while ``next_obs`` names them).
         next_obs: ``{obs column: its next column}`` (default
             ``{"obs": "new_obs"}``): the next column is not stored, only each
             piece's final observation.
@@ -94,10 +100,13 @@ class ReplayBuffer:
         columns: Iterable[str] | Mapping[str, Any] | None = None,
         views: Mapping[str, AnyView] | None = None,
         next_obs: Mapping[str, str] | None = None,
+        default_views: bool = True,
         storage: str = "memory",
         path: str | os.PathLike[str] | None = None,
     ) -> None:
         self._capacity = positive_int("capacity", capacity)
+        if not isinstance(default_views, (bool, np.bool_)):
+            raise TypeError(f"default_views must be a bool, got {type(default_views).__name__} {default_views!r}")
         if storage not in ("memory", "memmap"):
             raise ValueError(f"storage must be 'memory' or 'memmap', got {storage!r}")
         if storage == "memmap" and path is None:
@@ -142,7 +151,9 @@ class ReplayBuffer:
         self._views: dict[str, ViewRequirement] | None = None
         if views is not None:
             self._views, self._nsteps = schema.check_views(views)
-        self._default_views = views is None
+        #: Whether the default views (``new_obs = obs@+1``) are among ``_views`` (``default_views``; a dump of an
+        #: earlier trajview, whose given views replaced them, loads with False).
+        self._default_views = bool(default_views)
         self._impl: _core._Replay | None = None
         self._has_next = False
         #: The writer side: trajectory keys, open trajectories, synthetic ids.
@@ -162,9 +173,9 @@ class ReplayBuffer:
         self._impl = _core._Replay(self._capacity, schema.store_columns(self._specs, self._next_obs), self._make_rings())
         if self.sampler.prioritized:
             self._impl.enable_priorities(self.sampler.alpha, self.sampler.eps)  # type: ignore[attr-defined]
-        if self._views is None:
-            self._views = schema.default_views(self._next_obs, self._specs)
-        self._views = schema.expand_and_check(self._views, self._specs)
+        if self._default_views:  # the given views added to the defaults (a given name replaces its default)
+            self._views = {**schema.default_views(self._next_obs, self._specs), **(self._views or {})}
+        self._views = schema.expand_and_check(self._views or {}, self._specs)
 
     # -- writing -------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from .._extras import require
 from .._validate import positive_int
 from ..views import SampleBatch, concat_samples
 from . import wire
@@ -554,7 +555,7 @@ def ray_replay_buffer(capacity: int, *, ray_options: Mapping[str, Any] | None = 
     """A `ReplayBuffer` as a Ray actor: ``buf.add.remote(batch)`` from any worker of the cluster,
     ``ray.get(buf.sample.remote(256))`` in the learner. The actor runs one call at a time, so every batch is
     added whole. ``kwargs`` go to `ReplayBuffer`; ``ray_options`` to ``.options()``. Needs ``ray``."""
-    import ray
+    ray = require("ray", "ray_replay_buffer")
 
     actor = ray.remote(ReplayBuffer)
     if ray_options:

@@ -6,6 +6,7 @@ from .callbacks import Callbacks, Episode
 from .filter import Filter, MeanStdFilter, NoFilter, RunningStat
 from .worker import RolloutWorker
 from .replay_writing import ReplayWritingCallbacks
+from .runner import PolicyRunner
 from .worker_set import AsyncBatch, WorkerSet
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "Filter",
     "MeanStdFilter",
     "NoFilter",
+    "PolicyRunner",
     "ReplayWritingCallbacks",
     "RolloutWorker",
     "RunningStat",

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from .._extras import require
 from .worker import RolloutWorker
 
 __all__ = ["Backend", "ProcessBackend", "RayBackend", "ServedWorker", "WorkerFailed"]
@@ -109,15 +110,14 @@ class ServedWorker:
         if cmd in ("sample_with", "sample_with_metrics"):
             # Asynchronous sampling: the weights the learner set since the last sample, then one sample (with the
             # worker's metrics since the last report: "sample_with_metrics").
-            for policy_id, weights in arg:
-                w.policy_map[policy_id].set_weights(weights)
+            w.set_weights(dict(arg))
             batch = self._timed_sample(w)
             return (batch, self._metrics(w)) if cmd == "sample_with_metrics" else batch
         if cmd == "set_weights":
-            w.policy_map[arg[0]].set_weights(arg[1])
+            w.set_weights({arg[0]: arg[1]})
             return None
         if cmd == "get_weights":
-            return {pid: p.get_weights() for pid, p in w.policy_map.items()}
+            return w.get_weights()
         if cmd == "metrics":
             return self._metrics(w)
         if cmd == "get_filters":
@@ -415,10 +415,7 @@ class RayBackend(Backend):
     """
 
     def __init__(self, env_creator: Callable, policy: Any, worker_kwargs: dict, options: dict) -> None:
-        try:
-            import ray
-        except ImportError as e:
-            raise ImportError("WorkerSet(backend='ray') needs Ray: pip install 'ray>=2.9'") from e
+        ray = require("ray", "WorkerSet(backend='ray')")
         if not ray.is_initialized():
             ray.init()
         actor = ray.remote(ServedWorker)

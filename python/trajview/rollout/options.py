@@ -40,7 +40,8 @@ class MultiAgentEnvLike(Protocol):
 if TYPE_CHECKING:
     #: What an ``env_creator`` of a single-agent worker returns.
     SingleAgentEnv = Union["gym.Env[Any, Any]", "gym.vector.VectorEnv[Any, Any, Any]", VectorEnvAdapter]
-    SingleAgentEnvCreator = Callable[[dict[str, Any]], SingleAgentEnv]
+    #: ... or a registered gymnasium env id (``"CartPole-v1"``: ``gym.make(env_id, **env_config)``).
+    SingleAgentEnvCreator = Union[str, Callable[[dict[str, Any]], SingleAgentEnv]]
     #: What an ``env_creator`` of a multi-agent worker returns (first in the overloads: a ``ParallelEnv``
     #: subclass is typed as ``Any`` where PettingZoo has no type information, and must not pass as single-agent).
     MultiAgentEnvCreator = Callable[[dict[str, Any]], Union[MultiAgentEnvLike, MultiAgentEnvAdapter]]

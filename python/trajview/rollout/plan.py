@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,7 +60,7 @@ def view_snapshot(vrs: dict[str, ViewRequirement]) -> dict:
 
 def make_collector(
     policy: Policy, num_slots: int, config: RolloutConfig, first_eps_id: int, seq_twins: bool = False,
-    slots_per_env: int = 1,
+    slots_per_env: int = 1, inference_only: bool = False,
 ) -> Collector:
     """Runs the policy's view-pruning pass (once) and builds a collector of ``num_slots`` slots for its views.
 
@@ -68,6 +69,8 @@ def make_collector(
     step), from which a sampler that cuts a built segment inside a sequence gives the new sequence its first
     row (the multi-agent agent-step hold-back); the sampler drops the twins before anyone sees the batch.
     ``slots_per_env``: slots of one env (a multi-agent store's, one per agent): ``env_id`` names the env.
+    ``inference_only``: every view is built for compute actions only (``used_for_training=False`` on a copy; the
+    policy's own views are unchanged): a `PolicyRunner`'s store, whose batches are only built to free old rows.
     """
     policy._initialize_view_requirements()
     specs = policy.column_specs()
@@ -82,6 +85,9 @@ def make_collector(
                 )
             continue
         if col in specs or col in BOUNDARY_COLUMNS or leaf_names(col, specs):
+            if inference_only:
+                vr = copy.copy(vr)
+                vr.used_for_training = False
             views[key] = vr
             if seq_twins and vr.batch_repeat_value > 1 and vr.used_for_training:
                 views[SEQ_TWIN_PREFIX + key] = ViewRequirement(

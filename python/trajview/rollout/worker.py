@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, cast, overload
 
 from .._validate import positive_int
@@ -39,6 +39,8 @@ _CONFIG_ARGS = tuple(inspect.signature(RolloutConfig.validated).parameters)
 class RolloutWorker(Generic[BatchT]):
     """Collects experience from gymnasium or PettingZoo envs (docs/contract.md, Rollouts).
 
+    ``env_creator`` is a registered gymnasium env id (``"CartPole-v1"``:
+    ``gym.make(env_id, **env_config)``, as RLlib) or a callable;
     ``env_creator(env_config)`` returns a ``gymnasium.Env`` (the worker makes
     ``num_envs`` of them and steps them together), a
     ``gymnasium.vector.VectorEnv`` (any autoreset mode; its ``num_envs`` is
@@ -119,7 +121,7 @@ class RolloutWorker(Generic[BatchT]):
 
     def __init__(
         self,
-        env_creator: Callable[[dict], Any],
+        env_creator: str | Callable[[dict], Any],
         policy: Policy | type[Policy] | dict[str, Policy | type[Policy]],
         *,
         num_envs: int = 1,
@@ -277,6 +279,58 @@ class RolloutWorker(Generic[BatchT]):
 
     def get_policy(self, policy_id: str = DEFAULT_POLICY_ID) -> Policy:
         return self.policy_map[policy_id]
+
+    # -- RLlib's reach into the worker's envs and policies --------------------------
+
+    def sub_environments(self) -> list[Any]:
+        """The envs this worker steps, as the ``env_creator`` made them (RLlib's ``get_sub_environments``): the
+        list of gymnasium / PettingZoo / multi-agent envs; a gymnasium ``SyncVectorEnv``'s ``envs``; another
+        ``VectorEnv`` (async, envpool) or an `EnvAdapter` given as it is: that one object."""
+        base = self.adapter.base_env
+        if isinstance(base, list):
+            return list(base)
+        envs = getattr(base, "envs", None)
+        if isinstance(envs, (list, tuple)):
+            return list(envs)
+        return [base]
+
+    def foreach_env(self, func: Callable[[Any], Any]) -> list[Any]:
+        """``[func(env) for env in sub_environments()]`` (RLlib's ``foreach_env``)."""
+        return [func(env) for env in self.sub_environments()]
+
+    def foreach_policy(self, func: Callable[..., Any], **kwargs: Any) -> list[Any]:
+        """``[func(policy, policy_id, **kwargs) for each policy]`` (RLlib's ``foreach_policy``), in the order of
+        ``policy_map``."""
+        return [func(policy, pid, **kwargs) for pid, policy in self.policy_map.items()]
+
+    def get_weights(self, policies: Iterable[str] | None = None) -> dict[str, Any]:
+        """``{policy_id: policy.get_weights()}`` of ``policies`` (default: every policy), RLlib's ``get_weights``."""
+        ids = list(self.policy_map) if policies is None else list(policies)
+        self._check_policy_ids(ids, "get_weights")
+        return {pid: self.policy_map[pid].get_weights() for pid in ids}
+
+    def set_weights(self, weights: Mapping[str, Any]) -> None:
+        """Each policy ``policy_id`` in ``weights`` gets ``weights[policy_id]`` (`Policy.set_weights`; RLlib's
+        ``set_weights``); the others keep theirs. If a policy refuses its weights, the policies set before it get
+        their earlier weights back: the call changes nothing."""
+        if not isinstance(weights, Mapping):
+            raise TypeError(f"set_weights takes {{policy_id: weights}} (RLlib's), got {type(weights).__name__}")
+        self._check_policy_ids(list(weights), "set_weights")
+        done: list[tuple[str, Any]] = []
+        try:
+            for pid, w in weights.items():
+                before = self.policy_map[pid].get_weights()
+                self.policy_map[pid].set_weights(w)
+                done.append((pid, before))
+        except BaseException:
+            for pid, before in reversed(done):
+                self.policy_map[pid].set_weights(before)
+            raise
+
+    def _check_policy_ids(self, ids: list[str], what: str) -> None:
+        unknown = [pid for pid in ids if pid not in self.policy_map]
+        if unknown:
+            raise KeyError(f"{what}: no policy {unknown} in this worker (its policies: {list(self.policy_map)})")
 
     def stop(self) -> None:
         """Closes the envs."""

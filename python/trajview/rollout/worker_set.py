@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, cast, overload
 import numpy as np
 
 from .._validate import positive_int
+from ..envs.make import as_env_creator
 from ..errors import WorkerError
 from ..policy.policy import Policy
 from ..views import MultiAgentBatch, SampleBatch, concat_samples
@@ -27,16 +28,28 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trajview.rollout")
 
-__all__ = ["AsyncBatch", "WorkerSet"]
+__all__ = ["AsyncBatch", "WorkerSet", "worker_failure"]
 
 #: How long `WorkerSet.stop` waits for a worker to close its envs before it is killed.
 _STOP_TIMEOUT_S = 5.0
 
 
+def worker_failure(index: int, reason: str, detail: str, sample_timeout_s: float | None = None) -> str:
+    """What a failed rollout worker's `WorkerError` says (its ``failure``): worker ``index`` (1-based) ``died``
+    (``detail``: how), gave no answer within ``sample_timeout_s`` (``timeout``), or ``raised`` (``detail``: its
+    traceback). `WorkerSet` and ``trajview train``'s local backend say it alike."""
+    if reason == "died":
+        return f"rollout worker {index} died: {detail}"
+    if reason == "timeout":
+        return f"rollout worker {index} gave no answer within sample_timeout_s={sample_timeout_s:g} s (killed)"
+    return f"rollout worker {index} failed:\n{detail.rstrip()}"
+
+
 class WorkerSet(Generic[BatchT]):
     """``num_workers`` `RolloutWorker` s, each in a process of its own, sampled in parallel.
 
-    ``WorkerSet(env_creator, policy, num_workers=2, **worker_kwargs)`` builds
+    ``WorkerSet(env_creator, policy, num_workers=2, **worker_kwargs)`` (``env_creator`` a callable or a
+    registered gymnasium env id, as `RolloutWorker`'s) builds
     worker ``i`` (``1..num_workers``) as ``RolloutWorker(env_creator, policy,
     worker_index=i, **worker_kwargs)`` in its own process, so its ``eps_id`` s
     never collide with another worker's. ``sample()`` asks every worker for one
@@ -145,7 +158,7 @@ class WorkerSet(Generic[BatchT]):
 
     def __init__(
         self,
-        env_creator: Callable[[dict], Any],
+        env_creator: str | Callable[[dict], Any],
         policy: Policy | type[Policy] | dict,
         *,
         num_workers: int = 2,
@@ -172,6 +185,7 @@ class WorkerSet(Generic[BatchT]):
             or not (0 < sample_timeout_s < math.inf)
         ):
             raise ValueError(f"sample_timeout_s must be None or a number of seconds > 0, got {sample_timeout_s!r}")
+        env_creator = as_env_creator(env_creator)  # an env id: checked here, a picklable creator for the workers
         self.backend = backend
         self.recreate_failed_workers = bool(recreate_failed_workers)
         self.max_restarts = int(max_restarts)
@@ -333,12 +347,7 @@ class WorkerSet(Generic[BatchT]):
                     self._eps_next[i] = max(self._eps_next[i], n)
 
     def _error(self, i: int, f: WorkerFailed, hint: bool = True) -> WorkerError:
-        if f.reason == "died":
-            msg = f"rollout worker {i + 1} died: {f.detail}"
-        elif f.reason == "timeout":
-            msg = f"rollout worker {i + 1} gave no answer within sample_timeout_s={self.sample_timeout_s:g} s (killed)"
-        else:
-            msg = f"rollout worker {i + 1} failed:\n{f.detail.rstrip()}"
+        msg = worker_failure(i + 1, f.reason, f.detail, self.sample_timeout_s)
         note = ""
         if hint and not self.recreate_failed_workers:
             note = "(WorkerSet(..., recreate_failed_workers=True) replaces a failed worker and goes on)"

@@ -41,7 +41,13 @@ def __getattr__(name: str) -> Any:
     import importlib
 
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        from .._extras import missing
+
+        try:
+            module = importlib.import_module(_LAZY[name])
+        except ImportError as e:
+            raise missing(e, f"trajview.train.{name}", extra="train")  # chained to e
+        return getattr(module, name)
     from .._compat import renamed
 
     return renamed(__name__, name)  # a deprecated name (warns), or AttributeError

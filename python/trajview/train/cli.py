@@ -1,4 +1,4 @@
-"""``trajview``: the command line (``trajview train``, ``trajview report``)."""
+"""``trajview``: the command line (``trajview train``, ``evaluate``, ``export``, ``report``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .._extras import extra_hint, install_hint
 from ..errors import WorkerError
-from .config import MODEL_PRESETS, TrainConfig
+from ..algorithms.schedules import SCHEDULES
+from .config import DEVICES, MODEL_PRESETS, TrainConfig
 from .metrics import read_metrics
 
 __all__ = ["main", "build_parser"]
@@ -54,6 +56,16 @@ def _stop_reward(text: str) -> float | None:
         raise argparse.ArgumentTypeError(f"expected a number or 'none', got {text!r}") from None
     if not math.isfinite(v):
         raise argparse.ArgumentTypeError(f"expected a finite number or 'none', got {text!r}")
+    return v
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}")
     return v
 
 
@@ -141,6 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--clip-param", type=float, default=None,
                    help=f"PPO's ratio clip, > 0; default: {d.clip_param}%(default).0s")
     t.add_argument("--vf-loss-coeff", type=float, default=None, help=PRESET_HELP % d.vf_loss_coeff)
+    for flag, what in (("--lr-schedule", "--lr"), ("--clip-schedule", "--clip-param"),
+                       ("--entropy-schedule", "--entropy-coeff")):
+        t.add_argument(flag, choices=SCHEDULES, default=None,
+                       help=f"{what} over the run: constant, or linear from it to zero at --timesteps env steps, as "
+                            f"Stable-Baselines3's linear_schedule (the value of each update from the env steps "
+                            f"sampled so far, its batch included; kept by --resume); default: constant%(default).0s")
     t.add_argument("--grad-clip", type=float, default=None,
                    help="global gradient norm clip (<= 0: none); " + PRESET_HELP % d.grad_clip)
     t.add_argument("--stop-reward", type=_stop_reward, default=d.stop_reward,
@@ -156,11 +174,49 @@ def build_parser() -> argparse.ArgumentParser:
                    "TensorBoard event files in --out/tensorboard (needs the tensorboard package); repeat to combine, "
                    "e.g. --logger jsonl --logger tensorboard. --metrics-format is the old name")
     t.add_argument("--threads", type=int, default=d.threads, help="torch intra-op threads")
+    t.add_argument("--device", choices=DEVICES, default=None,
+                   help="where the learner trains: cpu, cuda, or auto (cuda where torch sees a device). The "
+                        "rollout workers act on the CPU (a copy of the policy, its weights synced after each "
+                        "update); checkpoints hold CPU tensors, so a run resumes on either (with --resume: this "
+                        "session's device, default the run's). default: cpu")
     t.add_argument("--resume", action="store_true",
-                   help="continue the run in --out from its checkpoint (its settings; --timesteps may be raised)")
+                   help="continue the run in --out from its checkpoint (its settings; --timesteps may be raised, "
+                        "above the env steps the checkpoint holds)")
     t.add_argument("--no-progress", action="store_true", help="log a line per iteration instead of a progress bar")
     t.add_argument("--traceback", action="store_true",
                    help="on a setup error (bad env id, module or space), raise with the traceback instead of one line")
+
+    e = sub.add_parser(
+        "evaluate", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="a trained policy's mean/std return and episode length over N episodes",
+        description="Loads a run folder (what `trajview train --out` wrote) or its checkpoint folder, rebuilds the "
+                    "run's env and policy from its settings, runs N episodes and prints a table of the return's and "
+                    "the episode length's mean and std.")
+    e.add_argument("run", metavar="RUN_OR_CHECKPOINT", help="a run folder or its checkpoint/ folder")
+    e.add_argument("--episodes", type=_positive_int, default=10, help="episodes to run")
+    e.add_argument("--explore", action="store_true",
+                   help="sample actions as in training (PPO: from the action distribution; DQN: epsilon-greedy with "
+                        "the checkpoint's epsilon) instead of the deterministic ones")
+    e.add_argument("--seed", type=int, default=0, help="the envs' seed")
+    e.add_argument("--video", default=None, metavar="DIR",
+                   help="record each episode into DIR with gymnasium's RecordVideo (the env made with "
+                        "render_mode='rgb_array'; needs moviepy: pip install 'trajview[video]')")
+    e.add_argument("--traceback", action="store_true", help="on an error, raise with the traceback instead of one line")
+
+    x = sub.add_parser(
+        "export", help="a trained policy's acting network and view spec as one TorchScript or ONNX file",
+        description="Writes the deterministic acting step of a run's policy (what it reads to act, after the "
+                    "view-pruning pass, in; the action and the recurrent state out) with its view spec (JSON: "
+                    "which columns, shifts, shapes and dtypes each input reads) into one file; "
+                    "examples/serve_exported.py acts from it without trajview.")
+    x.add_argument("run", metavar="RUN_OR_CHECKPOINT", help="a run folder or its checkpoint/ folder")
+    x.add_argument("--format", dest="fmt", choices=("torchscript", "onnx"), default="torchscript",
+                   help="torchscript (torch.jit.load; the spec in the extra file view_spec.json) or onnx "
+                        "(onnxruntime; the spec in the model's metadata 'view_spec'; needs pip install "
+                        "'trajview[export]'). default: torchscript")
+    x.add_argument("--out", default=None, metavar="FILE",
+                   help="where to write it (default: RUN/policy.pt, or RUN/policy.onnx)")
+    x.add_argument("--traceback", action="store_true", help="on an error, raise with the traceback instead of one line")
 
     r = sub.add_parser("report", help="a markdown table of runs: env steps and time to the stop reward")
     r.add_argument("runs", nargs="+", help="run directories")
@@ -186,6 +242,10 @@ def _worker_failure(e: WorkerError, trainer: Any, config: Any) -> str:
     if e.restarts_used_up:
         where += (f"; all {config.max_worker_restarts} worker restarts allowed are used up: raise "
                   f"--max-worker-restarts for more")
+    elif config is not None and not hasattr(config, "backend"):
+        pass  # DQN: one worker in the trainer's process, never replaced
+    elif config is not None and config.backend == "local":
+        where += "; --backend process --recreate-failed-workers replaces a failed worker and goes on"
     elif config is None or not config.recreate_failed_workers:
         where += "; --recreate-failed-workers replaces a failed worker and goes on"
     return f"trajview train: error: {msg}\n{where}"
@@ -200,7 +260,8 @@ PPO_ONLY = (("--workers", "workers"), ("--backend", "backend"), ("--async", "asy
             ("--train-batch-size", "train_batch_size"), ("--minibatch-size", "minibatch_size"),
             ("--num-sgd-iter", "num_sgd_iter"), ("--entropy-coeff", "entropy_coeff"), ("--lambda", "lambda_"),
             ("--clip-param", "clip_param"), ("--vf-loss-coeff", "vf_loss_coeff"), ("--grad-clip", "grad_clip"),
-            ("--model-config", "model_config"))
+            ("--lr-schedule", "lr_schedule"), ("--clip-schedule", "clip_schedule"),
+            ("--entropy-schedule", "entropy_schedule"), ("--model-config", "model_config"))
 
 
 def _given(args: argparse.Namespace, parser_defaults: dict, dests: tuple[tuple[str, str], ...]) -> list[str]:
@@ -238,12 +299,16 @@ def _ppo_config(args: argparse.Namespace, out: str, metrics_format: str, tensorb
         vf_loss_coeff=args.vf_loss_coeff,
         grad_clip=args.grad_clip,  # None: the preset's; <= 0: none
         entropy_coeff=args.entropy_coeff,
+        lr_schedule=args.lr_schedule or d.lr_schedule,
+        clip_schedule=args.clip_schedule or d.clip_schedule,
+        entropy_schedule=args.entropy_schedule or d.entropy_schedule,
         stop_reward=args.stop_reward,
         model_config=args.model_config or {},
         out_dir=out,
         metrics_format=metrics_format,
         tensorboard=tensorboard,
         threads=args.threads,
+        device=args.device or d.device,
     )
 
 
@@ -262,6 +327,8 @@ def _resumed_ppo_config(args: argparse.Namespace, ck: Any, out: str) -> TrainCon
         saved["max_worker_restarts"] = args.max_worker_restarts
     if args.sample_timeout_s is not None:
         saved["sample_timeout_s"] = args.sample_timeout_s
+    if args.device is not None:  # where this session trains (a GPU run may resume on a CPU, and the other way)
+        saved["device"] = args.device
     return config_from(TrainConfig, ck, out, _timesteps_given(args), saved)
 
 
@@ -269,16 +336,21 @@ def _timesteps_given(args: argparse.Namespace) -> int | None:
     return None if args.timesteps == TrainConfig.timesteps else args.timesteps
 
 
+def _train_extra_missing(command: str) -> bool:
+    """Prints what ``trajview <command>`` needs and how to install it when the ``train`` extra is missing."""
+    missing = _missing(TRAIN_EXTRA)
+    if missing:
+        print(f"trajview {command} needs {', '.join(missing)}: {extra_hint('train')}", file=sys.stderr)
+    return bool(missing)
+
+
 def _train(args: argparse.Namespace) -> int:
     metrics_format, tensorboard = _loggers(args.loggers)
-    missing = _missing(TRAIN_EXTRA + (("tensorboard",) if tensorboard else ()))
-    if missing == ["tensorboard"]:
-        print("trajview train --logger tensorboard needs the tensorboard package: pip install 'trajview[tensorboard]'",
-              file=sys.stderr)
+    if _train_extra_missing("train"):
         return 1
-    if missing:
-        print(f"trajview train needs {', '.join(missing)}: pip install 'trajview[train]' "
-              "(torch's CPU build first: pip install torch==2.13.0)", file=sys.stderr)
+    if tensorboard and _missing(("tensorboard",)):
+        print(f"trajview train --logger tensorboard needs the tensorboard package: {install_hint('tensorboard')}",
+              file=sys.stderr)
         return 1
     from ..errors import FileIntegrityError
     from .loop import on_sigterm
@@ -313,7 +385,13 @@ def _train(args: argparse.Namespace) -> int:
                       f"DQNConfig's settings; {', '.join(ppo_only)} {'is' if len(ppo_only) == 1 else 'are'} "
                       f"PPO's, got {' '.join(ppo_only)}", file=sys.stderr)
                 return 2
-        return _run(args, algo, out, folder.checkpoint, metrics_format, tensorboard)
+        ck, given = folder.checkpoint, _timesteps_given(args)
+        if ck is not None and given is not None and given <= ck.counters["env_steps"]:
+            print(f"trajview train: error: --resume --timesteps {given}: the run in {out} already has "
+                  f"{ck.counters['env_steps']} env steps (its checkpoint holds iteration {ck.counters['iteration']}); "
+                  f"give --timesteps above {ck.counters['env_steps']} to continue it", file=sys.stderr)
+            return 2
+        return _run(args, algo, out, ck, metrics_format, tensorboard)
     except FileIntegrityError as e:  # a damaged file met after the start (the metrics, read by the summary)
         if args.traceback:
             raise
@@ -392,6 +470,81 @@ def _run(args: argparse.Namespace, algo: str, out: str, ck: Any, metrics_format:
     return 0
 
 
+def _load_trained(command: str, args: argparse.Namespace) -> Any:
+    """The trained policy of ``args.run`` (`trajview.train.saved.load_trained`), or the exit code after one line
+    on stderr: 2 for a path without a checkpoint, a damaged checkpoint or an env that cannot be made here."""
+    import gymnasium as gym
+
+    from ..errors import FileIntegrityError
+    from .runs import damaged_advice
+    from .saved import SavedRunError, checkpoint_folder, load_trained
+
+    try:
+        return load_trained(args.run)
+    except (SavedRunError, FileIntegrityError, ValueError, TypeError, ImportError, NotImplementedError,
+            gym.error.Error) as e:
+        if args.traceback:
+            raise
+        if isinstance(e, FileIntegrityError):
+            msg = damaged_advice(e, checkpoint_folder(args.run)[1])
+        else:
+            msg = _one_line(e)
+        print(f"trajview {command}: error: {msg}", file=sys.stderr)
+        return 2
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    if _train_extra_missing("evaluate"):
+        return 1
+    import gymnasium as gym
+
+    from .evaluate import EvaluateError, evaluate, evaluation_table
+
+    trained = _load_trained("evaluate", args)
+    if isinstance(trained, int):
+        return trained
+    try:
+        ev = evaluate(trained, args.episodes, args.explore, args.seed, args.video)
+    except (EvaluateError, ValueError, TypeError, gym.error.Error) as e:
+        if args.traceback:
+            raise
+        print(f"trajview evaluate: error: {_one_line(e)}", file=sys.stderr)
+        return 2
+    print(evaluation_table(args.run, trained, ev, args.explore))
+    if ev.videos:
+        print(f"videos: {', '.join(ev.videos)}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    if _train_extra_missing("export"):
+        return 1
+    from .export import ExportError, export_policy
+    from .saved import checkpoint_folder
+
+    trained = _load_trained("export", args)
+    if isinstance(trained, int):
+        return trained
+    out = Path(args.out) if args.out else checkpoint_folder(args.run)[1] / (
+        "policy.onnx" if args.fmt == "onnx" else "policy.pt")
+    try:
+        if out.is_dir():
+            raise ExportError(f"--out {out} is a folder: give the file to write")
+        spec = export_policy(trained.policy, out, args.fmt, algo=trained.algo, env=trained.config.env,
+                             model=trained.config.model, iteration=trained.counters["iteration"],
+                             env_steps=trained.counters["env_steps"])
+    except (ExportError, OSError) as e:
+        if args.traceback:
+            raise
+        print(f"trajview export: error: {_one_line(e)}", file=sys.stderr)
+        return 2
+    views = ", ".join(f"{i['name']} ({i['column']} at {i['shift'][0]}..{i['shift'][-1]}, {i['dtype']} "
+                      f"{tuple(i['shape'])})" for i in spec["inputs"])
+    print(f"wrote {out} ({args.fmt}): {trained.algo} {trained.config.model} on {trained.config.env}; inputs: {views}; "
+          f"outputs: {', '.join(o['name'] for o in spec['outputs'])}")
+    return 0
+
+
 def _report(args: argparse.Namespace) -> int:
     from .._io import read_json
     from ..errors import FileIntegrityError
@@ -430,6 +583,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "train":
         return _train(args)
+    if args.command == "evaluate":
+        return _evaluate(args)
+    if args.command == "export":
+        return _export(args)
     return _report(args)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .._validate import boolean, finite_number, int_at_least
+from ..algorithms.schedules import SCHEDULED, check_schedule
 
 __all__ = ["RunConfig", "TrainConfig", "MODEL_PRESETS", "IMAGE_MODEL_PRESETS", "PRESET_KEYS", "BACKENDS", "FLAGS",
            "setting", "check_common"]
@@ -57,9 +58,14 @@ FLAGS = {
     "train_batch_size": "--train-batch-size", "sgd_minibatch_size": "--minibatch-size",
     "num_sgd_iter": "--num-sgd-iter", "lr": "--lr", "gamma": "--gamma", "lambda_": "--lambda",
     "clip_param": "--clip-param", "vf_loss_coeff": "--vf-loss-coeff", "entropy_coeff": "--entropy-coeff",
-    "grad_clip": "--grad-clip", "stop_reward": "--stop-reward", "model_config": "--model-config", "out_dir": "--out",
-    "metrics_format": "--logger", "threads": "--threads",
+    "grad_clip": "--grad-clip", "lr_schedule": "--lr-schedule", "clip_schedule": "--clip-schedule",
+    "entropy_schedule": "--entropy-schedule", "stop_reward": "--stop-reward", "model_config": "--model-config",
+    "out_dir": "--out",
+    "metrics_format": "--logger", "threads": "--threads", "device": "--device",
 }
+
+#: Where the learner's networks live (--device): "auto" is CUDA where torch sees a device, else the CPU.
+DEVICES = ("cpu", "cuda", "auto")
 
 #: The largest seed: numpy's seeding takes 32-bit seeds.
 MAX_SEED = 2**32 - 1
@@ -82,6 +88,8 @@ def check_common(c: Any) -> None:
     int_at_least(setting("seed"), c.seed, 0, MAX_SEED)
     int_at_least(setting("timesteps"), c.timesteps, 1)
     int_at_least(setting("threads"), c.threads, 1)
+    if c.device not in DEVICES:
+        raise ValueError(f"{setting('device')} must be one of {', '.join(DEVICES)}, got {c.device!r}")
     int_at_least(setting("smoothing_episodes"), c.smoothing_episodes, 1)
     finite_number(setting("lr"), c.lr, 0, lo_open=True)
     finite_number(setting("gamma"), c.gamma, 0, 1)
@@ -108,9 +116,24 @@ class RunConfig:
     out_dir: str
     metrics_format: str
     threads: int
+    device: str
 
     def __post_init__(self) -> None:
         check_common(self)
+
+    def resolved_device(self) -> str:
+        """The device the learner trains on: `device` with "auto" resolved; ValueError naming ``--device``
+        when it asks for CUDA and torch sees none (a run trained on a GPU resumes on a CPU with --device cpu:
+        checkpoints hold CPU tensors)."""
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+        if self.device == "auto":
+            return "cuda" if has_cuda else "cpu"
+        if self.device == "cuda" and not has_cuda:
+            raise ValueError(f"{setting('device')}: cuda asked for, but torch sees no CUDA device here "
+                             f"(torch {torch.__version__}, torch.cuda.is_available() is False): use cpu or auto")
+        return self.device
 
     @property
     def metrics_path(self) -> Path:
@@ -164,6 +187,11 @@ class TrainConfig(RunConfig):
     clip_param: float = 0.2
     vf_loss_coeff: float = 0.5
     entropy_coeff: float = 0.0
+    #: The schedules of lr, clip_param and entropy_coeff over the run's ``timesteps`` env steps
+    #: (`trajview.algorithms.schedules`): "constant", or "linear" from the value to zero (SB3's linear_schedule).
+    lr_schedule: str = "constant"
+    clip_schedule: str = "constant"
+    entropy_schedule: str = "constant"
     grad_clip: float | None = 0.5
     #: PPOPolicy's "adam_fused" (torch's fused Adam; the memory models' presets).
     adam_fused: bool = False
@@ -175,6 +203,8 @@ class TrainConfig(RunConfig):
     #: Also write TensorBoard event files to ``<out_dir>/tensorboard`` (``--logger tensorboard``).
     tensorboard: bool = False
     threads: int = 1
+    #: The learner's device (`DEVICES`); acting stays on the CPU (small batches: a CPU copy with synced weights).
+    device: str = "cpu"
 
     @classmethod
     def with_model_presets(cls, **given: Any) -> "TrainConfig":
@@ -199,6 +229,8 @@ class TrainConfig(RunConfig):
         finite_number(setting("clip_param"), self.clip_param, 0, lo_open=True)
         finite_number(setting("vf_loss_coeff"), self.vf_loss_coeff, 0)
         finite_number(setting("entropy_coeff"), self.entropy_coeff, 0)
+        for name in SCHEDULED.values():
+            check_schedule(setting(name), getattr(self, name))
         if self.grad_clip is not None:
             finite_number(setting("grad_clip"), self.grad_clip, 0, lo_open=True)  # None: no clip
         for name in ("adam_fused", "tensorboard"):
@@ -268,6 +300,7 @@ class TrainConfig(RunConfig):
             "clip_param": self.clip_param,
             "vf_loss_coeff": self.vf_loss_coeff,
             "entropy_coeff": self.entropy_coeff,
+            **{name: getattr(self, name) for name in SCHEDULED.values()},
             "num_sgd_iter": self.num_sgd_iter,
             "sgd_minibatch_size": self.sgd_minibatch_size,
             "grad_clip": self.grad_clip,

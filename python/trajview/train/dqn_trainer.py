@@ -31,8 +31,9 @@ from .loop import RunCounters, run_loop, summarize
 from .config import RunConfig, setting
 from .metrics import append_metrics
 from .runs import config_from
+from .sampling import sample_in_process
 
-__all__ = ["DQNConfig", "DQNTrainer", "REPLAY_PREFIX", "dqn_config"]
+__all__ = ["DQNConfig", "DQNTrainer", "REPLAY_PREFIX", "dqn_config", "dqn_policy", "load_dqn_policy"]
 
 log = logging.getLogger("trajview.train")
 
@@ -72,6 +73,8 @@ class DQNConfig(RunConfig):
     out_dir: str = "runs/dqn"
     metrics_format: str = "csv"
     threads: int = 1
+    #: The learner's device (`DEVICES`); acting stays on the CPU (small batches: a CPU copy with synced weights).
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -92,7 +95,32 @@ class DQNConfig(RunConfig):
 
     def policy_config(self) -> dict:
         return {"num_frames": self.num_frames, "hidden": self.hidden, "dueling": self.dueling, "lr": self.lr,
-                "gamma": self.gamma, "target_update_interval": self.target_update_interval, "seed": self.seed}
+                "gamma": self.gamma, "target_update_interval": self.target_update_interval, "seed": self.seed,
+                "device": self.resolved_device()}
+
+
+def dqn_policy(config: DQNConfig) -> DQNPolicy:
+    """The run's `DQNPolicy`, freshly initialized, for the spaces of ``config.env`` (made once)."""
+    probe = gym.make(config.env)
+    try:
+        return DQNPolicy(probe.observation_space, probe.action_space, config.policy_config())
+    finally:
+        probe.close()
+
+
+def load_dqn_policy(policy: DQNPolicy, ck: Checkpoint) -> dict:
+    """Loads a DQN checkpoint's networks, optimizer, epsilon, gradient steps and exploration RNG into ``policy``
+    (`FileIntegrityError` naming the file for a state that is missing or does not fit); returns the checkpoint's
+    ``extra``, checked."""
+    extra = ck.extra
+    resumes, pol = extra.get("resumes"), extra.get("policy")
+    if (isinstance(resumes, bool) or not isinstance(resumes, int) or resumes < 0 or not isinstance(pol, dict)
+            or not isinstance(pol.get("rng"), dict)):
+        raise FileIntegrityError(ck.manifest_path, f"'extra' must hold 'resumes' (an int >= 0) and 'policy' "
+                                                   f"(epsilon, grad_steps, rng), got {extra!r:.200}")
+    tensors = {k: tensor_state(ck, k) for k in ("q", "target", "optimizer")}
+    fitting(ck, "the policy's state", lambda: policy.set_state({**tensors, **pol}))
+    return extra
 
 
 class DQNTrainer(RunCounters):
@@ -104,13 +132,12 @@ class DQNTrainer(RunCounters):
         self._out_ready = False
         self.start_counters(c.seed, c.threads, c.smoothing_episodes)
         self.resumes = 0
-        probe = gym.make(c.env)
-        self.policy = DQNPolicy(probe.observation_space, probe.action_space, c.policy_config())
-        probe.close()
+        self.policy = dqn_policy(c)
         sampler: Sampler = (PrioritizedSampler(None, c.per_alpha, c.per_beta, seed=c.seed) if c.prioritized
                             else RandomSampler(seed=c.seed))
         # Each observation is stored once; the stacks are views built at sample time.
-        self.buffer = ReplayBuffer(c.buffer_size, sampler=sampler, views=self.policy.replay_views())
+        self.buffer = ReplayBuffer(c.buffer_size, sampler=sampler, views=self.policy.replay_views(),
+                                   default_views=False)  # next_stack holds what new_obs would
         if resume:
             self._restore(self.load_checkpoint("dqn"))
         #: The iteration this process started from (0, or the checkpoint's on resume).
@@ -125,14 +152,7 @@ class DQNTrainer(RunCounters):
     def _restore(self, ck: Checkpoint) -> None:
         """The policy (networks and optimizer from ``weights.pt``; epsilon, gradient steps and the exploration RNG
         from the manifest), the replay buffer (its files, checked) and the counters of a checkpoint."""
-        extra = ck.extra
-        resumes, pol = extra.get("resumes"), extra.get("policy")
-        if (isinstance(resumes, bool) or not isinstance(resumes, int) or resumes < 0 or not isinstance(pol, dict)
-                or not isinstance(pol.get("rng"), dict)):
-            raise FileIntegrityError(ck.manifest_path, f"'extra' must hold 'resumes' (an int >= 0) and 'policy' "
-                                                       f"(epsilon, grad_steps, rng), got {extra!r:.200}")
-        tensors = {k: tensor_state(ck, k) for k in ("q", "target", "optimizer")}
-        fitting(ck, "the policy's state", lambda: self.policy.set_state({**tensors, **pol}))
+        resumes = load_dqn_policy(self.policy, ck)["resumes"]
         replay = ck.manifest.meta.get("replay")
         load_parts(self.buffer, ck.manifest, replay, REPLAY_PREFIX)
         self.restore_counters(ck)  # and the metrics rows written after the checkpoint go
@@ -148,9 +168,11 @@ class DQNTrainer(RunCounters):
         t0 = time.perf_counter()
         stats: dict[str, list[float]] = {"td_loss": [], "q_mean": []}
         steps = 0
-        while steps < c.iteration_steps:
+        # An iteration ends at iteration_steps, or at the run's timesteps: the budget is kept within one sample
+        # (envs x rollout_fragment_length env steps).
+        while steps < c.iteration_steps and self.env_steps < c.timesteps:
             self.policy.epsilon = self._epsilon()
-            batch = cast(SampleBatch, self.worker.sample())
+            batch = cast(SampleBatch, sample_in_process(self.worker, 1))
             self.buffer.add(batch)
             steps += len(batch)
             self.env_steps += len(batch)
@@ -185,7 +207,7 @@ class DQNTrainer(RunCounters):
             if not self.resume:
                 atomic_write(Path(c.out_dir) / "config.json", json.dumps(dataclasses.asdict(c), indent=2).encode())
             self._out_ready = True
-        append_metrics(c.metrics_path, row, c.metrics_format)
+        append_metrics(c.metrics_path, row, c.metrics_format, sync=False)
         return row
 
     def done(self) -> bool:
@@ -225,9 +247,11 @@ def dqn_config(args: argparse.Namespace, ck: Checkpoint | None, out: str, metric
     shared options that apply (env, seed, timesteps, lr and gamma when given, stop reward, out, metrics format,
     threads) over `DQNConfig`'s defaults."""
     if ck is not None:
-        return config_from(DQNConfig, ck, out, timesteps)
+        return config_from(DQNConfig, ck, out, timesteps, {"device": args.device} if args.device else None)
     kw = dict(env=args.env, seed=args.seed, timesteps=args.timesteps, out_dir=out, metrics_format=metrics_format,
               threads=args.threads, stop_reward=args.stop_reward)  # a number, or None ('none': never)
+    if args.device is not None:
+        kw["device"] = args.device
     for name in ("lr", "gamma"):
         if getattr(args, name) is not None:
             kw[name] = getattr(args, name)

@@ -5,6 +5,7 @@ learning-curve plot), and what a run stopped early (Ctrl-C, SIGTERM, a failed wo
 from __future__ import annotations
 
 import dataclasses
+import os
 import logging
 import math
 import signal
@@ -18,6 +19,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from .._extras import require
+from .._io import fsync_file
 from ..errors import FileIntegrityError
 from .checkpoint import Checkpoint, fitting, has_checkpoint, prepare_checkpoint, read_checkpoint, tensor_state
 from .metrics import plot_learning_curve, read_metrics, truncate_metrics
@@ -93,9 +96,16 @@ class RunCounters:
         state is taken now (serialized: ``files`` must not change after) and written by a thread while the run goes
         on (its fsyncs off the iteration's path); `wait_checkpoint` waits for it, and the next commit first."""
         self.wait_checkpoint()
-        commit = prepare_checkpoint(self.config.checkpoint_path, algo, dataclasses.asdict(self.config),
-                                    self.counters_state(), {**weights, "torch_rng": torch.get_rng_state()}, extra,
-                                    files, extra_meta)
+        commit_folder = prepare_checkpoint(self.config.checkpoint_path, algo, dataclasses.asdict(self.config),
+                                           self.counters_state(), {**weights, "torch_rng": torch.get_rng_state()},
+                                           extra, files, extra_meta)
+        metrics = self.config.metrics_path
+
+        def commit() -> None:  # the metrics rows this checkpoint covers (appended unsynced) durable before it
+            if os.path.exists(metrics):
+                fsync_file(metrics)
+            commit_folder()
+
         at = (self.iteration, self.env_steps)
         if not background:
             commit()
@@ -182,7 +192,7 @@ def run_loop(
     """Iterations until ``run.done()``, a checkpoint after each (written while the next iteration runs, where the
     trainer can: `RunCounters.commit_checkpoint`; waited for before the loop ends, however it ends); a progress
     bar (or, without, ``log_line(row)`` logged per iteration); ``close()`` at the end, whatever happened."""
-    from tqdm import tqdm
+    tqdm = require("tqdm", "a training run's progress bar").tqdm
 
     c = run.config
     bar = tqdm(total=c.timesteps, initial=min(run.env_steps, c.timesteps), unit="step", disable=not progress,

@@ -12,6 +12,7 @@ import json
 import math
 from pathlib import Path
 
+from .._extras import require
 from .._io import append_line, atomic_write, read_lines
 from ..errors import FileIntegrityError
 
@@ -44,6 +45,11 @@ METRIC_FIELDS = [
     "stale_batches_dropped",
     # Failed rollout workers replaced so far in this trainer session (--recreate-failed-workers).
     "worker_restarts",
+    # The values of the scheduled settings (--lr-schedule, --clip-schedule, --entropy-schedule) in the iteration's
+    # update (PPO).
+    "lr",
+    "clip_param",
+    "entropy_coeff",
 ]
 
 
@@ -73,20 +79,22 @@ def _csv_header(path: Path) -> list[str] | None:
         raise FileIntegrityError(path, f"line 1 (the header) is not UTF-8 text ({e})") from None
 
 
-def append_metrics(path: str | Path, row: dict, metrics_format: str = "csv") -> None:
+def append_metrics(path: str | Path, row: dict, metrics_format: str = "csv", sync: bool = True) -> None:
     """Appends one row to the metrics file at ``path`` (``"csv"``: with a header if the file is new; ``"jsonl"``),
-    fsynced (`trajview._io.append_line`): a run killed mid-write leaves at most a partial last line, which
-    `read_metrics` drops. A CSV file's first row is written with its header atomically."""
+    fsynced unless ``sync`` is False (`trajview._io.append_line`; a run's rows are fsynced with the checkpoint
+    that covers them, `RunCounters.commit_checkpoint`, and rows past it are dropped on ``--resume``): a run
+    killed mid-write leaves at most a partial last line, which `read_metrics` drops. A CSV file's first row is
+    written with its header atomically."""
     path = Path(path)
     if metrics_format == "jsonl":
-        append_line(path, json.dumps(row))
+        append_line(path, json.dumps(row), sync)
         return
     fields = _csv_header(path)  # a resumed run's file keeps its own columns (those of the trajview that started it)
     if not fields:  # a new file (or only a partial header: a run killed while writing it)
         atomic_write(path, (_csv_line(METRIC_FIELDS) + "\n"
                             + _csv_line([row.get(k, "") for k in METRIC_FIELDS]) + "\n").encode())
         return
-    append_line(path, _csv_line([row.get(k, "") for k in fields]))
+    append_line(path, _csv_line([row.get(k, "") for k in fields]), sync)
 
 
 def _number(v: str, path: Path, where: str) -> float | int:
@@ -170,7 +178,7 @@ def read_metrics(path: str | Path) -> list[dict]:
 
 def plot_learning_curve(rows: list[dict], path: str | Path, title: str, stop_reward: float | None = None) -> None:
     """Mean episode return against env steps, as a PNG."""
-    import matplotlib
+    matplotlib = require("matplotlib", "the learning-curve plot")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -27,19 +27,22 @@ import math
 import os
 import socket
 import time
+import traceback
 from typing import Any
 
 import numpy as np
 
+from .._extras import require
 from ..policy.policy import Policy
 from ..rollout.worker import RolloutWorker
-from ..rollout.worker_set import WorkerSet
+from ..errors import WorkerError
+from ..rollout.worker_set import WorkerSet, worker_failure
 from ..views import SampleBatch, concat_samples
 from .config import TrainConfig
 
 log = logging.getLogger("trajview.train")
 
-__all__ = ["Sampled", "LocalRollouts", "ParallelRollouts", "make_rollouts", "check_ray_address"]
+__all__ = ["Sampled", "LocalRollouts", "ParallelRollouts", "make_rollouts", "check_ray_address", "sample_in_process"]
 
 
 @dataclasses.dataclass
@@ -71,6 +74,17 @@ def _timing(metrics: dict, timing: dict[int, tuple[int, float]], index: int) -> 
         timing[index] = (s0 + int(steps), t0 + float(secs))
 
 
+def sample_in_process(worker: RolloutWorker[Any], index: int) -> Any:
+    """``worker.sample()`` of a worker in the trainer's process (the local backend's, DQN's); whatever it raises
+    (the env, the policy) becomes the `WorkerError` a worker process's failure is (`worker_failure`: "rollout
+    worker ``index`` failed:" and the traceback), so that ``trajview train`` says it alike."""
+    try:
+        return worker.sample()
+    except Exception as e:
+        tb = traceback.format_exc()
+        raise WorkerError(worker_failure(index, "raised", tb), worker_index=index, reason="raised", detail=tb) from e
+
+
 class LocalRollouts:
     """``config.workers`` `RolloutWorker` s in this process, sampled in turn, acting with the learner's policy."""
 
@@ -94,7 +108,7 @@ class LocalRollouts:
         timing: dict[int, tuple[int, float]] = {}
         for i, w in enumerate(self.workers):
             t0 = time.perf_counter()
-            b = w.sample()
+            b = sample_in_process(w, i + 1)
             timing[i + 1] = (len(b), time.perf_counter() - t0)
             batches.append(b)
         for w in self.workers:
@@ -109,8 +123,15 @@ class LocalRollouts:
     worker_restarts = 0
 
     def sync_weights(self, policy: Policy) -> tuple[int, float]:
-        """Nothing to send: the workers act with the learner's policy object itself."""
-        return 0, 0.0
+        """Nothing to send when the workers act with the learner's policy object itself; else (the learner on
+        another device) its weights copied into the workers' CPU policy: the bytes and the seconds it took."""
+        acting = self.workers[0].policy
+        if acting is policy:
+            return 0, 0.0
+        t0 = time.perf_counter()
+        weights = policy.get_weights()
+        acting.set_weights(weights)
+        return sum(int(np.asarray(v).nbytes) for v in weights.values()), time.perf_counter() - t0
 
     def stop(self) -> None:
         for w in self.workers:
@@ -214,10 +235,7 @@ class ParallelRollouts:
         self._started_ray = False
         ray_options: dict[str, Any] = {}
         if config.backend == "ray":
-            try:
-                import ray
-            except ImportError as e:
-                raise ImportError("--backend ray needs Ray: pip install 'trajview[ray]'") from e
+            ray = require("ray", "--backend ray")
             if not ray.is_initialized():  # else: the Ray session the caller started (e.g. a test's)
                 if config.ray_address is not None:
                     check_ray_address(config.ray_address)

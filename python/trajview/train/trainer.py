@@ -15,15 +15,17 @@ import numpy as np
 
 from ..algorithms.models import has_image_leaves
 from ..algorithms.ppo import PPOPolicy
+from ..algorithms.schedules import SCHEDULED, progress_remaining
 from .config import IMAGE_MODEL_PRESETS, TrainConfig
 from .envs import env_creator, import_env_modules, make_env
+from .._extras import missing
 from .._io import atomic_write
-from .checkpoint import fitting, tensor_state
+from .checkpoint import Checkpoint, fitting, tensor_state
 from .loop import RunCounters, run_loop, summarize
 from .metrics import append_metrics
 from .sampling import LocalRollouts, ParallelRollouts, make_rollouts
 
-__all__ = ["PPOTrainer", "TENSORBOARD_SCALARS"]
+__all__ = ["PPOTrainer", "TENSORBOARD_SCALARS", "load_ppo_policy", "ppo_policy"]
 
 #: The metrics written as TensorBoard scalars (tag ``trajview/<name>``, step = env steps) with ``config.tensorboard``.
 TENSORBOARD_SCALARS = ("episode_return_mean", "episode_len_mean", "episodes", "time_s", "steps_per_s",
@@ -31,6 +33,27 @@ TENSORBOARD_SCALARS = ("episode_return_mean", "episode_len_mean", "episodes", "t
                        "staleness_mean")
 
 log = logging.getLogger("trajview.train")
+
+
+def ppo_policy(config: TrainConfig, device: str = "cpu") -> PPOPolicy:
+    """The run's `PPOPolicy`, freshly initialized on ``device``: the spaces of ``config.env`` (made once, with
+    ``drop_obs_keys``; ``env_modules`` imported first), the model's settings (an image observation with the preset
+    ``model_config``: `IMAGE_MODEL_PRESETS` over it, written back into ``config``)."""
+    import_env_modules(config.env_modules)
+    probe = make_env(config.env, config.drop_obs_keys)
+    obs_space, act_space = probe.observation_space, probe.action_space
+    probe.close()
+    preset = IMAGE_MODEL_PRESETS.get(config.model)
+    if preset and getattr(config, "model_config_is_preset", False) and has_image_leaves(obs_space):
+        config.model_config = {**config.model_config, **preset}
+    return PPOPolicy(obs_space, act_space, {**config.ppo_config(), "device": device})
+
+
+def load_ppo_policy(policy: PPOPolicy, ck: Checkpoint) -> None:
+    """Loads a PPO checkpoint's model and optimizer state into ``policy`` (`FileIntegrityError` naming
+    ``weights.pt`` for a state that is missing or does not fit)."""
+    policy_state = tensor_state(ck, "policy")
+    fitting(ck, "the policy's state", lambda: policy.set_state(policy_state))
 
 
 class PPOTrainer(RunCounters):
@@ -52,21 +75,13 @@ class PPOTrainer(RunCounters):
         self.config = config
         self.resume = resume
         self._out_ready = False
-        import_env_modules(config.env_modules)
         self.start_counters(config.seed, config.threads, config.smoothing_episodes)
-        probe = make_env(config.env, config.drop_obs_keys)
-        obs_space, act_space = probe.observation_space, probe.action_space
-        probe.close()
-        preset = IMAGE_MODEL_PRESETS.get(config.model)
-        if preset and getattr(config, "model_config_is_preset", False) and has_image_leaves(obs_space):
-            config.model_config = {**config.model_config, **preset}
-        self.policy = PPOPolicy(obs_space, act_space, config.ppo_config())
+        self.policy = ppo_policy(config, config.resolved_device())
         # Made here, not in the first (timed) iteration: torch's fused Adam imports torch._dynamo (1.4 s).
         self.policy.get_optimizer()
         if resume:
             ck = self.load_checkpoint("ppo")
-            policy_state = tensor_state(ck, "policy")
-            fitting(ck, "the policy's state", lambda: self.policy.set_state(policy_state))
+            load_ppo_policy(self.policy, ck)
             self.restore_counters(ck)  # and the metrics rows written after the checkpoint go
         #: The iteration this process started from (0, or the checkpoint's on resume).
         self.start_iteration = self.iteration
@@ -78,13 +93,23 @@ class PPOTrainer(RunCounters):
         self.tb_writer: Any = None  # made with the run directory (`_prepare_out_dir`), which it writes into
         if config.tensorboard:
             # torch's writer needs the tensorboard package (the tensorboard extra): checked here, before any step.
-            from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+            try:
+                from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+            except ImportError as e:
+                raise missing(e, "TrainConfig(tensorboard=True) (--logger tensorboard)")  # chained to e
         #: Bumped by every update of the learner's weights; the workers have `_synced_version`'s.
         self._weights_version = 0
         self._synced_version = 0
+        # The workers act on the CPU (one env step's batch is too small for a GPU to pay off): with the learner
+        # elsewhere, they act with a CPU copy of the policy (the resumed weights), then the learner's after each
+        # update (`sync_weights`).
+        acting = self.policy
+        if self.policy.device.type != "cpu":
+            acting = ppo_policy(config, "cpu")
+            acting.set_weights(self.policy.get_weights())
         # Last: worker processes or Ray actors start here (`stop` or the end of `train` ends them).
         self.rollouts: LocalRollouts | ParallelRollouts = make_rollouts(
-            config, env_creator(config.env, config.drop_obs_keys), self.policy, fragment, base
+            config, env_creator(config.env, config.drop_obs_keys), acting, fragment, base
         )
 
     # -- the loop ------------------------------------------------------------------
@@ -101,6 +126,8 @@ class PPOTrainer(RunCounters):
         self.lengths.extend(got.episode_lengths)
         self.episodes += len(got.episode_returns)
         t_learn = time.perf_counter()
+        # The schedules (lr, clip, entropy) at SB3's point: the env steps sampled so far, this batch's included.
+        self.policy.progress_remaining = progress_remaining(self.env_steps + got.env_steps, self.config.timesteps)
         stats = self.policy.learn_on_batch(got.batch)
         self._weights_version += 1
         t1 = time.perf_counter()
@@ -120,9 +147,10 @@ class PPOTrainer(RunCounters):
             "staleness_max": max(got.staleness) if got.staleness else math.nan,
             "stale_batches_dropped": got.stale_batches_dropped,
             "worker_restarts": self.rollouts.worker_restarts,
+            **{name: self.policy.scheduled(name) for name in SCHEDULED},  # the values this update used
         }
         self._prepare_out_dir()
-        append_metrics(self.config.metrics_path, row, self.config.metrics_format)
+        append_metrics(self.config.metrics_path, row, self.config.metrics_format, sync=False)
         if self.tb_writer is not None:
             # One scalar per metric, against env steps (TensorBoard's step axis).
             for key in TENSORBOARD_SCALARS:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .._extras import missing
 from .columns import ACTIONS, DONES, EPS_ID, INFOS, IS_INIT, NEXT_OBS, OBS, REWARDS, TERMINATEDS, TRUNCATEDS, T
 from .nest import SEP
 
@@ -65,7 +66,7 @@ def to_tensordict(columns: Mapping[str, Any], count: int, seq_keys: Collection[s
         import torch
         from tensordict import TensorDict
     except ImportError as e:
-        raise ImportError("SampleBatch.to_tensordict needs torch and tensordict (pip install tensordict)") from e
+        raise missing(e, "SampleBatch.to_tensordict")  # chained to e
     if seq_keys:
         raise ValueError(f"to_tensordict needs per-step columns only, got per-sequence columns {sorted(seq_keys)}")
     n = count

@@ -109,10 +109,22 @@ class LazyView:
             base = _bases[key]
         else:
             base = self.base if self.base.flags.writeable else self.base.copy()
-            base = torch.from_numpy(base).to(device)
+            base = to_device(torch.from_numpy(base), device)
             if _bases is not None:
                 _bases[key] = base
-        return base[torch.from_numpy(self.index).to(device)]
+        return base[to_device(torch.from_numpy(self.index), device)]
 
     def __repr__(self) -> str:
         return f"LazyView(shape={self.shape}, dtype={self.dtype}, base rows={len(self.base)})"
+
+
+def to_device(t: Any, device: Any) -> Any:
+    """A CPU tensor on ``device``: to a CUDA device through pinned (page-locked) host memory, the copy queued
+    without waiting (`torch.Tensor.pin_memory`); elsewhere as ``t.to(device)``. The one rule for every batch
+    the learner ships to its device (`TorchPolicy._to_torch`, lazy views' bases)."""
+    import torch
+
+    dev = torch.device(device) if device is not None else None
+    if dev is not None and dev.type == "cuda":
+        return t.pin_memory().to(dev, non_blocking=True)
+    return t.to(device)

@@ -67,7 +67,8 @@ def pruned_message(key: str) -> str:
     return (
         f"{key!r}: this view was pruned. The view-pruning pass ran the policy's compute_actions_from_input_dict, "
         f"postprocess_trajectory and loss on dummy batches before the first sample, and none of them read {key!r}, "
-        f"so it is neither built nor stored (docs/contract.md, Pruning). To keep it, read it in the loss (or in "
+        f"so it is neither built nor stored (docs/contract.md, Pruning). To keep it, name it in policy.keep_views "
+        f"before the first sample (policy.keep_views = {{{key!r}}}), read it in the loss (or in "
         f"postprocess_trajectory), or set policy.view_requirements[{key!r}].used_for_training = True after the "
         f"pass (e.g. after the first sample(); the worker then rebuilds its store and restarts its episodes)"
     )

@@ -175,6 +175,13 @@ class ViewModel(nn.Module):
     def bootstrap_input(self, segment: Mapping[str, Any]) -> dict[str, np.ndarray]:
         raise NotImplementedError
 
+    def prepare_train(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The training batch's columns as `forward_train` reads them in every minibatch of every epoch: a
+        model may replace columns with what it computes from them without weights (row by row, so a minibatch
+        of the result is the result of the minibatch), once per batch instead of once per minibatch. The
+        default: the batch as it is."""
+        return batch
+
 
 class _MemoryModel(ViewModel):
     """The layout of the models with memory (LSTM, GTrXL).

@@ -54,13 +54,32 @@ class FrameStackModel(ViewModel):
             "prev_n_rewards": VR("rewards", shift=f"-{k}:-1"),
         }
 
-    def forward_train(self, d: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
+    #: The column `prepare_train` puts in place of the three views when the encoders have no weights.
+    INPUTS = "framestack_inputs"
+
+    def _inputs(self, d: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
+        """The policy's and the value function's input rows (one tensor, twice, when the encoders are one)."""
         obs = get_nested(d, "prev_n_obs", self.obs_space)
         acts = self.act_enc(d["prev_n_actions"])
         rews = _f32(d["prev_n_rewards"])
         x = torch.cat([self.pi_enc(obs), acts, rews], -1)
         xv = x if self.vf_enc is self.pi_enc else torch.cat([self.vf_enc(obs), acts, rews], -1)
+        return x, xv
+
+    def forward_train(self, d: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
+        x = d.get(self.INPUTS)
+        x, xv = (x, x) if x is not None else self._inputs(d)
         return self.pi(x), self.vf(xv)[:, 0]
+
+    def prepare_train(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Without encoder weights (vectors and one-hots), the input rows are built once per training batch."""
+        if self.vf_enc is not self.pi_enc or _has_params(self.act_enc):
+            return batch
+        views = ("prev_n_obs", "prev_n_actions", "prev_n_rewards")
+        with torch.no_grad():
+            x, _ = self._inputs(batch)
+        return {**{k: v for k, v in batch.items() if k not in views and not k.startswith("prev_n_obs.")},
+                self.INPUTS: x}
 
     def bootstrap_input(self, segment):
         def shifted(stack: np.ndarray, last: np.ndarray) -> np.ndarray:  # [1, n, ...] and [1, ...]

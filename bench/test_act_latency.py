@@ -1,0 +1,39 @@
+"""Quick run of bench/act_latency.py (one short round): what the latency comparison rests on, not timings.
+
+The runner's call and both baselines run for each model and batch size, the baselines' prebuilt inputs are
+the ones the runner built (the policy gives the runner's action on them), and the table prints
+(timings: ``python bench/act_latency.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+import act_latency  # noqa: E402
+
+
+@pytest.mark.parametrize("model", act_latency.MODELS)
+@pytest.mark.parametrize("n", [1, act_latency.EPISODES])
+def test_act_latency_workload(model, n):
+    m = act_latency.measure(model, n, rounds=1, calls=5)
+    assert set(m) == {"runner", "policy", "model_only"}
+    assert all(len(v) == 5 and min(v) > 0 for v in m.values())
+
+
+def test_the_baselines_act_on_the_runners_inputs():
+    case = act_latency.Case("lstm", act_latency.EPISODES, calls=10)
+    runner_acts = case.runner.act_many(case.obs[5], case.keys, rewards=case.rewards[5], explore=False)
+    assert runner_acts.shape == (act_latency.EPISODES,)
+    inputs = case.inputs  # what the runner built for the 5th step of its 64 episodes
+    assert inputs["state_in_0"].shape == (act_latency.EPISODES, 64) and np.abs(inputs["state_in_0"]).sum() > 0
+    np.testing.assert_array_equal(case.policy_call(0), case.model_call(0).numpy())
+
+
+def test_the_table_prints(capsys, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["act_latency.py", "--quick"])
+    act_latency.main()
+    out = capsys.readouterr().out
+    assert out.count("| framestack |") == 2 and out.count("| lstm |") == 2

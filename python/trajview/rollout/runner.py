@@ -1,0 +1,434 @@
+"""`PolicyRunner`: a trained policy acting outside a `RolloutWorker`, its views built as the worker builds them.
+
+A runner holds one C++ `Collector` slot per running episode (made by `make_collector`, the worker's own
+path from a policy to its store) and drives it with the worker's per-step protocol: an episode's first
+observation begins it (``begin_episodes``), every later observation is stored with the previous action, state
+outputs, extra fetches and reward (``add_step``, or ``step``: the step and the next input dict in one C++
+call), and the policy reads the store's compute-actions input dict (``input_dict``). Frame stacks, previous
+actions and rewards, recurrent state and attention memory are therefore exactly the worker's. Outputs are
+checked by the worker's `PolicyColumns`. Every 32 calls the store emits (and drops) its steps, keeping the rows
+the views look back at.
+
+`Policy.compute_single_action` without an explicit history (no ``input_dict``, ``state`` nor
+``prev_action``) acts through a one-episode runner of the policy (`implicit_single_action`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..collect.collector import Collector
+from ..policy import policy as _policy_module
+from ..policy.policy import Policy, _first_row
+from ..views.nest import Nest
+from ..views.sample_batch import SampleBatch
+from .config import RolloutConfig
+from .emit import F32, cast_rewards
+from .plan import PolicyColumns, make_collector
+
+__all__ = ["PolicyRunner"]
+
+_OBS, _REWARDS = SampleBatch.OBS, SampleBatch.REWARDS
+_TERMINATEDS, _TRUNCATEDS = SampleBatch.TERMINATEDS, SampleBatch.TRUNCATEDS
+
+
+class PolicyRunner:
+    """Acts with ``policy`` in many concurrent episodes, each keeping the history its views read.
+
+    Each episode is named by a key of your choice (any hashable: an env index, ``(episode_id, agent_id)``).
+    An episode begins on the first `act` / `act_many` with its key (or with ``episode_start=True``) and lasts
+    until `reset` forgets it. Each later call with the key is the next step of that episode: its observation
+    is the one the previous action led to, and ``reward`` is what that action earned. The policy then sees
+    what a `RolloutWorker` would have built at that step: ``prev_n_obs`` frame stacks, ``prev_actions`` /
+    ``prev_rewards``, ``state_in_i`` (recurrent state, attention memory) from its own earlier outputs, ``t``.
+
+    Args:
+        policy: any `Policy` (its view-pruning pass runs first, as in a worker).
+        max_episodes: episodes that may run at once (the store's slots); a new one beyond that is a
+            ValueError until `reset` frees a slot.
+        explore: the default of every call's ``explore`` (None: the policy's own default, e.g.
+            ``PPOPolicy``'s ``config["explore"]``; pass False for the deterministic action).
+        nan_outputs: as `RolloutWorker`'s: "raise" (NaN in a float output is a ValueError) or "allow".
+
+    Multi-agent: one runner per policy, keyed by ``(episode, agent)``, with ``agent_index=`` the agent's
+    index when the policy reads ``agent_index``; an agent's ``reward`` is what it earned since it last acted
+    (as a multi-agent worker stores it).
+
+    A call that raises before the policy runs (a bad argument, a full runner, an observation the store
+    refuses: wrong shape, or a dtype it cannot take without loss) changes nothing, except that the episodes
+    it was asked to restart (``episode_start``) are forgotten. If the policy (or the check of its outputs,
+    the worker's) raises, the call's episodes are forgotten (as `reset`): their stored step has no action.
+    The error's note says so.
+
+    The views are built for the policy's ``view_requirements`` when the runner is made (after the pruning
+    pass); a runner does not follow later changes to them (make a new one). Observation filters are not
+    applied: pass observations as the policy saw them in training (e.g. through ``worker.filter(obs,
+    update=False)``).
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        max_episodes: int = 64,
+        explore: bool | None = None,
+        nan_outputs: str = "raise",
+    ) -> None:
+        if not isinstance(policy, Policy):
+            raise TypeError(f"PolicyRunner: policy must be a trajview Policy, got {type(policy).__name__}")
+        # A worker's settings, by the worker's own checks; the store's blocks hold `_CHUNK` steps per episode.
+        config = RolloutConfig.validated(
+            batch_mode="truncate_episodes", rollout_fragment_length=_CHUNK, count_steps_by="env_steps",
+            horizon=None, soft_horizon=False, no_done_at_end=False, seed=None, worker_index=0, lazy_views=False,
+            nan_outputs=nan_outputs,
+        )
+        if isinstance(max_episodes, bool) or not isinstance(max_episodes, (int, np.integer)) or max_episodes < 1:
+            raise ValueError(f"PolicyRunner: max_episodes must be a positive int, got {max_episodes!r}")
+        if explore is not None and not isinstance(explore, (bool, np.bool_)):
+            raise ValueError(f"PolicyRunner: explore must be a bool or None, got {explore!r}")
+        self.policy = policy
+        self.max_episodes = int(max_episodes)
+        self.explore = None if explore is None else bool(explore)
+        self._collector: Collector = make_collector(policy, self.max_episodes, config, 0, inference_only=True)
+        self._columns = PolicyColumns(policy, config)
+        self._obs_nest = Nest.from_space(policy.observation_space, "observation_space")
+        self._nested_actions = not self._columns.action_nest.flat
+        # What an episode's next step stores besides the observation, reward and ends: the policy's outputs (actions,
+        # state_out_i, extra fetches) of its previous step, per slot.
+        env_columns = {*self._obs_nest.names(_OBS), _REWARDS, _TERMINATEDS, _TRUNCATEDS}
+        n = self.max_episodes
+        self._pending = {
+            k: np.zeros((n, *shape), dtype=dt)
+            for k, (dt, shape) in policy.column_specs().items()
+            if k not in env_columns
+        }
+        self._false = np.zeros(n, dtype=bool)
+        self._zeros = np.zeros(n)  # the rewards stored when none are given (the policy does not read them)
+        self._all = np.arange(n, dtype=np.int64)
+        #: The last call's episodes, slots (None: all, in order) and outputs: the next call with the same episodes
+        #: stores those outputs as they are; anything else first writes them into `_pending` (`_write_back`).
+        self._last_keys: list[Hashable] | None = None
+        self._last_slots = self._all
+        self._last_ids: np.ndarray | None = None
+        self._last_data: dict[str, np.ndarray] = {}
+        self._slots: dict[Hashable, int] = {}
+        self._free = list(range(n - 1, -1, -1))  # pop() hands out the lowest slot first
+        self._calls = 0  # calls since the store last freed emitted rows
+        # The rewards given so far were float32 (or float16) / of another dtype: reward inputs are float32 when
+        # every one was (the rule of `EnvAdapter.reward_dtype`, which a worker's inputs follow).
+        self._saw_f32 = False
+        self._saw_other = False
+        self._timestep = 0
+
+    # -- episodes ---------------------------------------------------------------
+
+    @property
+    def episodes(self) -> list[Hashable]:
+        """The keys of the running episodes, in the order they first acted."""
+        return list(self._slots)
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def __contains__(self, episode: object) -> bool:
+        return episode in self._slots
+
+    def reset(self, episode: Hashable | None = None) -> None:
+        """Forgets ``episode`` (every episode if None): its next `act` begins a new one. An unknown key is a
+        KeyError naming the running ones."""
+        if episode is None:
+            self._end(list(self._slots))
+            return
+        if episode not in self._slots:
+            raise KeyError(f"PolicyRunner.reset: no running episode {episode!r}; running: {self.episodes}")
+        self._end([episode])
+
+    def _end(self, keys: Sequence[Hashable]) -> None:
+        """Forgets the episodes ``keys``: ended in the store, their slots free."""
+        self._write_back()
+        slots = [self._slots.pop(k) for k in keys]
+        self._end_slots(slots)
+        self._free.extend(sorted(slots, reverse=True))
+
+    # -- acting -----------------------------------------------------------------
+
+    def act(
+        self,
+        obs: Any,
+        episode: Hashable = 0,
+        *,
+        reward: Any = None,
+        episode_start: bool = False,
+        agent_index: int = 0,
+        explore: bool | None = None,
+        timestep: int | None = None,
+        full_fetch: bool = False,
+    ) -> Any:
+        """One episode's next action for observation ``obs`` (unbatched, as the env returns it).
+
+        ``reward``: what the previous action of this episode earned (ignored on its first step; needed when the
+        policy reads rewards, e.g. ``prev_rewards``). ``episode_start=True``: ``obs`` is a new episode's first
+        observation (the old one under this key is forgotten first; SB3's ``episode_start``). ``full_fetch``:
+        return ``(action, state_outs, extra_fetches)`` instead of the action alone.
+        """
+        obs_cols = {c: _batch_of_one(v) for c, v in self._obs_nest.columns(_OBS, obs, "obs").items()}
+        rewards = None if reward is None else np.asarray(reward)[None]
+        actions, data = self._act_columns(
+            obs_cols, [episode], rewards, [bool(episode_start)], np.asarray([agent_index], np.int64), explore, timestep
+        )
+        # Copies: the arrays the policy returned are stored with the episode's next step.
+        action = _copied(_first_row(actions)) if self._nested_actions else _row(data[SampleBatch.ACTIONS])
+        if not full_fetch:
+            return action
+        cols = self._columns
+        return action, [_row(data[k]) for k in cols.state_keys], {k: _row(data[k]) for k in cols.extra_keys}
+
+    def act_many(
+        self,
+        obs: Any,
+        episodes: Sequence[Hashable],
+        *,
+        rewards: Any = None,
+        episode_start: Any = None,
+        agent_index: Any = None,
+        explore: bool | None = None,
+        timestep: int | None = None,
+        full_fetch: bool = False,
+    ) -> Any:
+        """The next action of each episode in ``episodes``, from one batched call of the policy.
+
+        ``obs``: ``[n, ...]`` rows (a nested space: its structure of such arrays, as a VectorEnv returns it),
+        row ``i`` the observation of ``episodes[i]``. ``rewards``: ``[n]``, what each episode's previous action
+        earned (rows of episodes that begin are ignored). ``episode_start``: ``[n]`` bools (SB3's): those rows
+        begin a new episode. ``agent_index``: an int or ``[n]`` ints (multi-agent). Returns the actions ``[n,
+        ...]`` (a nested action space: its structure of such arrays), or with ``full_fetch`` ``(actions,
+        state_outs, extra_fetches)``.
+        """
+        keys = list(episodes)
+        n = len(keys)
+        if not n:
+            raise ValueError("PolicyRunner.act_many: episodes is empty; pass at least one episode key")
+        obs_cols = {c: np.asarray(v) for c, v in self._obs_nest.columns(_OBS, obs, "obs").items()}
+        for c, v in obs_cols.items():
+            if v.shape[:1] != (n,):
+                raise ValueError(
+                    f"PolicyRunner.act_many: obs column {c!r} must have one row per episode (leading dim {n}), "
+                    f"got shape {v.shape}"
+                )
+        r = None if rewards is None else np.asarray(rewards)
+        if r is not None and r.shape != (n,):
+            raise ValueError(f"PolicyRunner.act_many: rewards must have shape ({n},), got {r.shape}")
+        starts = [False] * n
+        if episode_start is not None:
+            starts = _per_episode("episode_start", episode_start, n, bool).tolist()
+        idx = np.zeros(n, np.int64) if agent_index is None else _per_episode("agent_index", agent_index, n, np.int64)
+        actions, data = self._act_columns(obs_cols, keys, r, starts, idx, explore, timestep)
+        # Copies: the arrays the policy returned are stored with the episodes' next steps.
+        if not full_fetch:
+            return _copied(actions)
+        cols = self._columns
+        return (_copied(actions), [np.array(data[k], copy=True) for k in cols.state_keys],
+                {k: np.array(data[k], copy=True) for k in cols.extra_keys})
+
+    def _act_columns(
+        self,
+        obs_cols: dict[str, np.ndarray],
+        keys: list[Hashable],
+        rewards: np.ndarray | None,
+        starts: list[bool],
+        agent_index: np.ndarray,
+        explore: bool | None,
+        timestep: int | None,
+    ) -> tuple[Any, dict[str, Any]]:
+        """Stores the call's step, calls the policy and checks its outputs: (the actions as the policy returned
+        them, the checked output columns: ``actions`` (or its leaves), ``state_out_i``, extra fetches)."""
+        n = len(keys)
+        fast = keys == self._last_keys and not any(starts)
+        # Whether an episode steps (a call that begins every one of its episodes has no reward to store).
+        try:
+            stepped = fast or any(not starts[j] and keys[j] in self._slots for j in range(n))
+        except TypeError:
+            bad = next(k for k in keys if not isinstance(k, Hashable))
+            raise TypeError(
+                f"PolicyRunner: an episode key must be hashable, got {type(bad).__name__} {bad!r}"
+            ) from None
+        if rewards is None and self._columns.reward_input_keys:
+            if stepped:
+                raise ValueError(
+                    f"PolicyRunner: the policy reads rewards (views {self._columns.reward_input_keys}): pass the "
+                    f"reward that each episode's previous action earned (act(..., reward=r) / act_many(..., "
+                    f"rewards=[...]))"
+                )
+        coll = self._collector
+        inputs: dict[str, Any] | None
+        if fast:
+            # The episodes of the last call, each one step on: the step stores the last call's outputs as they are.
+            slots, c_slots = self._last_slots, self._last_ids
+            data = dict(self._last_data)
+            data.update(obs_cols)
+            data[_REWARDS] = self._zeros[:n] if rewards is None else rewards
+            data[_TERMINATEDS] = data[_TRUNCATEDS] = self._false[:n]
+            inputs = coll.step(data, env_ids=c_slots)  # (the store writes nothing when it refuses a step)
+        else:
+            self._write_back()
+            slots, inputs = self._store_step(obs_cols, keys, rewards, starts)
+            c_slots = None if n == self.max_episodes and bool((slots == self._all).all()) else slots
+        if rewards is not None and stepped:  # the rewards' dtype, by the adapters' rule (`EnvAdapter.reward_dtype`)
+            if rewards.dtype.type is np.float32 or rewards.dtype.type is np.float16:
+                self._saw_f32 = True
+            else:
+                self._saw_other = True
+        try:
+            if inputs is None:
+                inputs = coll.input_dict(c_slots)
+            if self._columns.agent_index_input:
+                inputs[SampleBatch.AGENT_INDEX] = agent_index
+            if self._saw_f32 and not self._saw_other:  # float32 rewards only: inputs as a worker gives them
+                cast_rewards(inputs, self._columns.reward_input_keys, F32)
+            ts = self._timestep if timestep is None else timestep
+            explore = self.explore if explore is None else explore
+            actions, state_outs, extra = self.policy.compute_actions_from_input_dict(
+                inputs, explore=explore, timestep=ts
+            )
+            data = self._columns.check_outputs(actions, state_outs, extra, n)
+        except BaseException as e:
+            self._last_keys = None
+            self._fail(keys, e)
+            raise
+        # The outputs are stored with each episode's next step (kept here until the episodes change).
+        self._last_keys, self._last_slots, self._last_ids = keys, slots, c_slots
+        self._last_data = {k: data[k] for k in self._pending}
+        self._timestep += n
+        self._calls += 1
+        if self._calls >= _CHUNK:
+            self._free_rows()
+        return actions, data
+
+    def _store_step(
+        self, obs_cols: dict[str, np.ndarray], keys: list[Hashable], rewards: np.ndarray | None, starts: list[bool]
+    ) -> tuple[np.ndarray, dict | None]:
+        """Begins or steps each episode of the call in the store (the general case: new, restarted, other
+        episodes than the last call's). Returns (their slots, the input dict if gathered with the step)."""
+        n = len(keys)
+        # Everything checked before anything changes.
+        if len(set(keys)) != n:
+            dup = sorted({repr(k) for k in keys if keys.count(k) > 1})
+            raise ValueError(f"PolicyRunner: each episode may act once per call; repeated: {', '.join(dup)}")
+        slots_of = self._slots
+        begin = [j for j in range(n) if starts[j] or keys[j] not in slots_of]
+        restarted = [keys[j] for j in begin if keys[j] in slots_of]
+        if len(begin) - len(restarted) > len(self._free):
+            raise ValueError(
+                f"PolicyRunner: {len(begin) - len(restarted)} new episodes, but only {len(self._free)} of "
+                f"max_episodes={self.max_episodes} slots are free; reset(episode) the ones that ended, or make the "
+                f"runner with a larger max_episodes"
+            )
+        # Slots: restarted episodes keep theirs (the old episode under the key ends); new ones take free ones.
+        if restarted:
+            self._end_slots([slots_of[k] for k in restarted])
+        for j in begin:
+            k = keys[j]
+            if k not in slots_of:
+                slots_of[k] = self._free.pop()
+        slots = np.fromiter((slots_of[k] for k in keys), np.int64, n)
+        coll = self._collector
+        fresh = [keys[j] for j in begin]
+        try:  # the store writes nothing when it refuses a call
+            if begin:
+                b = np.asarray(begin, np.int64)
+                coll.begin_episodes(slots[b], {col: v[b] for col, v in obs_cols.items()})
+            if len(begin) < n:
+                begun = set(begin)
+                c = np.asarray([j for j in range(n) if j not in begun], np.int64) if begin else None
+                cs = slots if c is None else slots[c]
+                data: dict[str, Any] = {k: v[cs] for k, v in self._pending.items()}
+                for col, v in obs_cols.items():
+                    data[col] = v if c is None else v[c]
+                data[_REWARDS] = self._zeros[: len(cs)] if rewards is None else (rewards if c is None else rewards[c])
+                data[_TERMINATEDS] = data[_TRUNCATEDS] = self._false[: len(cs)]
+                if c is None:
+                    return slots, coll.step(data, env_ids=slots)
+                coll.add_step(data, env_ids=cs)
+        except BaseException:
+            self._end(fresh)  # the episodes this call began (or restarted) are not kept
+            raise
+        return slots, None
+
+    def _write_back(self) -> None:
+        """The last call's outputs into the per-slot table (before the episodes acting change)."""
+        if self._last_keys is not None:
+            slots = self._last_slots
+            for k, v in self._pending.items():
+                v[slots] = self._last_data[k]
+            self._last_keys = None
+
+    def _end_slots(self, slots: list[int]) -> None:
+        """Ends the running episodes in ``slots`` in the store (the keys keep their slots)."""
+        running = self._collector.eps_ids()
+        live = np.asarray([s for s in slots if running[s] >= 0], dtype=np.int64)
+        if len(live):
+            self._collector.end_episodes(live)
+
+    def _fail(self, keys: list[Hashable], e: BaseException) -> None:
+        """A call failed after it may have changed the store: its episodes are forgotten (see the class doc)."""
+        mine = [k for k in keys if k in self._slots]
+        self._end(mine)
+        if hasattr(e, "add_note"):
+            e.add_note(f"PolicyRunner: the episodes of this call were reset: {mine!r}")
+
+    def _free_rows(self) -> None:
+        """Emits (and drops) every stored step; the store keeps the rows the views look back at."""
+        self._calls = 0
+        self._collector.build_flat_batch()
+
+
+#: Calls between two frees of a runner's emitted rows (and the store's block size, in steps per episode).
+_CHUNK = 32
+
+
+def _per_episode(name: str, value: Any, n: int, dtype: Any) -> np.ndarray:
+    """``value`` (one for every episode, or ``[n]``) as ``[n]`` of ``dtype``; else a ValueError naming it."""
+    arr = np.asarray(value)
+    if arr.ndim > 1 or (arr.ndim == 1 and len(arr) != n):
+        raise ValueError(f"PolicyRunner.act_many: {name} must be one value or {n} values (one per episode), got "
+                         f"shape {arr.shape}")
+    return np.broadcast_to(arr.astype(dtype, copy=False), (n,))
+
+
+def _row(column: np.ndarray) -> Any:
+    """Row 0 of a checked output column: a numpy scalar, or a copy of the row."""
+    r = column[0]
+    return r.copy() if isinstance(r, np.ndarray) else r
+
+
+def _copied(value: Any) -> Any:
+    """``value`` (an array, or a dict / tuple of them: a nested action) copied."""
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_copied(v) for v in value)
+    if isinstance(value, np.generic):
+        return value  # a scalar (immutable)
+    return np.array(value, copy=True)
+
+
+def _batch_of_one(value: Any) -> np.ndarray:
+    arr = np.asarray(value)
+    return arr[None]
+
+
+def implicit_single_action(policy: Policy, obs: Any, reward: Any, episode_start: bool, explore: bool | None,
+                           timestep: int | None) -> tuple[Any, list, dict]:
+    """`Policy.compute_single_action`'s implicit episode: a one-episode `PolicyRunner` kept on the policy."""
+    runner = getattr(policy, "_single_action_runner", None)
+    if runner is None:
+        runner = PolicyRunner(policy, max_episodes=1)
+        policy._single_action_runner = runner  # type: ignore[attr-defined]
+    return runner.act(obs, 0, reward=reward, episode_start=episode_start, explore=explore, timestep=timestep,
+                      full_fetch=True)
+
+
+_policy_module.register_single_action_runner(implicit_single_action)

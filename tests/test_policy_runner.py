@@ -1,0 +1,578 @@
+"""`PolicyRunner` and `Policy.compute_single_action`'s implicit episode: a policy acting outside a worker sees
+exactly the inputs a `RolloutWorker` built, and acts the same.
+
+The worker replays: a worker samples with ``explore=False`` while every compute-actions input dict it builds
+is recorded; a runner is then driven with the same observations and rewards (keyed by the worker's episode
+ids and reset when an episode ends, or keyed by env index with ``episode_start``, as SB3 does) and every input
+column and every action must be identical. Frame-stack, LSTM, GTrXL and MLP models (PPO) and DQN's frame stack,
+Box / Dict observations, Discrete / Box / MultiDiscrete / MultiBinary actions (PPO), nested Dict actions (a numpy
+policy), float32 rewards, multi-agent (a turn-based PettingZoo game, one runner per policy keyed by (episode,
+agent)). A hypothesis property test checks random episodes, interleavings and resets against a pure-Python
+reference of the views.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import trajview as tv
+from trajview.views.nest import Nest
+
+S = gym.spaces
+VR = tv.ViewRequirement
+
+
+def flat(d):
+    """An input dict's columns by flat leaf name (``obs.vec``), copied."""
+    return {k: np.array(v, copy=True) for k, v in dict.items(d)}
+
+
+def record(policy):
+    """Records every (input dict, actions) the policy computes from now on."""
+    calls = []
+    inner = policy.compute_actions_from_input_dict
+
+    def recording(d, explore=None, timestep=None, **kw):
+        out = inner(d, explore=explore, timestep=timestep, **kw)
+        calls.append((flat(d), flat({"a": out[0]} if not isinstance(out[0], dict) else
+                                    {f"a.{k}": v for k, v in out[0].items()})))
+        return out
+
+    policy.compute_actions_from_input_dict = recording
+    return calls
+
+
+def keep_ids(policy, *extra):
+    """Runs the pruning pass, then keeps eps_id and t (and ``extra``) in compute inputs and batches, so that each
+    recorded row names its episode step, and obs / rewards / ends in batches."""
+    policy._initialize_view_requirements()
+    for k in ("eps_id", "t", "obs", "terminateds", "truncateds", *extra):
+        vr = policy.view_requirements[k]
+        vr.used_for_compute_actions = k not in ("obs", "terminateds", "truncateds") or vr.used_for_compute_actions
+        vr.used_for_training = True
+
+
+class Walk(gym.Env):
+    """Random observations; episodes of 1..9 steps, terminated or truncated; reward from the action and the obs
+    (numpy float32 rewards if ``f32``)."""
+
+    def __init__(self, obs_space, action_space, f32=False):
+        self.observation_space, self.action_space, self.f32 = obs_space, action_space, f32
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.len = 0, int(self.np_random.integers(1, 10))
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        self.t += 1
+        r = float(np.sum(np.asarray(np.concatenate([np.ravel(x) for x in _leaves(action)]), np.float64))) + self.t
+        end = self.t >= self.len
+        reward = np.float32(r) if self.f32 else r
+        return self.observation_space.sample(), reward, end and self.len % 2 == 0, end and self.len % 2 == 1, {}
+
+
+def _leaves(x):
+    if isinstance(x, dict):
+        return [leaf for v in x.values() for leaf in _leaves(v)]
+    return [np.asarray(x, np.float64)]
+
+
+def _env_creator(obs_space, action_space, f32=False):
+    count = iter(range(1000))
+
+    def make(cfg):
+        env = Walk(obs_space, action_space, f32)
+        k = next(count)
+        env.observation_space.seed(k)
+        return env
+
+    return make
+
+
+class Lookup:
+    """A batch's rows by (eps_id, t): observation leaves, reward, end, agent index."""
+
+    def __init__(self, batch, obs_space):
+        cols = flat(batch)
+        self.names = Nest.from_space(obs_space).names("obs")
+        self.nest = Nest.from_space(obs_space)
+        self.row = {(int(e), int(t)): j for j, (e, t) in enumerate(zip(cols["eps_id"], cols["t"]))}
+        self.cols = cols
+
+    def obs(self, rows):
+        idx = [self.row[r] for r in rows]
+        return self.nest.unflatten([self.cols[c][idx] for c in self.names])
+
+    def reward_before(self, e, t):
+        rewards = self.cols["rewards"]
+        return rewards[self.row[(e, t - 1)]] if t > 0 else rewards.dtype.type(0)
+
+    def ends(self, e, t):
+        j = self.row[(e, t)]
+        return bool(self.cols["terminateds"][j] or self.cols["truncateds"][j])
+
+    def agent_index(self, e, t):
+        return int(self.cols["agent_index"][self.row[(e, t)]])
+
+
+def assert_same_inputs(worker_call, runner_call):
+    (wd, wa), (rd, ra) = worker_call, runner_call
+    assert sorted(wd) == sorted(rd)
+    for k in wd:
+        if k not in ("eps_id", "env_id"):  # ids: the runner numbers its own episodes and slots
+            np.testing.assert_array_equal(rd[k], wd[k], err_msg=f"input column {k!r}")
+            assert rd[k].dtype == wd[k].dtype, k
+    assert sorted(wa) == sorted(ra)
+    for k in wa:
+        np.testing.assert_array_equal(ra[k], wa[k], err_msg=f"actions {k!r}")
+
+
+def replay(policy, worker_calls, lookup, keying, max_episodes=8, agent_index=False):
+    """Drives a runner with the worker's observations; returns its recorded calls (one per worker call)."""
+    worker_calls = list(worker_calls)  # (the worker's recorder, below the runner's, records the runner's calls too)
+    runner = tv.PolicyRunner(policy, max_episodes=max_episodes, explore=False)
+    calls = record(policy)
+    for wd, _ in worker_calls:
+        rows = list(zip(wd["eps_id"].tolist(), wd["t"].tolist()))
+        rewards = np.array([lookup.reward_before(e, t) for e, t in rows], dtype=lookup.cols["rewards"].dtype)
+        starts = np.array([t == 0 for _, t in rows])
+        kw = {"agent_index": np.array([lookup.agent_index(e, t) for e, t in rows])} if agent_index else {}
+        if keying == "eps_id":
+            keys = [e for e, _ in rows]
+            runner.act_many(lookup.obs(rows), keys, rewards=rewards, **kw)
+            for e, t in rows:
+                if lookup.ends(e, t):
+                    runner.reset(e)
+        else:  # one key per env, a new episode marked by episode_start (SB3's vectorized predict)
+            runner.act_many(lookup.obs(rows), list(range(len(rows))), rewards=rewards, episode_start=starts, **kw)
+    return calls
+
+
+def ppo(model, obs_space, action_space, **model_config):
+    import torch
+
+    torch.manual_seed(0)
+    if model == "dqn":
+        return tv.DQNPolicy(obs_space, action_space, {"hidden": 16, **model_config})
+    return tv.PPOPolicy(obs_space, action_space, {"model": model, "model_config": model_config})
+
+
+BOX = S.Box(-1.0, 1.0, (3,), np.float32)
+DICT_OBS = S.Dict({"vec": S.Box(-1.0, 1.0, (2,), np.float32), "flag": S.Discrete(3)})
+MODELS = {
+    "framestack": {"num_frames": 4, "hidden": (16,)},
+    "lstm": {"max_seq_len": 5, "hidden": 16, "cell_size": 16, "prev_reward": True},
+    "attention": {"max_seq_len": 5, "memory": 6, "attention_dim": 16, "num_heads": 2, "ff_dim": 16,
+                  "prev_reward": True},
+    "mlp": {"hidden": (16,)},
+    "dqn": {"num_frames": 3},
+}
+CASES = [
+    ("framestack", BOX, S.Discrete(3)),
+    ("framestack", DICT_OBS, S.Box(-1.0, 1.0, (2,), np.float32)),
+    ("lstm", BOX, S.Discrete(3)),
+    ("lstm", DICT_OBS, S.MultiDiscrete([2, 3])),
+    ("attention", BOX, S.Discrete(3)),
+    ("attention", DICT_OBS, S.Box(-1.0, 1.0, (2,), np.float32)),
+    ("mlp", BOX, S.MultiBinary(2)),
+    ("dqn", BOX, S.Discrete(3)),
+]
+
+
+@pytest.mark.parametrize("keying", ["eps_id", "env"])
+@pytest.mark.parametrize("model,obs_space,action_space", CASES, ids=[f"{m}-{type(o).__name__}-{type(a).__name__}"
+                                                                     for m, o, a in CASES])
+def test_a_runner_replays_a_workers_episodes_exactly(model, obs_space, action_space, keying):
+    pytest.importorskip("torch")
+    policy = ppo(model, obs_space, action_space, **MODELS[model])
+    keep_ids(policy)
+    worker_calls = record(policy)
+    w = tv.RolloutWorker(_env_creator(obs_space, action_space), policy, num_envs=3, rollout_fragment_length=45,
+                         explore=False, seed=1, lazy_views=False)
+    batch = w.sample()
+    worker_calls = list(worker_calls)
+    assert len(worker_calls) == 45 and len(np.unique(batch["eps_id"])) > 10  # many episodes, some mid-fragment
+    runner_calls = replay(policy, worker_calls, Lookup(batch, obs_space), keying)
+    assert len(runner_calls) == len(worker_calls)
+    for wc, rc in zip(worker_calls, runner_calls):
+        assert_same_inputs(wc, rc)
+
+
+def test_float32_rewards_reach_the_policy_as_in_a_worker():
+    """An env with numpy float32 rewards: the worker's reward inputs are float32, and so are the runner's when it
+    is given float32 rewards."""
+    pytest.importorskip("torch")
+    policy = ppo("lstm", BOX, S.Discrete(3), **MODELS["lstm"])
+    keep_ids(policy)
+    worker_calls = record(policy)
+    w = tv.RolloutWorker(_env_creator(BOX, S.Discrete(3), f32=True), policy, num_envs=2, rollout_fragment_length=30,
+                         explore=False, seed=2, lazy_views=False)
+    batch = w.sample()
+    worker_calls = list(worker_calls)
+    assert batch["rewards"].dtype == np.float32 and worker_calls[-1][0]["prev_rewards"].dtype == np.float32
+    runner_calls = replay(policy, worker_calls, Lookup(batch, BOX), "env")
+    for wc, rc in zip(worker_calls, runner_calls):
+        assert_same_inputs(wc, rc)
+
+
+class NestedActs(tv.Policy):
+    """A numpy policy with Dict actions reading a frame stack of a Dict observation and previous actions and
+    rewards: its action is a deterministic function of everything it reads."""
+
+    def __init__(self, obs_space, action_space, config=None):
+        super().__init__(obs_space, action_space, config)
+        self.view_requirements["stack"] = VR("obs", space=obs_space, shift="-2:0")
+
+    def compute_actions_from_input_dict(self, d, explore=None, timestep=None, **kw):
+        s = d["stack"]
+        n = len(s["flag"])
+        pa = d["prev_actions"]
+        x = (s["vec"].reshape(n, -1).sum(1) + s["flag"].sum(1) + pa["b"].sum(1) + 3 * pa["a"] + d["prev_rewards"])
+        acts = {"a": np.abs(x * 10).astype(np.int64) % 3, "b": np.tanh(np.stack([x, -x], 1)).astype(np.float32)}
+        return acts, [], {}
+
+
+@pytest.mark.parametrize("keying", ["eps_id", "env"])
+def test_nested_observations_and_actions_replay_exactly(keying):
+    act_space = S.Dict({"a": S.Discrete(3), "b": S.Box(-1.0, 1.0, (2,), np.float32)})
+    policy = NestedActs(DICT_OBS, act_space)
+    keep_ids(policy)
+    worker_calls = record(policy)
+    w = tv.RolloutWorker(_env_creator(DICT_OBS, act_space), policy, num_envs=2, rollout_fragment_length=60, seed=3,
+                         lazy_views=False)
+    batch = w.sample()
+    worker_calls = list(worker_calls)
+    runner_calls = replay(policy, worker_calls, Lookup(batch, DICT_OBS), keying)
+    assert "prev_actions.a" in worker_calls[0][0] and "stack.vec" in worker_calls[0][0]
+    for wc, rc in zip(worker_calls, runner_calls):
+        assert_same_inputs(wc, rc)
+
+
+def test_multi_agent_one_runner_per_policy_keyed_by_agent_episode():
+    """A turn-based PettingZoo game, a frame-stack and an LSTM policy: each agent's trajectory (its own eps_id in
+    the worker) is one runner episode, its reward what it earned since it last acted, ``agent_index`` given."""
+    pytest.importorskip("torch")
+    pytest.importorskip("pettingzoo")
+    from ma_envs import CountingGame
+
+    obs_space, act_space = S.Box(-1e6, 1e6, (3,), np.float32), S.Discrete(3)
+    policies = {"fs": ppo("framestack", obs_space, act_space, **MODELS["framestack"]),
+                "rnn": ppo("lstm", obs_space, act_space, **MODELS["lstm"])}
+    calls = {}
+    for pid, p in policies.items():
+        keep_ids(p, "agent_index")
+        calls[pid] = record(p)
+    w = tv.RolloutWorker(lambda cfg: CountingGame(n_players=2, moves=7), policies, num_envs=2,
+                         policy_mapping_fn=lambda agent, *a, **k: "fs" if agent == "p0" else "rnn",
+                         rollout_fragment_length=30, explore=False, seed=0, lazy_views=False)
+    batch = w.sample()
+    for pid, p in policies.items():
+        pb = batch.policy_batches[pid]
+        assert len(calls[pid]) > 10 and "agent_index" in calls[pid][0][0]
+        lookup = Lookup(pb, obs_space)
+        # Only the calls whose rows the batch holds (an agent's newest step may be held back for the next one).
+        done = [c for c in list(calls[pid]) if all((e, t) in lookup.row for e, t in zip(c[0]["eps_id"], c[0]["t"]))]
+        assert len(done) >= len(calls[pid]) - 2
+        runner_calls = replay(p, done, lookup, "eps_id", agent_index=True)
+        for wc, rc in zip(done, runner_calls):
+            assert_same_inputs(wc, rc)
+
+
+# -- the views against a pure-Python reference -----------------------------------------------------------------
+
+INIT = np.array([-1.0, -2.0], np.float32)
+
+
+class Echo(tv.Policy):
+    """Reads a 3-frame stack of obs, prev_actions, prev_rewards, t and a recurrent state; acts from all of it."""
+
+    def __init__(self, obs_space, action_space, config=None):
+        super().__init__(obs_space, action_space, config)
+        self.view_requirements["stack"] = VR("obs", space=obs_space, shift="-2:0")
+        self.seen = []
+
+    def get_initial_state(self):
+        return [INIT.copy()]
+
+    def compute_actions_from_input_dict(self, d, explore=None, timestep=None, **kw):
+        inputs = {k: np.array(d[k], copy=True) for k in ("stack", "prev_actions", "prev_rewards", "t", "state_in_0")}
+        self.seen.append(inputs)
+        x = inputs["stack"].sum((1, 2)) + 7 * inputs["prev_actions"] + inputs["prev_rewards"] + inputs["t"]
+        acts = np.abs(np.round(x * 3)).astype(np.int64) % 4
+        return acts, [np.stack([inputs["stack"][:, -1, 0], x], 1).astype(np.float32)], {}
+
+
+class ReferenceEpisode:
+    """What one episode's views hold, from plain lists: the obvious definition."""
+
+    def __init__(self, obs):
+        self.obs, self.actions, self.rewards, self.states = [obs], [], [], []
+
+    def inputs(self):
+        t = len(self.obs) - 1
+        stack = [self.obs[i] if i >= 0 else np.zeros(2, np.float32) for i in (t - 2, t - 1, t)]
+        return {"stack": np.stack(stack), "prev_actions": self.actions[-1] if t else 0,
+                "prev_rewards": self.rewards[-1] if t else 0.0, "t": t,
+                "state_in_0": self.states[-1] if t else INIT}
+
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("act"), st.lists(st.tuples(st.integers(0, 4), st.booleans(),
+                                                     st.floats(-5, 5, allow_nan=False, width=32)),
+                                           min_size=1, max_size=5, unique_by=lambda x: x[0])),
+        st.tuples(st.just("reset"), st.integers(0, 4)),
+    ),
+    min_size=1, max_size=90,
+)
+
+
+@settings(max_examples=60)
+@given(ops)
+def test_views_match_a_pure_python_reference(script):
+    """Random episodes: which of 5 keys act in each call, episode starts, resets, rewards; past the runner's
+    periodic freeing of emitted rows (every 32 calls)."""
+    space = S.Box(-100.0, 100.0, (2,), np.float32)
+    p = Echo(space, S.Discrete(4))
+    runner = tv.PolicyRunner(p, max_episodes=5)
+    ref: dict[int, ReferenceEpisode] = {}
+    for n_call, op in enumerate(script):
+        if op[0] == "reset":
+            k = op[1]
+            if k in ref:
+                runner.reset(k)
+                del ref[k]
+            else:
+                with pytest.raises(KeyError, match="no running episode"):
+                    runner.reset(k)
+            continue
+        keys = [k for k, _, _ in op[1]]
+        obs = np.array([[n_call, k] for k in keys], np.float32)
+        starts = np.array([s for _, s, _ in op[1]])
+        rewards = np.array([r for _, _, r in op[1]])
+        for j, k in enumerate(keys):
+            if starts[j] or k not in ref:
+                ref[k] = ReferenceEpisode(obs[j])
+            else:
+                ref[k].obs.append(obs[j])
+                ref[k].rewards.append(rewards[j])
+        p.seen.clear()
+        actions, states, _ = runner.act_many(obs, keys, rewards=rewards, episode_start=starts, full_fetch=True)
+        seen = p.seen[-1]
+        for j, k in enumerate(keys):
+            want = ref[k].inputs()
+            for col, v in want.items():
+                np.testing.assert_array_equal(seen[col][j], v, err_msg=f"{col} of episode {k} at call {n_call}")
+            ref[k].actions.append(int(actions[j]))
+            ref[k].states.append(states[0][j])
+        assert sorted(runner.episodes) == sorted(ref)
+
+
+# -- compute_single_action -----------------------------------------------------------------------------------------
+
+
+def test_compute_single_action_keeps_a_frame_stack_episode():
+    """The issue's case: a frame-stack PPOPolicy's compute_single_action(obs) raised KeyError('prev_n_obs')."""
+    pytest.importorskip("torch")
+    env = Walk(BOX, S.Discrete(3))
+    p = ppo("framestack", BOX, S.Discrete(3), **MODELS["framestack"])
+    twin = tv.PolicyRunner(p, max_episodes=1, explore=False)
+    seen = record(p)
+    obs, _ = env.reset(seed=0)
+    r, first = 0.0, True
+    for _ in range(40):
+        a, state, extra = p.compute_single_action(obs, prev_reward=None if first else r, explore=False,
+                                                  episode_start=first)
+        b = twin.act(obs, reward=r, episode_start=first)
+        assert a == b and state == [] and set(extra) == {"action_logp", "vf_preds"}
+        np.testing.assert_array_equal(seen[-2][0]["prev_n_obs"], seen[-1][0]["prev_n_obs"])
+        first = False
+        obs, r, te, tr, _ = env.step(int(a))
+        if te or tr:
+            obs, _ = env.reset()
+            first = True
+    # A new episode's stack holds its first observation only (zeros before it).
+    p.compute_single_action(obs, episode_start=True, explore=False)
+    stack = seen[-1][0]["prev_n_obs"][0]
+    assert not stack[:-1].any() and np.array_equal(stack[-1], obs)
+
+
+def test_compute_single_action_with_an_lstm_returns_the_state_it_keeps():
+    pytest.importorskip("torch")
+    p = ppo("lstm", BOX, S.Discrete(3), **MODELS["lstm"])
+    p._initialize_view_requirements()  # (the pruning pass's dummy calls are not recorded)
+    seen = record(p)
+    obs = [BOX.sample() for _ in range(4)]
+    outs = [p.compute_single_action(o, prev_reward=1.0, explore=False, episode_start=i == 0) for i, o in enumerate(obs)]
+    for i in range(1, 4):  # state_in of each step is the state_out the previous call returned
+        for s_in, s_out in zip([seen[i][0][f"state_in_{j}"][0] for j in range(4)], outs[i - 1][1]):
+            np.testing.assert_array_equal(s_in, s_out)
+    # The caller may still carry the state (RLlib's stateless call): the same action from the same inputs.
+    a, s, _ = p.compute_single_action(obs[1], outs[0][1], prev_action=outs[0][0], prev_reward=1.0, explore=False)
+    assert a == outs[1][0]
+    for x, y in zip(s, outs[1][1]):
+        np.testing.assert_allclose(x, y, rtol=1e-6)
+
+
+def test_compute_single_action_needs_the_reward_when_the_policy_reads_rewards():
+    p = Echo(S.Box(-1.0, 1.0, (2,), np.float32), S.Discrete(4))
+    p.compute_single_action(np.zeros(2, np.float32))  # the first step needs none
+    with pytest.raises(ValueError, match=r"reads rewards \(views \['prev_rewards'\]\).*reward="):
+        p.compute_single_action(np.zeros(2, np.float32))
+    p.compute_single_action(np.ones(2, np.float32), prev_reward=2.5)  # the episode goes on where it was
+    assert p.seen[-1]["t"][0] == 1 and p.seen[-1]["prev_rewards"][0] == 2.5
+    with pytest.raises(ValueError, match="episode_start is for the implicit episode"):
+        p.compute_single_action(np.ones(2, np.float32), [INIT], episode_start=True)
+    with pytest.raises(ValueError, match=r"\['info'\] are only passed on"):
+        p.compute_single_action(np.ones(2, np.float32), info={})
+
+
+# -- errors leave the runner as it was ------------------------------------------------------------------------------
+
+
+def echo_runner(max_episodes=2):
+    p = Echo(S.Box(-100.0, 100.0, (2,), np.float32), S.Discrete(4))
+    return p, tv.PolicyRunner(p, max_episodes=max_episodes)
+
+
+def test_bad_calls_change_nothing():
+    p, runner = echo_runner()
+    runner.act(np.zeros(2, np.float32), "a")
+    runner.act(np.zeros(2, np.float32), "b")
+    with pytest.raises(ValueError, match="only 0 of max_episodes=2 slots are free; reset"):
+        runner.act(np.zeros(2, np.float32), "c")
+    with pytest.raises(ValueError, match="repeated: 'a'"):
+        runner.act_many(np.zeros((2, 2), np.float32), ["a", "a"], rewards=[0, 0])
+    with pytest.raises(ValueError, match="column 'obs': expected shape"):
+        runner.act(np.zeros(3, np.float32), "a", reward=1.0)
+    with pytest.raises(ValueError, match="expected dtype float32, got float64"):
+        runner.act(np.zeros(2), "a", reward=1.0)
+    with pytest.raises(ValueError, match=r"rewards must have shape \(2,\)"):
+        runner.act_many(np.zeros((2, 2), np.float32), ["a", "b"], rewards=[1.0])
+    with pytest.raises(ValueError, match="leading dim 2"):
+        runner.act_many(np.zeros((3, 2), np.float32), ["a", "b"], rewards=[1.0, 1.0])
+    with pytest.raises(ValueError, match=r"episode_start must be one value or 2 values .* got shape \(3,\)"):
+        runner.act_many(np.zeros((2, 2), np.float32), ["a", "b"], rewards=[1.0, 1.0], episode_start=[0, 0, 1])
+    with pytest.raises(ValueError, match=r"agent_index must be one value or 2 values"):
+        runner.act_many(np.zeros((2, 2), np.float32), ["a", "b"], rewards=[1.0, 1.0], agent_index=[[0, 1]])
+    with pytest.raises(ValueError, match="episodes is empty"):
+        runner.act_many(np.zeros((0, 2), np.float32), [])
+    with pytest.raises(TypeError, match=r"episode key must be hashable, got list \['x'\]"):
+        runner.act(np.zeros(2, np.float32), ["x"])
+    assert runner.episodes == ["a", "b"]
+    runner.act(np.ones(2, np.float32), "a", reward=1.0)  # step 1 of "a": the refused calls stored nothing
+    assert p.seen[-1]["t"][0] == 1 and p.seen[-1]["stack"][0, 1:].tolist() == [[0, 0], [1, 1]]
+    runner.reset("b")
+    runner.act(np.zeros(2, np.float32), "c")  # its slot is free again
+    with pytest.raises(KeyError, match=r"no running episode 'b'; running: \['a', 'c'\]"):
+        runner.reset("b")
+    runner.reset()
+    assert len(runner) == 0
+
+
+def test_a_policy_that_raises_forgets_the_calls_episodes():
+    p, runner = echo_runner()
+    runner.act(np.zeros(2, np.float32), "a")
+    runner.act(np.zeros(2, np.float32), "b")
+
+    def boom(d, **kw):
+        raise RuntimeError("model failed")
+
+    p.compute_actions_from_input_dict = boom
+    with pytest.raises(RuntimeError, match="model failed") as info:
+        runner.act(np.ones(2, np.float32), "a", reward=0.0)
+    assert "episodes of this call were reset: ['a']" in "".join(getattr(info.value, "__notes__", []))
+    assert runner.episodes == ["b"]
+    del p.compute_actions_from_input_dict
+    runner.act(np.ones(2, np.float32), "a")  # a new episode
+    assert p.seen[-1]["t"][0] == 0
+
+
+def test_bad_policy_outputs_are_refused_as_in_a_worker():
+    class Bad(Echo):
+        def compute_actions_from_input_dict(self, d, explore=None, timestep=None, **kw):
+            a, s, e = super().compute_actions_from_input_dict(d)
+            return a + 10, s, e
+
+    runner = tv.PolicyRunner(Bad(S.Box(-100.0, 100.0, (2,), np.float32), S.Discrete(4)))
+    with pytest.raises(ValueError, match="actions outside the action space"):
+        runner.act(np.zeros(2, np.float32))
+    assert len(runner) == 0
+
+
+def test_settings_are_checked():
+    p = Echo(S.Box(-1.0, 1.0, (2,), np.float32), S.Discrete(4))
+    with pytest.raises(ValueError, match="max_episodes must be a positive int, got 0"):
+        tv.PolicyRunner(p, max_episodes=0)
+    with pytest.raises(ValueError, match="nan_outputs must be one of"):
+        tv.PolicyRunner(p, nan_outputs="maybe")
+    with pytest.raises(TypeError, match="policy must be a trajview Policy, got str"):
+        tv.PolicyRunner("policy")  # type: ignore[arg-type]
+
+
+def test_a_long_episode_keeps_only_the_rows_its_views_read():
+    """The runner frees emitted steps every 32 calls: a long episode holds a bounded store, its views intact."""
+    p, runner = echo_runner(1)
+    for t in range(300):
+        runner.act(np.full(2, t, np.float32), reward=float(t))
+        assert runner._collector.num_steps() <= 32
+    assert p.seen[-1]["t"][0] == 299 and p.seen[-1]["stack"][0, :, 0].tolist() == [297, 298, 299]
+    assert p.seen[-1]["prev_rewards"][0] == 299.0
+
+
+def test_the_guides_vector_env_loop():
+    """docs/guides/porting.md, serving a trained policy: a SAME_STEP-autoreset VectorEnv driven by act_many with
+    episode_start; every episode's first frame stack holds only its first observation."""
+    pytest.importorskip("torch")
+    vec_env = gym.make_vec("CartPole-v1", num_envs=8, vectorization_mode="sync",
+                           vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    policy = ppo("framestack", vec_env.single_observation_space, vec_env.single_action_space, **MODELS["framestack"])
+    runner = tv.PolicyRunner(policy, max_episodes=8, explore=False)
+    seen = record(policy)
+    obs, infos = vec_env.reset(seed=0)
+    start, rewards = np.ones(8, dtype=bool), None
+    ends = 0
+    for _ in range(60):
+        actions = runner.act_many(obs, episodes=range(8), rewards=rewards, episode_start=start)
+        stacks = seen[-1][0]["prev_n_obs"]
+        np.testing.assert_array_equal(stacks[:, -1], obs)
+        assert not stacks[start, :-1].any()
+        obs, rewards, terminated, truncated, infos = vec_env.step(actions)
+        start = terminated | truncated
+        ends += int(start.sum())
+    assert ends > 0 and len(runner) == 8
+
+
+def test_a_policy_that_acted_alone_still_pickles_and_copies():
+    """WorkerSet ships policies by pickle: the implicit episode (a C++ store) stays behind, a copy begins its own."""
+    import copy
+    import pickle
+
+    p = Echo(S.Box(-100.0, 100.0, (2,), np.float32), S.Discrete(4))
+    p.compute_single_action(np.zeros(2, np.float32))
+    p.compute_single_action(np.ones(2, np.float32), prev_reward=1.0)
+    for q in (pickle.loads(pickle.dumps(p)), copy.deepcopy(p)):
+        q.compute_single_action(np.full(2, 5, np.float32))
+        assert q.seen[-1]["t"][0] == 0 and q.seen[-1]["stack"][0].tolist() == [[0, 0], [0, 0], [5, 5]]
+    p.compute_single_action(np.full(2, 2, np.float32), prev_reward=1.0)
+    assert p.seen[-1]["t"][0] == 2
+
+
+def test_episodes_that_sit_out_a_call_keep_their_last_outputs():
+    """The last call's outputs are stored with each episode's next step, also after calls without it."""
+    p, runner = echo_runner(3)
+    o = np.array([[1, 1], [2, 2]], np.float32)
+    acts, states, _ = runner.act_many(o, ["a", "b"], rewards=[0.0, 0.0], full_fetch=True)
+    runner.act_many(o[:1] + 10, ["a"], rewards=[1.0])  # "b" sits out
+    runner.act_many(o[:1] + 20, ["c"], rewards=[1.0])  # a new one
+    runner.act_many(o + 30, ["a", "b"], rewards=[2.0, 3.0])
+    seen = p.seen[-1]
+    assert seen["t"].tolist() == [2, 1]
+    assert seen["prev_actions"][1] == acts[1] and seen["prev_rewards"][1] == 3.0
+    np.testing.assert_array_equal(seen["state_in_0"][1], states[0][1])
+    assert seen["stack"][1].tolist() == [[0, 0], [2, 2], [32, 32]]
