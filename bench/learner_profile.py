@@ -79,6 +79,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import dataclasses
 import cProfile
 import math
 import os
@@ -257,6 +258,11 @@ def env_timer_cost_us(n: int = 20_000, rounds: int = 5) -> float:
 # -- trainers as `trajview train` makes them --------------------------------------------------------------------
 
 
+def _on_cpu(config_class: Any) -> dict[str, Any]:
+    """``{"device": "cpu"}`` where the config has a learner device (``--device``): this profile is of the CPU."""
+    return {"device": "cpu"} if "device" in {f.name for f in dataclasses.fields(config_class)} else {}
+
+
 def make_trainer(name: str, out: str, seed: int, env: str = TIMED_ENV_ID, quick: bool = False) -> Any:
     """The trainer `trajview train` makes for this setting (no stop reward; ``out``: its run folder)."""
     if name == "dqn":
@@ -264,11 +270,11 @@ def make_trainer(name: str, out: str, seed: int, env: str = TIMED_ENV_ID, quick:
 
         extra: dict[str, Any] = {"iteration_steps": 256, "learning_starts": 128} if quick else {}
         return DQNTrainer(DQNConfig(env=env, seed=seed, timesteps=10**9, stop_reward=None, out_dir=out,
-                                    threads=THREADS, **extra))
+                                    threads=THREADS, **_on_cpu(DQNConfig), **extra))
     from trajview.train import PPOTrainer, TrainConfig
 
     cfg = TrainConfig.with_model_presets(env=env, seed=seed, timesteps=10**9, stop_reward=None, out_dir=out,
-                                         threads=THREADS, **copy.deepcopy(PPO_SETTINGS[name]))
+                                         threads=THREADS, **_on_cpu(TrainConfig), **copy.deepcopy(PPO_SETTINGS[name]))
     return PPOTrainer(cfg)
 
 
@@ -692,10 +698,15 @@ def compute_timers(trainer: Any, clock: Clock) -> Iterator[None]:
             patched.append((obj, attr))
 
     if hasattr(trainer, "rollouts"):  # PPO
-        patch(policy, "action_sampler")  # acting: the forward, the distribution's sample and logp
+        acting = {id(policy): policy}  # and the workers' own copy where it is one (a learner on another device)
+        workers = getattr(trainer.rollouts, "workers", [])
+        for w in workers if isinstance(workers, list) else []:  # the local backend's RolloutWorkers
+            acting.setdefault(id(getattr(w, "policy", policy)), getattr(w, "policy", policy))
+        for p in acting.values():
+            patch(p, "action_sampler")  # acting: the forward, the distribution's sample and logp
+            patch(p.model, "forward_step")
         patch(policy, "loss")
         patch(policy.model, "forward_train")
-        patch(policy.model, "forward_step")
         patch(policy.get_optimizer(), "step")
     else:  # DQN
         patch(policy.q, "forward")
@@ -953,9 +964,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(THREADS)  # for the calibrations; each trainer sets its own (the same)
     timer_us = env_timer_cost_us(5_000, 3) if args.quick else env_timer_cost_us()
     event_us = profiler_cost_us(500, 3) if args.quick else profiler_cost_us()
-    print(f"torch threads: {THREADS} (trajview train's --threads, default 1); the env timer's own cost {timer_us:.2f} us per "
-          f"step (in the trajview+Python share); torch.profiler's cost {event_us:.2f} us per event (calibrated on "
-          f"small ops, subtracted from the profiled runs)\n")
+    print(f"torch threads: {THREADS} (trajview train's --threads, default 1); the env timer's own cost "
+          f"{timer_us:.2f} us per step (in the trajview+Python share); torch.profiler's cost {event_us:.2f} us per "
+          f"event (calibrated on small ops, subtracted from the profiled runs)\n")
     out: dict[str, Any] = {"sgd": [], "share": [], "cprofile": {}}
     if "a" not in args.skip:
         print("## (a) ms per SGD (minibatch) step: trajview's learner against the minimal torch loop "
