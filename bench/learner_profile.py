@@ -34,8 +34,9 @@ default 1, set by the trainer itself):
   - **torch %** measured two ways: *profiler*: the union of the top-level
     op spans of ``torch.profiler`` (every op and torch's own annotated calls,
     Adam's step included) in a second, identical run (same seed, same batches),
-    less the profiler's own cost per event recorded (calibrated on a loop of
-    small ops, `profiler_cost_us`), all of it charged to the op spans (a lower
+    less the profiler's own cost per event recorded (calibrated on the
+    setting's minimal SGD loop, `profiler_cost_on`; without part (a), on a loop
+    of small ops), all of it charged to the op spans (a lower
     bound of torch's time), over that run's wall-clock less the same cost (so
     that the noise between the two runs does not enter; the profiled run's
     measured extra time per event is printed next to it as a check);
@@ -552,9 +553,11 @@ def sgd_ppo(name: str, reps: int, seed: int = 0) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 steps = minimal.learn()
                 theirs.append(1e3 * (time.perf_counter() - t0) / steps)
+            event_us = profiler_cost_on(minimal.learn, 3 if reps < 3 else 5)
         finally:
             stop_trainer(trainer)
     return {"setting": name, "rows": [("learn_on_batch", ours, theirs)], "same_size": minimal.same_size,
+            "event_us": event_us,
             "loss_check": loss_check,
             "batch": len(batch), "minibatch": cfg.sgd_minibatch_size, "epochs": cfg.num_sgd_iter}
 
@@ -657,9 +660,11 @@ def sgd_dqn(reps: int, seed: int = 0, steps: int = 200, quick: bool = False) -> 
                 t0 = time.perf_counter()
                 minimal.update(steps)
                 mini.append(1e3 * (time.perf_counter() - t0) / steps)
+            event_us = profiler_cost_on(lambda: minimal.update(steps), 3 if reps < 3 else 5)
         finally:
             stop_trainer(trainer)
     return {"setting": "dqn", "rows": [("learn_on_replay", learn, mini), ("sample + learn_on_replay", both, mini)],
+            "event_us": event_us,
             "same_size": same, "loss_check": loss_check, "batch": c.batch_size, "minibatch": c.batch_size, "epochs": 1}
 
 
@@ -744,6 +749,24 @@ def profiler_cost_us(n: int = 2000, rounds: int = 5) -> float:
     return max(0.0, prof - plain) / max(1, events) * 1e6
 
 
+def profiler_cost_on(fn: Callable[[], Any], rounds: int = 5) -> float:
+    """Microseconds torch.profiler adds per event it records in ``fn()`` (a setting's minimal SGD loop: its own mix
+    of forward, backward and optimizer ops): the best of ``rounds`` calls with and without it, over the events."""
+    from torch.profiler import ProfilerActivity, profile
+
+    plain, prof, events = math.inf, math.inf, []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        fn()
+        plain = min(plain, time.perf_counter() - t0)
+        with profile(activities=[ProfilerActivity.CPU]) as p:
+            t0 = time.perf_counter()
+            fn()
+            prof = min(prof, time.perf_counter() - t0)
+        events.append(len(p.events()))
+    return max(0.0, prof - plain) / max(1.0, statistics.mean(events)) * 1e6
+
+
 def top_level_op_seconds(prof: Any) -> tuple[float, int]:
     """(seconds in the union of the top-level op spans of every thread, events recorded)."""
     spans = []
@@ -818,7 +841,7 @@ def share(name: str, iterations: int, reps: int, quick: bool = False, timer_us: 
     profiled run's, both its op spans and its wall-clock less ``event_us`` per event recorded (`profiler_cost_us`;
     all of it charged to the spans: a lower bound), so that the two runs' noise does not enter."""
     keys = ("total", "env", "torch_prof", "torch_direct", "rest_prof", "rest_direct", "ckpt", "env_steps_per_s",
-            "prof_added_us", "timer")
+            "prof_added_us", "timer", "event_us")
     rows: dict[str, list[float]] = {k: [] for k in keys}
     for seed in range(reps):
         plain = one_run(name, iterations, seed, "plain", quick)
@@ -838,6 +861,7 @@ def share(name: str, iterations: int, reps: int, quick: bool = False, timer_us: 
         rows["env_steps_per_s"].append(plain["env_steps"] / w)
         # What the profiled run took more per event: against event_us, a check of the correction (noisy).
         rows["prof_added_us"].append(1e6 * (prof["wall"] - w) / max(1, prof["events"]))
+        rows["event_us"].append(event_us)
         rows["timer"].append(100 * plain["env_calls"] * timer_us * 1e-6 / w)
     rows["steps"] = [plain["env_steps"]]
     rows["env_calls"] = [plain["env_calls"]]
@@ -847,14 +871,15 @@ def share(name: str, iterations: int, reps: int, quick: bool = False, timer_us: 
 def share_table(results: list[dict[str, Any]]) -> str:
     lines = ["| setting | iterations (env steps) | total s | env steps/s | env % | torch ops % (profiler) | "
              "torch calls % (direct) | trajview+Python % (profiler .. direct) | of which ckpt % | "
-             "of which env timer % | profiled run's extra us/event |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "of which env timer % | profiler us/event: subtracted (calibrated) .. the profiled run's extra (noisy) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         rest = f"{summary(r['rest_prof'], '{:.1f}')} .. {summary(r['rest_direct'], '{:.1f}')}"
         lines.append(f"| {r['setting']} | {r['iterations']} ({r['steps'][0]:,}) | {summary(r['total'])} | "
                      f"{summary(r['env_steps_per_s'], '{:,.0f}')} | {summary(r['env'], '{:.1f}')} | "
                      f"{summary(r['torch_prof'], '{:.1f}')} | {summary(r['torch_direct'], '{:.1f}')} | {rest} | "
                      f"{summary(r['ckpt'], '{:.1f}')} | {summary(r['timer'], '{:.1f}')} | "
-                     f"{summary(r['prof_added_us'])} |")
+                     f"{r['event_us'][0]:.2f} .. {summary(r['prof_added_us'])} |")
     return "\n".join(lines)
 
 
@@ -966,7 +991,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     event_us = profiler_cost_us(500, 3) if args.quick else profiler_cost_us()
     print(f"torch threads: {THREADS} (trajview train's --threads, default 1); the env timer's own cost "
           f"{timer_us:.2f} us per step (in the trajview+Python share); torch.profiler's cost {event_us:.2f} us per "
-          f"event (calibrated on small ops, subtracted from the profiled runs)\n")
+          f"event on small ops (each setting's, on its minimal SGD loop, in (b)'s table)\n")
     out: dict[str, Any] = {"sgd": [], "share": [], "cprofile": {}}
     if "a" not in args.skip:
         print("## (a) ms per SGD (minibatch) step: trajview's learner against the minimal torch loop "
@@ -979,13 +1004,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"## (b) shares of a run's wall-clock (median (min..max) of {reps} runs, seeds 0..{reps - 1})\n")
         for name in args.models:
             it = args.iterations or (2 if args.quick else ITERATIONS[name])
-            out["share"].append(share(name, it, reps, args.quick, timer_us, event_us))
+            # The profiler's cost per event: calibrated on this setting's minimal SGD loop where (a) ran, else on
+            # small ops.
+            own = [r["event_us"] for r in out["sgd"] if r["setting"] == name]
+            out["share"].append(share(name, it, reps, args.quick, timer_us, own[0] if own else event_us))
         print(share_table(out["share"]) + "\n")
-        print("torch ops % (profiler): union of torch.profiler's top-level spans, less the profiler's calibrated "
-              "cost per event recorded (all charged to the spans: a lower bound), of the profiled run's wall-clock "
-              "less the same; torch calls % (direct): forward passes, loss, backward, clip and optimizer step "
-              "timed around each call (an upper bound: the models' own Python is inside). trajview+Python % = "
-              "100 - env - torch, from each.\n")
+        print("torch ops % (profiler): union of torch.profiler's top-level spans, less the profiler's cost per "
+              "event recorded (calibrated on the setting's minimal SGD loop; all charged to the spans: a lower "
+              "bound), of the profiled run's wall-clock less the same; torch calls % (direct): acting, forward "
+              "passes, loss, backward, clip and optimizer step timed around each call (an upper bound: the models' "
+              "own Python is inside). trajview+Python % = 100 - env - torch, from each.\n")
         if args.top > 0:
             print("## cProfile of one run per setting (seed 0): where the rest goes\n")
             for name in args.models:
