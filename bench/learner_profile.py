@@ -71,7 +71,7 @@ medians over ``--reps`` runs (seeds 0, 1, ...) with their spread (min..max).
     python bench/learner_profile.py --top 30            # more cProfile rows (0: no cProfile run)
     python bench/learner_profile.py --threads 2         # torch on 2 threads (trajview train --threads 2)
 
-What dominated the rest at commit 3f5cafb (one run per setting on the shared
+What dominated the rest on main at 3c034ac (one run per setting on the shared
 2-core machine: shares only, the lead measures): see `OVERHEAD_NOTES`, printed
 at the end.
 """
@@ -103,47 +103,48 @@ import trajview  # noqa: F401  (registers trajview's gymnasium ids)
 
 #: What the cProfile runs of the quick smoke showed (written down for the lead; the script prints it last).
 OVERHEAD_NOTES = """\
-Written down from one run per setting at commit 3f5cafb (`--reps 1 --sgd-reps 3 --top 30`, default iterations) on
-the shared 2-core machine at load 5 (every absolute figure there is 2-3x slow and noisy; the shares and ratios
-are what to read; the lead measures on a quiet machine):
+Written down from one run per setting on main at 3c034ac (`--reps 1 --sgd-reps 3 --top 30`, default
+iterations; the learner already gathers each column once per epoch and reads its statistics once per update) on
+the shared 2-core machine at load 2-3 (absolute figures slow and noisy there; read the shares and ratios; the
+lead measures on a quiet machine):
 
-* (b) trajview+Python is 32-46 % of a run for the frame stacks (zoo settings and preset), 31-43 % for the LSTM,
-  16-38 % for the GTrXL, 18-34 % for DQN (direct .. profiler bounds): far from the 10 % goal. The env's own step is
-  1-11 %. The gap between the two torch figures is mostly torch's own Python (nn.Module.__call__, the optimizer's
-  Python wrapper, the autograd engine between ops): cProfile's "torch (Python)" is 7-17 % of PPO runs, 23 % of DQN's.
-* (a) trajview's SGD step is 1.1-1.3x the minimal loop's on every PPO model (DQN: 0.95x without the replay
-  sample, 1.2x with it; the minimal loops compute trajview's loss exactly, relative difference 0): the step
-  itself is bound by eager torch's per-op cost on the CPU, so the learner's next factor is fewer ops per step
-  (policy and value as one batched network, as the GTrXL already is; a compiled step), not less bookkeeping
-  around it.
-* Where the rest goes (cProfile stages, cumulative % of a run; frame-stack preset / zoo / lstm / attention):
-  sampling 36 / 34 / 39 / 46 %, of which acting (compute_actions_from_input_dict: input dict to tensors, the
-  forward, Categorical.sample's multinomial, logp, back to numpy) 16 / 18 / 20 / 21 % and GAE with the bootstrap
-  value 4 / 4 / 6 / 11 % (the GTrXL's bootstrap runs forward_step on a window built per truncated segment; and
-  discount_cumsum is a Python loop over steps); learn_on_batch 59 / 59 / 57 / 51 %.
+* (b) trajview+Python is 19-46 % of a run for the zoo frame stack, 24-48 % for the frame-stack preset, 21-38 %
+  for the LSTM, 14-32 % for the GTrXL, 20-44 % for DQN (direct .. profiler bounds): over the 10 % goal on every
+  model. The env's own step is 1-13 %. Most of the gap between the two bounds is torch's own Python between the
+  ops (nn.Module.__call__, the optimizer's Python, autograd's engine): cProfile's "torch (Python)" is 9-18 % of
+  the PPO runs and 18 % of DQN's.
+* (a) trajview's SGD step is within 0.9-1.1x of the minimal hand-written loop's on every model (the minimal loops
+  compute trajview's loss exactly: relative difference 0): the step is bound by eager torch's per-op cost on the
+  CPU, so the learner's next factor is fewer ops per step (policy and value as one batched network, as the GTrXL
+  already is; a compiled step), not less bookkeeping around it.
+* Where the rest goes (cProfile's cumulative share of a run; frame-stack preset / zoo / LSTM / GTrXL): sampling
+  57 / 41 / 43 / 50 %, of which acting (compute_actions_from_input_dict: the input dict to tensors, the forward,
+  Categorical's multinomial and logp, back to numpy) 23 / 22 / 18 / 23 % and GAE with the bootstrap value
+  6 / 5 / 7 / 9 %; learn_on_batch 40 / 52 / 52 / 47 %; checkpoints 2 / 5 / 3 / 2 %.
   What to speed up next, in order of what it would save:
-  1. nn.Module call machinery: ~40,000 Module calls in a 10,000-step zoo run (Sequential of 5 layers, SpaceEncoder
-     -> ModuleList -> leaf encoder, per forward, per network): _call_impl + __getattr__ + Linear.forward are the top
-     Python entries. One batched pi+vf network with F.linear / baddbmm (the GTrXL's _Linears), encoders as plain
-     functions, or a compiled forward removes most of it.
-  2. Acting per env step (16-21 %): a lean path for the common case (no SampleBatch / dict building, one forward
-     for policy and value under inference_mode, sampling by torch.multinomial on the probabilities directly).
-  3. ppo.minibatches indexes every column of the training batch per minibatch (its dict comprehension is the
-     top trajview entry: 3-5 % of the frame-stack runs): obs, new_obs, eps_id, t, state_out_*, terminateds, ...
-     though the loss reads 5-7 of them. Keep only the columns the model and the loss read (one dict per
-     learn_on_batch), or index them once per epoch.
-  4. Per-minibatch statistics in PPOPolicy.loss: kl and clip fraction ops and six float() conversions per
-     minibatch (loss's own time is 1.5-2.9 % of a run): accumulate tensors, convert once per learn_on_batch.
-  5. torch.optim's per-step Python: Optimizer.step / zero_grad wrappers (their record_function annotations show as
-     _record_function_enter_new, ~1 %), _init_group, _make_grads: a compiled or hand-fused step avoids them.
-  6. DQN: Adam is torch's default single-tensor loop (_single_tensor_adam: ~13 % of a DQN run's time, cumulative);
-     fused=True as PPO's presets have. clip_grad_norm_(self.q.parameters()) walks the modules each step (take the
-     parameter list once, as PPO does). Three forward passes per step (q(s), q(s2), target(s2)): q over [s; s2] in
-     one call saves one. The replay sample is 7 % (its sampler's _next_seed, rng.integers(0, 2**63) with a lock,
-     ~4 us; bit_generator.random_raw() is 0.5 us).
-  7. Checkpoints after every iteration: 1-4 % (fsync, torch.save's pickling); most for the zoo settings (256-step
-     iterations: 40 checkpoints per 10,000 steps). A time-based interval would cut it.
-  8. GTrXL: its block's forward has the most Python per op (gtrxl.py:120 is 7.5 % own time); _valid rebuilds
+  1. Acting, per env step (18-23 % of a run, more than the env's own step): one forward for policy and value
+     under inference_mode without the SampleBatch / dict round trip, sampling by torch.multinomial on the
+     probabilities directly; with 8 envs (the zoo) each call is amortized over few rows.
+  2. nn.Module call machinery: ~37,000 Module calls in a 10,000-step zoo run (a Sequential of 5 layers per
+     network, SpaceEncoder -> ModuleList -> leaf encoder, per forward): _call_impl, __getattr__, Linear.forward and
+     Sequential.forward are the top Python entries. One batched pi+vf network with F.linear / baddbmm (the GTrXL's
+     _Linears), encoders as plain functions, or a compiled forward remove most of it, in acting too.
+  3. GAE (5-9 %): discount_cumsum is a Python loop over the steps of each segment, and each truncated segment
+     costs a forward_step for its bootstrap value (the GTrXL's builds a memory window per segment): one vectorized
+     pass over the batch, and the bootstrap values of all segments in one forward call.
+  4. Checkpoints after every iteration (2-5 %; torch.save's pickling in the loop's thread, the fsyncs in a
+     thread): the zoo settings' 256-step iterations write 40 per 10,000 steps. A time-based interval would cut it.
+  5. The memory models' minibatches still index every column of the training batch per minibatch (ppo.py's
+     dict comprehension in the sequence branch, 1.8 % of the LSTM run): keep only the columns the model and the
+     loss read.
+  6. torch.optim's per-step Python: the Optimizer.step / zero_grad wrappers (their record_function annotations,
+     _record_function_enter_new ~1 %), _init_group, autograd's _make_grads: a compiled or hand-fused step avoids
+     them.
+  7. DQN (fused Adam and the parameter list taken once are on main already): three forward passes per step
+     (q(s), q(s2), target(s2)), 26 Module calls per gradient step: q over [s; s2] in one call saves one pass, a
+     functional forward most of the calls. The replay sample is 7 % (`_core.sample` 4 % own; its sampler's
+     _next_seed, rng.integers(0, 2**63) under a lock, ~4 us, where bit_generator.random_raw() is 0.5 us).
+  8. GTrXL: its block's forward has the most Python per op (gtrxl.py:120, 8 % own time); _valid rebuilds
      arange(M + 1) per call."""
 
 # -- the settings -----------------------------------------------------------------------------------------------
@@ -567,8 +568,11 @@ class MinimalDQN:
     """Double DQN's update written out: the same Q-network (dueling MLP), Adam, Huber loss, clip and target sync;
     minibatches of uniform rows of frame stacks already gathered in tensors."""
 
-    def __init__(self, cfg: Any, data: dict[str, torch.Tensor], n_actions: int) -> None:
+    def __init__(self, cfg: Any, data: dict[str, torch.Tensor], n_actions: int, policy_config: dict) -> None:
         self.cfg, self.data = cfg, data
+        # Adam and the clip as the policy has them (its config: the trainer's settings over DEFAULT_DQN_CONFIG).
+        self.fused = bool(policy_config.get("adam_fused", False))
+        self.grad_clip = float(policy_config.get("grad_clip", 10.0))
         in_dim = int(np.prod(data["stack"].shape[1:]))
         h = int(cfg.hidden)
         self.body = nn.Sequential(nn.Linear(in_dim, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU())
@@ -576,7 +580,7 @@ class MinimalDQN:
         self.value = nn.Linear(h, 1)
         self.q = nn.ModuleList([self.body, self.adv, self.value])
         self.target = copy.deepcopy(self.q).requires_grad_(False)
-        self.opt = torch.optim.Adam(self.q.parameters(), lr=float(cfg.lr))
+        self.opt = torch.optim.Adam(self.q.parameters(), lr=float(cfg.lr), fused=True if self.fused else None)
         self.params = list(self.q.parameters())
         self.grad_steps = 0
 
@@ -623,7 +627,7 @@ class MinimalDQN:
             loss = nn.functional.smooth_l1_loss(q, y)
             self.opt.zero_grad()
             loss.backward()
-            nn.utils.clip_grad_norm_(self.params, 10.0)
+            nn.utils.clip_grad_norm_(self.params, self.grad_clip, foreach=True)
             self.opt.step()
             self.grad_steps += 1
             if self.grad_steps % int(c.target_update_interval) == 0:
@@ -643,7 +647,7 @@ def sgd_dqn(reps: int, seed: int = 0, steps: int = 200, quick: bool = False) -> 
                     if k in ("stack", "next_stack") else torch.as_tensor(np.asarray(big[k], dtype=dt))
                     for k, dt in (("stack", np.float32), ("next_stack", np.float32), ("actions", np.int64),
                                   ("rewards", np.float32), ("terminateds", np.float32))}
-            minimal = MinimalDQN(c, data, int(policy.num_actions))
+            minimal = MinimalDQN(c, data, int(policy.num_actions), dict(policy.config))
             loss_check = minimal.check(policy)
             same = sum(p.numel() for p in minimal.params) == sum(p.numel() for p in policy.q.parameters())
             samples = [buf.sample(c.batch_size) for _ in range(steps)]
