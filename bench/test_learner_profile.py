@@ -1,0 +1,34 @@
+"""A smoke of `bench/learner_profile.py` for ``pytest bench/``: its ``--quick`` mode on the zoo frame stack and DQN,
+one short run each (the figures are not checked: only that every part is measured and the minimal loops compute
+trajview's losses)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("gymnasium")
+
+import learner_profile  # noqa: E402
+
+
+def test_quick_mode_measures_every_part(capsys):
+    out = learner_profile.main(["--quick", "--models", "framestack-zoo", "dqn", "--iterations", "1", "--sgd-reps", "1",
+                                "--top", "3"])
+    printed = capsys.readouterr().out
+    sgd = {r["setting"]: r for r in out["sgd"]}
+    assert sgd["framestack-zoo"]["same_size"] and sgd["dqn"]["same_size"]
+    # The minimal loops' losses are trajview's (same weights, same batch): relative differences printed as 1e-07
+    # etc. (a model whose weights are laid out otherwise than the minimal loop's layers is said so, not compared).
+    for r in sgd.values():
+        assert r["loss_check"].startswith("not compared (trajview's layout differs)") or \
+            float(r["loss_check"].split()[0]) < 1e-4, r["loss_check"]
+    for r in out["sgd"]:
+        for _, ours, minimal in r["rows"]:
+            assert len(ours) == len(minimal) == 1 and ours[0] > 0 and minimal[0] > 0
+    for r in out["share"]:
+        assert r["total"][0] > 0 and 0 < r["env"][0] < 100 and 0 < r["torch_direct"][0] < 100
+        assert 0 <= r["torch_prof"][0] < 100 and r["steps"][0] > 0
+    assert set(out["cprofile"]) == {"framestack-zoo", "dqn"}
+    assert "| framestack-zoo | learn_on_batch | 256 |" in printed and "| dqn | sample + learn_on_replay |" in printed
+    assert "cProfile, own time by where the code lives" in printed
