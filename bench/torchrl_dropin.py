@@ -154,20 +154,52 @@ def check_batch(name: str, td: Any, policy: Any, num_envs: int, fpb: int) -> Non
     assert torch.equal(acts, td["action"].reshape(-1)), f"{name}: the actions are the policy's"
 
 
+def gym_reference(policy: Any, steps: int, seed: int, extra_resets: int) -> dict[Any, Any]:
+    """CartPole-v1 stepped by hand with the policy: ``reset(seed=seed)``, ``extra_resets`` more resets, then
+    a reset (without a seed) after each episode's end."""
+    import gymnasium as gym
+    import torch
+    from tensordict import TensorDict
+
+    env = gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=seed)
+    for _ in range(extra_resets):
+        obs, _ = env.reset()
+    rows: dict[Any, list[Any]] = {"observation": [], "action": [], ("next", "observation"): [],
+                                  ("next", "reward"): [], ("next", "done"): []}
+    for _ in range(steps):
+        with torch.no_grad():
+            td = TensorDict({"observation": torch.as_tensor(obs).unsqueeze(0)}, batch_size=[1])
+            act = int(policy(td)["action"][0])
+        nxt, r, term, trunc, _ = env.step(act)
+        for key, v in zip(rows, (obs, act, nxt, float(r), bool(term or trunc))):
+            rows[key].append(v)
+        obs = nxt
+        if term or trunc:
+            obs, _ = env.reset()
+    return {"observation": torch.as_tensor(np.stack(rows["observation"])),
+            "action": torch.tensor(rows["action"]),
+            ("next", "observation"): torch.as_tensor(np.stack(rows[("next", "observation")])),
+            ("next", "reward"): torch.tensor(rows[("next", "reward")], dtype=torch.float32),
+            ("next", "done"): torch.tensor(rows[("next", "done")])}
+
+
 def bench_collectors(args: argparse.Namespace) -> list[str]:
     import torch
 
     policy = make_policy()
     lines = []
-    # Same seed, 1 env: both sides collect the same CartPole observations (the policy is deterministic).
-    first = {}
-    for name, c in make_collectors(1, 200, "serial", policy, seed=3).items():
-        first[name] = next(iter(c))
-        check_batch(name, first[name], policy, 1, 200)
+    # 1 env, seed 3: each side's batch is a plain gymnasium loop of the policy (TorchRL's GymEnv.set_seed resets
+    # with the seed, then its collector resets again: its first episode is gymnasium's second reset).
+    for name, c in make_collectors(1, 300, "serial", policy, seed=3).items():
+        td = next(iter(c))
         c.shutdown()
-    torch.testing.assert_close(first["trajview"]["observation"], first["torchrl"]["observation"])
-    torch.testing.assert_close(first["trajview"]["next", "reward"], first["torchrl"]["next", "reward"])
-    print("check: same seed, same observations and rewards on both sides (200 steps, 1 env)")
+        check_batch(name, td, policy, 1, 300)
+        ref = gym_reference(policy, 300, seed=3, extra_resets=0 if name == "trajview" else 1)
+        for key, want in ref.items():
+            torch.testing.assert_close(td[key].reshape(want.shape), want, msg=lambda m, n=name, k=key: f"{n} {k}: {m}")
+    print("check: at 1 env, each side's batch (observation, action, next observation, reward, done) is a plain "
+          "gymnasium loop of the policy")
     cases = [(1, args.fpb1, "serial")] + [(8, args.fpb8, b) for b in args.torchrl_batched]
     for num_envs, fpb, batched in cases:
         cols = make_collectors(num_envs, fpb, batched, policy, seed=0)
@@ -249,7 +281,10 @@ def samplers(bufs: dict[str, Any], num_slices: int, slice_len: int) -> dict[str,
         s = bufs["torchrl"].sample().reshape(num_slices, slice_len).refine_names(None, "time")
         return cat(s)
 
-    return {"trajview": lambda: bufs["trajview"].sample(), "torchrl": torchrl_sample}
+    def trajview_sample() -> Any:  # the stack is in the sample already; [256, 32] as TorchRL's side is shaped
+        return bufs["trajview"].sample().reshape(num_slices, slice_len)
+
+    return {"trajview": trajview_sample, "torchrl": torchrl_sample}
 
 
 def fill(bufs: dict[str, Any], steps: int, episode_len: int, frames: Callable[[np.ndarray], np.ndarray],
@@ -354,7 +389,7 @@ def bench_replay(args: argparse.Namespace) -> list[str]:
               f"{GOAL_FRAMES_PER_STEP}: {mark}")
         for b in ("trajview", "torchrl"):
             bufs[b].empty()
-        return [f"| slices 256x32 + 4-frame stack, {args.steps:,} steps | >= {GOAL_SLICES:g}x | "
+        return [f"| slices {args.num_slices}x{args.slice_len} + 4-frame stack, {args.steps:,} steps | >= {GOAL_SLICES:g}x | "
                 f"**{statistics.median(ratio):.1f}x** ({min(ratio):.1f}-{max(ratio):.1f}) |",
                 f"| frames stored per step, {args.steps:,} steps | <= {GOAL_FRAMES_PER_STEP} | "
                 f"**{fps['trajview']:.4f}** (TorchRL's: {fps['torchrl']:.4f}) |"]
@@ -371,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fpb8", type=int, default=8000, help="(a) frames_per_batch at 8 envs")
     p.add_argument("--torchrl-batched", nargs="+", choices=["serial", "parallel"], default=["serial"],
                    help="(a) TorchRL's 8-env form(s): SerialEnv (this process, as trajview's) and/or ParallelEnv")
-    p.add_argument("--steps", type=int, default=1_000_000, help="(b) steps in each buffer")
+    p.add_argument("--steps", type=int, default=None, help="(b) steps in each buffer (default 1,000,000; --quick 20,000)")
     p.add_argument("--episode-len", type=int, default=1000, help="(b) steps per episode (one write each)")
     p.add_argument("--num-slices", type=int, default=256)
     p.add_argument("--slice-len", type=int, default=32)
@@ -381,11 +416,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="(b) leave ('next', 'observation') out of TorchRL's buffer (1 frame per step)")
     p.add_argument("--scratch", default=None, help="(b) folder for TorchRL's memmap files (default: the temp dir)")
     p.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
-    p.add_argument("--quick", action="store_true", help="smoke: 2 rounds, 1 batch, small batches, 20k steps")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke: 2 rounds, 1 batch of 200 / 800 frames, 32 slices, 20k steps (unless --steps)")
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.batches, args.fpb1, args.fpb8 = 2, 1, 200, 800
-        args.steps, args.episode_len, args.num_slices = 20_000, 1000, 32
+        args.num_slices = 32
+    if args.steps is None:
+        args.steps = 20_000 if args.quick else 1_000_000
     try:
         import tensordict  # noqa: F401
         import torch
