@@ -14,8 +14,14 @@ serial parallel`` also ``ParallelEnv(8, ...)``, 8 processes). The same ``TensorD
 fixed ``Linear(4, 2)`` + argmax (``int64`` actions). A round times ``--batches`` batches of each collector;
 rounds alternate between the systems; each collector is built and warmed up (one batch) before timing. Before
 timing, the script checks each side's batch (shapes, ``("next", "observation")`` = the next step's
-``observation`` within a trajectory, the actions the policy's) and that at 1 env with the same seed both
-collect the same observations. Goal printed: trajview >= 5x TorchRL's steps per second.
+``observation`` within a trajectory, the actions the policy's) and, at 1 env, that each side's batch equals a
+plain gymnasium loop of the policy step for step (TorchRL's ``GymEnv.set_seed`` resets once itself, so its first
+episode is gymnasium's second reset). Beside them, in the same rounds, the ``bare loop``: the same gymnasium envs
+and policy in a plain Python loop that stores nothing (the limit of both; ``bare loop / torchrl`` is printed as
+the most any collector could reach). Goal printed: trajview >= 5x TorchRL's steps per second. The policy call
+is the same on both sides and weighs on both: tensordict 0.14.3's ``TensorDictModule`` calls
+``importlib.util.find_spec("pandas")`` for each output (``TensorDict.from_any``), which searches ``sys.path``
+on every call where pandas is not installed (about half the policy's time on the dev VM).
 
 (b) **Stacked 4-frame slices** from a buffer of ``--steps`` Atari-sized steps (uint8 84x84 frames, episodes of
 ``--episode-len`` steps written as one TensorDict each, in TorchRL's collector layout: ``observation``,
@@ -40,8 +46,8 @@ stacks of the same sampled steps wherever CatFrames can see the frame, that the 
 where trajview has the true earlier frame, and that both equal a pure-Python reference. Reported: time per
 ``sample()`` of 8192 steps (median and min-max over ``--rounds`` interleaved rounds) and bytes stored per step
 in frames (allocated bytes of every column / steps held / 7056: ``TrajviewStorage`` holds ``steps +
-extra_rows`` rows, ``--extra-rows`` defaults to ``2 * episode_len + 1024``, enough for one final-observation
-row per episode and no cut episodes; TorchRL's storage holds ``observation`` and ``("next", "observation")``,
+extra_rows`` rows, ``--extra-rows`` defaults to ``2 * episode_len + episodes + 256``: one final-observation
+row per episode, and no episode cut in pieces; TorchRL's storage holds ``observation`` and ``("next", "observation")``,
 as the collector gives them; ``--torchrl-drop-next`` leaves the latter out of TorchRL's buffer, its leanest
 form). Goals printed: trajview >= 10x faster, <= 1.05 frames stored per step.
 
@@ -185,6 +191,28 @@ def gym_reference(policy: Any, steps: int, seed: int, extra_resets: int) -> dict
             ("next", "done"): torch.tensor(rows[("next", "done")])}
 
 
+def bare_loop(policy: Any, num_envs: int, seed: int) -> Callable[[int], None]:
+    """The floor of both collectors: ``num_envs`` gymnasium CartPoles stepped in a Python loop, one policy call
+    per step on a ``[num_envs]`` TensorDict, nothing stored. Returns ``run(steps)``."""
+    import gymnasium as gym
+    import torch
+    from tensordict import TensorDict
+
+    envs = [gym.make("CartPole-v1") for _ in range(num_envs)]
+    obs = np.stack([e.reset(seed=seed + i)[0] for i, e in enumerate(envs)])
+
+    def run(steps: int) -> None:
+        nonlocal obs
+        for _ in range(steps // num_envs):
+            with torch.no_grad():
+                act = policy(TensorDict({"observation": torch.from_numpy(obs)}, batch_size=[num_envs]))["action"]
+            for i, (e, a) in enumerate(zip(envs, act.tolist())):
+                o, _, term, trunc, _ = e.step(a)
+                obs[i] = e.reset()[0] if term or trunc else o
+
+    return run
+
+
 def take(it: Any, n: int) -> None:
     for _ in range(n):
         next(it)
@@ -214,19 +242,24 @@ def bench_collectors(args: argparse.Namespace) -> list[str]:
         for name, it in its.items():
             check_batch(name, next(it), policy, num_envs, fpb)  # warm-up batch, checked
 
-        ts = interleaved({name: functools.partial(take, it, args.batches) for name, it in its.items()}, args.rounds)
+        fns: dict[str, Callable[[], Any]] = {name: functools.partial(take, it, args.batches) for name, it in its.items()}
+        fns["bare loop"] = functools.partial(bare_loop(policy, num_envs, seed=0), args.batches * fpb)
+        ts = interleaved(fns, args.rounds)
         sps = {name: [args.batches * fpb / t for t in v] for name, v in ts.items()}
         for c in cols.values():
             c.shutdown()
-        (theirs,) = [n for n in sps if n != "trajview"]
+        (theirs,) = [n for n in sps if n not in ("trajview", "bare loop")]
         ratio = [a / b for a, b in zip(sps["trajview"], sps[theirs])]
         print(f"collector, {num_envs} env(s), frames_per_batch={fpb}, {args.batches} batches x {args.rounds} rounds")
         for name, v in sps.items():
-            print(f"  {name:18s} env steps/s {spread(v)}")
+            print(f"  {name:18s} env steps/s {spread(v)}"
+                  + ("  (gymnasium + the policy in a plain loop: the limit of both)" if name == "bare loop" else ""))
         mark = "meets" if statistics.median(ratio) >= GOAL_COLLECTOR else "MISSES"
         line = (f"| collector, {num_envs} env(s) ({theirs}) | >= {GOAL_COLLECTOR:g}x | "
                 f"**{statistics.median(ratio):.2f}x** ({min(ratio):.2f}-{max(ratio):.2f}) |")
         print(f"  trajview / {theirs}: {spread(ratio)}x per round; goal >= {GOAL_COLLECTOR:g}x: {mark}")
+        bound = [a / b for a, b in zip(sps["bare loop"], sps[theirs])]
+        print(f"  bare loop / {theirs}: {spread(bound)}x per round (the most any collector could reach here)")
         lines.append(line)
     return lines
 
@@ -363,7 +396,8 @@ def bench_replay(args: argparse.Namespace) -> list[str]:
     try:
         check_stacks(os.path.join(scratch, "check"))
         pool = np.random.default_rng(0).integers(0, 256, (POOL, *FRAME), dtype=np.uint8)
-        extra = args.extra_rows if args.extra_rows is not None else 2 * args.episode_len + 1024
+        episodes = -(-args.steps // args.episode_len)
+        extra = args.extra_rows if args.extra_rows is not None else 2 * args.episode_len + episodes + 256
         bufs = make_buffers(args.steps, args.num_slices, args.slice_len, extra, os.path.join(scratch, "memmap"),
                             args.torchrl_drop_next)
         print(f"filling both buffers with {args.steps:,} steps ({args.episode_len}-step episodes; TorchRL's memmap "
@@ -414,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-slices", type=int, default=256)
     p.add_argument("--slice-len", type=int, default=32)
     p.add_argument("--extra-rows", type=int, default=None,
-                   help="(b) TrajviewStorage extra_rows (default 2 * episode_len + 1024)")
+                   help="(b) TrajviewStorage extra_rows (default 2 * episode_len + episodes + 256)")
     p.add_argument("--torchrl-drop-next", action="store_true",
                    help="(b) leave ('next', 'observation') out of TorchRL's buffer (1 frame per step)")
     p.add_argument("--scratch", default=None, help="(b) folder for TorchRL's memmap files (default: the temp dir)")
