@@ -268,6 +268,7 @@ def test_trajview_slice_sampler_gathers_only_the_batch(monkeypatch):
     gathered = []
     real = storage._gather
     monkeypatch.setattr(storage, "_gather", lambda rows: gathered.append(len(rows)) or real(rows))
+    samples = {}
     for cls, whole in ((SliceSampler, True), (TrajviewSliceSampler, False)):
         torch.manual_seed(0)
         rb = TensorDictReplayBuffer(storage=storage, sampler=cls(slice_len=5), batch_size=20)
@@ -275,9 +276,16 @@ def test_trajview_slice_sampler_gathers_only_the_batch(monkeypatch):
             rb.extend(data)
         gathered.clear()
         s = rb.sample()
-        # TorchRL's reads storage[:] (every step, with its views); ours reads the ids alone, gathers the batch.
+        # TorchRL's reads storage[:] (every step, with its views) and the batch once more for its flags; ours
+        # reads the ids and the flags alone, and gathers the batch once.
         assert (max(gathered) == 100) == whole and min(gathered) >= (1 if whole else 20), (cls, gathered)
+        assert whole or gathered == [20], gathered
         assert (s.view(4, 5)["collector", "traj_ids"].unique(dim=1).shape[1] == 1)
+        samples[cls.__name__] = s
+    a, b = samples["SliceSampler"], samples["TrajviewSliceSampler"]  # same seed: the same sample, flags included
+    assert set(a.keys(True, True)) == set(b.keys(True, True))
+    for k in a.keys(True, True):
+        assert torch.equal(a[k], b[k]), k
 
 
 def test_slice_sampler_reads_collector_trajectories_with_views():

@@ -31,6 +31,14 @@ class _ColumnsOnly:
                 return super()._get_stop_and_length(storage, fallback)  # type: ignore[misc]
         return super()._get_stop_and_length(storage, fallback)  # type: ignore[misc]
 
+    def _finalize_index(self, *, storage: Any, **kwargs: Any) -> Any:
+        # TorchRL reads the sampled steps' done / terminated / is_init entries here (``storage[index]``): on a
+        # TrajviewStorage those entries alone, not a second gather of the whole batch with its frames and views.
+        if isinstance(storage, TrajviewStorage):
+            with storage.columns_only():
+                return super()._finalize_index(storage=storage, **kwargs)  # type: ignore[misc]
+        return super()._finalize_index(storage=storage, **kwargs)  # type: ignore[misc]
+
     def _resolve_traj_key(self, storage: Any) -> Any:
         if isinstance(storage, TrajviewStorage):
             with storage.columns_only():
