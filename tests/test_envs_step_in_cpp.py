@@ -184,3 +184,18 @@ def test_step_envs_refuses_mismatched_buffers():
         _core.step_envs([env, env], None, [0, 0], 3, out, out.dtype, rew, flags, flags, None)
     with pytest.raises(IndexError, match="env id out of range"):
         _core.step_envs([env, env], [0, 5], [0, 0], 0, out, out.dtype, rew, flags, flags, None)
+
+
+def test_too_few_actions_fail_at_the_same_row_in_both_paths():
+    """Fewer actions than envs: the row without one raises IndexError (as ``acts[j]`` does in Python), and the
+    envs before it have stepped."""
+    outcomes = []
+    for in_cpp in (True, False):
+        a = GymEnvList([ScriptedEnv(["fast"], k) for k in range(3)])
+        a.step_in_cpp = in_cpp
+        a.reset()
+        a.step(np.zeros(3, np.int64))  # (rewards noted in Python)
+        with pytest.raises(IndexError) as info:
+            a.step(np.zeros(2, np.int64))
+        outcomes.append((type(info.value), a.moved_on().tolist(), [e.t for e in a.envs]))
+    assert outcomes[0] == outcomes[1] == (IndexError, [0, 1, 2], [2, 2, 1])

@@ -83,7 +83,7 @@ void register_envs(py::module_& mod) {
           if (!ids.is_none()) i = py::cast<py::ssize_t>(ids[py::int_(j)]);
           if (i < 0 || i >= num_envs) throw py::index_error("step_envs: env id out of range");
           py::object act = py::reinterpret_steal<py::object>(PySequence_GetItem(acts.ptr(), j));
-          if (!act) throw py::error_already_set();
+          if (!act) return py::make_tuple(j, py::none(), fetch_exception(), any_done);  // as acts[j] in Python
           PyObject* r = PyObject_CallMethodObjArgs(PyList_GET_ITEM(envs.ptr(), i), step_name.ptr(), act.ptr(), nullptr);
           if (r == nullptr) return py::make_tuple(j, py::none(), fetch_exception(), any_done);
           py::object result = py::reinterpret_steal<py::object>(r);

@@ -133,8 +133,23 @@ class GymEnvList(VectorEnvAdapter):
         self._pos = -1
         infos: list[dict] | None = [] if need_infos else None
         outs = [new_obs] if self._flat else [new_obs[c] for c, _, _ in self._leaves]
-        any_done, failed, errors = self._step_rows(ids, self._env_actions(actions, len(ids)), new_obs, outs, rew,
-                                                   term, trunc, infos, isolate_failures)
+        acts = self._env_actions(actions, len(ids))
+        # The common case of the step loop's body runs in C++ (`_core.step_envs`: a flat observation of exactly the
+        # column's dtype and shape, a float reward, bool flags; rewards no longer noted, see `_step_rows`); the
+        # first row it does not take comes back stepped (or its exception) for `_step_rows`' body, which goes on.
+        out = outs[0]
+        fast = (self.step_in_cpp and self._flat and self.saw_other_rewards and type(out) is np.ndarray
+                and out.dtype is self._leaves[0][1] and out.flags.c_contiguous)
+        first = None
+        if fast:
+            first = _core.step_envs(self.envs, None if env_ids is None else ids, acts, 0, out, out.dtype, rew, term,
+                                    trunc, infos)
+            if first[0] == len(ids):  # every row taken
+                if not isolate_failures:
+                    return _NEW(VectorStep, (new_obs, rew, term, trunc, infos, first[3], None, ()))
+                return VectorStep(new_obs, rew, term, trunc, infos, first[3], np.zeros(0, np.int64), ())
+        any_done, failed, errors = self._step_rows(ids, acts, new_obs, outs, rew, term, trunc, infos,
+                                                   isolate_failures, fast, first)
         if not isolate_failures:
             return _NEW(VectorStep, (new_obs, rew, term, trunc, infos, any_done, None, ()))  # VectorStep(...), faster
         return VectorStep(new_obs, rew, term, trunc, infos, any_done, np.array(failed, np.int64), tuple(errors))
@@ -150,9 +165,15 @@ class GymEnvList(VectorEnvAdapter):
         trunc: np.ndarray,
         infos: list | None,
         isolate: bool,
+        fast: bool = False,
+        first: tuple | None = None,
     ) -> tuple[bool, list[int], list[BaseException]]:
         """The step loop, one body for every observation space: env ``ids[j]`` steps with ``acts[j]`` and its
         result goes, checked, into row ``j`` (each leaf of the observation into its rows ``outs[k]``).
+
+        ``fast``: the rows the body would take as they are go through `_core.step_envs` (see `step`); ``first``:
+        its answer for the rows from 0 (``(j, result, exception, any done)``: rows before ``j`` written, row ``j``
+        stepped), when `step` called it.
 
         Returns (any episode ended, the failed rows, their exceptions): with ``isolate``, an env's Exception is
         recorded (its row: reward 0, not done) and the others step on; else it raises (see `moved_on`).
@@ -163,12 +184,7 @@ class GymEnvList(VectorEnvAdapter):
         # Until the env returned a reward that is not a float32 (reward_dtype's rule), every reward is noted (once
         # the step succeeded: a step that raises changes nothing of the adapter's).
         noted: list | None = None if self.saw_other_rewards else []
-        # The common case of this loop's body runs in C++ (`_core.step_envs`: a flat observation of exactly the
-        # column's dtype and shape, a float reward, bool flags) and hands back the first row it does not take,
-        # stepped (or its exception), for the body below; then goes on after it. Nothing is noted there.
         out = outs[0]
-        fast = (self.step_in_cpp and self._flat and noted is None and type(out) is np.ndarray and out.dtype is self._leaves[0][1]
-                and out.flags.c_contiguous)
         fast_ids = None if type(ids) is range else ids
         any_done = False
         failed: list[int] = []
@@ -179,7 +195,10 @@ class GymEnvList(VectorEnvAdapter):
             while j < m:
                 result: Any = _UNSTEPPED
                 raised: BaseException | None = None
-                if fast:
+                if first is not None:
+                    (j, result, raised, done), first = first, None
+                    any_done = any_done or done
+                elif fast:
                     j, result, raised, done = _core.step_envs(envs, fast_ids, acts, j, out, out.dtype, rew, term,
                                                                trunc, infos)
                     any_done = any_done or done
