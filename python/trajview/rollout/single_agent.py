@@ -227,7 +227,7 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
             self._start_idle()
         slots = self._all if ids is None else ids
         data, actions = self._act(slots, ids)
-        new_obs, rew, term, trunc, infos, any_done, failed = self._step_envs(actions, slots, ids)[:7]
+        new_obs, rew, term, trunc, infos, any_done, failed, _ = self._step_envs(actions, slots, ids)
         if failed is None:
             ok = self._all if ids is None else np.arange(len(slots))
         else:
@@ -268,8 +268,9 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         return data, (data[_ACTIONS] if not self._act_cols else {c: data[c] for c in self._act_cols})
 
     def _step_envs(self, actions: Any, slots: np.ndarray, ids: np.ndarray | None) -> tuple:
-        """The envs' step (big observations written straight into the store's next rows), filtered:
-        (new_obs, rewards, terminateds, truncateds, infos, any done, rows of envs that failed or None, ...)."""
+        """The envs' step (big observations written straight into the store's next rows), filtered: a
+        `VectorStep`'s 8 fields (new_obs, rewards, terminateds, truncateds, infos, any done, rows of envs that
+        failed or None, their errors)."""
         staged: Any = None
         if self._next_obs_rows is not None and ids is None:
             if self._obs_flat:
@@ -297,7 +298,7 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
                 if failed is not None:
                     self._replace_failed(slots[failed])
                 raise
-        return new_obs, rew, term, trunc, infos, any_done, failed
+        return new_obs, rew, term, trunc, infos, any_done, failed, res[7]
 
     def _horizon(self, slots: np.ndarray, ids: Any, cut: Any, trunc: np.ndarray, failed: Any) -> tuple[Any, Any, Any]:
         """Episodes at the horizon: truncated and cut (a hard horizon) or ended without a reset (``soft``).
