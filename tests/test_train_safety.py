@@ -547,3 +547,19 @@ def test_a_failed_background_write_is_raised_and_the_last_checkpoint_stands(tmp_
     monkeypatch.setattr(checkpoint_module, "commit_folder", real)
     assert main(["train", "--resume", "--timesteps", "400", "--out", str(out), "--no-progress"]) == 0
     assert [r["iteration"] for r in read_metrics(out / "metrics.csv")] == [1, 2, 3, 4]
+
+
+def test_where_it_stopped_names_what_the_checkpoint_holds_on_disk(ppo_run, tmp_path):
+    """A signal in the middle of a commit may land after the manifest was replaced and before the trainer noted
+    it: the message reads the folder, not the trainer's note."""
+    from types import SimpleNamespace
+
+    from trajview.train.loop import where_it_stopped
+
+    run = _copy(ppo_run, tmp_path)
+    config = TrainConfig(out_dir=str(run))
+    ck = read_checkpoint(run / FOLDER, weights=False)
+    stale = SimpleNamespace(checkpointed=(ck.counters["iteration"] - 1, 0), start_iteration=0)
+    assert where_it_stopped(stale, config) == (
+        f"the run's checkpoint {run / FOLDER} holds iteration {ck.counters['iteration']} "
+        f"({ck.counters['env_steps']} env steps); --resume --out {run} continues it")

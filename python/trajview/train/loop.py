@@ -250,7 +250,11 @@ def where_it_stopped(trainer: Any, config: Any) -> str:
     saved = getattr(trainer, "checkpointed", None)
     if saved is None:  # the trainer did not get as far as its checkpoint's counters: a resumed run's start failed
         return f"the run's checkpoint {config.checkpoint_path} is as it was; --resume --out {config.out_dir} continues it"
-    iteration, env_steps = saved
+    try:  # what the folder holds: a signal in the middle of a commit may come after it landed, before it was noted
+        counters = read_checkpoint(config.checkpoint_path, weights=False).counters
+        iteration, env_steps = int(counters["iteration"]), int(counters["env_steps"])
+    except Exception:  # noqa: BLE001 (unreadable now: the last commit this process saw complete)
+        iteration, env_steps = saved
     session = "" if iteration > getattr(trainer, "start_iteration", 0) else " (none of this session's)"
     return (f"the run's checkpoint {config.checkpoint_path} holds iteration {iteration} "
             f"({env_steps} env steps){session}; --resume --out {config.out_dir} continues it")
