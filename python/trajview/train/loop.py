@@ -4,6 +4,7 @@ learning-curve plot), and what a run stopped early (Ctrl-C, SIGTERM, a failed wo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import logging
@@ -12,7 +13,7 @@ import signal
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -119,8 +120,12 @@ class RunCounters:
                 self._commit_error = e
 
         self._commit_error = None
-        self._committing = (threading.Thread(target=write, name="trajview-checkpoint"), at)
-        self._committing[0].start()
+        thread = threading.Thread(target=write, name="trajview-checkpoint")
+        # Ctrl-C / SIGTERM held back while the thread starts (a KeyboardInterrupt inside Thread.start() left a
+        # thread that may run but could not be joined); a signal that came meanwhile is handled right after.
+        with _signals_held():
+            thread.start()
+            self._committing = (thread, at)
 
     def wait_checkpoint(self) -> None:
         """Waits for a checkpoint written in the background (`commit_checkpoint`) and raises its error, if any."""
@@ -258,6 +263,20 @@ def where_it_stopped(trainer: Any, config: Any) -> str:
     session = "" if iteration > getattr(trainer, "start_iteration", 0) else " (none of this session's)"
     return (f"the run's checkpoint {config.checkpoint_path} holds iteration {iteration} "
             f"({env_steps} env steps){session}; --resume --out {config.out_dir} continues it")
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM blocked for the block (in the main thread, where Python handles them; a thread started
+    inside inherits the mask, so they never go to it); delivered, if they came, when it ends."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 class Terminated(KeyboardInterrupt):
