@@ -15,9 +15,9 @@ machine whose load drifts touches every system alike):
   ``VecFrameStack(DummyVecEnv(8 envs), 16)`` (the 16 last observations,
   2 x 16 inputs): separate 64x64 tanh policy and value MLPs.
 * ``trajview-framestack``: ``trajview train --model framestack`` with 16
-  frames and 64x64 tanh policy and value MLPs; trajview's frame stack also
-  reads the 16 previous actions and rewards (the model has no switch to leave
-  them out: 2 x 16 + 2 x 16 + 16 inputs).
+  frames of the observation alone (``prev_actions`` / ``prev_rewards``
+  false: 2 x 16 inputs, as SB3's) and 64x64 tanh policy and value MLPs: the
+  same networks.
 * ``sb3-lstm``: sb3-contrib ``RecurrentPPO("MlpLstmPolicy")``: an actor LSTM
   and a critic LSTM of ``--lstm-cell`` (256) over the observation, then 64x64
   tanh MLPs (SB3's default ``net_arch``) to the heads.
@@ -215,7 +215,8 @@ def trajview_config(system: str, seed: int, budget: int, run_to_budget: bool, ls
 
     z = ZOO
     if system == "trajview-framestack":
-        model, model_config = "framestack", {"num_frames": NUM_FRAMES, "hidden": [64, 64]}
+        model, model_config = "framestack", {"num_frames": NUM_FRAMES, "hidden": [64, 64], "prev_actions": False,
+                                             "prev_rewards": False}
     else:
         model, model_config = "lstm", {"max_seq_len": z["n_steps"], "cell_size": lstm_cell, "hidden": 64,
                                        "prev_action": False, "prev_reward": False}

@@ -320,12 +320,16 @@ def test_gtrxl_loads_a_checkpoint_of_the_earlier_two_core_layout():
         PPOPolicy(space, acts, cfg).set_state({"model": new_state["model"], "optimizer": other})
 
 
-@pytest.mark.parametrize("model", ["lstm", "attention", "framestack", "mlp"])
+FRAMESTACK_OBS_ONLY = {"prev_actions": False, "prev_rewards": False}
+
+
+@pytest.mark.parametrize("model", ["lstm", "attention", "framestack", "framestack-obs-only", "mlp"])
 def test_training_pass_over_collected_batch_reproduces_rollout_outputs(model):
     """With unchanged weights, forward_train over the flat batch gives each step's logp and value from acting."""
     cfg = {"lstm": {"max_seq_len": 7, "cell_size": 16}, "attention": {"max_seq_len": 7, "memory": 5},
-           "framestack": {"num_frames": 4}, "mlp": {}}[model]
-    w, policy = _cartpole_worker(model, **cfg)
+           "framestack": {"num_frames": 4}, "framestack-obs-only": {"num_frames": 4, **FRAMESTACK_OBS_ONLY},
+           "mlp": {}}[model]
+    w, policy = _cartpole_worker(model.removesuffix("-obs-only"), **cfg)
     for _ in range(3):  # later fragments: sequences start mid-episode and read earlier fragments' state
         b = w.sample()
     assert len(b) == 90
@@ -362,12 +366,13 @@ def test_gtrxl_memory_view_matches_stored_state_out_rows():
     assert policy.state_columns["state_out_0"] == (np.dtype(np.float32), (32,))
 
 
-@pytest.mark.parametrize("model", ["lstm", "attention", "framestack", "mlp"])
+@pytest.mark.parametrize("model", ["lstm", "attention", "framestack", "framestack-obs-only", "mlp"])
 def test_bootstrap_input_is_the_next_steps_input(model):
     """The value that bootstraps a fragment cut equals the critic's value at that episode's next step."""
     cfg = {"lstm": {"max_seq_len": 4, "cell_size": 16}, "attention": {"max_seq_len": 4, "memory": 5},
-           "framestack": {"num_frames": 6}, "mlp": {}}[model]
-    w, policy = _cartpole_worker(model, num_envs=2, fragment=10, **cfg)
+           "framestack": {"num_frames": 6}, "framestack-obs-only": {"num_frames": 6, **FRAMESTACK_OBS_ONLY},
+           "mlp": {}}[model]
+    w, policy = _cartpole_worker(model.removesuffix("-obs-only"), num_envs=2, fragment=10, **cfg)
     first = w.sample()
     second = w.sample()
     compared = 0
@@ -380,3 +385,38 @@ def test_bootstrap_input_is_the_next_steps_input(model):
         assert policy.value_of_next_step(seg) == pytest.approx(float(second["vf_preds"][nxt[0]]), abs=1e-5)
         compared += 1
     assert compared >= 1
+
+
+@pytest.mark.parametrize("prev_actions,prev_rewards", [(True, True), (True, False), (False, True), (False, False)])
+def test_framestack_switches_choose_the_inputs(prev_actions, prev_rewards):
+    """The frame stack's input row is the last n observations, then (if asked) the n previous actions one-hot
+    and the n previous rewards, zeros (action 0) before the episode's start: checked against a per-step reference built
+    from the sampled batch's own obs/actions/rewards; a view left out is not requested."""
+    k = 3
+    w, policy = _cartpole_worker("framestack", num_envs=2, fragment=12, num_frames=k,
+                                 prev_actions=prev_actions, prev_rewards=prev_rewards)
+    policy.keep_views = {"obs", "actions", "rewards"}  # the reference reads them
+    model = policy.model
+    assert set(model.view_requirements) == {"prev_n_obs"} | ({"prev_n_actions"} if prev_actions else set()) | (
+        {"prev_n_rewards"} if prev_rewards else set())
+    assert model.pi[0].in_features == 2 * k + 2 * k * prev_actions + k * prev_rewards
+    b = w.sample()
+    x, _ = model._inputs(dict(policy._to_torch(b).items()))
+    eps, ts = b["eps_id"], b["t"]
+    for r in range(len(b)):
+        def earlier(col, back, width):  # the row ``back`` steps before row r in its episode, zeros before its start
+            q = np.flatnonzero((eps == eps[r]) & (ts == ts[r] - back))
+            return b[col][q[0]].reshape(width).astype(np.float32) if len(q) else np.zeros(width, np.float32)
+        want = [earlier("obs", back, 2) for back in range(k - 1, -1, -1)]
+        if prev_actions:
+            # the action view reads action 0 before the start, one-hot encoded like any other
+            want += [np.eye(2, dtype=np.float32)[int(earlier("actions", back, 1)[0])] for back in range(k, 0, -1)]
+        if prev_rewards:
+            want += [earlier("rewards", back, 1) for back in range(k, 0, -1)]
+        np.testing.assert_allclose(x[r].numpy(), np.concatenate(want), rtol=0, atol=0)
+    policy.learn_on_batch(policy.postprocess_trajectory(b))  # it trains
+
+
+def test_framestack_switch_must_be_a_bool():
+    with pytest.raises(TypeError, match="FrameStackModel prev_rewards must be a bool, got int 0"):
+        FrameStackModel(OBS, ACT, num_frames=4, prev_rewards=0)

@@ -196,9 +196,15 @@ class PPOPolicy(TorchPolicy):
             surrogate = torch.exp(prox_logp - old_logp) * surrogate
         targets = torch.as_tensor(train_batch[Postprocessing.VALUE_TARGETS]).float()
         vf_loss = torch.mean((values - targets) ** 2)
-        entropy = dist.entropy().mean()
         policy_loss = -surrogate.mean()
-        total = policy_loss + float(cfg["vf_loss_coeff"]) * vf_loss - self.scheduled("entropy_coeff") * entropy
+        total = policy_loss + float(cfg["vf_loss_coeff"]) * vf_loss
+        entropy_coeff = self.scheduled("entropy_coeff")
+        if entropy_coeff:
+            entropy = dist.entropy().mean()
+            total = total - entropy_coeff * entropy
+        else:  # a zero coefficient: the entropy is only a statistic (no graph; the loss and gradients are the same)
+            with torch.no_grad():
+                entropy = dist.entropy().mean()
         with torch.no_grad():  # as one tensor (STATS' order): read once per learn_on_batch, not once per minibatch
             self.last_stats_tensor = torch.stack([
                 policy_loss, vf_loss, entropy, torch.mean(old_logp - logp),

@@ -21,6 +21,9 @@ class FrameStackModel(ViewModel):
     ``prev_n_obs`` = ``obs`` at ``"-{n-1}:0"``, ``prev_n_actions`` and
     ``prev_n_rewards`` = ``actions`` / ``rewards`` at ``"-{n}:-1"`` (RLlib's
     frame-stacking example, n = 16). Before the episode's start they read zeros.
+    ``prev_actions=False`` / ``prev_rewards=False`` leave the actions / rewards
+    out (their views too): an MLP over the last n observations alone, as
+    Stable-Baselines3's ``VecFrameStack`` feeds its policy.
 
     Each frame is encoded by a `SpaceEncoder` with ``frames=n``: vector leaves
     and one-hots per frame, concatenated; image leaves stack the n frames
@@ -35,24 +38,30 @@ class FrameStackModel(ViewModel):
         num_frames: int = 16,
         hidden: tuple[int, ...] = (64, 64),
         log_std_init: float = 0.0,
+        prev_actions: bool = True,
+        prev_rewards: bool = True,
     ) -> None:
         super().__init__()
         if num_frames < 1:
             raise ValueError(f"num_frames must be >= 1, got {num_frames}")
+        for name, flag in (("prev_actions", prev_actions), ("prev_rewards", prev_rewards)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"FrameStackModel {name} must be a bool, got {type(flag).__name__} {flag!r}")
+        self.prev_actions, self.prev_rewards = prev_actions, prev_rewards
         self.action_dist = _heads(obs_space, action_space, log_std_init)
         self.obs_space = obs_space
         self.num_frames = k = int(num_frames)
         self.pi_enc = SpaceEncoder(obs_space, frames=k)
         self.vf_enc = SpaceEncoder(obs_space, frames=k) if _has_params(self.pi_enc) else self.pi_enc
-        self.act_enc = SpaceEncoder(action_space, frames=k, what="action_space")
-        in_dim = self.pi_enc.dim + self.act_enc.dim + k
+        self.act_enc = SpaceEncoder(action_space, frames=k, what="action_space") if prev_actions else None
+        in_dim = self.pi_enc.dim + (0 if self.act_enc is None else self.act_enc.dim) + (k if prev_rewards else 0)
         self.pi = _mlp(in_dim, hidden, self.action_dist.num_inputs, 0.01)
         self.vf = _mlp(in_dim, hidden, 1, 1.0)
-        self.view_requirements = {
-            "prev_n_obs": VR("obs", space=obs_space, shift=f"-{k - 1}:0"),
-            "prev_n_actions": VR("actions", space=action_space, shift=f"-{k}:-1"),
-            "prev_n_rewards": VR("rewards", shift=f"-{k}:-1"),
-        }
+        self.view_requirements = {"prev_n_obs": VR("obs", space=obs_space, shift=f"-{k - 1}:0")}
+        if prev_actions:
+            self.view_requirements["prev_n_actions"] = VR("actions", space=action_space, shift=f"-{k}:-1")
+        if prev_rewards:
+            self.view_requirements["prev_n_rewards"] = VR("rewards", shift=f"-{k}:-1")
 
     #: The column `prepare_train` puts in place of the three views when the encoders have no weights.
     INPUTS = "framestack_inputs"
@@ -60,11 +69,12 @@ class FrameStackModel(ViewModel):
     def _inputs(self, d: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
         """The policy's and the value function's input rows (one tensor, twice, when the encoders are one)."""
         obs = get_nested(d, "prev_n_obs", self.obs_space)
-        acts = self.act_enc(d["prev_n_actions"])
-        rews = _f32(d["prev_n_rewards"])
-        x = torch.cat([self.pi_enc(obs), acts, rews], -1)
-        xv = x if self.vf_enc is self.pi_enc else torch.cat([self.vf_enc(obs), acts, rews], -1)
-        return x, xv
+        rest = ([] if self.act_enc is None else [self.act_enc(d["prev_n_actions"])]) + (
+            [_f32(d["prev_n_rewards"])] if self.prev_rewards else [])
+        x = torch.cat([self.pi_enc(obs), *rest], -1) if rest else self.pi_enc(obs)
+        if self.vf_enc is self.pi_enc:
+            return x, x
+        return x, (torch.cat([self.vf_enc(obs), *rest], -1) if rest else self.vf_enc(obs))
 
     def forward_train(self, d: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
         x = d.get(self.INPUTS)
@@ -73,7 +83,7 @@ class FrameStackModel(ViewModel):
 
     def prepare_train(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """Without encoder weights (vectors and one-hots), the input rows are built once per training batch."""
-        if self.vf_enc is not self.pi_enc or _has_params(self.act_enc):
+        if self.vf_enc is not self.pi_enc or (self.act_enc is not None and _has_params(self.act_enc)):
             return batch
         views = ("prev_n_obs", "prev_n_actions", "prev_n_rewards")
         with torch.no_grad():
@@ -86,9 +96,10 @@ class FrameStackModel(ViewModel):
             return np.concatenate([stack[:, 1:], last[:, None].astype(stack.dtype)], axis=1)
 
         space = self.obs_space
-        return {
-            "prev_n_obs": map_leaves(shifted, space, _np_last(segment, "prev_n_obs", space),
-                                     _np_last(segment, "new_obs", space)),
-            "prev_n_actions": shifted(_np_last(segment, "prev_n_actions"), _np_last(segment, "actions")),
-            "prev_n_rewards": shifted(_np_last(segment, "prev_n_rewards"), _np_last(segment, "rewards")),
-        }
+        out = {"prev_n_obs": map_leaves(shifted, space, _np_last(segment, "prev_n_obs", space),
+                                        _np_last(segment, "new_obs", space))}
+        if self.prev_actions:
+            out["prev_n_actions"] = shifted(_np_last(segment, "prev_n_actions"), _np_last(segment, "actions"))
+        if self.prev_rewards:
+            out["prev_n_rewards"] = shifted(_np_last(segment, "prev_n_rewards"), _np_last(segment, "rewards"))
+        return out
