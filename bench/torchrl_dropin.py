@@ -29,8 +29,8 @@ on every call where pandas is not installed (about half the policy's time on the
 random frames, ``pool[k % 7]``). The same TensorDicts go into both buffers:
 
 * ``trajview``: ``TensorDictReplayBuffer(storage=TrajviewStorage(steps, views={"stack":
-  ViewRequirement("observation", shift="-3:0")}, extra_rows=...), sampler=TrajviewSliceSampler(num_slices=256,
-  ...), batch_size=8192)``; ``rb.sample()`` returns the slices with ``stack`` built from the one stored copy;
+  ViewRequirement("observation", shift="-3:0")}), sampler=TrajviewSliceSampler(num_slices=256, ...),
+  batch_size=8192)`` (the storage's default ``extra_rows``; ``--extra-rows`` overrides it); ``rb.sample()`` returns the slices with ``stack`` built from the one stored copy;
 * ``torchrl``: ``TensorDictReplayBuffer(storage=LazyMemmapStorage(steps, scratch_dir=...),
   sampler=SliceSampler(num_slices=256, ...), batch_size=8192)``; the sample, reshaped to ``[256, 32]`` with a
   ``"time"`` dim, goes through ``Compose(UnsqueezeTransform(-3), CatFrames(N=4, dim=-3, padding="constant"))``
@@ -46,9 +46,10 @@ stacks of the same sampled steps wherever CatFrames can see the frame, that the 
 where trajview has the true earlier frame, and that both equal a pure-Python reference. Reported: time per
 ``sample()`` of 8192 steps (median and min-max over ``--rounds`` interleaved rounds) and bytes stored per step
 in frames (allocated bytes of every column / steps held / 7056: ``TrajviewStorage`` holds ``steps +
-extra_rows`` rows, ``--extra-rows`` defaults to ``2 * episode_len + episodes + 256``: one final-observation
-row per episode, and no episode cut in pieces; TorchRL's storage holds ``observation`` and ``("next", "observation")``,
-as the collector gives them; ``--torchrl-drop-next`` leaves the latter out of TorchRL's buffer, its leanest
+extra_rows`` rows, by default ``extra_rows = max(steps // 25, 40 * isqrt(steps), 256)``, what a user who
+writes ``TrajviewStorage(steps, views=...)`` gets: 40,000 at 1M steps, with one final-observation row per
+episode; the extra rows and the store's rows per step are printed; TorchRL's storage holds ``observation``
+and ``("next", "observation")``, as the collector gives them; ``--torchrl-drop-next`` leaves the latter out of TorchRL's buffer, its leanest
 form). Goals printed: trajview >= 10x faster, <= 1.05 frames stored per step.
 
 (c) The whole PPO tutorial loop's wall-clock with each side is ``bench/torchrl_ppo.py`` (it prints each side's
@@ -286,7 +287,7 @@ def episode_td(k0: int, n: int, traj: int, frames: Callable[[np.ndarray], np.nda
     }, batch_size=[n])
 
 
-def make_buffers(steps: int, num_slices: int, slice_len: int, extra_rows: int, scratch: str,
+def make_buffers(steps: int, num_slices: int, slice_len: int, extra_rows: int | None, scratch: str,
                  drop_next: bool) -> dict[str, Any]:
     from torchrl.data import LazyMemmapStorage, SliceSampler, TensorDictReplayBuffer
 
@@ -396,10 +397,12 @@ def bench_replay(args: argparse.Namespace) -> list[str]:
     try:
         check_stacks(os.path.join(scratch, "check"))
         pool = np.random.default_rng(0).integers(0, 256, (POOL, *FRAME), dtype=np.uint8)
-        episodes = -(-args.steps // args.episode_len)
-        extra = args.extra_rows if args.extra_rows is not None else 2 * args.episode_len + episodes + 256
-        bufs = make_buffers(args.steps, args.num_slices, args.slice_len, extra, os.path.join(scratch, "memmap"),
-                            args.torchrl_drop_next)
+        bufs = make_buffers(args.steps, args.num_slices, args.slice_len, args.extra_rows,
+                            os.path.join(scratch, "memmap"), args.torchrl_drop_next)
+        st = bufs["trajview"].storage
+        print(f"TrajviewStorage({args.steps:,}): extra_rows {st.extra_rows:,} "
+              f"({'--extra-rows' if args.extra_rows is not None else 'the default'}), {st.rows:,} rows = "
+              f"{st.rows / args.steps:.4f} rows per step", flush=True)
         print(f"filling both buffers with {args.steps:,} steps ({args.episode_len}-step episodes; TorchRL's memmap "
               f"files in {scratch})", flush=True)
         fill(bufs, args.steps, args.episode_len, lambda k: pool[k % POOL], progress=True)
@@ -448,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-slices", type=int, default=256)
     p.add_argument("--slice-len", type=int, default=32)
     p.add_argument("--extra-rows", type=int, default=None,
-                   help="(b) TrajviewStorage extra_rows (default 2 * episode_len + episodes + 256)")
+                   help="(b) TrajviewStorage extra_rows (default: the storage's own default)")
     p.add_argument("--torchrl-drop-next", action="store_true",
                    help="(b) leave ('next', 'observation') out of TorchRL's buffer (1 frame per step)")
     p.add_argument("--scratch", default=None, help="(b) folder for TorchRL's memmap files (default: the temp dir)")
