@@ -742,3 +742,81 @@ def test_property_writes_that_fit_are_never_refused(stream):
     if chunks:
         assert_td_equal(ours[:], ref[:])
         assert storage.replay_buffer.rows_written() == rows
+
+
+# -- state_dict through torch.save / torch.load(weights_only=True) ------------------------------------------------
+
+
+_ROUND_TRIP_SAMPLERS = {
+    "random": lambda: RandomSampler(),
+    "without_replacement": lambda: SamplerWithoutReplacement(),
+    "slice": lambda: SliceSampler(slice_len=4, traj_key=("collector", "traj_ids")),
+    "slice_without_replacement": lambda: SliceSamplerWithoutReplacement(slice_len=4,
+                                                                        traj_key=("collector", "traj_ids")),
+    "trajview_slice": lambda: TrajviewSliceSampler(slice_len=4, traj_key=("collector", "traj_ids")),
+    "trajview_slice_without_replacement": lambda: TrajviewSliceSamplerWithoutReplacement(
+        slice_len=4, traj_key=("collector", "traj_ids")),
+}
+
+
+def _leaves(obj, path=()):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _leaves(v, (*path, k))
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from _leaves(v, (*path, i))
+    else:
+        yield path, obj
+
+
+@pytest.mark.parametrize("sampler", sorted(_ROUND_TRIP_SAMPLERS))
+def test_state_dict_loads_with_weights_only(sampler, tmp_path):
+    """``torch.save(rb.state_dict())`` reads back with ``torch.load(weights_only=True)`` (nothing read runs
+    code); the loaded buffer samples the batches the saved one samples."""
+    import io
+
+    views = {"stack": tv.ViewRequirement("observation", shift="-3:0")}
+    data = episode_data([30, 40, 25], obs_shape=(2,))
+    rb = TensorDictReplayBuffer(storage=TrajviewStorage(64, views=views), sampler=_ROUND_TRIP_SAMPLERS[sampler](),
+                                batch_size=8)
+    for chunk in data.split(16):
+        rb.extend(chunk)
+    torch.manual_seed(1)
+    rb.sample()  # a sampler with a state (without replacement) has one now
+    state = rb.state_dict()
+    for path, leaf in _leaves(state["_storage"]):
+        assert leaf is None or isinstance(leaf, (torch.Tensor, str, int, float, bool)), (path, type(leaf))
+    f = io.BytesIO()
+    torch.save(state, f)
+    f.seek(0)
+    loaded = torch.load(f, weights_only=True)
+    rb2 = TensorDictReplayBuffer(storage=TrajviewStorage(64, views=views), sampler=_ROUND_TRIP_SAMPLERS[sampler](),
+                                 batch_size=8)
+    rb2.load_state_dict(loaded)
+    assert_td_equal(rb2[:], rb[:])
+    for seed in (2, 3, 4):
+        torch.manual_seed(seed)
+        want = rb.sample()
+        torch.manual_seed(seed)
+        got = rb2.sample()
+        assert_td_equal(got, want)
+    more = episode_data([10], first_id=3, start=500, obs_shape=(2,))
+    rb.extend(more)  # both go on the same way after the load
+    rb2.extend(more)
+    assert_td_equal(rb2[:], rb[:])
+
+
+def test_state_dict_of_numpy_arrays_still_loads():
+    """A state dict as earlier trajview gave it (numpy arrays) loads as the tensor one does."""
+    data = episode_data([30, 40])
+    a = TrajviewStorage(50)
+    a.set(range(50), data[:50])
+    state = a.state_dict()
+    old = {**state, "arrays": {k: v.numpy() for k, v in state["arrays"].items()},
+           "replay": {**state["replay"], "arrays": {k: v.numpy() for k, v in state["replay"]["arrays"].items()}}}
+    b = TrajviewStorage(50)
+    b.load_state_dict(old)
+    assert_td_equal(b[:], a[:])
+    with pytest.raises(ValueError, match="slot_row"):
+        TrajviewStorage(50).load_state_dict({**state, "arrays": {**state["arrays"], "slot_row": [1, 2]}})

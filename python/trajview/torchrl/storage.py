@@ -540,12 +540,14 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
     # -- persistence (storage_state.py) --------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Plain data (JSON-able values and numpy arrays; no objects): the slots, the trajectories' bookkeeping
-        and the trajview `ReplayBuffer`'s own `state_dict`."""
+        """Torch tensors and plain Python values (no objects), as TorchRL's own storages give, so that
+        ``torch.load(weights_only=True)`` reads a ``torch.save`` of it: the slots, the trajectories' bookkeeping
+        and the trajview `ReplayBuffer`'s own `state_dict` (its arrays as tensors)."""
         return storage_state.state_dict(self)
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Restores a `state_dict`, checked first; a state that is refused changes nothing."""
+        """Restores a `state_dict` (tensors; numpy arrays, as earlier versions gave, are read too), checked
+        first; a state that is refused changes nothing."""
         storage_state.load_state_dict(self, state_dict)
 
     def dumps(self, path: str | os.PathLike[str]) -> None:
