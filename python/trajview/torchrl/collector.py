@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModule
+from torch.nn.modules import module as _nn_module
 from torchrl.envs import EnvBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
@@ -79,6 +81,8 @@ class TensorDictPolicy(Policy):
                 raise ValueError(f"TrajviewCollector: the policy reads {k!r}; it can read {OBS_KEY!r} and the views "
                                  f"{sorted(self.views)}")
 
+        self._fast_keys = _fast_out_keys(self.module)
+
     def compute_actions_from_input_dict(
         self, input_dict: Mapping[str, Any], explore: bool | None = None, timestep: int | None = None, **kwargs: Any
     ) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
@@ -88,10 +92,18 @@ class TensorDictPolicy(Policy):
             arr = np.asarray(input_dict[SampleBatch.OBS if k == OBS_KEY else k])
             n = len(arr)
             src[k] = torch.from_numpy(np.ascontiguousarray(arr))
-        td = TensorDict(src, batch_size=[n])
         kind = self.explore_type if explore is not False else ExplorationType.DETERMINISTIC
         with torch.no_grad(), set_exploration_type(kind):
-            out = self.module(td)
+            if self._fast_keys is not None and _plain_call(self.module):
+                out = self._call_fast(src, n)
+                if not isinstance(out, TensorDictBase):
+                    return out
+            else:
+                out = self.module(TensorDict(src, batch_size=[n]))
+        return self._outputs(out, src)
+
+    def _outputs(self, out: TensorDictBase, src: Mapping[str, Any]) -> tuple[np.ndarray, list, dict[str, np.ndarray]]:
+        """The action and the other outputs of the policy's TensorDict (what the general call gives)."""
         action = out.get("action").detach().cpu().numpy()
         extra: dict[str, np.ndarray] = {}
         for k in out.keys(include_nested=True, leaves_only=True):
@@ -101,11 +113,90 @@ class TensorDictPolicy(Policy):
             extra[".".join(key)] = out.get(key).detach().cpu().numpy()
         return action, [], extra
 
+    def _call_fast(self, src: dict[str, Any], n: int) -> tuple[np.ndarray, list, dict[str, np.ndarray]] | TensorDictBase:
+        """A plain ``TensorDictModule``'s call without its TensorDicts: its module (or ``method``) on the input
+        tensors, the outputs mapped to ``out_keys`` as the module's call maps them. Where an output is not a
+        tensor of the batch's size, the outputs go through the module's own writing onto the TensorDict the
+        general call builds (its conversions, size checks and errors), which is returned."""
+        mod = self.module
+        fn = mod.module if mod.method is None else getattr(mod.module, mod.method)
+        tensors = [src[k] for k in self._in_keys]
+        if mod._kwargs is not None:
+            call_kw = dict(zip(mod._kwargs, tensors))
+            call_kw.update(mod.method_kwargs)
+            res = fn(**call_kw)
+        else:
+            res = fn(*tensors, **mod.method_kwargs)
+        keys = self._fast_keys
+        assert keys is not None
+        if res is None:
+            res = ()
+        if isinstance(res, (dict, TensorDictBase)):
+            picked = _pick(res, mod.out_keys)
+            if picked is not None:
+                res = picked
+        outs = res if isinstance(res, tuple) else (res,)
+        if len(outs) == len(keys) and all(type(t) is torch.Tensor and t.ndim >= 1 and t.shape[0] == n for t in outs):
+            action: np.ndarray | None = None
+            extra: dict[str, np.ndarray] = {}
+            for key, t in zip(keys, outs):
+                if key == ("_",):
+                    continue
+                if key == ("action",):
+                    action = t.detach().cpu().numpy()
+                elif not (len(key) == 1 and key[0] in src):
+                    extra[".".join(key)] = t.detach().cpu().numpy()
+            if action is not None:
+                return action, [], extra
+        # Anything else: the module's own writing (TensorDict.from_any of each output, its size checks, its
+        # errors) onto the TensorDict the general call would have built.
+        out: TensorDictBase = mod._write_to_tensordict(TensorDict(src, batch_size=[n]), list(outs))
+        return out
+
     def get_weights(self) -> dict[str, Any]:
         return {k: v.detach().cpu().numpy() for k, v in self.module.state_dict().items()}
 
     def set_weights(self, weights: Mapping[str, Any]) -> None:
         self.module.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()})
+
+
+def _fast_out_keys(module: Any) -> list[tuple[str, ...]] | None:
+    """The ``out_keys`` (as tuples) of a policy whose call `TensorDictPolicy` may make without TensorDicts:
+    exactly a ``tensordict.nn.TensorDictModule`` (no subclass: a subclass may change ``forward``) writing
+    ``"action"``, no key twice or under another, nothing read with ``get_kwargs``; else ``None``. Whether
+    its call is plain (no hooks, no ``select_out_keys``) is checked at each call (`_plain_call`)."""
+    if type(module) is not TensorDictModule or getattr(module, "_get_kwargs", None):
+        return None
+    keys = [(k,) if isinstance(k, str) else tuple(k) for k in module.out_keys_source]
+    if ("action",) not in keys or len(set(keys)) != len(keys):
+        return None
+    for a in keys:
+        if any(a != b and b[:len(a)] == a for b in keys):
+            return None
+    return keys
+
+
+def _plain_call(module: Any) -> bool:
+    """Whether calling ``module`` (a `_fast_out_keys` one) runs nothing but its ``forward``: no hooks of its
+    own or global ones (``select_out_keys`` is a forward hook), its ``out_keys`` its ``out_keys_source``."""
+    return not (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or module._backward_pre_hooks or _nn_module._global_forward_hooks
+                or _nn_module._global_forward_pre_hooks or _nn_module._global_backward_hooks
+                or _nn_module._global_backward_pre_hooks or module._out_keys_apparent != module._out_keys)
+
+
+def _pick(res: Any, out_keys: list[Any]) -> tuple[Any, ...] | None:
+    """A dict (or TensorDict) output holding every out key: its values in ``out_keys`` order (as the module's
+    call picks them); else ``None``."""
+    if isinstance(res, dict):
+        res = {((k,) if isinstance(k, str) else tuple(k)): v for k, v in res.items()}
+        want = [(k,) if isinstance(k, str) else tuple(k) for k in out_keys]
+        if all(k in res for k in want):
+            return tuple(res[k] for k in want)
+        return None
+    if all(k in res.keys(include_nested=True) for k in out_keys):
+        return tuple(res.get(k) for k in out_keys)
+    return None
 
 
 def _policy_class(module: Any, views: Mapping[str, ViewRequirement], explore_type: Any) -> type[TensorDictPolicy]:
