@@ -16,12 +16,18 @@ rounds alternate between the systems; each collector is built and warmed up (one
 timing, the script checks each side's batch (shapes, ``("next", "observation")`` = the next step's
 ``observation`` within a trajectory, the actions the policy's) and, at 1 env, that each side's batch equals a
 plain gymnasium loop of the policy step for step (TorchRL's ``GymEnv.set_seed`` resets once itself, so its first
-episode is gymnasium's second reset). Beside them, in the same rounds, the ``bare loop``: the same gymnasium envs
-and policy in a plain Python loop that stores nothing (the limit of both; ``bare loop / torchrl`` is printed as
-the most any collector could reach). Goal printed: trajview >= 5x TorchRL's steps per second. The policy call
-is the same on both sides and weighs on both: tensordict 0.14.3's ``TensorDictModule`` calls
-``importlib.util.find_spec("pandas")`` for each output (``TensorDict.from_any``), which searches ``sys.path``
-on every call where pandas is not installed (about half the policy's time on the dev VM).
+episode is gymnasium's second reset). Beside them, in the same rounds, two ``bare loop`` s: the same gymnasium
+envs and policy in a plain Python loop that stores nothing, calling the policy on a TensorDict (``bare loop``:
+the limit of a collector that makes the ``TensorDictModule``'s own call, as TorchRL's does; ``bare loop /
+torchrl`` is printed) or calling its inner ``nn.Module`` on the observation tensor (``bare loop (module)``:
+trajview's limit; ``trajview / bare loop (module)`` is printed). Goal printed: trajview >= 5x TorchRL's steps
+per second. The ``TensorDictModule`` call weighs on TorchRL's side: tensordict 0.14.3 builds TensorDicts and
+calls ``importlib.util.find_spec("pandas")`` for each output (``TensorDict.from_any``), which searches
+``sys.path`` on every call where pandas is not installed (about half the policy's time on the dev VM).
+trajview's collector calls a policy that is exactly a ``TensorDictModule`` (no subclass, no hooks, no
+``select_out_keys``) as that call would, without the TensorDicts: its module on the input tensors, the outputs
+mapped to ``out_keys`` (same outputs, same RNG use; tests/test_torchrl_collector.py); any other policy
+(``ProbabilisticActor``, ``TensorDictSequential``) gets its own call.
 
 (b) **Stacked 4-frame slices** from a buffer of ``--steps`` Atari-sized steps (uint8 84x84 frames, episodes of
 ``--episode-len`` steps written as one TensorDict each, in TorchRL's collector layout: ``observation``,
@@ -82,6 +88,7 @@ N_STACK = 4
 GOAL_COLLECTOR = 5.0
 GOAL_SLICES = 10.0
 GOAL_FRAMES_PER_STEP = 1.05
+BARE, BARE_DIRECT = "bare loop", "bare loop (module)"
 
 
 def spread(ts: list[float]) -> str:
@@ -192,9 +199,10 @@ def gym_reference(policy: Any, steps: int, seed: int, extra_resets: int) -> dict
             ("next", "done"): torch.tensor(rows[("next", "done")])}
 
 
-def bare_loop(policy: Any, num_envs: int, seed: int) -> Callable[[int], None]:
-    """The floor of both collectors: ``num_envs`` gymnasium CartPoles stepped in a Python loop, one policy call
-    per step on a ``[num_envs]`` TensorDict, nothing stored. Returns ``run(steps)``."""
+def bare_loop(policy: Any, num_envs: int, seed: int, direct: bool = False) -> Callable[[int], None]:
+    """A collector's floor: ``num_envs`` gymnasium CartPoles stepped in a Python loop, one policy call per step
+    on a ``[num_envs]`` TensorDict (``direct``: the TensorDictModule's inner module on the observation tensor,
+    as trajview's collector calls a plain TensorDictModule), nothing stored. Returns ``run(steps)``."""
     import gymnasium as gym
     import torch
     from tensordict import TensorDict
@@ -206,7 +214,10 @@ def bare_loop(policy: Any, num_envs: int, seed: int) -> Callable[[int], None]:
         nonlocal obs
         for _ in range(steps // num_envs):
             with torch.no_grad():
-                act = policy(TensorDict({"observation": torch.from_numpy(obs)}, batch_size=[num_envs]))["action"]
+                if direct:
+                    act = policy.module(torch.from_numpy(obs))
+                else:
+                    act = policy(TensorDict({"observation": torch.from_numpy(obs)}, batch_size=[num_envs]))["action"]
             for i, (e, a) in enumerate(zip(envs, act.tolist())):
                 o, _, term, trunc, _ = e.step(a)
                 obs[i] = e.reset()[0] if term or trunc else o
@@ -244,23 +255,28 @@ def bench_collectors(args: argparse.Namespace) -> list[str]:
             check_batch(name, next(it), policy, num_envs, fpb)  # warm-up batch, checked
 
         fns: dict[str, Callable[[], Any]] = {name: functools.partial(take, it, args.batches) for name, it in its.items()}
-        fns["bare loop"] = functools.partial(bare_loop(policy, num_envs, seed=0), args.batches * fpb)
+        fns[BARE] = functools.partial(bare_loop(policy, num_envs, seed=0), args.batches * fpb)
+        fns[BARE_DIRECT] = functools.partial(bare_loop(policy, num_envs, seed=0, direct=True), args.batches * fpb)
         ts = interleaved(fns, args.rounds)
         sps = {name: [args.batches * fpb / t for t in v] for name, v in ts.items()}
         for c in cols.values():
             c.shutdown()
-        (theirs,) = [n for n in sps if n not in ("trajview", "bare loop")]
+        (theirs,) = [n for n in sps if n not in ("trajview", BARE, BARE_DIRECT)]
         ratio = [a / b for a, b in zip(sps["trajview"], sps[theirs])]
         print(f"collector, {num_envs} env(s), frames_per_batch={fpb}, {args.batches} batches x {args.rounds} rounds")
         for name, v in sps.items():
-            print(f"  {name:18s} env steps/s {spread(v)}"
-                  + ("  (gymnasium + the policy in a plain loop: the limit of both)" if name == "bare loop" else ""))
+            note = {BARE: "  (gymnasium + the policy's TensorDict call in a plain loop: TorchRL's limit)",
+                    BARE_DIRECT: "  (gymnasium + the policy's inner module in a plain loop: trajview's limit)"}
+            print(f"  {name:18s} env steps/s {spread(v)}{note.get(name, '')}")
         mark = "meets" if statistics.median(ratio) >= GOAL_COLLECTOR else "MISSES"
         line = (f"| collector, {num_envs} env(s) ({theirs}) | >= {GOAL_COLLECTOR:g}x | "
                 f"**{statistics.median(ratio):.2f}x** ({min(ratio):.2f}-{max(ratio):.2f}) |")
         print(f"  trajview / {theirs}: {spread(ratio)}x per round; goal >= {GOAL_COLLECTOR:g}x: {mark}")
-        bound = [a / b for a, b in zip(sps["bare loop"], sps[theirs])]
-        print(f"  bare loop / {theirs}: {spread(bound)}x per round (the most any collector could reach here)")
+        bound = [a / b for a, b in zip(sps[BARE], sps[theirs])]
+        print(f"  {BARE} / {theirs}: {spread(bound)}x per round (the most a collector making the policy's "
+              f"TensorDict call could reach here)")
+        near = [a / b for a, b in zip(sps["trajview"], sps[BARE_DIRECT])]
+        print(f"  trajview / {BARE_DIRECT}: {spread(near)}x per round (how near trajview is to its limit)")
         lines.append(line)
     return lines
 

@@ -11,6 +11,7 @@ batches carry, built from the one stored copy of each observation: no ``CatFrame
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
@@ -22,7 +23,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch.nn.modules import module as _nn_module
 from torchrl.envs import EnvBase
-from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.envs.utils import ExplorationType, exploration_type, set_exploration_type
 
 with warnings.catch_warnings():  # torchrl 0.14 warns about its own weight updaters when torchrl.collectors loads
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -36,6 +37,9 @@ from ..views import SampleBatch, ViewRequirement
 __all__ = ["TensorDictPolicy", "TrajviewCollector"]
 
 OBS_KEY = "observation"
+#: What `TensorDictPolicy`'s call without TensorDicts does with each output: skip it, the action, keep it.
+_SKIP, _ACTION, _KEEP = 0, 1, 2
+_NO_CONTEXT = contextlib.nullcontext()
 
 
 def gym_env(env: Any) -> Any:
@@ -81,7 +85,11 @@ class TensorDictPolicy(Policy):
                 raise ValueError(f"TrajviewCollector: the policy reads {k!r}; it can read {OBS_KEY!r} and the views "
                                  f"{sorted(self.views)}")
 
-        self._fast_keys = _fast_out_keys(self.module)
+        #: Whether the policy is exactly a TensorDictModule (`_fast_out_keys`); its plan of outputs (what each
+        #: out key is: skipped, the action, kept under its name) is made for its in and out keys at first use.
+        self._fast = _fast_out_keys(self.module) is not None
+        self._fast_for: tuple[Any, Any] = (None, None)
+        self._fast_plan: list[tuple[int, str]] = []
 
     def compute_actions_from_input_dict(
         self, input_dict: Mapping[str, Any], explore: bool | None = None, timestep: int | None = None, **kwargs: Any
@@ -93,8 +101,9 @@ class TensorDictPolicy(Policy):
             n = len(arr)
             src[k] = torch.from_numpy(np.ascontiguousarray(arr))
         kind = self.explore_type if explore is not False else ExplorationType.DETERMINISTIC
-        with torch.no_grad(), set_exploration_type(kind):
-            if self._fast_keys is not None and _plain_call(self.module):
+        # TorchRL's exploration type for the call (set only where it is not that already: the same state).
+        with torch.no_grad(), (set_exploration_type(kind) if exploration_type() is not kind else _NO_CONTEXT):
+            if self._fast and self._fast_ready():
                 out = self._call_fast(src, n)
                 if not isinstance(out, TensorDictBase):
                     return out
@@ -119,16 +128,17 @@ class TensorDictPolicy(Policy):
         tensor of the batch's size, the outputs go through the module's own writing onto the TensorDict the
         general call builds (its conversions, size checks and errors), which is returned."""
         mod = self.module
-        fn = mod.module if mod.method is None else getattr(mod.module, mod.method)
+        d = mod.__dict__
+        inner = mod._modules["module"] if "module" in mod._modules else d["module"]
+        fn = inner if d["method"] is None else getattr(inner, d["method"])
         tensors = [src[k] for k in self._in_keys]
-        if mod._kwargs is not None:
-            call_kw = dict(zip(mod._kwargs, tensors))
-            call_kw.update(mod.method_kwargs)
+        if d["_kwargs"] is not None:
+            call_kw = dict(zip(d["_kwargs"], tensors))
+            call_kw.update(d["method_kwargs"])
             res = fn(**call_kw)
         else:
-            res = fn(*tensors, **mod.method_kwargs)
-        keys = self._fast_keys
-        assert keys is not None
+            res = fn(*tensors, **d["method_kwargs"])
+        plan = self._fast_plan
         if res is None:
             res = ()
         if isinstance(res, (dict, TensorDictBase)):
@@ -136,22 +146,41 @@ class TensorDictPolicy(Policy):
             if picked is not None:
                 res = picked
         outs = res if isinstance(res, tuple) else (res,)
-        if len(outs) == len(keys) and all(type(t) is torch.Tensor and t.ndim >= 1 and t.shape[0] == n for t in outs):
+        if len(outs) == len(plan):
             action: np.ndarray | None = None
             extra: dict[str, np.ndarray] = {}
-            for key, t in zip(keys, outs):
-                if key == ("_",):
-                    continue
-                if key == ("action",):
+            for (what, name), t in zip(plan, outs):
+                if type(t) is not torch.Tensor or t.ndim == 0 or t.shape[0] != n:
+                    break
+                if what == _ACTION:
                     action = t.detach().cpu().numpy()
-                elif not (len(key) == 1 and key[0] in src):
-                    extra[".".join(key)] = t.detach().cpu().numpy()
-            if action is not None:
-                return action, [], extra
+                elif what == _KEEP:
+                    extra[name] = t.detach().cpu().numpy()
+            else:
+                if action is not None:
+                    return action, [], extra
         # Anything else: the module's own writing (TensorDict.from_any of each output, its size checks, its
         # errors) onto the TensorDict the general call would have built.
         out: TensorDictBase = mod._write_to_tensordict(TensorDict(src, batch_size=[n]), list(outs))
         return out
+
+    def _fast_ready(self) -> bool:
+        """Whether this call may go without TensorDicts: a `_fast_out_keys` policy whose call is plain
+        (`_plain_call`) and whose keys are still those the plan of outputs was made for."""
+        mod = self.module
+        if not self._fast or not _plain_call(mod):
+            return False
+        d = mod.__dict__
+        if d.get("_in_keys") is not self._fast_for[0] or d.get("_out_keys") is not self._fast_for[1]:
+            keys = _fast_out_keys(mod)
+            if keys is None or [k if isinstance(k, str) or len(k) != 1 else k[0] for k in mod.in_keys] != self._in_keys:
+                return False
+            src = set(self._in_keys)
+            self._fast_plan = [(_SKIP, "") if k == ("_",) else (_ACTION, "") if k == ("action",)
+                               else (_SKIP, "") if len(k) == 1 and k[0] in src else (_KEEP, ".".join(k))
+                               for k in keys]
+            self._fast_for = (d.get("_in_keys"), d.get("_out_keys"))
+        return True
 
     def get_weights(self) -> dict[str, Any]:
         return {k: v.detach().cpu().numpy() for k, v in self.module.state_dict().items()}
