@@ -438,3 +438,29 @@ def test_probabilistic_actor_batches_follow_the_seed(dist, monkeypatch):
     assert n_a == 0
     _assert_same_batches(a, b)
     assert "action_log_prob" in a[0].keys()
+
+
+def test_out_keys_changed_after_construction_are_followed(monkeypatch):
+    """The fast call's map of outputs follows the module's out_keys when they change between calls (the policy
+    object alone: a collector's rollout refuses new columns mid-run)."""
+    from trajview.torchrl import collector as coll
+    from trajview.views import SampleBatch
+
+    policy = _fast_policies()["tuple_out"]()
+    env = cartpole()
+    p = coll._policy_class(policy, {}, ExplorationType.RANDOM)(env.observation_space, env.action_space, {})
+    obs = {SampleBatch.OBS: np.zeros((5, 4), np.float32)}
+    assert set(p.compute_actions_from_input_dict(obs)[2]) == {"logits", "aux.sum"}
+    policy.out_keys = ["action", "scores", "total"]
+    calls = []
+    real = coll.TensorDictPolicy._call_fast
+    monkeypatch.setattr(coll.TensorDictPolicy, "_call_fast", lambda self, src, n: calls.append(n) or real(self, src, n))
+    torch.manual_seed(0)
+    action, _, extra = p.compute_actions_from_input_dict(obs)
+    assert calls == [5] and set(extra) == {"scores", "total"}
+    monkeypatch.setattr(coll, "_fast_out_keys", lambda module: None)
+    general = coll._policy_class(policy, {}, ExplorationType.RANDOM)(env.observation_space, env.action_space, {})
+    torch.manual_seed(0)
+    action2, _, extra2 = general.compute_actions_from_input_dict(obs)
+    assert calls == [5] and np.array_equal(action, action2) and extra.keys() == extra2.keys()
+    assert all(np.array_equal(extra[k], extra2[k]) for k in extra)
