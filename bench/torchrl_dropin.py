@@ -36,7 +36,8 @@ random frames, ``pool[k % 7]``). The same TensorDicts go into both buffers:
 
 * ``trajview``: ``TensorDictReplayBuffer(storage=TrajviewStorage(steps, views={"stack":
   ViewRequirement("observation", shift="-3:0")}), sampler=TrajviewSliceSampler(num_slices=256, ...),
-  batch_size=8192)`` (the storage's default ``extra_rows``; ``--extra-rows`` overrides it); ``rb.sample()`` returns the slices with ``stack`` built from the one stored copy;
+  batch_size=8192)`` (the storage's default ``extra_rows``; ``--extra-rows`` overrides it); ``rb.sample()``
+  returns the slices with ``stack`` built from the one stored copy;
 * ``torchrl``: ``TensorDictReplayBuffer(storage=LazyMemmapStorage(steps, scratch_dir=...),
   sampler=SliceSampler(num_slices=256, ...), batch_size=8192)``; the sample, reshaped to ``[256, 32]`` with a
   ``"time"`` dim, goes through ``Compose(UnsqueezeTransform(-3), CatFrames(N=4, dim=-3, padding="constant"))``
@@ -55,7 +56,8 @@ in frames (allocated bytes of every column / steps held / 7056: ``TrajviewStorag
 extra_rows`` rows, by default ``extra_rows = max(steps // 25, 40 * isqrt(steps), 256)``, what a user who
 writes ``TrajviewStorage(steps, views=...)`` gets: 40,000 at 1M steps, with one final-observation row per
 episode; the extra rows and the store's rows per step are printed; TorchRL's storage holds ``observation``
-and ``("next", "observation")``, as the collector gives them; ``--torchrl-drop-next`` leaves the latter out of TorchRL's buffer, its leanest
+and ``("next", "observation")``, as the collector gives them; ``--torchrl-drop-next`` leaves the latter out of
+TorchRL's buffer, its leanest
 form). Goals printed: trajview >= 10x faster, <= 1.05 frames stored per step.
 
 (c) The whole PPO tutorial loop's wall-clock with each side is ``bench/torchrl_ppo.py`` (it prints each side's

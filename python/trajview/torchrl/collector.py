@@ -122,7 +122,8 @@ class TensorDictPolicy(Policy):
             extra[".".join(key)] = out.get(key).detach().cpu().numpy()
         return action, [], extra
 
-    def _call_fast(self, src: dict[str, Any], n: int) -> tuple[np.ndarray, list, dict[str, np.ndarray]] | TensorDictBase:
+    def _call_fast(self, src: dict[str, Any],
+                   n: int) -> tuple[np.ndarray, list, dict[str, np.ndarray]] | TensorDictBase:
         """A plain ``TensorDictModule``'s call without its TensorDicts: its module (or ``method``) on the input
         tensors, the outputs mapped to ``out_keys`` as the module's call maps them. Where an output is not a
         tensor of the batch's size, the outputs go through the module's own writing onto the TensorDict the

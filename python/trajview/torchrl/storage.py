@@ -449,8 +449,8 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
                 raise ValueError(
                     f"TrajviewStorage.set: this write of {n} steps would overwrite steps that slots still hold (the "
                     f"store has {self.rows} rows: max_size {self.max_size} + extra_rows {self.extra_rows}); raise "
-                    f"extra_rows (final-observation rows and long trajectories need them: writes fit while any {self.max_size} "
-                    f"consecutive steps start at most extra_rows - extra_rows // 2 = "
+                    f"extra_rows (final-observation rows and long trajectories need them: writes fit while any "
+                    f"{self.max_size} consecutive steps start at most extra_rows - extra_rows // 2 = "
                     f"{fits_segments(self.max_size, self.extra_rows)} segments, one per trajectory piece per write)"
                 )
         if not own:
