@@ -360,19 +360,45 @@ def test_fast_policy_call_equals_the_modules_own_call(name, num_envs, monkeypatc
     assert ("next", "observation") in fast[0].keys(True)
 
 
-def test_outputs_the_fast_call_cannot_map_go_through_the_modules_writing(monkeypatch):
-    """A list output (TensorDict.from_any makes it a tensor) is written by the module's own code: same batches."""
+class _Listing(nn.Module):
+    def forward(self, obs):
+        return (obs[:, 2] > 0).long(), [[1.0, 2.0]] * len(obs)
 
-    class Listing(nn.Module):
-        def forward(self, obs):
-            return (obs[:, 2] > 0).long(), [[1.0, 2.0]] * len(obs)
 
-    make = lambda: TensorDictModule(Listing(), in_keys=["observation"], out_keys=["action", "pair"])  # noqa: E731
+class _Nested(nn.Module):
+    def forward(self, obs):
+        return {"action": (obs[:, 2] > 0).long(), "pair": {"x": obs[:, :2], "y": obs[:, 2:]}}
+
+
+@pytest.mark.parametrize("module,pair_key", [(_Listing, "pair"), (_Nested, ("pair", "x"))], ids=["list", "dict"])
+def test_outputs_the_fast_call_cannot_map_go_through_the_modules_writing(module, pair_key, monkeypatch):
+    """A list output (TensorDict.from_any makes it a tensor), a dict of outputs holding a dict (a nested
+    TensorDict): written by the module's own code, the same batches."""
+    make = lambda: TensorDictModule(module(), in_keys=["observation"], out_keys=["action", "pair"])  # noqa: E731
     fast, n_fast = _run(make(), monkeypatch, fast=True)
     slow, _ = _run(make(), monkeypatch, fast=False)
     assert n_fast >= 128
     _assert_same_batches(fast, slow)
-    assert torch.equal(fast[0]["pair"][0], torch.tensor([1.0, 2.0]))
+    assert pair_key in fast[0].keys(True, True)
+    if module is _Listing:
+        assert torch.equal(fast[0]["pair"][0], torch.tensor([1.0, 2.0]))
+
+
+class _Short(nn.Module):
+    def forward(self, obs):
+        return {"action": (obs[:, 2] > 0).long()}
+
+
+class _TupleKeyed(nn.Module):
+    def forward(self, obs):  # ("action",) is not "action" to the module's call: one output, the dict
+        return {("action",): (obs[:, 2] > 0).long(), "logits": obs[:, :2]}
+
+
+@pytest.mark.parametrize("module", [_Short, _TupleKeyed])
+def test_dicts_without_every_out_key_fail_as_the_modules_own_call(module, monkeypatch):
+    for fast in (True, False):
+        with pytest.raises(RuntimeError, match="There are more out_keys than tensors"):
+            _run(TensorDictModule(module(), in_keys=["observation"], out_keys=["action", "logits"]), monkeypatch, fast)
 
 
 def _hooked():

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase, unravel_key
 from tensordict.nn import TensorDictModule
 from torch.nn.modules import module as _nn_module
 from torchrl.envs import EnvBase
@@ -172,6 +172,8 @@ class TensorDictPolicy(Policy):
         if not self._fast or not _plain_call(mod):
             return False
         d = mod.__dict__
+        if d.get("_get_kwargs"):
+            return False
         if d.get("_in_keys") is not self._fast_for[0] or d.get("_out_keys") is not self._fast_for[1]:
             keys = _fast_out_keys(mod)
             if keys is None or [k if isinstance(k, str) or len(k) != 1 else k[0] for k in mod.in_keys] != self._in_keys:
@@ -216,17 +218,13 @@ def _plain_call(module: Any) -> bool:
 
 
 def _pick(res: Any, out_keys: list[Any]) -> tuple[Any, ...] | None:
-    """A dict (or TensorDict) output holding every out key: its values in ``out_keys`` order (as the module's
-    call picks them); else ``None``."""
-    if isinstance(res, dict):
-        res = {((k,) if isinstance(k, str) else tuple(k)): v for k, v in res.items()}
-        want = [(k,) if isinstance(k, str) else tuple(k) for k in out_keys]
-        if all(k in res for k in want):
-            return tuple(res[k] for k in want)
+    """A dict (or TensorDict) output holding every out key (``key in res``, as the module's call checks): its
+    values in ``out_keys`` order (a dict's keys unravelled first, as the call does); else ``None``."""
+    if not all(k in res for k in out_keys):
         return None
-    if all(k in res.keys(include_nested=True) for k in out_keys):
-        return tuple(res.get(k) for k in out_keys)
-    return None
+    if isinstance(res, dict):
+        res = {unravel_key(k): v for k, v in res.items()}
+    return tuple(res.get(k) for k in out_keys)
 
 
 def _policy_class(module: Any, views: Mapping[str, ViewRequirement], explore_type: Any) -> type[TensorDictPolicy]:
