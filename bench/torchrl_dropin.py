@@ -16,12 +16,18 @@ rounds alternate between the systems; each collector is built and warmed up (one
 timing, the script checks each side's batch (shapes, ``("next", "observation")`` = the next step's
 ``observation`` within a trajectory, the actions the policy's) and, at 1 env, that each side's batch equals a
 plain gymnasium loop of the policy step for step (TorchRL's ``GymEnv.set_seed`` resets once itself, so its first
-episode is gymnasium's second reset). Beside them, in the same rounds, the ``bare loop``: the same gymnasium envs
-and policy in a plain Python loop that stores nothing (the limit of both; ``bare loop / torchrl`` is printed as
-the most any collector could reach). Goal printed: trajview >= 5x TorchRL's steps per second. The policy call
-is the same on both sides and weighs on both: tensordict 0.14.3's ``TensorDictModule`` calls
-``importlib.util.find_spec("pandas")`` for each output (``TensorDict.from_any``), which searches ``sys.path``
-on every call where pandas is not installed (about half the policy's time on the dev VM).
+episode is gymnasium's second reset). Beside them, in the same rounds, two ``bare loop`` s: the same gymnasium
+envs and policy in a plain Python loop that stores nothing, calling the policy on a TensorDict (``bare loop``:
+the limit of a collector that makes the ``TensorDictModule``'s own call, as TorchRL's does; ``bare loop /
+torchrl`` is printed) or calling its inner ``nn.Module`` on the observation tensor (``bare loop (module)``:
+trajview's limit; ``trajview / bare loop (module)`` is printed). Goal printed: trajview >= 5x TorchRL's steps
+per second. The ``TensorDictModule`` call weighs on TorchRL's side: tensordict 0.14.3 builds TensorDicts and
+calls ``importlib.util.find_spec("pandas")`` for each output (``TensorDict.from_any``), which searches
+``sys.path`` on every call where pandas is not installed (about half the policy's time on the dev VM).
+trajview's collector calls a policy that is exactly a ``TensorDictModule`` (no subclass, no hooks, no
+``select_out_keys``) as that call would, without the TensorDicts: its module on the input tensors, the outputs
+mapped to ``out_keys`` (same outputs, same RNG use; tests/test_torchrl_collector.py); any other policy
+(``ProbabilisticActor``, ``TensorDictSequential``) gets its own call.
 
 (b) **Stacked 4-frame slices** from a buffer of ``--steps`` Atari-sized steps (uint8 84x84 frames, episodes of
 ``--episode-len`` steps written as one TensorDict each, in TorchRL's collector layout: ``observation``,
@@ -29,8 +35,9 @@ on every call where pandas is not installed (about half the policy's time on the
 random frames, ``pool[k % 7]``). The same TensorDicts go into both buffers:
 
 * ``trajview``: ``TensorDictReplayBuffer(storage=TrajviewStorage(steps, views={"stack":
-  ViewRequirement("observation", shift="-3:0")}, extra_rows=...), sampler=TrajviewSliceSampler(num_slices=256,
-  ...), batch_size=8192)``; ``rb.sample()`` returns the slices with ``stack`` built from the one stored copy;
+  ViewRequirement("observation", shift="-3:0")}), sampler=TrajviewSliceSampler(num_slices=256, ...),
+  batch_size=8192)`` (the storage's default ``extra_rows``; ``--extra-rows`` overrides it); ``rb.sample()``
+  returns the slices with ``stack`` built from the one stored copy;
 * ``torchrl``: ``TensorDictReplayBuffer(storage=LazyMemmapStorage(steps, scratch_dir=...),
   sampler=SliceSampler(num_slices=256, ...), batch_size=8192)``; the sample, reshaped to ``[256, 32]`` with a
   ``"time"`` dim, goes through ``Compose(UnsqueezeTransform(-3), CatFrames(N=4, dim=-3, padding="constant"))``
@@ -46,9 +53,11 @@ stacks of the same sampled steps wherever CatFrames can see the frame, that the 
 where trajview has the true earlier frame, and that both equal a pure-Python reference. Reported: time per
 ``sample()`` of 8192 steps (median and min-max over ``--rounds`` interleaved rounds) and bytes stored per step
 in frames (allocated bytes of every column / steps held / 7056: ``TrajviewStorage`` holds ``steps +
-extra_rows`` rows, ``--extra-rows`` defaults to ``2 * episode_len + episodes + 256``: one final-observation
-row per episode, and no episode cut in pieces; TorchRL's storage holds ``observation`` and ``("next", "observation")``,
-as the collector gives them; ``--torchrl-drop-next`` leaves the latter out of TorchRL's buffer, its leanest
+extra_rows`` rows, by default ``extra_rows = max(steps // 25, 40 * isqrt(steps), 256)``, what a user who
+writes ``TrajviewStorage(steps, views=...)`` gets: 40,000 at 1M steps, with one final-observation row per
+episode; the extra rows and the store's rows per step are printed; TorchRL's storage holds ``observation``
+and ``("next", "observation")``, as the collector gives them; ``--torchrl-drop-next`` leaves the latter out of
+TorchRL's buffer, its leanest
 form). Goals printed: trajview >= 10x faster, <= 1.05 frames stored per step.
 
 (c) The whole PPO tutorial loop's wall-clock with each side is ``bench/torchrl_ppo.py`` (it prints each side's
@@ -81,6 +90,7 @@ N_STACK = 4
 GOAL_COLLECTOR = 5.0
 GOAL_SLICES = 10.0
 GOAL_FRAMES_PER_STEP = 1.05
+BARE, BARE_DIRECT = "bare loop", "bare loop (module)"
 
 
 def spread(ts: list[float]) -> str:
@@ -191,9 +201,10 @@ def gym_reference(policy: Any, steps: int, seed: int, extra_resets: int) -> dict
             ("next", "done"): torch.tensor(rows[("next", "done")])}
 
 
-def bare_loop(policy: Any, num_envs: int, seed: int) -> Callable[[int], None]:
-    """The floor of both collectors: ``num_envs`` gymnasium CartPoles stepped in a Python loop, one policy call
-    per step on a ``[num_envs]`` TensorDict, nothing stored. Returns ``run(steps)``."""
+def bare_loop(policy: Any, num_envs: int, seed: int, direct: bool = False) -> Callable[[int], None]:
+    """A collector's floor: ``num_envs`` gymnasium CartPoles stepped in a Python loop, one policy call per step
+    on a ``[num_envs]`` TensorDict (``direct``: the TensorDictModule's inner module on the observation tensor,
+    as trajview's collector calls a plain TensorDictModule), nothing stored. Returns ``run(steps)``."""
     import gymnasium as gym
     import torch
     from tensordict import TensorDict
@@ -205,7 +216,10 @@ def bare_loop(policy: Any, num_envs: int, seed: int) -> Callable[[int], None]:
         nonlocal obs
         for _ in range(steps // num_envs):
             with torch.no_grad():
-                act = policy(TensorDict({"observation": torch.from_numpy(obs)}, batch_size=[num_envs]))["action"]
+                if direct:
+                    act = policy.module(torch.from_numpy(obs))
+                else:
+                    act = policy(TensorDict({"observation": torch.from_numpy(obs)}, batch_size=[num_envs]))["action"]
             for i, (e, a) in enumerate(zip(envs, act.tolist())):
                 o, _, term, trunc, _ = e.step(a)
                 obs[i] = e.reset()[0] if term or trunc else o
@@ -243,23 +257,28 @@ def bench_collectors(args: argparse.Namespace) -> list[str]:
             check_batch(name, next(it), policy, num_envs, fpb)  # warm-up batch, checked
 
         fns: dict[str, Callable[[], Any]] = {name: functools.partial(take, it, args.batches) for name, it in its.items()}
-        fns["bare loop"] = functools.partial(bare_loop(policy, num_envs, seed=0), args.batches * fpb)
+        fns[BARE] = functools.partial(bare_loop(policy, num_envs, seed=0), args.batches * fpb)
+        fns[BARE_DIRECT] = functools.partial(bare_loop(policy, num_envs, seed=0, direct=True), args.batches * fpb)
         ts = interleaved(fns, args.rounds)
         sps = {name: [args.batches * fpb / t for t in v] for name, v in ts.items()}
         for c in cols.values():
             c.shutdown()
-        (theirs,) = [n for n in sps if n not in ("trajview", "bare loop")]
+        (theirs,) = [n for n in sps if n not in ("trajview", BARE, BARE_DIRECT)]
         ratio = [a / b for a, b in zip(sps["trajview"], sps[theirs])]
         print(f"collector, {num_envs} env(s), frames_per_batch={fpb}, {args.batches} batches x {args.rounds} rounds")
         for name, v in sps.items():
-            print(f"  {name:18s} env steps/s {spread(v)}"
-                  + ("  (gymnasium + the policy in a plain loop: the limit of both)" if name == "bare loop" else ""))
+            note = {BARE: "  (gymnasium + the policy's TensorDict call in a plain loop: TorchRL's limit)",
+                    BARE_DIRECT: "  (gymnasium + the policy's inner module in a plain loop: trajview's limit)"}
+            print(f"  {name:18s} env steps/s {spread(v)}{note.get(name, '')}")
         mark = "meets" if statistics.median(ratio) >= GOAL_COLLECTOR else "MISSES"
         line = (f"| collector, {num_envs} env(s) ({theirs}) | >= {GOAL_COLLECTOR:g}x | "
                 f"**{statistics.median(ratio):.2f}x** ({min(ratio):.2f}-{max(ratio):.2f}) |")
         print(f"  trajview / {theirs}: {spread(ratio)}x per round; goal >= {GOAL_COLLECTOR:g}x: {mark}")
-        bound = [a / b for a, b in zip(sps["bare loop"], sps[theirs])]
-        print(f"  bare loop / {theirs}: {spread(bound)}x per round (the most any collector could reach here)")
+        bound = [a / b for a, b in zip(sps[BARE], sps[theirs])]
+        print(f"  {BARE} / {theirs}: {spread(bound)}x per round (the most a collector making the policy's "
+              f"TensorDict call could reach here)")
+        near = [a / b for a, b in zip(sps["trajview"], sps[BARE_DIRECT])]
+        print(f"  trajview / {BARE_DIRECT}: {spread(near)}x per round (how near trajview is to its limit)")
         lines.append(line)
     return lines
 
@@ -286,7 +305,7 @@ def episode_td(k0: int, n: int, traj: int, frames: Callable[[np.ndarray], np.nda
     }, batch_size=[n])
 
 
-def make_buffers(steps: int, num_slices: int, slice_len: int, extra_rows: int, scratch: str,
+def make_buffers(steps: int, num_slices: int, slice_len: int, extra_rows: int | None, scratch: str,
                  drop_next: bool) -> dict[str, Any]:
     from torchrl.data import LazyMemmapStorage, SliceSampler, TensorDictReplayBuffer
 
@@ -396,10 +415,12 @@ def bench_replay(args: argparse.Namespace) -> list[str]:
     try:
         check_stacks(os.path.join(scratch, "check"))
         pool = np.random.default_rng(0).integers(0, 256, (POOL, *FRAME), dtype=np.uint8)
-        episodes = -(-args.steps // args.episode_len)
-        extra = args.extra_rows if args.extra_rows is not None else 2 * args.episode_len + episodes + 256
-        bufs = make_buffers(args.steps, args.num_slices, args.slice_len, extra, os.path.join(scratch, "memmap"),
-                            args.torchrl_drop_next)
+        bufs = make_buffers(args.steps, args.num_slices, args.slice_len, args.extra_rows,
+                            os.path.join(scratch, "memmap"), args.torchrl_drop_next)
+        st = bufs["trajview"].storage
+        print(f"TrajviewStorage({args.steps:,}): extra_rows {st.extra_rows:,} "
+              f"({'--extra-rows' if args.extra_rows is not None else 'the default'}), {st.rows:,} rows = "
+              f"{st.rows / args.steps:.4f} rows per step", flush=True)
         print(f"filling both buffers with {args.steps:,} steps ({args.episode_len}-step episodes; TorchRL's memmap "
               f"files in {scratch})", flush=True)
         fill(bufs, args.steps, args.episode_len, lambda k: pool[k % POOL], progress=True)
@@ -448,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-slices", type=int, default=256)
     p.add_argument("--slice-len", type=int, default=32)
     p.add_argument("--extra-rows", type=int, default=None,
-                   help="(b) TrajviewStorage extra_rows (default 2 * episode_len + episodes + 256)")
+                   help="(b) TrajviewStorage extra_rows (default: the storage's own default)")
     p.add_argument("--torchrl-drop-next", action="store_true",
                    help="(b) leave ('next', 'observation') out of TorchRL's buffer (1 frame per step)")
     p.add_argument("--scratch", default=None, help="(b) folder for TorchRL's memmap files (default: the temp dir)")

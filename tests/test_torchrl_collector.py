@@ -277,3 +277,216 @@ def test_policy_weights_are_used_both(make_collector):
     with torch.no_grad():
         torch.testing.assert_close(policy(td.select("observation").clone())["action"], td["action"])
     c.shutdown()
+
+
+# -- the policy call without TensorDicts (a plain TensorDictModule) ----------------------------------------------
+
+
+def cartpole():
+    return gym.make("CartPole-v1")
+
+
+class _Sampled(nn.Module):
+    """Logits of a linear layer and an action drawn from them with torch's RNG (so RNG use shows)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.linear = nn.Linear(4, 2)
+
+    def forward(self, obs):
+        logits = self.linear(obs)
+        return torch.multinomial(torch.softmax(logits, -1), 1).squeeze(-1), logits, obs.sum(-1, keepdim=True)
+
+    def act(self, obs, scale=1.0):
+        a, logits, _ = self.forward(obs * scale)
+        return {"action": a, "logits": logits}
+
+
+def _run(policy, monkeypatch, fast, num_envs=1, batches=2):
+    """Two batches of a seeded collector, with the fast call allowed or not; and how often it was taken."""
+    from trajview.torchrl import collector as coll
+
+    calls = []
+    real = coll.TensorDictPolicy._call_fast
+
+    def counted(self, src, n):
+        calls.append(n)
+        return real(self, src, n)
+
+    with monkeypatch.context() as m:
+        m.setattr(coll.TensorDictPolicy, "_call_fast", counted)
+        if not fast:
+            m.setattr(coll, "_fast_out_keys", lambda module: None)
+        c = TrajviewCollector(cartpole, policy, frames_per_batch=64 * num_envs, total_frames=-1, num_envs=num_envs,
+                              seed=5)
+        torch.manual_seed(11)
+        it = iter(c)
+        out = [next(it) for _ in range(batches)]
+        c.shutdown()
+    return out, len(calls)
+
+
+def _assert_same_batches(a, b):
+    for x, y in zip(a, b):
+        assert set(x.keys(True, True)) == set(y.keys(True, True))
+        for k in x.keys(True, True):
+            assert x[k].dtype == y[k].dtype and torch.equal(x[k], y[k]), k
+
+
+def _fast_policies():
+    return {
+        "tuple_out": lambda: TensorDictModule(_Sampled(), in_keys=["observation"],
+                                              out_keys=["action", "logits", ("aux", "sum")]),
+        "kwargs_in": lambda: TensorDictModule(_Sampled(), in_keys={"obs": "observation"},
+                                              out_keys=["action", "logits", "total"]),
+        "method_dict_out": lambda: TensorDictModule(_Sampled(), in_keys=["observation"], out_keys=["action", "logits"],
+                                                    method="act", method_kwargs={"scale": 2.0}),
+        "not_inplace_ignored_out": lambda: TensorDictModule(_Sampled(), in_keys=["observation"],
+                                                            out_keys=["action", "_", "observation"], inplace=False),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_fast_policies()))
+@pytest.mark.parametrize("num_envs", [1, 3])
+def test_fast_policy_call_equals_the_modules_own_call(name, num_envs, monkeypatch):
+    """Exactly a TensorDictModule: called without TensorDicts, the batches (actions drawn with torch's RNG,
+    the other outputs, the envs' steps) equal those of the module's own call on the same seeds."""
+    make = _fast_policies()[name]
+    fast, n_fast = _run(make(), monkeypatch, fast=True, num_envs=num_envs)
+    slow, n_slow = _run(make(), monkeypatch, fast=False, num_envs=num_envs)
+    assert n_fast >= 128 and n_slow == 0
+    _assert_same_batches(fast, slow)
+    assert ("next", "observation") in fast[0].keys(True)
+
+
+class _Listing(nn.Module):
+    def forward(self, obs):
+        return (obs[:, 2] > 0).long(), [[1.0, 2.0]] * len(obs)
+
+
+class _Nested(nn.Module):
+    def forward(self, obs):
+        return {"action": (obs[:, 2] > 0).long(), "pair": {"x": obs[:, :2], "y": obs[:, 2:]}}
+
+
+@pytest.mark.parametrize("module,pair_key", [(_Listing, "pair"), (_Nested, ("pair", "x"))], ids=["list", "dict"])
+def test_outputs_the_fast_call_cannot_map_go_through_the_modules_writing(module, pair_key, monkeypatch):
+    """A list output (TensorDict.from_any makes it a tensor), a dict of outputs holding a dict (a nested
+    TensorDict): written by the module's own code, the same batches."""
+    make = lambda: TensorDictModule(module(), in_keys=["observation"], out_keys=["action", "pair"])  # noqa: E731
+    fast, n_fast = _run(make(), monkeypatch, fast=True)
+    slow, _ = _run(make(), monkeypatch, fast=False)
+    assert n_fast >= 128
+    _assert_same_batches(fast, slow)
+    assert pair_key in fast[0].keys(True, True)
+    if module is _Listing:
+        assert torch.equal(fast[0]["pair"][0], torch.tensor([1.0, 2.0]))
+
+
+class _Short(nn.Module):
+    def forward(self, obs):
+        return {"action": (obs[:, 2] > 0).long()}
+
+
+class _TupleKeyed(nn.Module):
+    def forward(self, obs):  # ("action",) is not "action" to the module's call: one output, the dict
+        return {("action",): (obs[:, 2] > 0).long(), "logits": obs[:, :2]}
+
+
+@pytest.mark.parametrize("module", [_Short, _TupleKeyed])
+def test_dicts_without_every_out_key_fail_as_the_modules_own_call(module, monkeypatch):
+    for fast in (True, False):
+        with pytest.raises(RuntimeError, match="There are more out_keys than tensors"):
+            _run(TensorDictModule(module(), in_keys=["observation"], out_keys=["action", "logits"]), monkeypatch, fast)
+
+
+def _hooked():
+    p = _fast_policies()["tuple_out"]()
+    p.register_forward_hook(lambda mod, args, out: out.set("hooked", torch.ones(out.batch_size)))
+    return p
+
+
+class _SubModule(TensorDictModule):
+    pass
+
+
+def _select_out_keys():
+    p = _fast_policies()["tuple_out"]()
+    p.select_out_keys("action", "logits")
+    return p
+
+
+@pytest.mark.parametrize("make", [_hooked, lambda: _SubModule(_Sampled(), in_keys=["observation"],
+                                                               out_keys=["action", "logits", "total"]),
+                                  _select_out_keys], ids=["forward_hook", "subclass", "select_out_keys"])
+def test_hooks_subclasses_and_selected_keys_take_the_general_call(make, monkeypatch):
+    fast, n_fast = _run(make(), monkeypatch, fast=True)
+    slow, _ = _run(make(), monkeypatch, fast=False)
+    assert n_fast == 0
+    _assert_same_batches(fast, slow)
+    keys = set(fast[0].keys(True, True))
+    if make is _hooked:
+        assert "hooked" in keys and bool(fast[0]["hooked"].all())
+    if make is _select_out_keys:
+        assert ("aux", "sum") not in keys and "logits" in keys
+
+
+def test_a_global_forward_hook_takes_the_general_call(monkeypatch):
+    seen = []
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda mod, args, out: seen.append(type(mod)))
+    try:
+        _, n_fast = _run(_fast_policies()["tuple_out"](), monkeypatch, fast=True, batches=1)
+    finally:
+        handle.remove()
+    assert n_fast == 0 and TensorDictModule in seen
+
+
+@pytest.mark.parametrize("dist", ["categorical", "one_hot"])
+def test_probabilistic_actor_batches_follow_the_seed(dist, monkeypatch):
+    """A ProbabilisticActor (Categorical / OneHotCategorical, actions drawn with torch's RNG): the same batches
+    on the same seeds; its call is TorchRL's own (not exactly a TensorDictModule)."""
+    from tensordict.nn import TensorDictModule as TDM, TensorDictSequential
+    from torchrl.modules import OneHotCategorical, ProbabilisticActor
+    from torch.distributions import Categorical
+
+    def make():
+        torch.manual_seed(3)
+        net = TDM(nn.Linear(4, 2), in_keys=["observation"], out_keys=["logits"])
+        cls = Categorical if dist == "categorical" else OneHotCategorical
+        actor = ProbabilisticActor(net, in_keys=["logits"], distribution_class=cls, return_log_prob=True)
+        if dist == "one_hot":  # CartPole takes an int: the index of the one-hot sample
+            return TensorDictSequential(actor, TDM(lambda a: a.argmax(-1), in_keys=["action"], out_keys=["action"]))
+        return actor
+
+    a, n_a = _run(make(), monkeypatch, fast=True)
+    b, _ = _run(make(), monkeypatch, fast=False)
+    assert n_a == 0
+    _assert_same_batches(a, b)
+    assert "action_log_prob" in a[0].keys()
+
+
+def test_out_keys_changed_after_construction_are_followed(monkeypatch):
+    """The fast call's map of outputs follows the module's out_keys when they change between calls (the policy
+    object alone: a collector's rollout refuses new columns mid-run)."""
+    from trajview.torchrl import collector as coll
+    from trajview.views import SampleBatch
+
+    policy = _fast_policies()["tuple_out"]()
+    env = cartpole()
+    p = coll._policy_class(policy, {}, ExplorationType.RANDOM)(env.observation_space, env.action_space, {})
+    obs = {SampleBatch.OBS: np.zeros((5, 4), np.float32)}
+    assert set(p.compute_actions_from_input_dict(obs)[2]) == {"logits", "aux.sum"}
+    policy.out_keys = ["action", "scores", "total"]
+    calls = []
+    real = coll.TensorDictPolicy._call_fast
+    monkeypatch.setattr(coll.TensorDictPolicy, "_call_fast", lambda self, src, n: calls.append(n) or real(self, src, n))
+    torch.manual_seed(0)
+    action, _, extra = p.compute_actions_from_input_dict(obs)
+    assert calls == [5] and set(extra) == {"scores", "total"}
+    monkeypatch.setattr(coll, "_fast_out_keys", lambda module: None)
+    general = coll._policy_class(policy, {}, ExplorationType.RANDOM)(env.observation_space, env.action_space, {})
+    torch.manual_seed(0)
+    action2, _, extra2 = general.compute_actions_from_input_dict(obs)
+    assert calls == [5] and np.array_equal(action, action2) and extra.keys() == extra2.keys()
+    assert all(np.array_equal(extra[k], extra2[k]) for k in extra)

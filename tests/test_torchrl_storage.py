@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("tensordict")
 pytest.importorskip("torchrl")
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import event, given, settings, strategies as st  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 from torchrl.data import (  # noqa: E402
     LazyMemmapStorage,
@@ -572,3 +572,251 @@ def test_property_reads_back_as_lazy_tensor_storage(stream, extra):
             assert before is None or (ours.storage.get(torch.arange(len(ours))) == before).all()
             return
         assert_td_equal(ours[:], ref[:])
+
+
+# -- default extra rows: frames stored per step and the segment rule ---------------------------------------------
+
+
+def _isqrt(n: int) -> int:
+    r = 0
+    while (r + 1) * (r + 1) <= n:
+        r += 1
+    return r
+
+
+@pytest.mark.parametrize("max_size", [1, 100, 1000, 10_000, 100_000, 1_000_000, 2_000_000, 10_000_000])
+def test_default_extra_rows(max_size):
+    from trajview.torchrl.storage import default_extra_rows
+
+    want = max(max_size // 25, 40 * _isqrt(max_size), 256)
+    storage = TrajviewStorage(max_size)
+    assert storage.extra_rows == default_extra_rows(max_size) == want
+    assert storage.rows == max_size + want
+    if max_size >= 1_000_000:  # issue 27's goal: <= 1.05 frames stored per step at 1M steps
+        assert storage.rows / max_size <= 1.04
+
+
+def _segment_starts(writes, cut):
+    """Pure Python: for each step in write order, whether it starts a segment (a new write, a new trajectory,
+    or a cut: its piece would span more than ``cut`` rows of the store, one row a step and one after each
+    segment); and the rows all the writes take."""
+    starts, row, first = [], 0, {}  # first: trajectory -> the first row of its open piece
+    for traj_ids, dones in writes:
+        for i, (t, d) in enumerate(zip(traj_ids, dones)):
+            new = i == 0 or t != traj_ids[i - 1]
+            if new and i > 0:
+                row += 1  # the final row of the segment before
+            if t not in first or row - first[t] >= cut:
+                if not new:
+                    row += 1
+                first[t], new = row, True
+            starts.append(new)
+            row += 1
+            if d:
+                del first[t]
+        row += 1
+    return starts, row
+
+
+def _max_window(starts, width):
+    best = run = 0
+    for i, s in enumerate(starts):
+        run += s
+        if i >= width:
+            run -= starts[i - width]
+        best = max(best, run)
+    return best
+
+
+def _collector_writes(rng, n_envs, per_env, n_writes, lengths):
+    """Chunks as a collector's batches arrive: per write, ``per_env`` steps of each env, env after env; episode
+    lengths drawn by ``lengths(rng)``. Observations count up per env (``next`` = the next step's)."""
+    left = [int(lengths(rng)) for _ in range(n_envs)]
+    ids, next_id = list(range(n_envs)), n_envs
+    obs = [float(1_000_000_000 * e) for e in range(n_envs)]
+    chunks, traj_of = [], []
+    for _ in range(n_writes):
+        parts, tids, dns = [], [], []
+        for e in range(n_envs):
+            o, d, t = [], [], []
+            for _ in range(per_env):
+                left[e] -= 1
+                o.append(obs[e])
+                d.append(left[e] == 0)
+                t.append(ids[e])
+                obs[e] += 1
+                if left[e] == 0:
+                    obs[e] += 0.5
+                    ids[e], next_id = next_id, next_id + 1
+                    left[e] = int(lengths(rng))
+            ot = torch.tensor(o, dtype=torch.float64).unsqueeze(-1)
+            nx = ot + 1
+            parts.append(TensorDict({"observation": ot, "next": {"observation": nx, "done": torch.tensor(d)[:, None]},
+                                     "collector": {"traj_ids": torch.tensor(t)}}, [per_env]))
+            tids.extend(t)
+            dns.extend(d)
+        chunks.append(torch.cat(parts))
+        traj_of.append((tids, dns))
+    # ("next", "observation") at an episode's end is its final observation (+1): what follows jumps by 1.5.
+    return chunks, traj_of
+
+
+@pytest.mark.parametrize("max_size,ep_len,n_envs,per_env", [(20_000, 100, 8, 125), (100_000, 1000, 1, 1000),
+                                                             (100_000, 20, 8, 125), (1_000_000, 100, 8, 125)])
+def test_default_fits_typical_collector_data(max_size, ep_len, n_envs, per_env):
+    """Default extra_rows: episodes of ep_len steps written in collector batches fill the buffer twice over
+    without a refused write; the store's rows = steps + segments (pure-Python count)."""
+    from trajview.torchrl.storage import fits_segments
+
+    storage = TrajviewStorage(max_size, views={"stack": tv.ViewRequirement("observation", shift="-3:0")})
+    rb = TensorDictReplayBuffer(storage=storage)
+    rng = np.random.default_rng(0)
+    total = 2 * max_size + storage.cut_len
+    n_writes = -(-total // (n_envs * per_env))
+    chunks, traj_of = _collector_writes(rng, n_envs, per_env, n_writes, lambda r: ep_len)
+    starts, rows = _segment_starts(traj_of, storage.cut_len)
+    assert _max_window(starts, max_size) <= fits_segments(max_size, storage.extra_rows)
+    for chunk in chunks:
+        rb.extend(chunk)
+    assert storage._shared == {"observation": "next.observation"}
+    assert storage.replay_buffer.rows_written() == rows == len(starts) + sum(starts)
+    got = rb[:]
+    assert torch.equal(got["next", "observation"], got["observation"] + 1)
+    if max_size == 1_000_000:
+        assert storage.rows / max_size <= 1.04
+
+
+@st.composite
+def _long_streams(draw):
+    n_envs = draw(st.integers(1, 8))
+    per_env = draw(st.integers(1, 300))
+    max_size = draw(st.sampled_from([500, 2000, 6000]))
+    extra = draw(st.sampled_from([None, "tight", draw(st.integers(4, 2 * max_size))]))
+    max_len = draw(st.sampled_from([10, 100, 1000, 10_000, 1_000_000]))
+    min_len = draw(st.integers(1, max_len))
+    seed = draw(st.integers(0, 2**32 - 1))
+    return n_envs, per_env, max_size, extra, min_len, max_len, seed
+
+
+@settings(max_examples=40, deadline=None)
+@given(_long_streams())
+def test_property_writes_that_fit_are_never_refused(stream):
+    """Random episode lengths (up to a million steps), collector-shaped writes: wherever every ``max_size``
+    consecutive steps start at most `fits_segments` segments (pure-Python count), no write is refused, the
+    buffer reads back as TorchRL's own and the store took the rows the count says."""
+    from trajview.torchrl.storage import fits_segments
+
+    n_envs, per_env, max_size, extra, min_len, max_len, seed = stream
+    rng = np.random.default_rng(seed)
+    step = n_envs * per_env
+    n_writes = min(-(-(3 * max_size) // step), 60)
+    chunks, traj_of = _collector_writes(rng, n_envs, per_env, n_writes,
+                                        lambda r: r.integers(min_len, max_len, endpoint=True))
+    chunks = [c for c in chunks if len(c) <= max_size]
+    traj_of = [t for t in traj_of if len(t[0]) <= max_size]
+
+    def fit(extra_rows):
+        return _max_window(_segment_starts(traj_of, max(extra_rows // 2, 1))[0], max_size) <= fits_segments(
+            max_size, extra_rows)
+
+    if extra == "tight":  # near the fewest extra rows the rule allows for these writes (bisection)
+        lo, hi = 2, 4 * max_size
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if fit(mid) else (mid + 1, hi)
+        extra = lo
+    storage = TrajviewStorage(max_size, extra_rows=extra)
+    ours = TensorDictReplayBuffer(storage=storage)
+    ref = TensorDictReplayBuffer(storage=LazyTensorStorage(max_size))
+    starts, rows = _segment_starts(traj_of, storage.cut_len)
+    fits = _max_window(starts, max_size) <= fits_segments(max_size, storage.extra_rows)
+    event(f"fits the rule: {fits}, default extra_rows: {extra is None}")
+    for chunk in chunks:
+        ref.extend(chunk)
+        try:
+            ours.extend(chunk)
+        except ValueError as e:
+            assert not fits, f"refused though the writes fit the rule: {e}"
+            assert "raise extra_rows" in str(e)
+            return
+    if chunks:
+        assert_td_equal(ours[:], ref[:])
+        assert storage.replay_buffer.rows_written() == rows
+
+
+# -- state_dict through torch.save / torch.load(weights_only=True) ------------------------------------------------
+
+
+_ROUND_TRIP_SAMPLERS = {
+    "random": lambda: RandomSampler(),
+    "without_replacement": lambda: SamplerWithoutReplacement(),
+    "slice": lambda: SliceSampler(slice_len=4, traj_key=("collector", "traj_ids")),
+    "slice_without_replacement": lambda: SliceSamplerWithoutReplacement(slice_len=4,
+                                                                        traj_key=("collector", "traj_ids")),
+    "trajview_slice": lambda: TrajviewSliceSampler(slice_len=4, traj_key=("collector", "traj_ids")),
+    "trajview_slice_without_replacement": lambda: TrajviewSliceSamplerWithoutReplacement(
+        slice_len=4, traj_key=("collector", "traj_ids")),
+}
+
+
+def _leaves(obj, path=()):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _leaves(v, (*path, k))
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from _leaves(v, (*path, i))
+    else:
+        yield path, obj
+
+
+@pytest.mark.parametrize("sampler", sorted(_ROUND_TRIP_SAMPLERS))
+def test_state_dict_loads_with_weights_only(sampler, tmp_path):
+    """``torch.save(rb.state_dict())`` reads back with ``torch.load(weights_only=True)`` (nothing read runs
+    code); the loaded buffer samples the batches the saved one samples."""
+    import io
+
+    views = {"stack": tv.ViewRequirement("observation", shift="-3:0")}
+    data = episode_data([30, 40, 25], obs_shape=(2,))
+    rb = TensorDictReplayBuffer(storage=TrajviewStorage(64, views=views), sampler=_ROUND_TRIP_SAMPLERS[sampler](),
+                                batch_size=8)
+    for chunk in data.split(16):
+        rb.extend(chunk)
+    torch.manual_seed(1)
+    rb.sample()  # a sampler with a state (without replacement) has one now
+    state = rb.state_dict()
+    for path, leaf in _leaves(state["_storage"]):
+        assert leaf is None or isinstance(leaf, (torch.Tensor, str, int, float, bool)), (path, type(leaf))
+    f = io.BytesIO()
+    torch.save(state, f)
+    f.seek(0)
+    loaded = torch.load(f, weights_only=True)
+    rb2 = TensorDictReplayBuffer(storage=TrajviewStorage(64, views=views), sampler=_ROUND_TRIP_SAMPLERS[sampler](),
+                                 batch_size=8)
+    rb2.load_state_dict(loaded)
+    assert_td_equal(rb2[:], rb[:])
+    for seed in (2, 3, 4):
+        torch.manual_seed(seed)
+        want = rb.sample()
+        torch.manual_seed(seed)
+        got = rb2.sample()
+        assert_td_equal(got, want)
+    more = episode_data([10], first_id=3, start=500, obs_shape=(2,))
+    rb.extend(more)  # both go on the same way after the load
+    rb2.extend(more)
+    assert_td_equal(rb2[:], rb[:])
+
+
+def test_state_dict_of_numpy_arrays_still_loads():
+    """A state dict as earlier trajview gave it (numpy arrays) loads as the tensor one does."""
+    data = episode_data([30, 40])
+    a = TrajviewStorage(50)
+    a.set(range(50), data[:50])
+    state = a.state_dict()
+    old = {**state, "arrays": {k: v.numpy() for k, v in state["arrays"].items()},
+           "replay": {**state["replay"], "arrays": {k: v.numpy() for k, v in state["replay"]["arrays"].items()}}}
+    b = TrajviewStorage(50)
+    b.load_state_dict(old)
+    assert_td_equal(b[:], a[:])
+    with pytest.raises(ValueError, match="slot_row"):
+        TrajviewStorage(50).load_state_dict({**state, "arrays": {**state["arrays"], "slot_row": [1, 2]}})

@@ -11,6 +11,7 @@ batches carry, built from the one stored copy of each observation: no ``CatFrame
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
@@ -18,9 +19,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase, unravel_key
+from tensordict.nn import TensorDictModule
+from torch.nn.modules import module as _nn_module
 from torchrl.envs import EnvBase
-from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.envs.utils import ExplorationType, exploration_type, set_exploration_type
 
 with warnings.catch_warnings():  # torchrl 0.14 warns about its own weight updaters when torchrl.collectors loads
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -34,6 +37,9 @@ from ..views import SampleBatch, ViewRequirement
 __all__ = ["TensorDictPolicy", "TrajviewCollector"]
 
 OBS_KEY = "observation"
+#: What `TensorDictPolicy`'s call without TensorDicts does with each output: skip it, the action, keep it.
+_SKIP, _ACTION, _KEEP = 0, 1, 2
+_NO_CONTEXT = contextlib.nullcontext()
 
 
 def gym_env(env: Any) -> Any:
@@ -79,6 +85,12 @@ class TensorDictPolicy(Policy):
                 raise ValueError(f"TrajviewCollector: the policy reads {k!r}; it can read {OBS_KEY!r} and the views "
                                  f"{sorted(self.views)}")
 
+        #: Whether the policy is exactly a TensorDictModule (`_fast_out_keys`); its plan of outputs (what each
+        #: out key is: skipped, the action, kept under its name) is made for its in and out keys at first use.
+        self._fast = _fast_out_keys(self.module) is not None
+        self._fast_for: tuple[Any, Any] = (None, None)
+        self._fast_plan: list[tuple[int, str]] = []
+
     def compute_actions_from_input_dict(
         self, input_dict: Mapping[str, Any], explore: bool | None = None, timestep: int | None = None, **kwargs: Any
     ) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
@@ -88,10 +100,19 @@ class TensorDictPolicy(Policy):
             arr = np.asarray(input_dict[SampleBatch.OBS if k == OBS_KEY else k])
             n = len(arr)
             src[k] = torch.from_numpy(np.ascontiguousarray(arr))
-        td = TensorDict(src, batch_size=[n])
         kind = self.explore_type if explore is not False else ExplorationType.DETERMINISTIC
-        with torch.no_grad(), set_exploration_type(kind):
-            out = self.module(td)
+        # TorchRL's exploration type for the call (set only where it is not that already: the same state).
+        with torch.no_grad(), (set_exploration_type(kind) if exploration_type() is not kind else _NO_CONTEXT):
+            if self._fast and self._fast_ready():
+                out = self._call_fast(src, n)
+                if not isinstance(out, TensorDictBase):
+                    return out
+            else:
+                out = self.module(TensorDict(src, batch_size=[n]))
+        return self._outputs(out, src)
+
+    def _outputs(self, out: TensorDictBase, src: Mapping[str, Any]) -> tuple[np.ndarray, list, dict[str, np.ndarray]]:
+        """The action and the other outputs of the policy's TensorDict (what the general call gives)."""
         action = out.get("action").detach().cpu().numpy()
         extra: dict[str, np.ndarray] = {}
         for k in out.keys(include_nested=True, leaves_only=True):
@@ -101,11 +122,109 @@ class TensorDictPolicy(Policy):
             extra[".".join(key)] = out.get(key).detach().cpu().numpy()
         return action, [], extra
 
+    def _call_fast(self, src: dict[str, Any],
+                   n: int) -> tuple[np.ndarray, list, dict[str, np.ndarray]] | TensorDictBase:
+        """A plain ``TensorDictModule``'s call without its TensorDicts: its module (or ``method``) on the input
+        tensors, the outputs mapped to ``out_keys`` as the module's call maps them. Where an output is not a
+        tensor of the batch's size, the outputs go through the module's own writing onto the TensorDict the
+        general call builds (its conversions, size checks and errors), which is returned."""
+        mod = self.module
+        d = mod.__dict__
+        inner = mod._modules["module"] if "module" in mod._modules else d["module"]
+        fn = inner if d["method"] is None else getattr(inner, d["method"])
+        tensors = [src[k] for k in self._in_keys]
+        if d["_kwargs"] is not None:
+            call_kw = dict(zip(d["_kwargs"], tensors))
+            call_kw.update(d["method_kwargs"])
+            res = fn(**call_kw)
+        else:
+            res = fn(*tensors, **d["method_kwargs"])
+        plan = self._fast_plan
+        if res is None:
+            res = ()
+        if isinstance(res, (dict, TensorDictBase)):
+            picked = _pick(res, mod.out_keys)
+            if picked is not None:
+                res = picked
+        outs = res if isinstance(res, tuple) else (res,)
+        if len(outs) == len(plan):
+            action: np.ndarray | None = None
+            extra: dict[str, np.ndarray] = {}
+            for (what, name), t in zip(plan, outs):
+                if type(t) is not torch.Tensor or t.ndim == 0 or t.shape[0] != n:
+                    break
+                if what == _ACTION:
+                    action = t.detach().cpu().numpy()
+                elif what == _KEEP:
+                    extra[name] = t.detach().cpu().numpy()
+            else:
+                if action is not None:
+                    return action, [], extra
+        # Anything else: the module's own writing (TensorDict.from_any of each output, its size checks, its
+        # errors) onto the TensorDict the general call would have built.
+        out: TensorDictBase = mod._write_to_tensordict(TensorDict(src, batch_size=[n]), list(outs))
+        return out
+
+    def _fast_ready(self) -> bool:
+        """Whether this call may go without TensorDicts: a `_fast_out_keys` policy whose call is plain
+        (`_plain_call`) and whose keys are still those the plan of outputs was made for."""
+        mod = self.module
+        if not self._fast or not _plain_call(mod):
+            return False
+        d = mod.__dict__
+        if d.get("_get_kwargs"):
+            return False
+        if d.get("_in_keys") is not self._fast_for[0] or d.get("_out_keys") is not self._fast_for[1]:
+            keys = _fast_out_keys(mod)
+            if keys is None or [k if isinstance(k, str) or len(k) != 1 else k[0] for k in mod.in_keys] != self._in_keys:
+                return False
+            src = set(self._in_keys)
+            self._fast_plan = [(_SKIP, "") if k == ("_",) else (_ACTION, "") if k == ("action",)
+                               else (_SKIP, "") if len(k) == 1 and k[0] in src else (_KEEP, ".".join(k))
+                               for k in keys]
+            self._fast_for = (d.get("_in_keys"), d.get("_out_keys"))
+        return True
+
     def get_weights(self) -> dict[str, Any]:
         return {k: v.detach().cpu().numpy() for k, v in self.module.state_dict().items()}
 
     def set_weights(self, weights: Mapping[str, Any]) -> None:
         self.module.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()})
+
+
+def _fast_out_keys(module: Any) -> list[tuple[str, ...]] | None:
+    """The ``out_keys`` (as tuples) of a policy whose call `TensorDictPolicy` may make without TensorDicts:
+    exactly a ``tensordict.nn.TensorDictModule`` (no subclass: a subclass may change ``forward``) writing
+    ``"action"``, no key twice or under another, nothing read with ``get_kwargs``; else ``None``. Whether
+    its call is plain (no hooks, no ``select_out_keys``) is checked at each call (`_plain_call`)."""
+    if type(module) is not TensorDictModule or getattr(module, "_get_kwargs", None):
+        return None
+    keys = [(k,) if isinstance(k, str) else tuple(k) for k in module.out_keys_source]
+    if ("action",) not in keys or len(set(keys)) != len(keys):
+        return None
+    for a in keys:
+        if any(a != b and b[:len(a)] == a for b in keys):
+            return None
+    return keys
+
+
+def _plain_call(module: Any) -> bool:
+    """Whether calling ``module`` (a `_fast_out_keys` one) runs nothing but its ``forward``: no hooks of its
+    own or global ones (``select_out_keys`` is a forward hook), its ``out_keys`` its ``out_keys_source``."""
+    return not (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or module._backward_pre_hooks or _nn_module._global_forward_hooks
+                or _nn_module._global_forward_pre_hooks or _nn_module._global_backward_hooks
+                or _nn_module._global_backward_pre_hooks or module._out_keys_apparent != module._out_keys)
+
+
+def _pick(res: Any, out_keys: list[Any]) -> tuple[Any, ...] | None:
+    """A dict (or TensorDict) output holding every out key (``key in res``, as the module's call checks): its
+    values in ``out_keys`` order (a dict's keys unravelled first, as the call does); else ``None``."""
+    if not all(k in res for k in out_keys):
+        return None
+    if isinstance(res, dict):
+        res = {unravel_key(k): v for k, v in res.items()}
+    return tuple(res.get(k) for k in out_keys)
 
 
 def _policy_class(module: Any, views: Mapping[str, ViewRequirement], explore_type: Any) -> type[TensorDictPolicy]:

@@ -16,15 +16,28 @@ batch. This storage keeps TorchRL's slots as a map onto the rows of a trajview `
 - ``get`` gathers the slots' rows (consecutive steps of one trajectory as one slice) without the GIL.
 
 The C++ store holds ``max_size + extra_rows`` rows: the final-observation rows and the rows of the oldest
-slots' trajectories. A trajectory is stored in pieces of at most ``extra_rows // 2`` steps (views do not read
-across such a cut, as before an episode start), so that every step a slot holds stays in the store; a write
-that would overwrite a step some slot still holds (too small ``extra_rows`` for the data) is refused and
+slots' trajectories. A trajectory is stored in pieces that each span at most ``cut_len = extra_rows // 2`` rows
+of the store (``cut_len`` steps of one env written alone; fewer where writes interleave several envs' steps);
+views do not read across such a cut, as before an episode start. So every step a slot holds stays in the store;
+a write that would overwrite a step some slot still holds (too small ``extra_rows`` for the data) is refused and
 changes nothing.
+
+Rows beyond the steps: a *segment* is the steps of one trajectory piece within one write (a write of ``N``
+envs' steps holds about ``N`` segments, plus one per episode that ends in it and one per cut), and each segment
+takes one final-observation row. Writes (in TorchRL's round-robin slot order) are never refused while any
+``max_size`` consecutive steps start at most ``extra_rows - cut_len`` segments (`fits_segments`: the oldest held
+step's piece starts less than ``cut_len`` rows before it). The default ``extra_rows`` is `default_extra_rows`
+``= max(max_size // 25, 40 * isqrt(max_size), 256)``: 1.04 rows per step at 1M steps or more (40,000 extra rows
+at 1M: room for 20,000 segments per million steps, e.g. episodes of 100 steps or more written in collector
+batches of 1000 steps from 8 envs), a larger share for small buffers, whose rows are cheap (100k: 12,649 extra
+rows, episodes of 20 steps or more in such batches). Writing one step at a time costs two rows per step (a
+segment each): write batches, or raise ``extra_rows``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -42,7 +55,7 @@ from ..views.nest import SEP
 from . import storage_state
 from .storage_state import END as _END, KEY as _KEY, Key
 
-__all__ = ["TrajviewStorage"]
+__all__ = ["TrajviewStorage", "default_extra_rows", "fits_segments"]
 
 #: Candidate trajectory-id keys, as TorchRL's SliceSampler looks for them.
 TRAJ_KEYS: tuple[tuple[str, ...], ...] = (("collector", "traj_ids"), ("episode",))
@@ -53,6 +66,19 @@ END_KEYS = (("next", "terminated"), ("next", "truncated"))
 #: estimates are computed per row and need not match the next row's bit for bit).
 NOT_OBS = ("done", "terminated", "truncated", "reward", "state_value", "state_action_value", "advantage",
            "value_target")
+
+
+def default_extra_rows(max_size: int) -> int:
+    """`TrajviewStorage`'s default ``extra_rows``: ``max(max_size // 25, 40 * isqrt(max_size), 256)`` (1.04 rows
+    per step from 1M steps up; a larger share for small buffers, whose rows are cheap)."""
+    return max(max_size // 25, 40 * math.isqrt(max_size), 256)
+
+
+def fits_segments(max_size: int, extra_rows: int) -> int:
+    """The most segments (the steps of one trajectory piece within one write) that any ``max_size`` consecutive
+    steps may start for a storage's writes never to be refused: from the oldest held step's piece start (less
+    than ``cut_len`` rows before it) to the newest step, each step takes a row and each segment one more."""
+    return extra_rows - max(extra_rows // 2, 1)
 
 
 def _key(k: Any) -> Key:
@@ -124,7 +150,10 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
             shape (except done flags and rewards) for which the first write holds the rule (``("next", key)``
             of each step is ``key`` of the step after it in its trajectory). ``()``: store every ``"next"``
             entry as it is.
-        extra_rows: rows of the C++ store beyond ``max_size`` (default ``max(max_size // 8, 256)``); see the
+        extra_rows: rows of the C++ store beyond ``max_size``, for final observations and long trajectories.
+            Default `default_extra_rows` ``= max(max_size // 25, 40 * isqrt(max_size), 256)`` (1.04 rows per
+            step at 1M steps); writes are never refused while any ``max_size`` consecutive steps start at most
+            `fits_segments` ``= extra_rows - cut_len`` segments (one per trajectory piece per write); see the
             module's doc.
         storage: ``"memory"`` or ``"memmap"`` (rows in files under ``path``), as `trajview.ReplayBuffer`.
         path: the folder of ``storage="memmap"``.
@@ -149,7 +178,8 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
         self._storage = None
         self._last_cursor = None
         self.__dict__["_storage_keys"] = None
-        self.extra_rows = max(max_size // 8, 256) if extra_rows is None else positive_int("extra_rows", extra_rows)
+        self.extra_rows = (default_extra_rows(max_size) if extra_rows is None
+                           else positive_int("extra_rows", extra_rows))
         if self.extra_rows < 2:
             raise ValueError(f"extra_rows must be >= 2, got {self.extra_rows}")
         self._views: dict[str, ViewRequirement] = {}
@@ -190,7 +220,8 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
 
     @property
     def cut_len(self) -> int:
-        """The most steps of one trajectory the store keeps as one piece that views read across."""
+        """The most rows of the store one trajectory piece spans (views read across a piece's steps, not across
+        pieces)."""
         return max(self.extra_rows // 2, 1)
 
     supports_conditional_update = False
@@ -355,8 +386,7 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
         ends = np.r_[upieces[1:], n]
         head0 = self._rb.rows_written()
         cut = self.cut_len
-        # An upper bound of the rows this write takes (pieces may be cut further at cut_len steps).
-        bound = head0 + n + (2 * len(upieces) + n // cut + 1) * has_next
+        row = head0
         open_ = {k: list(v) for k, v in self._open.items()}
         ikeys = np.empty(n, np.int64)
         next_ikey = self._next_ikey
@@ -374,18 +404,18 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
                     j = s + int(np.flatnonzero(~ok)[0])
                     raise self._next_error(nx, o, j, j + 1)
             at = s
-            while at < e:
-                if cur is None or cur[1] >= cut or cur[2] < bound - self.rows:
+            while at < e:  # one segment (one final-observation row) per turn; ``row``: the row of step ``at``
+                if cur is None or row - cur[2] >= cut:  # a piece spans at most cut_len rows of the store
                     if cur is not None:
                         pending.pop(cur[0], None)
-                    cur = [next_ikey, 0, -1]
+                    cur = [next_ikey, 0, row]
                     next_ikey += 1
-                take = min(e - at, cut - cur[1])
+                take = min(e - at, cut - (row - cur[2]))
                 ikeys[at:at + take] = cur[0]
-                if cur[2] >= 0:
-                    first_of[cur[0]] = cur[2]
+                first_of[cur[0]] = cur[2]
                 cur[1] += take
                 at += take
+                row += take + int(has_next)
             assert cur is not None
             if done[e - 1]:
                 open_.pop(uk, None)
@@ -408,9 +438,8 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
             k = int(ikeys[s])
             first_of.setdefault(k, int(rows[s]))
             first[s:e] = first_of[k]
-        for uk, cur in open_.items():
-            if cur[2] < 0:
-                cur[2] = first_of[cur[0]]
+        if head1 != row:  # never: the pieces are the segments counted above
+            raise RuntimeError("TrajviewStorage: rows planned twice differ (a bug: please report it)")
         # Every step a slot still holds after this write must stay in the store.
         kept = self._slot_row >= 0
         kept[slots] = False
@@ -420,7 +449,9 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
                 raise ValueError(
                     f"TrajviewStorage.set: this write of {n} steps would overwrite steps that slots still hold (the "
                     f"store has {self.rows} rows: max_size {self.max_size} + extra_rows {self.extra_rows}); raise "
-                    f"extra_rows (final-observation rows and long trajectories need them)"
+                    f"extra_rows (final-observation rows and long trajectories need them: writes fit while any "
+                    f"{self.max_size} consecutive steps start at most extra_rows - extra_rows // 2 = "
+                    f"{fits_segments(self.max_size, self.extra_rows)} segments, one per trajectory piece per write)"
                 )
         if not own:
             fallback = self._fallback + int(done.sum())
@@ -511,12 +542,14 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
     # -- persistence (storage_state.py) --------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Plain data (JSON-able values and numpy arrays; no objects): the slots, the trajectories' bookkeeping
-        and the trajview `ReplayBuffer`'s own `state_dict`."""
+        """Torch tensors and plain Python values (no objects), as TorchRL's own storages give, so that
+        ``torch.load(weights_only=True)`` reads a ``torch.save`` of it: the slots, the trajectories' bookkeeping
+        and the trajview `ReplayBuffer`'s own `state_dict` (its arrays as tensors)."""
         return storage_state.state_dict(self)
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Restores a `state_dict`, checked first; a state that is refused changes nothing."""
+        """Restores a `state_dict` (tensors; numpy arrays, as earlier versions gave, are read too), checked
+        first; a state that is refused changes nothing."""
         storage_state.load_state_dict(self, state_dict)
 
     def dumps(self, path: str | os.PathLike[str]) -> None:

@@ -1,10 +1,11 @@
-"""`TrajviewStorage`'s state at rest: `state_dict` / `load_state_dict` (plain data) and `dumps` / `loads` (one
-folder committed by `trajview._io.commit_folder`, format ``trajview.torchrl-storage``: the store's rows as
-trajview's replay dump (`trajview.replay.persistence.dump_parts`), the slot map and the trajectories' bookkeeping
-as ``.npy`` files and JSON; nothing pickled, every file verified on load). A saved state is checked whole against
-the storage (its settings, every entry's type and shape, every slot's row held by the store) and swapped in only
-then: a load that raises changes nothing (a memory-mapped storage's rows load through its buffer's own staged
-swap). Functions of the storage (``st``), which calls them.
+"""`TrajviewStorage`'s state at rest: `state_dict` / `load_state_dict` (torch tensors and plain values, which
+``torch.load(weights_only=True)`` reads back) and `dumps` / `loads` (one folder committed by
+`trajview._io.commit_folder`, format ``trajview.torchrl-storage``: the store's rows as trajview's replay dump
+(`trajview.replay.persistence.dump_parts`), the slot map and the trajectories' bookkeeping as ``.npy`` files and
+JSON; nothing pickled, every file verified on load). A saved state is checked whole against the storage (its
+settings, every entry's type and shape, every slot's row held by the store) and swapped in only then: a load that
+raises changes nothing (a memory-mapped storage's rows load through its buffer's own staged swap). Functions of
+the storage (``st``), which calls them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+import torch
 
 from .. import _io
 from ..replay import ReplayBuffer, Sampler, persistence
@@ -48,21 +50,49 @@ def arrays(st: Any) -> dict[str, np.ndarray]:
     return out
 
 def state_dict(st: Any) -> dict[str, Any]:
-    """Plain data (JSON-able values and numpy arrays; no objects): the slots, the trajectories' bookkeeping
-    and the trajview `ReplayBuffer`'s own `state_dict`."""
-    return {"meta": meta(st), "arrays": arrays(st),
-            "replay": None if st._rb is None else st._rb.state_dict()}
+    """Torch tensors and plain Python values (JSON-able; no objects), as TorchRL's own storages give: what
+    ``torch.load(weights_only=True)`` reads back. The slots, the trajectories' bookkeeping and the trajview
+    `ReplayBuffer`'s own `state_dict` with its numpy arrays as tensors."""
+    replay = None
+    if st._rb is not None:
+        replay = st._rb.state_dict()
+        replay = {**replay, "arrays": _tensors(replay["arrays"])}
+    return {"meta": meta(st), "arrays": _tensors(arrays(st)), "replay": replay}
 
 def load_state_dict(st: Any, state_dict: Mapping[str, Any]) -> None:
-    """Restores a `state_dict`, checked first; a state that is refused changes nothing."""
+    """Restores a `state_dict` (its tensors, or numpy arrays as earlier trajview gave), checked first; a state
+    that is refused changes nothing."""
     if not isinstance(state_dict, Mapping) or set(state_dict) != {"meta", "arrays", "replay"}:
         raise ValueError("TrajviewStorage.load_state_dict: expected the entries ['arrays', 'meta', 'replay']")
     check_config(st, state_dict["meta"])
     rb = None
-    if state_dict["replay"] is not None:
+    replay = state_dict["replay"]
+    if replay is not None:
+        if not isinstance(replay, Mapping) or not isinstance(replay.get("arrays"), Mapping):
+            raise ValueError("TrajviewStorage state: 'replay' must be a dict with an 'arrays' dict")
         rb = fresh_buffer(st)
-        rb.load_state_dict(state_dict["replay"])
-    restore(st, state_dict["meta"], state_dict["arrays"], rb)
+        rb.load_state_dict({**replay, "arrays": _arrays(replay["arrays"])})
+    saved = state_dict["arrays"]
+    if not isinstance(saved, Mapping):
+        raise ValueError(f"TrajviewStorage state: 'arrays' must be a dict, got {type(saved).__name__}")
+    restore(st, state_dict["meta"], _arrays(saved), rb)
+
+
+def _tensors(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """numpy arrays as CPU tensors of the same dtype and shape (copies: the state owns its data)."""
+    return {name: torch.from_numpy(np.array(a, copy=True, order="C")) for name, a in arrays.items()}
+
+
+def _arrays(saved: Mapping[str, Any]) -> dict[str, Any]:
+    """A state's tensors as numpy arrays (numpy arrays kept; anything else passed on for the checks to name)."""
+    out: dict[str, Any] = {}
+    for name, a in saved.items():
+        if isinstance(a, torch.Tensor):
+            a = a.detach().cpu()
+            out[name] = (a.to_dense() if a.layout != torch.strided else a).numpy()
+        else:
+            out[name] = a
+    return out
 
 def dumps(st: Any, path: str | os.PathLike[str]) -> None:
     """Writes the storage to the folder ``path`` as one committed unit (`trajview._io.commit_folder`: the
