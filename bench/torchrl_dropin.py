@@ -53,7 +53,7 @@ stacks of the same sampled steps wherever CatFrames can see the frame, that the 
 where trajview has the true earlier frame, and that both equal a pure-Python reference. Reported: time per
 ``sample()`` of 8192 steps (median and min-max over ``--rounds`` interleaved rounds) and bytes stored per step
 in frames (allocated bytes of every column / steps held / 7056: ``TrajviewStorage`` holds ``steps +
-extra_rows`` rows, by default ``extra_rows = max(steps // 25, 40 * isqrt(steps), 256)``, what a user who
+extra_rows`` rows, by default ``extra_rows = max(steps // 25, 40 * isqrt(steps), 256)`` for these big rows, what a user who
 writes ``TrajviewStorage(steps, views=...)`` gets: 40,000 at 1M steps, with one final-observation row per
 episode; the extra rows and the store's rows per step are printed; TorchRL's storage holds ``observation``
 and ``("next", "observation")``, as the collector gives them; ``--torchrl-drop-next`` leaves the latter out of

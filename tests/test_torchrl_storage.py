@@ -589,11 +589,52 @@ def test_default_extra_rows(max_size):
     from trajview.torchrl.storage import default_extra_rows
 
     want = max(max_size // 25, 40 * _isqrt(max_size), 256)
-    storage = TrajviewStorage(max_size)
+    storage = TrajviewStorage(max_size)  # before the first write: the part that holds for any row
     assert storage.extra_rows == default_extra_rows(max_size) == want
     assert storage.rows == max_size + want
-    if max_size >= 1_000_000:  # issue 27's goal: <= 1.05 frames stored per step at 1M steps
-        assert storage.rows / max_size <= 1.04
+    frame = 84 * 84 + 8 + 8 + 1  # an Atari frame, an action, a trajectory id and a done flag
+    assert default_extra_rows(max_size, frame) == max(want, min(max_size, (64 << 20) // frame))
+    if max_size >= 1_000_000:  # issue 27's goal: <= 1.05 frames stored per step at 1M Atari-sized steps
+        assert default_extra_rows(max_size, frame) / max_size <= 0.04
+    # Small rows: as many extra rows as 64 MiB hold, up to max_size (room for short episodes).
+    assert default_extra_rows(max_size, 40) == max(want, min(max_size, (64 << 20) // 40))
+
+
+@pytest.mark.parametrize("extra_rows", [None, 300])
+def test_default_extra_rows_is_fixed_at_the_first_write_from_the_row_bytes(extra_rows):
+    """The default is fixed by the first write, from the bytes of a stored row (the shared next observation is
+    not stored); a given extra_rows stays; after empty() the default is fixed again by the next first write."""
+    from trajview.torchrl.storage import default_extra_rows
+
+    storage = TrajviewStorage(50_000, extra_rows=extra_rows)
+    rb = TensorDictReplayBuffer(storage=storage)
+    rb.extend(episode_data([5, 7], obs_shape=(6,)))
+    stored = {k: v for k, v in storage._schema.items() if k not in storage._shared.values()}
+    row_bytes = sum(dt.itemsize * int(np.prod(shape)) for _, dt, shape in stored.values())
+    want = default_extra_rows(50_000, row_bytes) if extra_rows is None else extra_rows
+    assert storage.extra_rows == want and storage.rows == 50_000 + want
+    assert storage.replay_buffer.capacity == 50_000 + want
+    if extra_rows is None:
+        assert want == 50_000  # rows of a few dozen bytes: max_size extra rows take well under 64 MiB
+    rb.empty()
+    assert storage.extra_rows == (default_extra_rows(50_000) if extra_rows is None else extra_rows)
+
+
+def test_default_holds_short_episodes_of_small_rows():
+    """Episodes of 3 to 6 steps (a segment, so a final-observation row, every few steps) fill a buffer of small
+    rows three times over with the default extra_rows: nothing refused, everything reads back."""
+    storage = TrajviewStorage(3_000)
+    rb = TensorDictReplayBuffer(storage=storage)
+    rng = np.random.default_rng(1)
+    start, first_id = 0, 0
+    while start < 9_000:
+        lengths = rng.integers(3, 7, 40).tolist()
+        data = episode_data(lengths, first_id=first_id, start=start)
+        rb.extend(data)
+        start, first_id = start + sum(lengths), first_id + len(lengths)
+    assert len(storage) == 3_000
+    got = rb[:]  # episode_data: each next observation is the observation + 1, the episode's final one too
+    assert torch.equal(got["next", "observation"], got["observation"] + 1)
 
 
 def _segment_starts(writes, cut):
@@ -682,8 +723,8 @@ def test_default_fits_typical_collector_data(max_size, ep_len, n_envs, per_env):
     assert storage.replay_buffer.rows_written() == rows == len(starts) + sum(starts)
     got = rb[:]
     assert torch.equal(got["next", "observation"], got["observation"] + 1)
-    if max_size == 1_000_000:
-        assert storage.rows / max_size <= 1.04
+    # Rows of 17 bytes (float64 observation, trajectory id, done): the small-row default.
+    assert storage.extra_rows == max(max_size // 25, 40 * _isqrt(max_size), 256, min(max_size, (64 << 20) // 17))
 
 
 @st.composite
@@ -704,7 +745,7 @@ def test_property_writes_that_fit_are_never_refused(stream):
     """Random episode lengths (up to a million steps), collector-shaped writes: wherever every ``max_size``
     consecutive steps start at most `fits_segments` segments (pure-Python count), no write is refused, the
     buffer reads back as TorchRL's own and the store took the rows the count says."""
-    from trajview.torchrl.storage import fits_segments
+    from trajview.torchrl.storage import default_extra_rows, fits_segments
 
     n_envs, per_env, max_size, extra, min_len, max_len, seed = stream
     rng = np.random.default_rng(seed)
@@ -728,8 +769,10 @@ def test_property_writes_that_fit_are_never_refused(stream):
     storage = TrajviewStorage(max_size, extra_rows=extra)
     ours = TensorDictReplayBuffer(storage=storage)
     ref = TensorDictReplayBuffer(storage=LazyTensorStorage(max_size))
-    starts, rows = _segment_starts(traj_of, storage.cut_len)
-    fits = _max_window(starts, max_size) <= fits_segments(max_size, storage.extra_rows)
+    # The default is fixed at the first write from the row's bytes: float64 observation, int64 id, bool done.
+    extra_rows = default_extra_rows(max_size, 8 + 8 + 1) if extra is None else extra
+    starts, rows = _segment_starts(traj_of, max(extra_rows // 2, 1))
+    fits = _max_window(starts, max_size) <= fits_segments(max_size, extra_rows)
     event(f"fits the rule: {fits}, default extra_rows: {extra is None}")
     for chunk in chunks:
         ref.extend(chunk)
@@ -740,6 +783,7 @@ def test_property_writes_that_fit_are_never_refused(stream):
             assert "raise extra_rows" in str(e)
             return
     if chunks:
+        assert storage.extra_rows == extra_rows
         assert_td_equal(ours[:], ref[:])
         assert storage.replay_buffer.rows_written() == rows
 

@@ -26,12 +26,13 @@ Rows beyond the steps: a *segment* is the steps of one trajectory piece within o
 envs' steps holds about ``N`` segments, plus one per episode that ends in it and one per cut), and each segment
 takes one final-observation row. Writes (in TorchRL's round-robin slot order) are never refused while any
 ``max_size`` consecutive steps start at most ``extra_rows - cut_len`` segments (`fits_segments`: the oldest held
-step's piece starts less than ``cut_len`` rows before it). The default ``extra_rows`` is `default_extra_rows`
-``= max(max_size // 25, 40 * isqrt(max_size), 256)``: 1.04 rows per step at 1M steps or more (40,000 extra rows
-at 1M: room for 20,000 segments per million steps, e.g. episodes of 100 steps or more written in collector
-batches of 1000 steps from 8 envs), a larger share for small buffers, whose rows are cheap (100k: 12,649 extra
-rows, episodes of 20 steps or more in such batches). Writing one step at a time costs two rows per step (a
-segment each): write batches, or raise ``extra_rows``.
+step's piece starts less than ``cut_len`` rows before it). The default ``extra_rows`` is `default_extra_rows`,
+fixed at the first write from the bytes of a stored row: ``max(max_size // 25, 40 * isqrt(max_size), 256)``,
+or more where rows are small: as many as 64 MiB hold (`SMALL_ROWS_BYTES`), up to ``max_size``. Frames: 1.04
+rows per step at 1M Atari-sized steps or more (40,000 extra rows at 1M: room for 20,000 segments per million
+steps, e.g. episodes of 100 steps or more written in collector batches of 1000 steps from 8 envs). Small rows
+(vectors such as CartPole's: about 1M extra rows at 1M steps, 64 MiB) leave room for episodes of a few steps.
+Writing one step at a time costs two rows per step (a segment each): write batches, or raise ``extra_rows``.
 """
 
 from __future__ import annotations
@@ -53,9 +54,9 @@ from ..replay import ReplayBuffer, Sampler
 from ..views import ViewRequirement
 from ..views.nest import SEP
 from . import storage_state
-from .storage_state import END as _END, KEY as _KEY, Key
+from .storage_state import END as _END, KEY as _KEY, SMALL_ROWS_BYTES, Key, default_extra_rows, stored_row_bytes
 
-__all__ = ["TrajviewStorage", "default_extra_rows", "fits_segments"]
+__all__ = ["SMALL_ROWS_BYTES", "TrajviewStorage", "default_extra_rows", "fits_segments", "stored_row_bytes"]
 
 #: Candidate trajectory-id keys, as TorchRL's SliceSampler looks for them.
 TRAJ_KEYS: tuple[tuple[str, ...], ...] = (("collector", "traj_ids"), ("episode",))
@@ -66,12 +67,6 @@ END_KEYS = (("next", "terminated"), ("next", "truncated"))
 #: estimates are computed per row and need not match the next row's bit for bit).
 NOT_OBS = ("done", "terminated", "truncated", "reward", "state_value", "state_action_value", "advantage",
            "value_target")
-
-
-def default_extra_rows(max_size: int) -> int:
-    """`TrajviewStorage`'s default ``extra_rows``: ``max(max_size // 25, 40 * isqrt(max_size), 256)`` (1.04 rows
-    per step from 1M steps up; a larger share for small buffers, whose rows are cheap)."""
-    return max(max_size // 25, 40 * math.isqrt(max_size), 256)
 
 
 def fits_segments(max_size: int, extra_rows: int) -> int:
@@ -151,8 +146,9 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
             of each step is ``key`` of the step after it in its trajectory). ``()``: store every ``"next"``
             entry as it is.
         extra_rows: rows of the C++ store beyond ``max_size``, for final observations and long trajectories.
-            Default `default_extra_rows` ``= max(max_size // 25, 40 * isqrt(max_size), 256)`` (1.04 rows per
-            step at 1M steps); writes are never refused while any ``max_size`` consecutive steps start at most
+            Default `default_extra_rows`, fixed at the first write: ``max(max_size // 25, 40 * isqrt(max_size),
+            256)`` (1.04 rows per step at 1M steps), or as many rows as 64 MiB hold where rows are small (up to
+            ``max_size``); writes are never refused while any ``max_size`` consecutive steps start at most
             `fits_segments` ``= extra_rows - cut_len`` segments (one per trajectory piece per write); see the
             module's doc.
         storage: ``"memory"`` or ``"memmap"`` (rows in files under ``path``), as `trajview.ReplayBuffer`.
@@ -178,10 +174,11 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
         self._storage = None
         self._last_cursor = None
         self.__dict__["_storage_keys"] = None
-        self.extra_rows = (default_extra_rows(max_size) if extra_rows is None
-                           else positive_int("extra_rows", extra_rows))
-        if self.extra_rows < 2:
-            raise ValueError(f"extra_rows must be >= 2, got {self.extra_rows}")
+        #: ``extra_rows`` as given (None: `default_extra_rows`, fixed at the first write from the row's bytes).
+        self.extra_rows_given = None if extra_rows is None else positive_int("extra_rows", extra_rows)
+        if self.extra_rows_given is not None and self.extra_rows_given < 2:
+            raise ValueError(f"extra_rows must be >= 2, got {self.extra_rows_given}")
+        self.extra_rows: int = default_extra_rows(max_size) if self.extra_rows_given is None else self.extra_rows_given
         self._views: dict[str, ViewRequirement] = {}
         for name, vr in (views or {}).items():
             if not isinstance(vr, ViewRequirement):
@@ -197,6 +194,8 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
     # -- state ---------------------------------------------------------------------------------------------
 
     def _reset(self) -> None:
+        if self.extra_rows_given is None:  # fixed again at the next first write
+            self.extra_rows = default_extra_rows(self.max_size)
         self._columns_only = False
         self._rb: ReplayBuffer | None = None
         #: The TensorDict leaves: flat name -> (nested key, dtype, per-step shape); ``"next"`` ones included.
@@ -310,8 +309,10 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
         sampler = Sampler()
         sampler.traj_key, sampler.end_key = _KEY, _END
         kw: dict[str, Any] = {"storage": self._backing, "path": self._path}
-        rb = ReplayBuffer(self.rows, sampler=sampler, columns=specs, views=views, next_obs=shared, **kw)
-        self._rb, self._schema, self._shared = rb, schema, shared
+        extra = self.extra_rows_given
+        extra = default_extra_rows(self.max_size, stored_row_bytes(specs)) if extra is None else extra
+        rb = ReplayBuffer(self.max_size + extra, sampler=sampler, columns=specs, views=views, next_obs=shared, **kw)
+        self._rb, self._schema, self._shared, self.extra_rows = rb, schema, shared, extra
 
     # -- writing -------------------------------------------------------------------------------------------
 

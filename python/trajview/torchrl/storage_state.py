@@ -11,6 +11,7 @@ the storage (``st``), which calls them.
 from __future__ import annotations
 
 import io
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -70,7 +71,7 @@ def load_state_dict(st: Any, state_dict: Mapping[str, Any]) -> None:
     if replay is not None:
         if not isinstance(replay, Mapping) or not isinstance(replay.get("arrays"), Mapping):
             raise ValueError("TrajviewStorage state: 'replay' must be a dict with an 'arrays' dict")
-        rb = fresh_buffer(st)
+        rb = fresh_buffer(st, state_dict["meta"])
         rb.load_state_dict({**replay, "arrays": _arrays(replay["arrays"])})
     saved = state_dict["arrays"]
     if not isinstance(saved, Mapping):
@@ -122,36 +123,68 @@ def loads(st: Any, path: str | os.PathLike[str]) -> None:
             read[name[len("torchrl."):-len(".npy")]] = np.load(io.BytesIO(bytes(raw)), allow_pickle=False)
     rb = None
     if "replay" in man.meta:
-        rb = fresh_buffer(st)
+        rb = fresh_buffer(st, saved)
         persistence.load_parts(rb, man, man.meta["replay"])
     restore(st, saved, read, rb)
     st._bump_mutation_revision()
 
-def fresh_buffer(st: Any) -> ReplayBuffer:
-    """The buffer a load fills: a new one (swapped in when all of the load passed), or, for a memory-mapped
-    storage that has one, its own (which loads into staged ring files and swaps them in itself: its folder
-    has one owner)."""
+#: The bytes of extra rows a default ``extra_rows`` may take beyond ``max_size // 25`` (`default_extra_rows`).
+SMALL_ROWS_BYTES = 64 << 20
+
+
+def default_extra_rows(max_size: int, row_bytes: int | None = None) -> int:
+    """`TrajviewStorage`'s default ``extra_rows`` for rows of ``row_bytes`` stored bytes:
+    ``max(max_size // 25, 40 * isqrt(max_size), 256)`` (1.04 rows per step from 1M steps up; a larger share for
+    small buffers), raised to as many rows as `SMALL_ROWS_BYTES` hold (at most ``max_size``): small rows are
+    cheap, and short episodes need a row each. ``row_bytes`` None (before the first write): the first part."""
+    base = max(max_size // 25, 40 * math.isqrt(max_size), 256)
+    if row_bytes is None:
+        return base
+    return max(base, min(max_size, SMALL_ROWS_BYTES // max(int(row_bytes), 1)))
+
+
+def stored_row_bytes(specs: Mapping[str, tuple[np.dtype, tuple[int, ...]]]) -> int:
+    """Bytes of one row of the stored columns (``name -> (dtype, per-step shape)``)."""
+    return sum(np.dtype(dt).itemsize * math.prod(shape) for dt, shape in specs.values())
+
+
+def fresh_buffer(st: Any, saved: Mapping[str, Any]) -> ReplayBuffer:
+    """The buffer a load fills (its rows: `check_config`'s): a new one (swapped in when all of the load passed),
+    or, for a memory-mapped storage that has one, its own (which loads into staged ring files and swaps them in
+    itself: its folder has one owner)."""
     if st._backing == "memmap" and st._rb is not None:
         return st._rb
     sampler = Sampler()
     sampler.traj_key, sampler.end_key = KEY, END
-    return ReplayBuffer(st.rows, sampler=sampler, storage=st._backing, path=st._path)
+    return ReplayBuffer(st.max_size + check_config(st, saved), sampler=sampler, storage=st._backing, path=st._path)
 
-def check_config(st: Any, saved: Any) -> None:
-    """Refuses a saved state of a storage made with other settings."""
+def check_config(st: Any, saved: Any) -> int:
+    """Refuses a saved state of a storage made with other settings; returns the extra rows the state has (this
+    storage's, or, where its default is not fixed yet, the default for the saved rows' bytes)."""
     where = "TrajviewStorage state"
     if not isinstance(saved, Mapping):
         raise ValueError(f"{where}: 'meta' must be a dict")
-    for k in ("max_size", "extra_rows"):
-        if saved.get(k) != getattr(st, k):
-            raise ValueError(f"{where}: {k} is {saved.get(k)!r}, this storage's is {getattr(st, k)}")
+    if saved.get("max_size") != st.max_size:
+        raise ValueError(f"{where}: max_size is {saved.get('max_size')!r}, this storage's is {st.max_size}")
+    want = st.extra_rows
+    if st.extra_rows_given is None and st._rb is None:  # the default, for the rows the state holds
+        try:
+            stored = {str(n): (np.dtype(str(dt)), tuple(int(d) for d in shape)) for n, _, dt, shape in saved["schema"]}
+            next_cols = {str(n) for n in dict(saved["shared"]).values()}
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{where}: malformed meta ({type(e).__name__}: {e})") from None
+        specs = {n: v for n, v in stored.items() if n not in next_cols}
+        want = default_extra_rows(st.max_size, stored_row_bytes(specs) if specs else None)
+    if saved.get("extra_rows") != want:
+        raise ValueError(f"{where}: extra_rows is {saved.get('extra_rows')!r}, this storage's is {want}")
     if sorted(saved.get("views", [])) != sorted(st._views):
         raise ValueError(f"{where}: views {saved.get('views')!r} differ from this storage's {sorted(st._views)}")
+    return want
 
 def restore(st: Any, meta: Any, saved: Mapping[str, Any], rb: ReplayBuffer | None) -> None:
     """Checks a saved state against this storage and swaps it in (nothing changes if it is refused)."""
     where = "TrajviewStorage state"
-    check_config(st, meta)
+    extra = check_config(st, meta)
     length = meta.get("len")
     if type(length) is not int or not 0 <= length <= st.max_size:
         raise ValueError(f"{where}: len must be an int in [0, {st.max_size}], got {length!r}")
@@ -198,7 +231,7 @@ def restore(st: Any, meta: Any, saved: Mapping[str, Any], rb: ReplayBuffer | Non
         if (loc[:, 0] < 0).any():
             raise ValueError(f"{where}: slot_row names rows that hold no step in the store")
     old = st._rb
-    st._rb, st._schema, st._shared = rb, schema, shared
+    st._rb, st._schema, st._shared, st.extra_rows = rb, schema, shared, extra
     st._slot_row, st._slot_first = rows, checked["slot_first"]
     st._len, st._open, st._pending = length, open_, pending
     st._next_ikey, st._fallback = next_ikey, fallback
