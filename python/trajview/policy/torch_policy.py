@@ -17,6 +17,11 @@ __all__ = ["TorchPolicy"]
 
 def _to_numpy(x: Any) -> Any:
     """A tensor (or a nested dict / tuple of them: a Dict / Tuple action) as numpy arrays."""
+    if type(x) is torch.Tensor:
+        try:
+            return x.numpy()  # a CPU tensor without autograd (what an inference-mode call returns): its memory
+        except (RuntimeError, TypeError):
+            return x.detach().cpu().numpy()
     if isinstance(x, dict):
         return {k: _to_numpy(v) for k, v in x.items()}
     if isinstance(x, tuple):
@@ -35,6 +40,31 @@ def _flat_items(key: str, value: Any) -> Any:
             yield from _flat_items(f"{key}.{i}", v)
     else:
         yield key, value
+
+
+def _cpu_batch(batch: dict[str, Any]) -> SampleBatch | None:
+    """`TorchPolicy._to_torch` of a plain dict of writeable numeric arrays of one row count, without ``seq_lens``
+    (an input dict as the store gathers it) on the CPU: each column as the tensor viewing it. None for anything
+    else (`_to_torch`'s general path converts it, or names what is wrong)."""
+    cols: dict[str, torch.Tensor] = {}
+    count = -1
+    from_numpy = torch.from_numpy
+    for k, v in batch.items():
+        if type(v) is not np.ndarray or type(k) is not str or not v.ndim or v.dtype.hasobject or k == _SEQ_LENS:
+            return None
+        n = v.shape[0]
+        if n != count:
+            if count >= 0:
+                return None
+            count = n
+        if not v.flags.writeable:
+            return None
+        cols[k] = from_numpy(v)
+    return SampleBatch._from_columns(cols, max(count, 0), _EMPTY, _EMPTY)
+
+
+_SEQ_LENS = SampleBatch.SEQ_LENS
+_EMPTY: frozenset[str] = frozenset()
 
 
 class TorchPolicy(Policy):
@@ -68,6 +98,7 @@ class TorchPolicy(Policy):
         self.model = model.to(self.device)
         self.view_requirements.update(getattr(model, "view_requirements", {}) or {})
         self._optimizer: torch.optim.Optimizer | None = None
+        self._on_cpu = self.device.type == "cpu"
 
     # -- numpy <-> torch -------------------------------------------------------------
 
@@ -79,6 +110,10 @@ class TorchPolicy(Policy):
         ``"obs.image"``, ``"obs.0"``, as in the collector's batches; the
         tensor batch gives them back nested (``batch["obs"]["image"]``).
         """
+        if type(batch) is dict and self._on_cpu:
+            fast = _cpu_batch(batch)  # a compute-actions input dict of arrays (the store's): each a tensor viewing it
+            if fast is not None:
+                return fast
         cols: dict[str, torch.Tensor] = {}
         bases: dict = {}  # lazy views of one column share one transfer of their base
         # dict.items: converting is not reading (a tracked batch would count every column as read,
