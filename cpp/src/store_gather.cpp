@@ -5,6 +5,7 @@
 #include "trajview/store.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "store_episode.h"
@@ -57,6 +58,35 @@ void TrajectoryStore::gather_view(const Episode& e, std::size_t v, std::int64_t 
   }
 }
 
+bool TrajectoryStore::gather_aligned_stack(std::size_t v, std::span<const std::int64_t> steps, std::byte* out) const {
+  // Every slot stands at the same stream position: row t + shift of slot i's episode (where the stream holds it)
+  // lies at position aligned_pos_ + shift - lead, slot i, for every i. One base pointer per shift, then a copy per
+  // (slot, shift); rows before the stream (row 0 of an observation column, padding) take the view rule row by row.
+  const ViewSpec& view = views_[v];
+  const std::size_t c = view_column_[v];
+  const std::size_t rb = columns_[c].row_bytes();
+  const BlockStream& stream = streams_[c];
+  const std::int64_t lead = obs_index_[c] >= 0 ? 1 : 0;
+  const std::size_t k = view.shifts.size();
+  if (rb == 0 || k > kMaxStackRows) return false;
+  std::array<const std::byte*, kMaxStackRows> bases{};
+  for (std::size_t j = 0; j < k; ++j) {
+    const std::int64_t s = view.shifts[j];
+    const std::int64_t p = aligned_pos_ + s - lead;
+    if (s >= lead || !stream.holds(p)) return false;  // a row past the episode's last, or not held: the general rule
+    bases[j] = stream.position(p);
+  }
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const std::int64_t t = steps[i];
+    for (std::size_t j = 0; j < k; ++j, out += rb) {
+      const std::int64_t r = t + view.shifts[j];
+      if (r >= lead) std::memcpy(out, bases[j] + i * rb, rb);
+      else copy_rows(*slots_[i], c, r, r + 1, view.padding, out);
+    }
+  }
+  return true;
+}
+
 void TrajectoryStore::gather_inference(std::span<const std::int64_t> slots, std::span<std::byte* const> outputs,
                                        std::int64_t* t_out, std::int64_t* eps_out) const {
   const std::size_t n = num_rows(slots);
@@ -82,6 +112,7 @@ void TrajectoryStore::gather_inference(std::span<const std::int64_t> slots, std:
         continue;
       }
     }
+    if (aligned && view.adds_axis && gather_aligned_stack(v, steps_, outputs[k])) continue;
     for (std::size_t i = 0; i < n; ++i) {
       const std::int64_t s = slots.empty() ? static_cast<std::int64_t>(i) : slots[i];
       const Episode& e = *slots_[static_cast<std::size_t>(s)];
