@@ -96,6 +96,7 @@ class PolicyRunner:
         self._columns = PolicyColumns(policy, config)
         self._obs_nest = Nest.from_space(policy.observation_space, "observation_space")
         self._nested_actions = not self._columns.action_nest.flat
+        self._flat_obs = self._obs_nest.flat
         # What an episode's next step stores besides the observation, reward and ends: the policy's outputs (actions,
         # state_out_i, extra fetches) of its previous step, per slot.
         env_columns = {*self._obs_nest.names(_OBS), _REWARDS, _TERMINATEDS, _TRUNCATEDS}
@@ -174,7 +175,10 @@ class PolicyRunner:
         observation (the old one under this key is forgotten first; SB3's ``episode_start``). ``full_fetch``:
         return ``(action, state_outs, extra_fetches)`` instead of the action alone.
         """
-        obs_cols = {c: _batch_of_one(v) for c, v in self._obs_nest.columns(_OBS, obs, "obs").items()}
+        if self._flat_obs:
+            obs_cols = {_OBS: np.asarray(obs)[None]}
+        else:
+            obs_cols = {c: _batch_of_one(v) for c, v in self._obs_nest.columns(_OBS, obs, "obs").items()}
         rewards = None if reward is None else np.asarray(reward)[None]
         # agent_index as an array only where the policy reads it (or it is not the default, to check it as given).
         idx = None if type(agent_index) is int and agent_index == 0 else np.asarray([agent_index], np.int64)
