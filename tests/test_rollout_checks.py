@@ -231,3 +231,26 @@ def test_the_nan_check_of_outputs_finds_exactly_the_arrays_with_nan():
             assert _has_nan(arr) == bool(np.isnan(arr).any())
 
     check()
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+@pytest.mark.parametrize("nan_in, named", [((1,), "state_out_1"), ((2, 1), "state_out_1"), ((2,), "state_out_2"),
+                                           ((0, 2), "state_out_0"), ((), None)])
+def test_nan_in_state_outs_names_the_first_column_holding_it(num_envs, nan_in, named):
+    """State outputs are checked for NaN together (one reduction): the error still names the first column (in
+    the order of get_initial_state) that holds NaN, and its rows; one-value and larger columns alike."""
+    shapes = [(3,), (4,), (1,)]
+    initial = [np.zeros(s, np.float32) for s in shapes]
+    outs = [np.zeros((num_envs, *s), np.float32) for s in shapes]
+    for i in nan_in:
+        outs[i][num_envs - 1, 0] = np.nan
+    envs = make_envs(num_envs)
+    w = tv.RolloutWorker(creator_from(envs), policy_returning(state_outs=outs, extra={}, initial_state=initial),
+                         num_envs=num_envs, rollout_fragment_length=4)
+    if named is None:
+        w.sample()
+        return
+    with pytest.raises(ValueError, match=rf"column '{named}': compute_actions_from_input_dict returned NaN \(rows "
+                                         rf"\[{num_envs - 1}\]\)"):
+        w.sample()
+    assert all(not e.actions for e in envs), "no env stepped"
