@@ -143,3 +143,21 @@ def test_outputs_that_need_autograd_detached_still_convert():
     p = torch.nn.Parameter(torch.ones(2, 3))
     np.testing.assert_array_equal(_to_numpy(p), np.ones((2, 3), np.float32))
     assert _to_numpy({"a": (torch.zeros(1), torch.arange(2))})["a"][1].tolist() == [0, 1]
+
+
+def test_compute_actions_converts_every_kind_of_output():
+    """Outputs that are not plain CPU tensors (a parameter needing grad, numpy arrays, a tuple action) come back
+    as numpy, as they did before the shortcut for plain tensors."""
+    policy = RNNPolicy(ScriptedEnv.observation_space, ScriptedEnv.action_space)
+    param = torch.nn.Parameter(torch.full((2, 3), 2.0))
+    outputs = [
+        (torch.tensor([1, 0]), [param], {"action_logp": np.zeros(2, np.float32)}),
+        ((torch.tensor([1, 0]), torch.tensor([0.5, 0.5])), [torch.ones(2, 3)], {"action_logp": torch.zeros(2)}),
+        (np.array([1, 0]), [torch.ones(2, 3)], {}),
+    ]
+    for out in outputs:
+        policy.action_sampler = lambda t, e, out=out: out
+        a, s, e = policy.compute_actions_from_input_dict({"obs": np.zeros((2, 2), np.float32)})
+        flat_a = a if isinstance(a, tuple) else (a,)
+        assert all(type(x) is np.ndarray for x in (*flat_a, *s, *e.values()))
+        np.testing.assert_array_equal(s[0], out[1][0].detach().numpy())

@@ -165,6 +165,14 @@ class TorchPolicy(Policy):
             actions, state_outs, extra = self.action_sampler(tensors, explore)
         if type(input_dict) is not dict:  # (a plain dict tracks no reads)
             self._merge_tracking(input_dict, tensors)
+        try:  # CPU tensors without autograd (what an inference-mode call returns): each one's memory as numpy
+            return (
+                actions.numpy() if type(actions) is torch.Tensor else _to_numpy(actions),
+                [s.numpy() if type(s) is torch.Tensor else _to_numpy(s) for s in state_outs],
+                {k: v.numpy() if type(v) is torch.Tensor else _to_numpy(v) for k, v in extra.items()},
+            )
+        except (AttributeError, RuntimeError, TypeError):
+            pass  # (a tensor on another device or needing grad, or outputs of the wrong kind: the general way)
         return _to_numpy(actions), [_to_numpy(s) for s in state_outs], {k: _to_numpy(v) for k, v in extra.items()}
 
     def _run_loss_for_pruning(self, batch: SampleBatch) -> None:
