@@ -121,6 +121,9 @@ def test_a_plain_dict_of_arrays_converts_as_any_mapping_does():
         {"obs": np.ones((3, 2)), "infos": np.array([{}, {}, {}], dtype=object)},  # objects: left out
         {"obs": np.ones((2, 2)), "state_in_0": np.zeros((1, 3)), "seq_lens": np.array([2])},  # per-sequence rows
         {"obs": np.ones((3, 2)), "list": [1, 2, 3]},  # not an array
+        {"obs": np.ones((3, 2)), "names": np.array(["a", "b", "c"])},  # strings: torch has no such tensors
+        {"obs": np.ones((3, 2))[::-1]},  # a negative stride
+        {"obs": np.ones((3, 2), ">f4")},  # not the native byte order
     ]
     for d in odd:
         try:

@@ -47,20 +47,23 @@ def _cpu_batch(batch: dict[str, Any]) -> SampleBatch | None:
     """`TorchPolicy._to_torch` of a plain dict of writeable numeric arrays of one row count, without ``seq_lens``
     (an input dict as the store gathers it) on the CPU: each column as the tensor viewing it. None for anything
     else (`_to_torch`'s general path converts it, or names what is wrong)."""
+    if _SEQ_LENS in batch:
+        return None
     cols: dict[str, torch.Tensor] = {}
     count = -1
     from_numpy = torch.from_numpy
-    for k, v in batch.items():
-        if type(v) is not np.ndarray or type(k) is not str or not v.ndim or v.dtype.hasobject or k == _SEQ_LENS:
-            return None
-        n = v.shape[0]
-        if n != count:
-            if count >= 0:
+    try:
+        for k, v in batch.items():
+            if type(v) is not np.ndarray or type(k) is not str or not v.flags.writeable:
                 return None
-            count = n
-        if not v.flags.writeable:
-            return None
-        cols[k] = from_numpy(v)
+            n = v.shape[0]  # (an IndexError for a 0-d array)
+            if n != count:
+                if count >= 0:
+                    return None
+                count = n
+            cols[k] = from_numpy(v)  # (a TypeError for objects, strings, dtypes torch lacks)
+    except (IndexError, TypeError):
+        return None
     return SampleBatch._from_columns(cols, max(count, 0), _EMPTY, _EMPTY)
 
 
