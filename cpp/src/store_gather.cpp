@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <span>
 
 #include "store_episode.h"
 
@@ -58,6 +59,27 @@ void TrajectoryStore::gather_view(const Episode& e, std::size_t v, std::int64_t 
   }
 }
 
+namespace {
+
+/// gather_aligned_stack's copies: slot i's row at shift j from bases[j] + i * row bytes (RB, or rb where RB is 0:
+/// a fixed size the compiler copies inline), or by `before_stream(i, row, dst)` for rows before the stream.
+template <std::size_t RB, class BeforeStream>
+void copy_stack_rows(std::span<const std::int64_t> steps, std::span<const std::int64_t> shifts,
+                     const std::byte* const* bases, std::int64_t lead, std::size_t rb, std::byte* out,
+                     BeforeStream&& before_stream) {
+  const std::size_t size = RB ? RB : rb;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const std::int64_t t = steps[i];
+    for (std::size_t j = 0; j < shifts.size(); ++j, out += size) {
+      const std::int64_t r = t + shifts[j];
+      if (r >= lead) std::memcpy(out, bases[j] + i * size, size);
+      else before_stream(i, r, out);
+    }
+  }
+}
+
+}  // namespace
+
 bool TrajectoryStore::gather_aligned_stack(std::size_t v, std::span<const std::int64_t> steps, std::byte* out) const {
   // Every slot stands at the same stream position: row t + shift of slot i's episode (where the stream holds it)
   // lies at position aligned_pos_ + shift - lead, slot i, for every i. One base pointer per shift, then a copy per
@@ -76,13 +98,15 @@ bool TrajectoryStore::gather_aligned_stack(std::size_t v, std::span<const std::i
     if (s >= lead || !stream.holds(p)) return false;  // a row past the episode's last, or not held: the general rule
     bases[j] = stream.position(p);
   }
-  for (std::size_t i = 0; i < steps.size(); ++i) {
-    const std::int64_t t = steps[i];
-    for (std::size_t j = 0; j < k; ++j, out += rb) {
-      const std::int64_t r = t + view.shifts[j];
-      if (r >= lead) std::memcpy(out, bases[j] + i * rb, rb);
-      else copy_rows(*slots_[i], c, r, r + 1, view.padding, out);
-    }
+  const auto before_stream = [&](std::size_t i, std::int64_t r, std::byte* dst) {
+    copy_rows(*slots_[i], c, r, r + 1, view.padding, dst);
+  };
+  const std::span<const std::int64_t> shifts(view.shifts);
+  switch (rb) {
+    case 4: copy_stack_rows<4>(steps, shifts, bases.data(), lead, rb, out, before_stream); break;
+    case 8: copy_stack_rows<8>(steps, shifts, bases.data(), lead, rb, out, before_stream); break;
+    case 16: copy_stack_rows<16>(steps, shifts, bases.data(), lead, rb, out, before_stream); break;
+    default: copy_stack_rows<0>(steps, shifts, bases.data(), lead, rb, out, before_stream); break;
   }
   return true;
 }
