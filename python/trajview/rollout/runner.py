@@ -215,7 +215,10 @@ class PolicyRunner:
         n = len(keys)
         if not n:
             raise ValueError("PolicyRunner.act_many: episodes is empty; pass at least one episode key")
-        obs_cols = {c: np.asarray(v) for c, v in self._obs_nest.columns(_OBS, obs, "obs").items()}
+        if self._flat_obs:
+            obs_cols = {_OBS: np.asarray(obs)}
+        else:
+            obs_cols = {c: np.asarray(v) for c, v in self._obs_nest.columns(_OBS, obs, "obs").items()}
         for c, v in obs_cols.items():
             if v.shape[:1] != (n,):
                 raise ValueError(
