@@ -355,3 +355,32 @@ def test_arrays_stay_valid_after_the_collector_moves_on(chunk_rows):
         for g, w in zip(got, want):
             for key in w:
                 np.testing.assert_array_equal(g[key], w[key])
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 3, 256])
+def test_frame_stacks_of_aligned_slots_match_the_reference(chunk_rows):
+    """Frame stacks gathered while every slot steps at one stream position (slots whose episodes began at other
+    steps, so each reads a different mix of stored rows, row 0 and padding): as the reference builds them, for
+    stacks inside the episode, reaching past its last row, with zero and reset padding, across frees."""
+    views = {
+        "stack": VR("obs", shift="-3:0"),
+        "stack_reset": VR("obs", shift="-4:0", padding="reset"),
+        "prev_acts": VR("actions", shift="-3:-1"),
+        "prev_rews": VR("rewards", shift="-5:-1"),
+        "ahead": VR("obs", shift="-1:1"),  # reads past the last row: the general rule
+        "actions": VR(),
+    }
+    kwargs = dict(num_envs=4, columns=BASE_COLUMNS, view_requirements=views, chunk_rows=chunk_rows)
+    twin = Twin(kwargs)
+    rng = np.random.default_rng(1)
+    all_cols = list(BASE_COLUMNS)
+    twin.begin(np.array([0, 1, 2, 3]), random_rows(rng, BASE_COLUMNS, ["obs"], 4), "begin")
+    for t in range(40):
+        twin.step(random_rows(rng, BASE_COLUMNS, all_cols, 4), None, fused=True, where=f"step {t}")
+        if t % 9 == 4:  # one slot begins again, the others go on: aligned again at the next step, steps differ
+            slot = np.array([t % 4])
+            twin.end(slot)
+            twin.begin(slot, random_rows(rng, BASE_COLUMNS, ["obs"], 1), f"begin {t}")
+            twin.input_dict(None, f"input_dict after begin {t}")
+        if t % 7 == 6:
+            twin.build(False, f"build {t}", hold=None)

@@ -197,3 +197,60 @@ def test_ints_beyond_2_53_are_never_rounded_into_float64_columns():
     rb = tv.ReplayBuffer(10, columns={"x": (np.float64, ())})
     with pytest.raises(ValueError, match=r"column 'x': the int64 value 9007199254740993 has no exact float64"):
         rb.add({"x": np.array([2**53 + 1]), "eps_id": np.zeros(1, np.int64), "t": np.zeros(1, np.int64)})
+
+
+def test_the_nan_check_of_outputs_finds_exactly_the_arrays_with_nan():
+    """`_has_nan` (one value read, or a real array's max) against the plain mask: every float and complex dtype,
+    NaN, infinities of both signs, the largest values, empty and strided arrays; and no warning on any of them."""
+    import warnings
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from trajview.rollout.plan import _has_nan
+
+    specials = [np.nan, np.inf, -np.inf, 3e38, -3e38, 1e308, 0.0, -1.5]
+
+    @settings(max_examples=300, deadline=None)
+    @given(
+        dtype=st.sampled_from([np.float16, np.float32, np.float64, np.complex64, np.complex128]),
+        shape=st.sampled_from([(0,), (1,), (1, 1), (3,), (2, 4), (64, 3)]),
+        picks=st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(specials), st.booleans()), max_size=4),
+        strided=st.booleans(),
+    )
+    def check(dtype, shape, picks, strided):
+        with np.errstate(all="ignore"):
+            arr = np.random.default_rng(len(picks)).standard_normal(shape).astype(dtype)
+            flat = arr.reshape(-1)
+            for i, v, imag in picks:
+                if flat.size:
+                    flat[i % flat.size] = v * 1j if imag and arr.dtype.kind == "c" else v
+            if strided and arr.ndim == 2:
+                arr = arr[:, ::2]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert _has_nan(arr) == bool(np.isnan(arr).any())
+
+    check()
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+@pytest.mark.parametrize("nan_in, named", [((1,), "state_out_1"), ((2, 1), "state_out_1"), ((2,), "state_out_2"),
+                                           ((0, 2), "state_out_0"), ((), None)])
+def test_nan_in_state_outs_names_the_first_column_holding_it(num_envs, nan_in, named):
+    """State outputs are checked for NaN together (one reduction): the error still names the first column (in
+    the order of get_initial_state) that holds NaN, and its rows; one-value and larger columns alike."""
+    shapes = [(3,), (4,), (1,)]
+    initial = [np.zeros(s, np.float32) for s in shapes]
+    outs = [np.zeros((num_envs, *s), np.float32) for s in shapes]
+    for i in nan_in:
+        outs[i][num_envs - 1, 0] = np.nan
+    envs = make_envs(num_envs)
+    w = tv.RolloutWorker(creator_from(envs), policy_returning(state_outs=outs, extra={}, initial_state=initial),
+                         num_envs=num_envs, rollout_fragment_length=4)
+    if named is None:
+        w.sample()
+        return
+    with pytest.raises(ValueError, match=rf"column '{named}': compute_actions_from_input_dict returned NaN \(rows "
+                                         rf"\[{num_envs - 1}\]\)"):
+        w.sample()
+    assert all(not e.actions for e in envs), "no env stepped"

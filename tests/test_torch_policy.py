@@ -92,3 +92,75 @@ def test_to_torch_takes_any_mapping():
     out = policy._to_torch(types.MappingProxyType(cols))
     assert sorted(out) == ["actions", "obs"]
     assert torch.equal(out["obs"], torch.ones(3, 2))
+
+
+def test_a_plain_dict_of_arrays_converts_as_any_mapping_does():
+    """The store's input dict (a plain dict of arrays) takes `_to_torch`'s shortcut: the same batch as the general
+    path (the same columns, rows, values and dtypes, tensors viewing writeable arrays, read-only ones copied), and
+    the same errors."""
+    import types
+
+    policy = RNNPolicy(ScriptedEnv.observation_space, ScriptedEnv.action_space)
+    ro = np.arange(6, dtype=np.float64).reshape(3, 2)
+    ro.flags.writeable = False
+    cols = {"obs": np.ones((3, 2), np.float32), "actions": np.arange(3), "state_in_0": np.zeros((3, 3), np.float32),
+            "ro": ro, "flags": np.array([True, False, True])}
+    fast, general = policy._to_torch(dict(cols)), policy._to_torch(types.MappingProxyType(cols))
+    assert type(fast) is type(general) is tv.SampleBatch
+    assert list(fast) == list(general) and fast.count == general.count == 3
+    assert fast.seq_keys == general.seq_keys
+    for k in cols:
+        assert fast[k].dtype == general[k].dtype and torch.equal(fast[k], general[k]), k
+    assert fast["obs"].data_ptr() == cols["obs"].ctypes.data  # a view of the array
+    assert fast["ro"].data_ptr() != ro.ctypes.data  # a read-only array is copied (torch tensors are writeable)
+    # Whatever the shortcut does not take goes the general way: the same result or the same error.
+    odd = [
+        {"obs": np.ones((3, 2)), "actions": np.arange(2)},  # rows differ
+        {"obs": np.ones((3, 2)), "scalar": np.array(1.0)},  # a 0-d array
+        {"obs": np.ones((3, 2)), 5: np.arange(3)},  # a key that is not a str
+        {"obs": np.ones((3, 2)), "infos": np.array([{}, {}, {}], dtype=object)},  # objects: left out
+        {"obs": np.ones((2, 2)), "state_in_0": np.zeros((1, 3)), "seq_lens": np.array([2])},  # per-sequence rows
+        {"obs": np.ones((3, 2)), "list": [1, 2, 3]},  # not an array
+        {"obs": np.ones((3, 2)), "names": np.array(["a", "b", "c"])},  # strings: torch has no such tensors
+        {"obs": np.ones((3, 2))[::-1]},  # a negative stride
+        {"obs": np.ones((3, 2), ">f4")},  # not the native byte order
+    ]
+    for d in odd:
+        try:
+            want = policy._to_torch(types.MappingProxyType(d))
+        except Exception as e:
+            with pytest.raises(type(e), match=None) as info:
+                policy._to_torch(dict(d))
+            assert str(info.value) == str(e)
+            continue
+        got = policy._to_torch(dict(d))
+        assert list(got) == list(want) and got.count == want.count and got.seq_keys == want.seq_keys
+        for k in want:
+            assert torch.equal(got[k], want[k])
+
+
+def test_outputs_that_need_autograd_detached_still_convert():
+    """An action_sampler output that is a parameter (requires grad) converts as before, through detach."""
+    from trajview.policy.torch_policy import _to_numpy
+
+    p = torch.nn.Parameter(torch.ones(2, 3))
+    np.testing.assert_array_equal(_to_numpy(p), np.ones((2, 3), np.float32))
+    assert _to_numpy({"a": (torch.zeros(1), torch.arange(2))})["a"][1].tolist() == [0, 1]
+
+
+def test_compute_actions_converts_every_kind_of_output():
+    """Outputs that are not plain CPU tensors (a parameter needing grad, numpy arrays, a tuple action) come back
+    as numpy, as they did before the shortcut for plain tensors."""
+    policy = RNNPolicy(ScriptedEnv.observation_space, ScriptedEnv.action_space)
+    param = torch.nn.Parameter(torch.full((2, 3), 2.0))
+    outputs = [
+        (torch.tensor([1, 0]), [param], {"action_logp": np.zeros(2, np.float32)}),
+        ((torch.tensor([1, 0]), torch.tensor([0.5, 0.5])), [torch.ones(2, 3)], {"action_logp": torch.zeros(2)}),
+        (np.array([1, 0]), [torch.ones(2, 3)], {}),
+    ]
+    for out in outputs:
+        policy.action_sampler = lambda t, e, out=out: out
+        a, s, e = policy.compute_actions_from_input_dict({"obs": np.zeros((2, 2), np.float32)})
+        flat_a = a if isinstance(a, tuple) else (a,)
+        assert all(type(x) is np.ndarray for x in (*flat_a, *s, *e.values()))
+        np.testing.assert_array_equal(s[0], out[1][0].detach().numpy())

@@ -5,7 +5,9 @@
 #include "trajview/store.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <span>
 
 #include "store_episode.h"
 
@@ -57,6 +59,58 @@ void TrajectoryStore::gather_view(const Episode& e, std::size_t v, std::int64_t 
   }
 }
 
+namespace {
+
+/// gather_aligned_stack's copies: slot i's row at shift j from bases[j] + i * row bytes (RB, or rb where RB is 0:
+/// a fixed size the compiler copies inline), or by `before_stream(i, row, dst)` for rows before the stream.
+template <std::size_t RB, class BeforeStream>
+void copy_stack_rows(std::span<const std::int64_t> steps, std::span<const std::int64_t> shifts,
+                     const std::byte* const* bases, std::int64_t lead, std::size_t rb, std::byte* out,
+                     BeforeStream&& before_stream) {
+  const std::size_t size = RB ? RB : rb;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const std::int64_t t = steps[i];
+    for (std::size_t j = 0; j < shifts.size(); ++j, out += size) {
+      const std::int64_t r = t + shifts[j];
+      if (r >= lead) std::memcpy(out, bases[j] + i * size, size);
+      else before_stream(i, r, out);
+    }
+  }
+}
+
+}  // namespace
+
+bool TrajectoryStore::gather_aligned_stack(std::size_t v, std::span<const std::int64_t> steps, std::byte* out) const {
+  // Every slot stands at the same stream position: row t + shift of slot i's episode (where the stream holds it)
+  // lies at position aligned_pos_ + shift - lead, slot i, for every i. One base pointer per shift, then a copy per
+  // (slot, shift); rows before the stream (row 0 of an observation column, padding) take the view rule row by row.
+  const ViewSpec& view = views_[v];
+  const std::size_t c = view_column_[v];
+  const std::size_t rb = columns_[c].row_bytes();
+  const BlockStream& stream = streams_[c];
+  const std::int64_t lead = obs_index_[c] >= 0 ? 1 : 0;
+  const std::size_t k = view.shifts.size();
+  if (rb == 0 || k > kMaxStackRows) return false;
+  std::array<const std::byte*, kMaxStackRows> bases{};
+  for (std::size_t j = 0; j < k; ++j) {
+    const std::int64_t s = view.shifts[j];
+    const std::int64_t p = aligned_pos_ + s - lead;
+    if (s >= lead || !stream.holds(p)) return false;  // a row past the episode's last, or not held: the general rule
+    bases[j] = stream.position(p);
+  }
+  const auto before_stream = [&](std::size_t i, std::int64_t r, std::byte* dst) {
+    copy_rows(*slots_[i], c, r, r + 1, view.padding, dst);
+  };
+  const std::span<const std::int64_t> shifts(view.shifts);
+  switch (rb) {
+    case 4: copy_stack_rows<4>(steps, shifts, bases.data(), lead, rb, out, before_stream); break;
+    case 8: copy_stack_rows<8>(steps, shifts, bases.data(), lead, rb, out, before_stream); break;
+    case 16: copy_stack_rows<16>(steps, shifts, bases.data(), lead, rb, out, before_stream); break;
+    default: copy_stack_rows<0>(steps, shifts, bases.data(), lead, rb, out, before_stream); break;
+  }
+  return true;
+}
+
 void TrajectoryStore::gather_inference(std::span<const std::int64_t> slots, std::span<std::byte* const> outputs,
                                        std::int64_t* t_out, std::int64_t* eps_out) const {
   const std::size_t n = num_rows(slots);
@@ -82,6 +136,7 @@ void TrajectoryStore::gather_inference(std::span<const std::int64_t> slots, std:
         continue;
       }
     }
+    if (aligned && view.adds_axis && gather_aligned_stack(v, steps_, outputs[k])) continue;
     for (std::size_t i = 0; i < n; ++i) {
       const std::int64_t s = slots.empty() ? static_cast<std::int64_t>(i) : slots[i];
       const Episode& e = *slots_[static_cast<std::size_t>(s)];

@@ -154,6 +154,11 @@ class TrajectoryStore {
   void copy_rows(const Episode& e, std::size_t column, std::int64_t r0, std::int64_t r1, Padding padding,
                  std::byte* dst) const;
   void gather_view(const Episode& e, std::size_t view, std::int64_t t, std::byte* dst) const;
+  /// gather_inference of an `adds_axis` view (a frame stack) while every slot is active and aligned (`steps`: each
+  /// slot's steps): false, writing nothing, where a shift reads past an episode's last row or a position not held.
+  bool gather_aligned_stack(std::size_t view, std::span<const std::int64_t> steps, std::byte* out) const;
+  /// The stack rows (shifts) gather_aligned_stack takes; longer views take gather_view.
+  static constexpr std::size_t kMaxStackRows = 128;
   void release_storage(bool compact);
   /// First stream position of column c that episode e can still read.
   std::int64_t first_needed(const Episode& e, std::size_t c) const noexcept;

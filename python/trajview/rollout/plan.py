@@ -171,11 +171,19 @@ class PolicyColumns:
     def __bool__(self) -> bool:
         return bool(self.state_keys or self.extra_keys)
 
-    def _array(self, name: str, value: Any, n: int, spec: tuple) -> np.ndarray:
+    def _array(self, name: str, value: Any, n: int, spec: tuple, floats: list | None = None) -> np.ndarray:
+        """``value`` checked against ``spec`` (dtype, per-row shape) and for NaN; with ``floats``, a float array's
+        NaN check is left to the caller (``(name, arr)`` appended: `_check_nans` of them all at once)."""
         arr = value if type(value) is np.ndarray else np.asarray(value)
         dtype, shape = spec
-        if arr.dtype is dtype and arr.shape == (n,) and not shape and arr.dtype.kind in "iub":
-            return arr  # the common case (one integer or bool per row), checked at once
+        if arr.dtype is dtype and arr.shape == (n, *shape):  # the common case: the dtype and shape expected
+            if dtype.kind not in "fc" or not self.check_nan:
+                return arr
+            if floats is not None:
+                floats.append((name, arr))
+                return arr
+            if not _has_nan(arr):
+                return arr
         if arr.shape != (n, *shape):
             what = "leading dim" if arr.shape[:1] != (n,) else "per-row shape"
             raise ValueError(
@@ -188,13 +196,25 @@ class PolicyColumns:
                     f"column {name!r}: expected dtype {dtype}, got {arr.dtype} (from compute_actions_from_input_dict; "
                     f"casting would lose data)"
                 )
-        if self.check_nan and arr.dtype.kind in "fc" and np.isnan(arr).any():
-            raise ValueError(
-                f"column {name!r}: compute_actions_from_input_dict returned NaN (rows "
-                f"{np.flatnonzero(np.isnan(arr.reshape(n, -1)).any(axis=1)).tolist()}); "
-                f"RolloutWorker(nan_outputs='allow') stores NaN as it is"
-            )
+        if self.check_nan and arr.dtype.kind in "fc":
+            if floats is not None:
+                floats.append((name, arr))
+            elif _has_nan(arr):
+                raise _nan_error(name, arr, n)
         return arr
+
+    @staticmethod
+    def _check_nans(floats: list[tuple[str, np.ndarray]], n: int) -> None:
+        """The NaN check of the float columns ``floats`` ((name, array) in column order): the first one holding NaN
+        is the error. Arrays of one value are read one by one; two or more larger ones are checked as one array
+        (one reduction), each on its own only where that finds NaN."""
+        big = [a for _, a in floats if a.size > 1]
+        if len(big) > 1:
+            if not _has_nan(np.concatenate([a.reshape(-1) for a in big])):
+                floats = [(k, a) for k, a in floats if a.size <= 1]
+        for name, arr in floats:
+            if _has_nan(arr):
+                raise _nan_error(name, arr, n)
 
     def _check_nested_actions(self, actions: Any, n: int) -> dict[str, Any]:
         """The leaf columns of a nested action (``actions.<leaf>``), each checked like a flat one."""
@@ -266,8 +286,9 @@ class PolicyColumns:
                 f"state_outs: compute_actions_from_input_dict returned {len(state_outs)} state_outs, expected "
                 f"{len(self.state_keys)} (len(get_initial_state()))"
             )
+        floats: list[tuple[str, np.ndarray]] = []  # checked for NaN at the end, together
         for k, s in zip(self.state_keys, state_outs):
-            data[k] = self._array(k, s, n, self.specs[k])
+            data[k] = self._array(k, s, n, self.specs[k], floats)
         if not isinstance(extra, Mapping):
             raise ValueError(
                 f"extra_fetches: compute_actions_from_input_dict must return a dict of arrays ({{}} if none), got "
@@ -279,14 +300,37 @@ class PolicyColumns:
                     f"column {k!r}: compute_actions_from_input_dict returned it in extra_fetches during the "
                     f"view-pruning pass, but not now; got extra fetches {sorted(extra)}"
                 )
-            data[k] = self._array(k, extra[k], n, self.specs[k])
+            data[k] = self._array(k, extra[k], n, self.specs[k], floats)
         if len(extra) != len(self.extra_keys):
             unknown = sorted(set(extra) - set(self.extra_keys))
             raise ValueError(
                 f"compute_actions_from_input_dict returned extra fetches {unknown} that it did not return in the "
                 f"view-pruning pass; known: {sorted(self.extra_keys)}"
             )
+        if floats:
+            self._check_nans(floats, n)
         return data
+
+
+def _nan_error(name: str, arr: np.ndarray, n: int) -> ValueError:
+    return ValueError(
+        f"column {name!r}: compute_actions_from_input_dict returned NaN (rows "
+        f"{np.flatnonzero(np.isnan(arr.reshape(n, -1)).any(axis=1)).tolist()}); "
+        f"RolloutWorker(nan_outputs='allow') stores NaN as it is"
+    )
+
+
+def _has_nan(arr: np.ndarray) -> bool:
+    """Whether the float (or complex) array ``arr`` holds a NaN: one value read as a Python number; a real array's
+    max (NaN wherever a value is; one reduction, no mask), which costs less than a NaN mask and its ``any`` on the
+    few rows an action call returns."""
+    if arr.size == 1:
+        x = arr.item()
+        return x != x
+    if arr.dtype.kind == "f" and arr.size:
+        m = arr.max()
+        return bool(m != m)
+    return bool(np.isnan(arr).any())
 
 
 def _action_bounds(space: Any) -> tuple[np.ndarray, np.ndarray] | None:

@@ -96,6 +96,7 @@ class PolicyRunner:
         self._columns = PolicyColumns(policy, config)
         self._obs_nest = Nest.from_space(policy.observation_space, "observation_space")
         self._nested_actions = not self._columns.action_nest.flat
+        self._flat_obs = self._obs_nest.flat
         # What an episode's next step stores besides the observation, reward and ends: the policy's outputs (actions,
         # state_out_i, extra fetches) of its previous step, per slot.
         env_columns = {*self._obs_nest.names(_OBS), _REWARDS, _TERMINATEDS, _TRUNCATEDS}
@@ -174,11 +175,14 @@ class PolicyRunner:
         observation (the old one under this key is forgotten first; SB3's ``episode_start``). ``full_fetch``:
         return ``(action, state_outs, extra_fetches)`` instead of the action alone.
         """
-        obs_cols = {c: _batch_of_one(v) for c, v in self._obs_nest.columns(_OBS, obs, "obs").items()}
+        if self._flat_obs:
+            obs_cols = {_OBS: np.asarray(obs)[None]}
+        else:
+            obs_cols = {c: _batch_of_one(v) for c, v in self._obs_nest.columns(_OBS, obs, "obs").items()}
         rewards = None if reward is None else np.asarray(reward)[None]
-        actions, data = self._act_columns(
-            obs_cols, [episode], rewards, [bool(episode_start)], np.asarray([agent_index], np.int64), explore, timestep
-        )
+        # agent_index as an array only where the policy reads it (or it is not the default, to check it as given).
+        idx = None if type(agent_index) is int and agent_index == 0 else np.asarray([agent_index], np.int64)
+        actions, data = self._act_columns(obs_cols, [episode], rewards, [bool(episode_start)], idx, explore, timestep)
         # Copies: the arrays the policy returned are stored with the episode's next step.
         action = _copied(_first_row(actions)) if self._nested_actions else _row(data[SampleBatch.ACTIONS])
         if not full_fetch:
@@ -211,7 +215,10 @@ class PolicyRunner:
         n = len(keys)
         if not n:
             raise ValueError("PolicyRunner.act_many: episodes is empty; pass at least one episode key")
-        obs_cols = {c: np.asarray(v) for c, v in self._obs_nest.columns(_OBS, obs, "obs").items()}
+        if self._flat_obs:
+            obs_cols = {_OBS: np.asarray(obs)}
+        else:
+            obs_cols = {c: np.asarray(v) for c, v in self._obs_nest.columns(_OBS, obs, "obs").items()}
         for c, v in obs_cols.items():
             if v.shape[:1] != (n,):
                 raise ValueError(
@@ -221,10 +228,8 @@ class PolicyRunner:
         r = None if rewards is None else np.asarray(rewards)
         if r is not None and r.shape != (n,):
             raise ValueError(f"PolicyRunner.act_many: rewards must have shape ({n},), got {r.shape}")
-        starts = [False] * n
-        if episode_start is not None:
-            starts = _per_episode("episode_start", episode_start, n, bool).tolist()
-        idx = np.zeros(n, np.int64) if agent_index is None else _per_episode("agent_index", agent_index, n, np.int64)
+        starts = [False] * n if episode_start is None else _starts(episode_start, n)
+        idx = None if agent_index is None else _per_episode("agent_index", agent_index, n, np.int64)
         actions, data = self._act_columns(obs_cols, keys, r, starts, idx, explore, timestep)
         # Copies: the arrays the policy returned are stored with the episodes' next steps.
         if not full_fetch:
@@ -239,12 +244,13 @@ class PolicyRunner:
         keys: list[Hashable],
         rewards: np.ndarray | None,
         starts: list[bool],
-        agent_index: np.ndarray,
+        agent_index: np.ndarray | None,
         explore: bool | None,
         timestep: int | None,
     ) -> tuple[Any, dict[str, Any]]:
         """Stores the call's step, calls the policy and checks its outputs: (the actions as the policy returned
-        them, the checked output columns: ``actions`` (or its leaves), ``state_out_i``, extra fetches)."""
+        them, the checked output columns: ``actions`` (or its leaves), ``state_out_i``, extra fetches). ``agent_index``:
+        ``[n]``, or None for zeros."""
         n = len(keys)
         fast = keys == self._last_keys and not any(starts)
         # Whether an episode steps (a call that begins every one of its episodes has no reward to store).
@@ -285,7 +291,7 @@ class PolicyRunner:
             if inputs is None:
                 inputs = coll.input_dict(c_slots)
             if self._columns.agent_index_input:
-                inputs[SampleBatch.AGENT_INDEX] = agent_index
+                inputs[SampleBatch.AGENT_INDEX] = np.zeros(n, np.int64) if agent_index is None else agent_index
             if self._saw_f32 and not self._saw_other:  # float32 rewards only: inputs as a worker gives them
                 cast_rewards(inputs, self._columns.reward_input_keys, F32)
             ts = self._timestep if timestep is None else timestep
@@ -396,6 +402,14 @@ def _per_episode(name: str, value: Any, n: int, dtype: Any) -> np.ndarray:
         raise ValueError(f"PolicyRunner.act_many: {name} must be one value or {n} values (one per episode), got "
                          f"shape {arr.shape}")
     return np.broadcast_to(arr.astype(dtype, copy=False), (n,))
+
+
+def _starts(value: Any, n: int) -> list[bool]:
+    """``episode_start`` (one bool for every episode, or ``[n]``) as a list of ``n`` bools (`_per_episode`'s rule)."""
+    arr = np.asarray(value)
+    if arr.ndim == 1 and len(arr) == n:
+        return (arr if arr.dtype.type is np.bool_ else arr.astype(bool)).tolist()
+    return _per_episode("episode_start", arr, n, bool).tolist()
 
 
 def _row(column: np.ndarray) -> Any:
