@@ -272,7 +272,7 @@ def sb3_learn(system: str, seed: int, model: Any, budget: int, run_to_budget: bo
     batch; DQN's round of ``train_freq`` steps) and the update after it (``train()``)."""
     rec: dict[str, Any] = {"rollout_s": 0.0, "update_s": 0.0, "curve": [], "reached": None}
 
-    class Timer(base_callback):  # type: ignore[misc,valid-type]
+    class Timer(base_callback):
         def _on_training_start(self) -> None:
             rec["t0"] = rec["t_update"] = time.perf_counter()
             rec["first"] = True
