@@ -35,15 +35,17 @@ machine whose load drifts touches every system alike):
   observation, the same 256x256 ReLU Q-network (no dueling head), DQN's
   target (``double_q`` false), the settings below.
 
-PPO settings, the same for all four PPO systems (rl-baselines3-zoo's ``CartPoleNoVel-v1``, in
-``hyperparams/ppo_lstm.yml``, and its ``CartPole-v1`` in ``ppo.yml``): 8
+PPO settings, the same for the four PPO systems (rl-baselines3-zoo's
+``CartPoleNoVel-v1``, in ``hyperparams/ppo_lstm.yml``, and its
+``CartPole-v1`` in ``ppo.yml``): 8
 envs, 32 steps per env per iteration (256-step batches), minibatch 256, 20
 epochs, gae_lambda 0.8, gamma 0.98, learning rate linear from 1e-3 and clip
 range linear from 0.2 to zero over the budget (``lin_0.001``,
 ``lin_0.2``; trajview: ``--lr-schedule linear --clip-schedule linear``),
 entropy 0, value-loss coefficient 0.5, gradient-norm clip 0.5, Adam (eps 1e-5;
 trajview's fused Adam, its presets' choice: the same update). The zoo's
-``n_timesteps`` is 1e5: the default ``--budget``, also the schedules' length.
+``n_timesteps`` is 1e5: the PPO systems' default ``--budget``, also the
+schedules' length.
 The zoo's current ``ppo_lstm.yml`` has since moved this env to an LSTM of 64
 with ReLU MLPs and observation normalization; the older settings above are
 issue 25's (``--lstm-cell 64`` for the smaller cell).
@@ -77,7 +79,10 @@ trajview's ``DQNConfig`` terms, read off SB3 2.x's ``DQN`` /
   ``eps_steps=round(0.16 * budget)`` (8,000 of the 5e4 default).
 * ``learning_rate`` 2.3e-3 (constant), ``batch_size`` 64, ``buffer_size``
   1e5, ``gamma`` 0.99 -> ``lr``, ``batch_size``, ``buffer_size``, ``gamma``
-  alike; uniform replay (``prioritized=False``).
+  alike; replay samples uniform over every stored step, with replacement,
+  on both sides (``prioritized=False``).
+* ``VecFrameStack(16)``: the last 16 observations, zeros before the
+  episode's first -> ``num_frames=16`` (the stack views read the same).
 * ``net_arch`` [256, 256] (ReLU; SB3's DQN has no dueling head) ->
   ``hidden=256`` (trajview's Q-network body is two layers of ``hidden``),
   ``dueling=False``.
