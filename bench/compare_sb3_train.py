@@ -238,20 +238,17 @@ def sb3_dqn_kwargs(seed: int) -> dict[str, Any]:
 
 
 def run_sb3(system: str, seed: int, budget: int, run_to_budget: bool, lstm_cell: int) -> dict[str, Any]:
-    import numpy as np
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecFrameStack
 
     import trajview.envs  # noqa: F401  (registers trajview/StatelessCartPole-v1)
 
-    model: Any
     if system == "sb3-dqn":
         from stable_baselines3 import DQN
 
         dqn_env = VecFrameStack(make_vec_env(ENV_ID, n_envs=ZOO_DQN["n_envs"], seed=seed), NUM_FRAMES)
         model = DQN("MlpPolicy", dqn_env, **sb3_dqn_kwargs(seed))
-        return sb3_learn(system, seed, model, budget, run_to_budget, BaseCallback, np)
+        return sb3_learn(system, seed, model, budget, run_to_budget)
     z = ZOO
     common = dict(n_steps=z["n_steps"], batch_size=z["batch_size"], n_epochs=z["n_epochs"],
                   gae_lambda=z["gae_lambda"], gamma=z["gamma"], learning_rate=linear(z["learning_rate"]),
@@ -268,16 +265,18 @@ def run_sb3(system: str, seed: int, budget: int, run_to_budget: bool, lstm_cell:
 
         model = RecurrentPPO("MlpLstmPolicy", env, policy_kwargs={"lstm_hidden_size": lstm_cell,
                                                                   "enable_critic_lstm": True}, **common)
-    return sb3_learn(system, seed, model, budget, run_to_budget, BaseCallback, np)
+    return sb3_learn(system, seed, model, budget, run_to_budget)
 
 
-def sb3_learn(system: str, seed: int, model: Any, budget: int, run_to_budget: bool, base_callback: Any,
-              np: Any) -> dict[str, Any]:
+def sb3_learn(system: str, seed: int, model: Any, budget: int, run_to_budget: bool) -> dict[str, Any]:
     """``model.learn()`` to the budget or the target, timed by callbacks: an iteration is a rollout (PPO's
     batch; DQN's round of ``train_freq`` steps) and the update after it (``train()``)."""
+    import numpy as np
+    from stable_baselines3.common.callbacks import BaseCallback
+
     rec: dict[str, Any] = {"rollout_s": 0.0, "update_s": 0.0, "curve": [], "reached": None}
 
-    class Timer(base_callback):
+    class Timer(BaseCallback):
         def _on_training_start(self) -> None:
             rec["t0"] = rec["t_update"] = time.perf_counter()
             rec["first"] = True
