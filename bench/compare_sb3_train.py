@@ -77,6 +77,9 @@ trajview's ``DQNConfig`` terms, read off SB3 2.x's ``DQN`` /
   ``exploration_final_eps`` 0.04: epsilon linear in env steps from 1 to 0.04
   over 0.16 of the budget -> ``eps_start=1``, ``eps_end=0.04``,
   ``eps_steps=round(0.16 * budget)`` (8,000 of the 5e4 default).
+* SB3's warm-up: uniform random actions while its env steps are
+  ``< learning_starts`` -> ``random_warmup=True`` (epsilon 1 in the samples
+  that start before ``learning_starts``).
 * ``learning_rate`` 2.3e-3 (constant), ``batch_size`` 64, ``buffer_size``
   1e5, ``gamma`` 0.99 -> ``lr``, ``batch_size``, ``buffer_size``, ``gamma``
   alike; replay samples uniform over every stored step, with replacement,
@@ -98,12 +101,10 @@ trajview's ``DQNConfig`` terms, read off SB3 2.x's ``DQN`` /
   the DQN systems); SB3 runs whole rounds, trajview whole samples: both
   stop at 50,176 env steps (196 rounds of 256).
 
-What is left different: during SB3's first ``learning_starts`` env steps
-its actions are uniform random (its warm-up); trajview's are
-epsilon-greedy from the start (epsilon 1 down to 0.91 over those 1,000
-steps, so about 1 in 20 of them greedy, by an untrained network). SB3 sets
-epsilon before each env step, trajview before each sample of 256 (so it
-runs up to 0.03 above SB3's while it decays).
+What is left different: SB3 sets epsilon before each env step, trajview
+before each sample of 256 env steps. So trajview's warm-up runs to 1,024
+env steps (SB3's to 1,000: its env steps 1,000-1,023 have epsilon 0.88),
+and while epsilon decays trajview's runs up to 0.03 above SB3's.
 
 The env is trajview's ``trajview/StatelessCartPole-v1`` on both sides: CartPole-v1
 with the velocities removed (observation ``[x, theta]``, the zoo's
@@ -381,7 +382,7 @@ def trajview_dqn_config(seed: int, budget: int, run_to_budget: bool, threads: in
         learning_starts=z["learning_starts"] + 1,  # SB3 trains once its env steps are > learning_starts
         gradient_steps=z["gradient_steps"], target_update_interval=z["gradient_steps"],
         eps_start=z["exploration_initial_eps"], eps_end=z["exploration_final_eps"],
-        eps_steps=round(z["exploration_fraction"] * budget), prioritized=False,
+        eps_steps=round(z["exploration_fraction"] * budget), random_warmup=True, prioritized=False,
         iteration_steps=z["n_envs"] * z["train_freq"], stop_reward=None if run_to_budget else TARGET,
         smoothing_episodes=WINDOW, threads=threads, out_dir=out_dir,
     )

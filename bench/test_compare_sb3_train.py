@@ -40,7 +40,7 @@ def test_the_trajview_dqn_side_has_the_zoos_settings_mapped(tmp_path):
     assert (c.envs, c.rollout_fragment_length, c.gradient_steps, c.iteration_steps) == (1, 256, 128, 256)
     assert (c.lr, c.batch_size, c.buffer_size, c.gamma) == (2.3e-3, 64, 100_000, 0.99)
     assert (c.learning_starts, c.target_update_interval) == (1001, 128)  # > 1000 env steps; once per round
-    assert (c.eps_start, c.eps_end, c.eps_steps) == (1.0, 0.04, 8_000)  # 0.16 of the budget
+    assert (c.eps_start, c.eps_end, c.eps_steps, c.random_warmup) == (1.0, 0.04, 8_000, True)  # 0.16 of the budget
     assert (c.hidden, c.dueling, c.double_q, c.prioritized) == (256, False, False, False)
     assert (c.stop_reward, c.smoothing_episodes, c.threads) == (150.0, 100, 1)
     p = c.policy_config()
@@ -59,7 +59,8 @@ def test_the_trajview_dqn_side_has_the_zoos_settings_mapped(tmp_path):
 def test_the_trajview_dqn_side_trains_in_sb3s_rounds(tmp_path):
     """The rounds of the mapped settings, against what SB3's loop does with the zoo's (its source, written out):
     256 env steps, then 128 gradient steps once the env steps are > 1000; the target network, in every round's
-    gradient steps, the Q-network as the round found it; epsilon linear from 1 to 0.04 over 0.16 of the budget."""
+    gradient steps, the Q-network as the round found it; epsilon 1 while the env steps are < 1000 (SB3's warm-up),
+    then linear from 1 to 0.04 over 0.16 of the budget."""
     pytest.importorskip("torch")
     import torch
     from trajview.train.dqn_trainer import DQNTrainer
@@ -94,10 +95,11 @@ def test_the_trajview_dqn_side_trains_in_sb3s_rounds(tmp_path):
     rounds = [s for s in range(256, budget + 1, 256) if s > bench.ZOO_DQN["learning_starts"]]  # SB3's condition
     assert [r["learn_s"] > 0 for r in rows] == [s in rounds for s in range(256, budget + 1, 256)]
     assert [s for s, _ in seen] == list(range(128 * len(rounds))) and all(ok for _, ok in seen)
-    # SB3's LinearSchedule(1, 0.04, 0.16) at the env steps before each sample.
+    # SB3's warm-up (random while its env steps are < learning_starts), then its LinearSchedule(1, 0.04, 0.16), at
+    # the env steps before each sample.
     z = bench.ZOO_DQN
-    ref = [1.0 + min(t / budget, z["exploration_fraction"]) * (z["exploration_final_eps"] - 1.0)
-           / z["exploration_fraction"] for t in range(0, budget, 256)]
+    ref = [1.0 if t < z["learning_starts"] else 1.0 + min(t / budget, z["exploration_fraction"])
+           * (z["exploration_final_eps"] - 1.0) / z["exploration_fraction"] for t in range(0, budget, 256)]
     assert eps == pytest.approx(ref, abs=1e-3)  # eps_steps rounded to whole env steps
 
 

@@ -181,3 +181,31 @@ def test_dqn_metrics_rows_carry_the_gradient_steps_seconds(tmp_path):
     from trajview.train.metrics import read_metrics
 
     assert [r["learn_s"] for r in read_metrics(tmp_path / "metrics.csv")] == [r["learn_s"] for r in rows]
+
+
+@pytest.mark.parametrize("warmup", [False, True])
+def test_dqn_epsilon_schedule_and_random_warmup(tmp_path, warmup):
+    """Epsilon at each sample's start against a pure-Python reference: linear from eps_start to eps_end over
+    eps_steps env steps; with ``random_warmup``, 1 before learning_starts env steps, the same line after."""
+    c = DQNConfig(envs=1, rollout_fragment_length=10, eps_start=0.9, eps_end=0.1, eps_steps=100, learning_starts=35,
+                  timesteps=150, iteration_steps=50, gradient_steps=1, batch_size=4, random_warmup=warmup,
+                  stop_reward=None, out_dir=str(tmp_path))
+    tr = DQNTrainer(c)
+    seen: list[float] = []
+    add = tr.buffer.add
+
+    def spy(batch):
+        seen.append(tr.policy.epsilon)
+        return add(batch)
+
+    tr.buffer.add = spy  # type: ignore[method-assign]
+    tr.train(progress=False)
+
+    def ref(t: int) -> float:
+        if warmup and t < 35:
+            return 1.0
+        return 0.9 + min(1.0, t / 100) * (0.1 - 0.9)
+
+    assert seen == pytest.approx([ref(t) for t in range(0, 150, 10)], abs=1e-12)
+    with pytest.raises(ValueError, match="random_warmup"):
+        DQNConfig(random_warmup="yes")  # type: ignore[arg-type]

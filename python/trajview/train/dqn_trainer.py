@@ -66,6 +66,10 @@ class DQNConfig(RunConfig):
     eps_start: float = 1.0
     eps_end: float = 0.05
     eps_steps: int = 20_000
+    #: Uniform random actions (epsilon 1) in the samples that start before ``learning_starts`` env steps
+    #: (Stable-Baselines3's warm-up); the linear schedule, still counted from step 0, after. False: the schedule
+    #: from the start.
+    random_warmup: bool = False
     prioritized: bool = False
     per_alpha: float = 0.6
     per_beta: float = 0.4
@@ -92,7 +96,7 @@ class DQNConfig(RunConfig):
         finite_number(setting("eps_end"), self.eps_end, 0, 1)
         finite_number(setting("per_alpha"), self.per_alpha, 0)
         finite_number(setting("per_beta"), self.per_beta, 0, 1)
-        for name in ("dueling", "double_q", "prioritized"):
+        for name in ("dueling", "double_q", "random_warmup", "prioritized"):
             boolean(name, getattr(self, name))
 
     def policy_config(self) -> dict:
@@ -163,6 +167,8 @@ class DQNTrainer(RunCounters):
 
     def _epsilon(self) -> float:
         c = self.config
+        if c.random_warmup and self.env_steps < c.learning_starts:
+            return 1.0
         frac = min(1.0, self.env_steps / max(1, c.eps_steps))
         return c.eps_start + frac * (c.eps_end - c.eps_start)
 
