@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""PPO on Stateless CartPole at rl-baselines3-zoo's settings: SB3 and sb3-contrib next to ``trajview train``.
+"""PPO and DQN on Stateless CartPole at rl-baselines3-zoo's settings: SB3 and sb3-contrib next to ``trajview train``.
 
-    PYTHONPATH=python .venv-compare/bin/python bench/compare_sb3_train.py                  # 4 systems, seeds 0-4
+    PYTHONPATH=python .venv-compare/bin/python bench/compare_sb3_train.py                  # 6 systems, seeds 0-4
+    PYTHONPATH=python .venv-compare/bin/python bench/compare_sb3_train.py --systems sb3-dqn trajview-dqn
     PYTHONPATH=python .venv-compare/bin/python bench/compare_sb3_train.py --systems sb3-framestack \\
         trajview-framestack --seeds 0 1 2 --budget 100000
     PYTHONPATH=python .venv-compare/bin/python bench/compare_sb3_train.py --quick          # smoke: seed 0, 1,024 steps
     PYTHONPATH=python .venv-compare/bin/python bench/compare_sb3_train.py --table-from bench/out/sb3_train/results.json
 
-The experiment of issue 25. Four systems, each run a fresh subprocess of this
+The experiment of issue 25. Six systems, each run a fresh subprocess of this
 script, one at a time (seed by seed, the systems in turn within a seed, so a
 machine whose load drifts touches every system alike):
 
@@ -26,19 +27,84 @@ machine whose load drifts touches every system alike):
   and a critic LSTM; no previous action in the input (SB3 has none);
   sequences of up to 32 steps (SB3's: the 32-step rollout of each env, cut
   at episode starts).
+* ``sb3-dqn``: Stable-Baselines3 ``DQN("MlpPolicy")`` over
+  ``VecFrameStack(DummyVecEnv(1 env), 16)``: a 256x256 ReLU Q-network
+  (``net_arch=[256, 256]``) over the 2 x 16 inputs.
+* ``trajview-dqn``: trajview's DQN (``DQNTrainer``, what ``trajview train
+  --algo dqn`` runs; model ``dqn-framestack``): a 16-frame stack view of the
+  observation, the same 256x256 ReLU Q-network (no dueling head), DQN's
+  target (``double_q`` false), the settings below.
 
-Settings, the same for all (rl-baselines3-zoo's ``CartPoleNoVel-v1``, in
-``hyperparams/ppo_lstm.yml``, and its ``CartPole-v1`` in ``ppo.yml``): 8
+PPO settings, the same for the four PPO systems (rl-baselines3-zoo's
+``CartPoleNoVel-v1``, in ``hyperparams/ppo_lstm.yml``, and its
+``CartPole-v1`` in ``ppo.yml``): 8
 envs, 32 steps per env per iteration (256-step batches), minibatch 256, 20
 epochs, gae_lambda 0.8, gamma 0.98, learning rate linear from 1e-3 and clip
 range linear from 0.2 to zero over the budget (``lin_0.001``,
 ``lin_0.2``; trajview: ``--lr-schedule linear --clip-schedule linear``),
 entropy 0, value-loss coefficient 0.5, gradient-norm clip 0.5, Adam (eps 1e-5;
 trajview's fused Adam, its presets' choice: the same update). The zoo's
-``n_timesteps`` is 1e5: the default ``--budget``, also the schedules' length.
+``n_timesteps`` is 1e5: the PPO systems' default ``--budget``, also the
+schedules' length.
 The zoo's current ``ppo_lstm.yml`` has since moved this env to an LSTM of 64
 with ReLU MLPs and observation normalization; the older settings above are
 issue 25's (``--lstm-cell 64`` for the smaller cell).
+
+DQN settings, the same for both DQN systems: rl-baselines3-zoo's
+``CartPole-v1`` in ``hyperparams/dqn.yml`` (the zoo has no DQN entry for
+the stateless env; the frame stack is the PPO systems' 16 frames). Each in
+trajview's ``DQNConfig`` terms, read off SB3 2.x's ``DQN`` /
+``OffPolicyAlgorithm`` source:
+
+* ``n_envs`` 1 (the zoo's default) -> ``envs=1``.
+* ``train_freq`` 256: SB3 counts it in calls of the vec env's ``step()``
+  (``n_envs`` env steps each), then runs ``gradient_steps`` 128 ->
+  ``rollout_fragment_length=256`` (one sample of ``envs x 256`` env steps),
+  ``gradient_steps=128`` per sample; ``iteration_steps=256`` (one sample and
+  its gradient steps per iteration: the stop is checked as often as SB3's).
+* ``learning_starts`` 1000: SB3 trains after a round once its env steps are
+  ``> 1000``, trajview once they are ``>=`` its ``learning_starts`` ->
+  ``learning_starts=1001``: both first train after the round that ends at
+  1,024 env steps.
+* ``target_update_interval`` 10: SB3 counts it in env steps (a hard copy
+  every ``max(10 // n_envs, 1)`` vec steps) and makes it in
+  ``collect_rollouts``, while the Q-network does not change; 256 vec steps a
+  round hold one, so every round's 128 gradient steps read the target copied
+  from the Q-network as the previous round left it (the first round: the
+  initial one) -> ``target_update_interval=128`` gradient steps (trajview
+  counts gradient steps; the copy after each round's last step).
+* ``exploration_fraction`` 0.16, ``exploration_initial_eps`` 1,
+  ``exploration_final_eps`` 0.04: epsilon linear in env steps from 1 to 0.04
+  over 0.16 of the budget -> ``eps_start=1``, ``eps_end=0.04``,
+  ``eps_steps=round(0.16 * budget)`` (8,000 of the 5e4 default).
+* SB3's warm-up: uniform random actions while its env steps are
+  ``< learning_starts`` -> ``random_warmup=True`` (epsilon 1 in the samples
+  that start before ``learning_starts``).
+* ``learning_rate`` 2.3e-3 (constant), ``batch_size`` 64, ``buffer_size``
+  1e5, ``gamma`` 0.99 -> ``lr``, ``batch_size``, ``buffer_size``, ``gamma``
+  alike; replay samples uniform over every stored step, with replacement,
+  on both sides (``prioritized=False``).
+* ``VecFrameStack(16)``: the last 16 observations, zeros before the
+  episode's first -> ``num_frames=16`` (the stack views read the same).
+* ``net_arch`` [256, 256] (ReLU; SB3's DQN has no dueling head) ->
+  ``hidden=256`` (trajview's Q-network body is two layers of ``hidden``),
+  ``dueling=False``.
+* SB3's DQN target is the target network's max (not double DQN) ->
+  ``double_q=False``. Both: Huber loss (``smooth_l1_loss``, mean over the
+  batch), no bootstrap past a termination, bootstrapped past a time-limit
+  truncation (SB3's ``handle_timeout_termination``, trajview's
+  ``terminateds``), gradient-norm clip 10 (SB3's ``max_grad_norm`` default;
+  trajview's ``grad_clip`` default), Adam with torch's defaults (betas 0.9,
+  0.999, eps 1e-8; trajview's fused Adam: the same update up to rounding),
+  torch's default initialization.
+* The budget: the zoo's ``n_timesteps`` 5e4 (the default ``--budget`` of
+  the DQN systems); SB3 runs whole rounds, trajview whole samples: both
+  stop at 50,176 env steps (196 rounds of 256).
+
+What is left different: SB3 sets epsilon before each env step, trajview
+before each sample of 256 env steps. So trajview's warm-up runs to 1,024
+env steps (SB3's to 1,000: its env steps 1,000-1,023 have epsilon 0.88),
+and while epsilon decays trajview's runs up to 0.03 above SB3's.
 
 The env is trajview's ``trajview/StatelessCartPole-v1`` on both sides: CartPole-v1
 with the velocities removed (observation ``[x, theta]``, the zoo's
@@ -55,15 +121,22 @@ How each measure is taken, the same way for every system:
 * wall-clock: the training loop, from the start of the first iteration to
   the end of the last (no process start, imports, model construction):
   SB3 from ``learn()``'s training start to the stop; trajview from the start
-  of ``PPOTrainer.train()`` to its last iteration's end (including what
-  ``trajview train`` does per iteration: metrics row, checkpoint).
+  of ``PPOTrainer.train()`` / ``DQNTrainer.train()`` to its last iteration's
+  end (including what ``trajview train`` does per iteration: metrics row,
+  checkpoint; DQN's holds the replay buffer).
+  An iteration is PPO's batch and update, DQN's round of 256 env steps and
+  its 128 gradient steps.
   *Env steps/s* = env steps run / wall-clock of the loop.
 * the split: SB3's rollout (``collect_rollouts``) and update (``train()``)
   seconds from its callbacks; trajview's from its metrics rows: SGD
   (``learn_s``), sampling (the rest of each iteration: acting and env
   steps), postprocessing (GAE, timed around ``postprocess_trajectory``,
   inside sampling and subtracted from it) and the rest of the loop (metrics
-  row, checkpoint).
+  row, checkpoint). DQN: SB3's the same way (``train()`` samples the
+  replay buffer); trajview's SGD is its metrics rows' ``learn_s`` (the
+  gradient steps: replay samples and updates), sampling the rest of each
+  iteration (acting, env steps, adding to the buffer), other the rest of the
+  loop (metrics row, checkpoint).
 
 ``--threads`` (default 1) sets torch's intra-op threads for every system
 (``torch.set_num_threads``; trajview's ``--threads``). Prints each run, then a
@@ -86,7 +159,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-SYSTEMS = ("sb3-framestack", "trajview-framestack", "sb3-lstm", "trajview-lstm")
+SYSTEMS = ("sb3-framestack", "trajview-framestack", "sb3-lstm", "trajview-lstm", "sb3-dqn", "trajview-dqn")
+DQN_SYSTEMS = ("sb3-dqn", "trajview-dqn")
 ENV_ID = "trajview/StatelessCartPole-v1"
 TARGET = 150.0
 WINDOW = 100  # episodes in the mean return
@@ -94,6 +168,14 @@ WINDOW = 100  # episodes in the mean return
 ZOO = {"n_envs": 8, "n_steps": 32, "batch_size": 256, "n_epochs": 20, "gae_lambda": 0.8, "gamma": 0.98,
        "learning_rate": 1e-3, "clip_range": 0.2, "ent_coef": 0.0, "vf_coef": 0.5, "max_grad_norm": 0.5}
 NUM_FRAMES = 16
+#: rl-baselines3-zoo's CartPole-v1 DQN settings (hyperparams/dqn.yml; n_envs: the zoo's default), with SB3 DQN's
+#: defaults the zoo leaves as they are (initial epsilon, gradient-norm clip, hard target updates).
+ZOO_DQN = {"n_envs": 1, "n_timesteps": 50_000, "learning_rate": 2.3e-3, "batch_size": 64, "buffer_size": 100_000,
+           "learning_starts": 1000, "gamma": 0.99, "target_update_interval": 10, "train_freq": 256,
+           "gradient_steps": 128, "exploration_fraction": 0.16, "exploration_initial_eps": 1.0,
+           "exploration_final_eps": 0.04, "net_arch": [256, 256], "max_grad_norm": 10.0, "tau": 1.0}
+#: The default --budget of each kind of system: the zoo's n_timesteps.
+BUDGETS = {"ppo": 100_000, "dqn": ZOO_DQN["n_timesteps"]}
 
 #: What each system imports (module, the package that provides it).
 NEEDS = {
@@ -102,7 +184,16 @@ NEEDS = {
     "trajview-framestack": [("trajview.train", "trajview (PYTHONPATH=python, with its built _core)"),
                             ("torch", "torch")],
     "trajview-lstm": [("trajview.train", "trajview (PYTHONPATH=python, with its built _core)"), ("torch", "torch")],
+    "sb3-dqn": [("stable_baselines3", "stable-baselines3"), ("torch", "torch")],
+    "trajview-dqn": [("trajview.train", "trajview (PYTHONPATH=python, with its built _core)"), ("torch", "torch")],
 }
+
+
+def budget_of(system: str, budget: int | None) -> int:
+    """``--budget``, or the zoo's ``n_timesteps`` of the system's algorithm when it is not given."""
+    if budget is not None:
+        return budget
+    return BUDGETS["dqn" if system in DQN_SYSTEMS else "ppo"]
 
 
 def missing(systems: list[str]) -> list[str]:
@@ -134,14 +225,31 @@ class Stop(Exception):
     """Raised by the SB3 callback to end ``learn()`` after the update of the iteration that reached the target."""
 
 
+def sb3_dqn_kwargs(seed: int) -> dict[str, Any]:
+    """SB3 ``DQN``'s arguments: the zoo's settings (`ZOO_DQN`)."""
+    z = ZOO_DQN
+    return dict(learning_rate=z["learning_rate"], buffer_size=z["buffer_size"], learning_starts=z["learning_starts"],
+                batch_size=z["batch_size"], tau=z["tau"], gamma=z["gamma"], train_freq=z["train_freq"],
+                gradient_steps=z["gradient_steps"], target_update_interval=z["target_update_interval"],
+                exploration_fraction=z["exploration_fraction"],
+                exploration_initial_eps=z["exploration_initial_eps"],
+                exploration_final_eps=z["exploration_final_eps"], max_grad_norm=z["max_grad_norm"],
+                policy_kwargs={"net_arch": list(z["net_arch"])}, stats_window_size=WINDOW, seed=seed, device="cpu",
+                verbose=0)
+
+
 def run_sb3(system: str, seed: int, budget: int, run_to_budget: bool, lstm_cell: int) -> dict[str, Any]:
-    import numpy as np
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecFrameStack
 
     import trajview.envs  # noqa: F401  (registers trajview/StatelessCartPole-v1)
 
+    if system == "sb3-dqn":
+        from stable_baselines3 import DQN
+
+        dqn_env = VecFrameStack(make_vec_env(ENV_ID, n_envs=ZOO_DQN["n_envs"], seed=seed), NUM_FRAMES)
+        model = DQN("MlpPolicy", dqn_env, **sb3_dqn_kwargs(seed))
+        return sb3_learn(system, seed, model, budget, run_to_budget)
     z = ZOO
     common = dict(n_steps=z["n_steps"], batch_size=z["batch_size"], n_epochs=z["n_epochs"],
                   gae_lambda=z["gae_lambda"], gamma=z["gamma"], learning_rate=linear(z["learning_rate"]),
@@ -158,6 +266,15 @@ def run_sb3(system: str, seed: int, budget: int, run_to_budget: bool, lstm_cell:
 
         model = RecurrentPPO("MlpLstmPolicy", env, policy_kwargs={"lstm_hidden_size": lstm_cell,
                                                                   "enable_critic_lstm": True}, **common)
+    return sb3_learn(system, seed, model, budget, run_to_budget)
+
+
+def sb3_learn(system: str, seed: int, model: Any, budget: int, run_to_budget: bool) -> dict[str, Any]:
+    """``model.learn()`` to the budget or the target, timed by callbacks: an iteration is a rollout (PPO's
+    batch; DQN's round of ``train_freq`` steps) and the update after it (``train()``)."""
+    import numpy as np
+    from stable_baselines3.common.callbacks import BaseCallback
+
     rec: dict[str, Any] = {"rollout_s": 0.0, "update_s": 0.0, "curve": [], "reached": None}
 
     class Timer(BaseCallback):
@@ -242,9 +359,77 @@ def trajview_command(config) -> str:
             f"{'none' if c.stop_reward is None else f'{c.stop_reward:g}'} --threads {c.threads} --out RUN")
 
 
+def trajview_dqn_config(seed: int, budget: int, run_to_budget: bool, threads: int, out_dir: str):
+    """The `DQNConfig` of the trajview DQN run: the zoo's settings (`ZOO_DQN`) in trajview's terms (the module's
+    docs say how each maps)."""
+    from trajview.train.dqn_trainer import DQNConfig
+
+    z = ZOO_DQN
+    hidden = z["net_arch"][0]
+    if list(z["net_arch"]) != [hidden, hidden]:
+        raise ValueError(f"trajview's Q-network has two hidden layers of one size, SB3's net_arch is {z['net_arch']}")
+    if z["tau"] != 1.0:
+        raise ValueError(f"trajview's DQN copies the target network whole (tau 1), the zoo's tau is {z['tau']}")
+    # SB3 copies the target every max(target_update_interval // n_envs, 1) vec steps of a round's collection (the
+    # Q-network unchanged meanwhile): with one copy or more per round, each round's gradient steps read the
+    # Q-network as the previous round left it; trajview copies after every round's last gradient step.
+    if z["train_freq"] < max(z["target_update_interval"] // z["n_envs"], 1):
+        raise ValueError("SB3 would skip target copies in some rounds: no trajview target_update_interval maps it")
+    return DQNConfig(
+        env=ENV_ID, model="dqn-framestack", seed=seed, timesteps=budget, num_frames=NUM_FRAMES, envs=z["n_envs"],
+        rollout_fragment_length=z["train_freq"], buffer_size=z["buffer_size"], batch_size=z["batch_size"],
+        lr=z["learning_rate"], gamma=z["gamma"], hidden=hidden, dueling=False, double_q=False,
+        learning_starts=z["learning_starts"] + 1,  # SB3 trains once its env steps are > learning_starts
+        gradient_steps=z["gradient_steps"], target_update_interval=z["gradient_steps"],
+        eps_start=z["exploration_initial_eps"], eps_end=z["exploration_final_eps"],
+        eps_steps=round(z["exploration_fraction"] * budget), random_warmup=True, prioritized=False,
+        iteration_steps=z["n_envs"] * z["train_freq"], stop_reward=None if run_to_budget else TARGET,
+        smoothing_episodes=WINDOW, threads=threads, out_dir=out_dir,
+    )
+
+
+def trajview_dqn_command(config) -> str:
+    """The trajview DQN run's settings that differ from `DQNConfig`'s defaults (``trajview train --algo dqn``
+    takes the shared options only: the bench makes the `DQNConfig`, in-process)."""
+    import dataclasses
+
+    defaults = type(config)()
+    diff = [f"{f.name}={getattr(config, f.name)!r}" for f in dataclasses.fields(config)
+            if f.name not in ("seed", "out_dir") and getattr(config, f.name) != getattr(defaults, f.name)]
+    return f"DQNTrainer(DQNConfig(seed=SEED, {', '.join(diff)}))"
+
+
+def run_trajview_dqn(system: str, seed: int, budget: int, run_to_budget: bool, threads: int) -> dict[str, Any]:
+    from trajview.train.dqn_trainer import DQNTrainer
+
+    with tempfile.TemporaryDirectory(prefix="tv-sb3-") as tmp:
+        config = trajview_dqn_config(seed, budget, run_to_budget, threads, str(Path(tmp) / "run"))
+        trainer = DQNTrainer(config)
+        rows: list[dict[str, Any]] = []
+        ends: list[float] = []
+
+        def note(row: dict[str, Any]) -> None:
+            ends.append(time.perf_counter())
+            rows.append(row)
+
+        t0 = time.perf_counter()
+        trainer.train(progress=False, on_iteration=note)
+        wall = ends[-1] - t0 if ends else 0.0
+    curve = [(int(r["env_steps"]), float(r["episode_return_mean"])) for r in rows]
+    reached = next((s for s, ret in curve if ret >= TARGET), None)
+    iter_s = float(rows[-1]["time_s"]) if rows else 0.0  # the iterations' own seconds (sample + gradient steps)
+    sgd = sum(float(r["learn_s"]) for r in rows)
+    res = finish(system, seed, curve, reached, wall, {"sampling": iter_s - sgd, "sgd": sgd, "other": wall - iter_s})
+    res["command"] = trajview_dqn_command(config)
+    return res
+
+
 def run_trajview(system: str, seed: int, budget: int, run_to_budget: bool, lstm_cell: int,
                  threads: int) -> dict[str, Any]:
     from trajview.train import PPOTrainer
+
+    if system == "trajview-dqn":
+        return run_trajview_dqn(system, seed, budget, run_to_budget, threads)
 
     with tempfile.TemporaryDirectory(prefix="tv-sb3-") as tmp:
         config = trajview_config(system, seed, budget, run_to_budget, lstm_cell, threads, str(Path(tmp) / "run"))
@@ -306,7 +491,8 @@ def one_run(system: str, seed: int, budget: int, run_to_budget: bool, lstm_cell:
 def spawn(system: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
     """One run in a subprocess of its own (this script, ``--one``)."""
     result = out / f"{system}-seed{seed}.json"
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--one", system, str(seed), "--budget", str(args.budget),
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--one", system, str(seed), "--budget",
+           str(budget_of(system, args.budget)),
            "--lstm-cell", str(args.lstm_cell), "--threads", str(args.threads), "--result", str(result)]
     if args.run_to_budget:
         cmd.append("--run-to-budget")
@@ -400,9 +586,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
-    p.add_argument("--budget", type=int, default=100_000,
+    p.add_argument("--budget", type=int, default=None,
                    help="env steps per run at most (rounded up to whole 256-step iterations), also the length of "
-                        "the linear schedules")
+                        f"the linear schedules (PPO) and of the exploration schedule (DQN: 0.16 of it); default: "
+                        f"the zoo's n_timesteps, {BUDGETS['ppo']:,} (PPO) and {BUDGETS['dqn']:,} (DQN)")
     p.add_argument("--run-to-budget", action="store_true",
                    help=f"do not stop at mean return {TARGET:g}: every run samples the whole budget")
     p.add_argument("--lstm-cell", type=int, default=256, help="the LSTMs' cell size (both systems)")
@@ -415,7 +602,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         args.seeds, args.budget = [0], 1024
-    if args.budget < 1 or args.threads < 1 or args.lstm_cell < 1:
+    if (args.budget is not None and args.budget < 1) or args.threads < 1 or args.lstm_cell < 1:
         p.error(f"--budget, --threads and --lstm-cell must be >= 1, got {args.budget}, {args.threads}, "
                 f"{args.lstm_cell}")
     return args
@@ -429,7 +616,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.one:
         system, seed = args.one
-        res = one_run(system, int(seed), args.budget, args.run_to_budget, args.lstm_cell, args.threads)
+        res = one_run(system, int(seed), budget_of(system, args.budget), args.run_to_budget, args.lstm_cell,
+                      args.threads)
         Path(args.result).write_text(json.dumps(res))
         return 0
     lacking = missing(args.systems)
@@ -441,7 +629,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    print(f"Stateless CartPole, zoo settings {ZOO}, budget {args.budget:,} env steps, seeds {args.seeds}, "
+    budgets = sorted({budget_of(s, args.budget) for s in args.systems})
+    dqn = any(s in DQN_SYSTEMS for s in args.systems)
+    print(f"Stateless CartPole, zoo settings PPO {ZOO}{f', DQN {ZOO_DQN}' if dqn else ''}, budget "
+          f"{' / '.join(f'{b:,}' for b in budgets)} env steps, seeds {args.seeds}, "
           f"{args.threads} torch thread(s), LSTM cell {args.lstm_cell}; one run at a time", flush=True)
     results = []
     for seed in args.seeds:
@@ -449,7 +640,8 @@ def main(argv: list[str] | None = None) -> int:
             r = spawn(system, seed, args, out)
             results.append(r)
             print(run_line(r), flush=True)
-    commands = sorted({r["command"].replace(f"--seed {r['seed']}", "--seed SEED") for r in results if "command" in r})
+    commands = sorted({r["command"].replace(f"--seed {r['seed']}", "--seed SEED") for r in results
+                       if "command" in r})
     for c in commands:
         print(f"trajview side: {c}")
     (out / "results.json").write_text(json.dumps(results, indent=1))

@@ -114,3 +114,98 @@ def test_dqn_keeps_the_timesteps_budget_within_one_sample(tmp_path, capsys):
     from trajview.train.metrics import read_metrics
 
     assert [int(r["env_steps"]) for r in read_metrics(out / "metrics.csv")] == [2016, summary["env_steps"]]
+
+
+@pytest.mark.parametrize("double_q", [True, False])
+def test_dqn_target_is_double_q_or_the_target_networks_max(double_q):
+    """``double_q``: the TD target against a per-row pure-Python reference (the Q values read off the networks):
+    double DQN's ``r + gamma (1 - term) Q_target(s', argmax Q(s'))``, else DQN's ``r + gamma (1 - term) max
+    Q_target(s')``; the two differ on this batch (the target network is not the Q-network)."""
+    import gymnasium as gym
+
+    from trajview.algorithms.dqn import DQNPolicy
+
+    env = gym.make("trajview/StatelessCartPole-v1")
+    p = DQNPolicy(env.observation_space, env.action_space, {"num_frames": 2, "hidden": 8, "seed": 5,
+                                                             "double_q": double_q, "dueling": False, "gamma": 0.9})
+    with torch.no_grad():
+        for w in p.target.parameters():
+            w.add_(torch.randn_like(w))
+    rng = np.random.default_rng(0)
+    n = 32
+    batch = {"stack": rng.normal(size=(n, 2, 2)).astype(np.float32),
+             "next_stack": rng.normal(size=(n, 2, 2)).astype(np.float32),
+             "actions": rng.integers(0, 2, n), "rewards": rng.normal(size=n).astype(np.float32),
+             "terminateds": (rng.random(n) < 0.3)}
+    with torch.no_grad():
+        q = p.q(torch.from_numpy(batch["stack"])).tolist()
+        q2 = p.q(torch.from_numpy(batch["next_stack"])).tolist()
+        qt = p.target(torch.from_numpy(batch["next_stack"])).tolist()
+    ys, ys_other = [], []
+    for i in range(n):
+        pick = max(range(2), key=lambda a: q2[i][a])
+        boot = qt[i][pick] if double_q else max(qt[i])
+        other = max(qt[i]) if double_q else qt[i][pick]
+        keep = 0.0 if batch["terminateds"][i] else 1.0
+        ys.append(float(batch["rewards"][i]) + 0.9 * keep * boot)
+        ys_other.append(float(batch["rewards"][i]) + 0.9 * keep * other)
+    want = [abs(q[i][int(batch["actions"][i])] - ys[i]) for i in range(n)]
+    other = [abs(q[i][int(batch["actions"][i])] - ys_other[i]) for i in range(n)]
+    out = p.learn_on_replay(batch)
+    np.testing.assert_allclose(out["td_errors"], want, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(want, other, rtol=1e-5, atol=1e-5)  # the batch tells the two targets apart
+    huber = [0.5 * d * d if d < 1 else d - 0.5 for d in want]
+    assert out["td_loss"] == pytest.approx(sum(huber) / n, rel=1e-5)
+
+
+def test_dqn_double_q_and_dueling_must_be_bools():
+    import gymnasium as gym
+
+    from trajview.algorithms.dqn import DQNPolicy
+
+    env = gym.make("trajview/StatelessCartPole-v1")
+    with pytest.raises(ValueError, match="double_q must be a bool, got 'no'"):
+        DQNPolicy(env.observation_space, env.action_space, {"double_q": "no"})
+    with pytest.raises(ValueError, match="double_q"):
+        DQNConfig(double_q=0)  # type: ignore[arg-type]
+    assert DQNConfig().double_q is True and DQNConfig(double_q=False).policy_config()["double_q"] is False
+
+
+def test_dqn_metrics_rows_carry_the_gradient_steps_seconds(tmp_path):
+    c = DQNConfig(timesteps=192, iteration_steps=64, learning_starts=100, gradient_steps=2, out_dir=str(tmp_path),
+                  stop_reward=None, double_q=False)
+    rows: list[dict] = []
+    DQNTrainer(c).train(progress=False, on_iteration=rows.append)
+    assert [r["env_steps"] for r in rows] == [64, 128, 192]
+    assert rows[0]["learn_s"] == 0 and all(0 < r["learn_s"] <= r["time_s"] for r in rows[1:])
+    from trajview.train.metrics import read_metrics
+
+    assert [r["learn_s"] for r in read_metrics(tmp_path / "metrics.csv")] == [r["learn_s"] for r in rows]
+
+
+@pytest.mark.parametrize("warmup", [False, True])
+def test_dqn_epsilon_schedule_and_random_warmup(tmp_path, warmup):
+    """Epsilon at each sample's start against a pure-Python reference: linear from eps_start to eps_end over
+    eps_steps env steps; with ``random_warmup``, 1 before learning_starts env steps, the same line after."""
+    c = DQNConfig(envs=1, rollout_fragment_length=10, eps_start=0.9, eps_end=0.1, eps_steps=100, learning_starts=35,
+                  timesteps=150, iteration_steps=50, gradient_steps=1, batch_size=4, random_warmup=warmup,
+                  stop_reward=None, out_dir=str(tmp_path))
+    tr = DQNTrainer(c)
+    seen: list[float] = []
+    add = tr.buffer.add
+
+    def spy(batch):
+        seen.append(tr.policy.epsilon)
+        return add(batch)
+
+    tr.buffer.add = spy  # type: ignore[method-assign]
+    tr.train(progress=False)
+
+    def ref(t: int) -> float:
+        if warmup and t < 35:
+            return 1.0
+        return 0.9 + min(1.0, t / 100) * (0.1 - 0.9)
+
+    assert seen == pytest.approx([ref(t) for t in range(0, 150, 10)], abs=1e-12)
+    with pytest.raises(ValueError, match="random_warmup"):
+        DQNConfig(random_warmup="yes")  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""`DQNPolicy`: double DQN (dueling head optional) whose Q-network reads a frame stack that is a view.
+"""`DQNPolicy`: double DQN (dueling head and double Q optional) whose Q-network reads a frame stack that is a view.
 
 Acting, the policy reads ``stack = obs@[-(k-1)..0]`` (the collector builds it,
 zeros before the episode start). Learning, it reads replay samples whose
@@ -6,7 +6,8 @@ zeros before the episode start). Learning, it reads replay samples whose
 buffer at sample time from observations stored once (``next_stack`` ends with
 the episode's final observation at its last step). Target:
 ``r + gamma * (1 - terminated) * Q_target(s', argmax_a Q(s', a))`` (double
-DQN); Huber loss, optionally weighted by prioritized replay's importance
+DQN; with ``double_q`` false, ``max_a Q_target(s', a)``: DQN as in the Nature
+paper and Stable-Baselines3); Huber loss, optionally weighted by prioritized replay's importance
 weights, whose new priorities are the absolute TD errors.
 """
 
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .._validate import boolean
 from ..policy import Policy
 from ..views import SampleBatch, ViewRequirement
 
@@ -29,6 +31,9 @@ DEFAULT_DQN_CONFIG: dict[str, Any] = {
     "num_frames": 4,
     "hidden": 256,
     "dueling": True,
+    #: Double DQN's target (the online network picks the next action, the target network values it); False: the
+    #: target network's max (DQN's, Stable-Baselines3's).
+    "double_q": True,
     "lr": 1e-3,
     "gamma": 0.99,
     "grad_clip": 10.0,
@@ -61,7 +66,8 @@ class QNetwork(nn.Module):
 
 
 class DQNPolicy(Policy):
-    """Double DQN on a frame-stack view (see the module docs). ``config``: `DEFAULT_DQN_CONFIG` keys."""
+    """Double DQN (or DQN: ``double_q``) on a frame-stack view (see the module docs). ``config``:
+    `DEFAULT_DQN_CONFIG` keys."""
 
     def __init__(self, observation_space: Any, action_space: Any, config: dict | None = None) -> None:
         cfg = {**DEFAULT_DQN_CONFIG, **(config or {})}
@@ -69,6 +75,8 @@ class DQNPolicy(Policy):
         k = int(cfg["num_frames"])
         if k < 2:
             raise ValueError(f"num_frames must be >= 2, got {k}")
+        for name in ("dueling", "double_q"):
+            boolean(name, cfg[name])
         if not hasattr(action_space, "n"):
             raise ValueError(f"DQN needs a Discrete action space, got {action_space}")
         self.num_frames = k
@@ -119,8 +127,11 @@ class DQNPolicy(Policy):
         gamma = float(self.config["gamma"])
         q = self.q(s).gather(1, a[:, None]).squeeze(1)
         with torch.no_grad():
-            a2 = self.q(s2).argmax(dim=1, keepdim=True)
-            q2 = self.target(s2).gather(1, a2).squeeze(1)
+            if self.config["double_q"]:
+                a2 = self.q(s2).argmax(dim=1, keepdim=True)
+                q2 = self.target(s2).gather(1, a2).squeeze(1)
+            else:
+                q2 = self.target(s2).max(dim=1).values
             y = r + gamma * (1.0 - term) * q2
         td = q - y
         per = nn.functional.smooth_l1_loss(q, y, reduction="none")

@@ -58,12 +58,18 @@ class DQNConfig(RunConfig):
     gamma: float = 0.99
     hidden: int = 256
     dueling: bool = True
+    #: Double DQN's target; False: the target network's max (DQN's, Stable-Baselines3's).
+    double_q: bool = True
     learning_starts: int = 1_000
     gradient_steps: int = 16  # per sample of envs x rollout_fragment_length steps
     target_update_interval: int = 500
     eps_start: float = 1.0
     eps_end: float = 0.05
     eps_steps: int = 20_000
+    #: Uniform random actions (epsilon 1) in the samples that start before ``learning_starts`` env steps
+    #: (Stable-Baselines3's warm-up); the linear schedule, still counted from step 0, after. False: the schedule
+    #: from the start.
+    random_warmup: bool = False
     prioritized: bool = False
     per_alpha: float = 0.6
     per_beta: float = 0.4
@@ -90,11 +96,12 @@ class DQNConfig(RunConfig):
         finite_number(setting("eps_end"), self.eps_end, 0, 1)
         finite_number(setting("per_alpha"), self.per_alpha, 0)
         finite_number(setting("per_beta"), self.per_beta, 0, 1)
-        for name in ("dueling", "prioritized"):
+        for name in ("dueling", "double_q", "random_warmup", "prioritized"):
             boolean(name, getattr(self, name))
 
     def policy_config(self) -> dict:
-        return {"num_frames": self.num_frames, "hidden": self.hidden, "dueling": self.dueling, "lr": self.lr,
+        return {"num_frames": self.num_frames, "hidden": self.hidden, "dueling": self.dueling, "double_q": self.double_q,
+                "lr": self.lr,
                 "gamma": self.gamma, "target_update_interval": self.target_update_interval, "seed": self.seed,
                 "device": self.resolved_device()}
 
@@ -160,6 +167,8 @@ class DQNTrainer(RunCounters):
 
     def _epsilon(self) -> float:
         c = self.config
+        if c.random_warmup and self.env_steps < c.learning_starts:
+            return 1.0
         frac = min(1.0, self.env_steps / max(1, c.eps_steps))
         return c.eps_start + frac * (c.eps_end - c.eps_start)
 
@@ -168,6 +177,7 @@ class DQNTrainer(RunCounters):
         t0 = time.perf_counter()
         stats: dict[str, list[float]] = {"td_loss": [], "q_mean": []}
         steps = 0
+        learn_s = 0.0  # the gradient steps' seconds (replay samples, updates, priorities)
         # An iteration ends at iteration_steps, or at the run's timesteps: the budget is kept within one sample
         # (envs x rollout_fragment_length env steps).
         while steps < c.iteration_steps and self.env_steps < c.timesteps:
@@ -182,6 +192,7 @@ class DQNTrainer(RunCounters):
             self.episodes += len(m["episode_returns"])
             if self.env_steps < c.learning_starts:
                 continue
+            t_learn = time.perf_counter()
             for _ in range(c.gradient_steps):
                 if c.prioritized:
                     sample, info = self.buffer.sample(c.batch_size, return_info=True)
@@ -191,6 +202,7 @@ class DQNTrainer(RunCounters):
                     out = self.policy.learn_on_replay(cast(SampleBatch, self.buffer.sample(c.batch_size)))
                 stats["td_loss"].append(out["td_loss"])
                 stats["q_mean"].append(out["q_mean"])
+            learn_s += time.perf_counter() - t_learn
         dt = time.perf_counter() - t0
         self.iteration += 1
         self.elapsed += dt
@@ -201,6 +213,7 @@ class DQNTrainer(RunCounters):
             "vf_loss": float(np.mean(stats["q_mean"])) if stats["q_mean"] else math.nan,
             "entropy": self.policy.epsilon,
             "kl": math.nan,
+            "learn_s": round(learn_s, 4),
         }
         if not self._out_ready:  # the run folder and (a new run) its config.json, at the first metrics row
             Path(c.out_dir).mkdir(parents=True, exist_ok=True)
