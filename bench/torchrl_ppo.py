@@ -62,8 +62,10 @@ def main() -> None:
     last = max(1, n // 10)
     for s in sides:
         final = statistics.fmean(mean[s][-last:])
-        wall = statistics.fmean(r[-1][2] for r in runs[s])
-        print(f"{s}: last {last} batches' mean reward per step {final:.3f}; loop wall-clock {wall:.1f} s per run")
+        walls = [r[-1][2] for r in runs[s]]
+        print(f"{s}: last {last} batches' mean reward per step {final:.3f}; loop wall-clock per run: median "
+              f"{statistics.median(walls):.1f} s ({min(walls):.1f}-{max(walls):.1f}); runs: "
+              f"{', '.join(f'{w:.1f}' for w in walls)}")
     if args.plot:
         import matplotlib
 

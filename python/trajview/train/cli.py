@@ -146,10 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--num-sgd-iter", type=int, default=None, help=PRESET_HELP % d.num_sgd_iter)
     t.add_argument("--lr", type=float, default=None, help=PRESET_HELP % d.lr)
     t.add_argument("--entropy-coeff", type=float, default=None, help=PRESET_HELP % d.entropy_coeff)
-    t.add_argument("--gamma", type=float, default=None, help=f"discount (PPO and DQN), in [0, 1]; default: {d.gamma}"
+    t.add_argument("--gamma", type=float, default=None, help=f"discount (PPO and DQN), in [0, 1]; default: PPO: the model's preset, else {d.gamma}"
                                                                  "%(default).0s")
     t.add_argument("--lambda", dest="lambda_", type=float, default=None,
-                   help=f"GAE lambda, in [0, 1]; default: {d.lambda_}%(default).0s")
+                   help=f"GAE lambda, in [0, 1]; default: the model's preset, else {d.lambda_}%(default).0s")
     t.add_argument("--clip-param", type=float, default=None,
                    help=f"PPO's ratio clip, > 0; default: {d.clip_param}%(default).0s")
     t.add_argument("--vf-loss-coeff", type=float, default=None, help=PRESET_HELP % d.vf_loss_coeff)
@@ -293,8 +293,8 @@ def _ppo_config(args: argparse.Namespace, out: str, metrics_format: str, tensorb
         sgd_minibatch_size=args.minibatch_size,
         num_sgd_iter=args.num_sgd_iter,
         lr=args.lr,
-        gamma=d.gamma if args.gamma is None else args.gamma,
-        lambda_=d.lambda_ if args.lambda_ is None else args.lambda_,
+        gamma=args.gamma,  # None: the preset's, else the default
+        lambda_=args.lambda_,
         clip_param=d.clip_param if args.clip_param is None else args.clip_param,
         vf_loss_coeff=args.vf_loss_coeff,
         grad_clip=args.grad_clip,  # None: the preset's; <= 0: none

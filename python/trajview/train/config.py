@@ -20,11 +20,14 @@ BACKENDS = ("local", "process", "ray")
 #: model (applied by `TrainConfig.with_model_presets`, which ``trajview train`` uses, under what is given).
 MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "mlp": {"model_config": {}},
-    # The frame stack: 20 envs (fewer, wider policy calls while sampling), 5 SGD epochs, Adam 1e-3 (fused: one
-    # kernel per step instead of a loop over the parameters). On StatelessCartPole, seeds 0-9: 38,000-42,000 env
-    # steps to a mean return of 150 (42,000-50,000 with 8 envs, 10 epochs, Adam 3e-4) at under half the wall-clock.
+    # The frame stack: 16 envs, 512-step batches in minibatches of 256, 10 SGD epochs, Adam 1e-3 (fused: one
+    # kernel per step instead of a loop over the parameters), gamma 0.98 and GAE lambda 0.8 (rl-baselines3-zoo's
+    # for CartPoleNoVel). On StatelessCartPole, seeds 0-4: 26,112-34,304 env steps to a mean return of 150, median
+    # 26,624 (SB3 at the zoo's settings: 28,160), 2.9-3.7 s; the earlier preset (20 envs, 2,000-step batches, 5
+    # epochs, gamma 0.99, lambda 0.95) took 38,000-42,000 env steps in 2.3-2.7 s (bench/README.md, issue 25).
     "framestack": {"model_config": {"num_frames": 16},
-                   "ppo": {"envs_per_worker": 20, "num_sgd_iter": 5, "lr": 1e-3, "adam_fused": True}},
+                   "ppo": {"envs_per_worker": 16, "train_batch_size": 512, "sgd_minibatch_size": 256,
+                           "num_sgd_iter": 10, "lr": 1e-3, "gamma": 0.98, "lambda_": 0.8, "adam_fused": True}},
     # The memory models: no gradient-norm clip (the global clip of 0.5 over both networks was taken up by the
     # value function's gradient, so the policy's steps shrank), Adam 2e-3 (fused), 5 epochs, many envs (fewer,
     # wider policy calls while sampling). LSTM: cells of 32 (oneDNN's LSTM time grows with the cell size squared),
@@ -40,8 +43,8 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 #: The settings a preset's "ppo" part may hold.
-PRESET_KEYS = ("envs_per_worker", "train_batch_size", "sgd_minibatch_size", "num_sgd_iter", "lr", "vf_loss_coeff",
-               "entropy_coeff", "grad_clip", "adam_fused")
+PRESET_KEYS = ("envs_per_worker", "train_batch_size", "sgd_minibatch_size", "num_sgd_iter", "lr", "gamma", "lambda_",
+               "vf_loss_coeff", "entropy_coeff", "grad_clip", "adam_fused")
 
 #: What changes in a model's preset when the observation has an image leaf (applied only to a preset's
 #: model_config, never to one given with --model-config): the frame stack holds 4 frames (DQN's), not 16.
