@@ -301,10 +301,14 @@ def test_model_presets_carry_ppo_settings_under_what_is_given(tmp_path, capsys):
         assert getattr(lstm, k) == v, k
     assert TrainConfig.with_model_presets(model="lstm", lr=5e-4, grad_clip=0.5).ppo_config()["lr"] == 5e-4
     assert TrainConfig.with_model_presets(model="lstm", grad_clip=-1).grad_clip is None  # <= 0: no clip
-    # The frame stack's preset: 20 envs, 5 epochs, Adam 1e-3 fused; the MLP's, the defaults; a plain
-    # TrainConfig(...) applies no preset PPO settings.
+    # The frame stack's preset: 16 envs, 512-step batches, minibatches of 256, 10 epochs, Adam 1e-3 fused,
+    # gamma 0.98, lambda 0.8; the MLP's, the defaults; a plain TrainConfig(...) applies no preset PPO settings.
     assert TrainConfig.with_model_presets(model="framestack") == TrainConfig(
-        model="framestack", envs_per_worker=20, num_sgd_iter=5, lr=1e-3, adam_fused=True)
+        model="framestack", envs_per_worker=16, train_batch_size=512, sgd_minibatch_size=256, num_sgd_iter=10,
+        lr=1e-3, gamma=0.98, lambda_=0.8, adam_fused=True)
+    # gamma and lambda given (not None) win over the preset; None is "not given"
+    fs = TrainConfig.with_model_presets(model="framestack", gamma=0.99, lambda_=None)
+    assert (fs.gamma, fs.lambda_) == (0.99, 0.8)
     assert TrainConfig.with_model_presets(model="mlp") == TrainConfig(model="mlp")
     assert TrainConfig(model="framestack").adam_fused is False
     assert TrainConfig(model="lstm").lr == 3e-4
@@ -316,6 +320,7 @@ def test_model_presets_carry_ppo_settings_under_what_is_given(tmp_path, capsys):
     cfg = json.loads((out / "config.json").read_text())
     assert (cfg["train_batch_size"], cfg["envs_per_worker"], cfg["grad_clip"], cfg["adam_fused"], cfg["lr"]) == (
         1000, 20, None, True, 2e-3)
+    assert (cfg["gamma"], cfg["lambda_"]) == (0.99, 0.95)  # the LSTM's preset holds neither: the defaults
 
 
 @pytest.mark.parametrize("algo", ["ppo", "dqn"])
