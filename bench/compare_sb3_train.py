@@ -399,26 +399,37 @@ def trajview_dqn_command(config) -> str:
     return f"DQNTrainer(DQNConfig(seed=SEED, {', '.join(diff)}))"
 
 
+def timed_train(trainer: Any) -> tuple[list[dict[str, Any]], float]:
+    """Runs a trajview trainer's loop: (its metrics rows, the loop's wall-clock from its start to the end of its
+    last iteration)."""
+    rows: list[dict[str, Any]] = []
+    ends: list[float] = []
+
+    def note(row: dict[str, Any]) -> None:
+        ends.append(time.perf_counter())
+        rows.append(row)
+
+    t0 = time.perf_counter()
+    trainer.train(progress=False, on_iteration=note)
+    return rows, (ends[-1] - t0 if ends else 0.0)
+
+
+def read_rows(rows: list[dict[str, Any]]) -> tuple[list[tuple[int, float]], int | None, float, float]:
+    """A run's metrics rows: (its curve of (env steps, mean return), the env steps where it first reached
+    `TARGET` or None, the iterations' own seconds (sampling + learning), the learning's seconds)."""
+    curve = [(int(r["env_steps"]), float(r["episode_return_mean"])) for r in rows]
+    reached = next((s for s, ret in curve if ret >= TARGET), None)
+    iter_s = float(rows[-1]["time_s"]) if rows else 0.0
+    return curve, reached, iter_s, sum(float(r["learn_s"]) for r in rows)
+
+
 def run_trajview_dqn(system: str, seed: int, budget: int, run_to_budget: bool, threads: int) -> dict[str, Any]:
     from trajview.train.dqn_trainer import DQNTrainer
 
     with tempfile.TemporaryDirectory(prefix="tv-sb3-") as tmp:
         config = trajview_dqn_config(seed, budget, run_to_budget, threads, str(Path(tmp) / "run"))
-        trainer = DQNTrainer(config)
-        rows: list[dict[str, Any]] = []
-        ends: list[float] = []
-
-        def note(row: dict[str, Any]) -> None:
-            ends.append(time.perf_counter())
-            rows.append(row)
-
-        t0 = time.perf_counter()
-        trainer.train(progress=False, on_iteration=note)
-        wall = ends[-1] - t0 if ends else 0.0
-    curve = [(int(r["env_steps"]), float(r["episode_return_mean"])) for r in rows]
-    reached = next((s for s, ret in curve if ret >= TARGET), None)
-    iter_s = float(rows[-1]["time_s"]) if rows else 0.0  # the iterations' own seconds (sample + gradient steps)
-    sgd = sum(float(r["learn_s"]) for r in rows)
+        rows, wall = timed_train(DQNTrainer(config))
+    curve, reached, iter_s, sgd = read_rows(rows)
     res = finish(system, seed, curve, reached, wall, {"sampling": iter_s - sgd, "sgd": sgd, "other": wall - iter_s})
     res["command"] = trajview_dqn_command(config)
     return res
@@ -446,20 +457,8 @@ def run_trajview(system: str, seed: int, budget: int, run_to_budget: bool, lstm_
                 post["s"] += time.perf_counter() - t
 
         policy.postprocess_trajectory = timed_postprocess  # type: ignore[method-assign]
-        rows: list[dict[str, Any]] = []
-        ends: list[float] = []
-
-        def note(row: dict[str, Any]) -> None:
-            ends.append(time.perf_counter())
-            rows.append(row)
-
-        t0 = time.perf_counter()
-        trainer.train(progress=False, on_iteration=note)
-        wall = ends[-1] - t0 if ends else 0.0
-    curve = [(int(r["env_steps"]), float(r["episode_return_mean"])) for r in rows]
-    reached = next((s for s, ret in curve if ret >= TARGET), None)
-    iter_s = float(rows[-1]["time_s"]) if rows else 0.0  # the iterations' own seconds (sample + learn)
-    sgd = sum(float(r["learn_s"]) for r in rows)
+        rows, wall = timed_train(trainer)
+    curve, reached, iter_s, sgd = read_rows(rows)
     res = finish(system, seed, curve, reached, wall,
                  {"sampling": iter_s - sgd - post["s"], "postprocessing": post["s"], "sgd": sgd,
                   "other": wall - iter_s})
