@@ -65,18 +65,18 @@ def load_state_dict(st: Any, state_dict: Mapping[str, Any]) -> None:
     that is refused changes nothing."""
     if not isinstance(state_dict, Mapping) or set(state_dict) != {"meta", "arrays", "replay"}:
         raise ValueError("TrajviewStorage.load_state_dict: expected the entries ['arrays', 'meta', 'replay']")
-    check_config(st, state_dict["meta"])
+    extra = check_config(st, state_dict["meta"])
     rb = None
     replay = state_dict["replay"]
     if replay is not None:
         if not isinstance(replay, Mapping) or not isinstance(replay.get("arrays"), Mapping):
             raise ValueError("TrajviewStorage state: 'replay' must be a dict with an 'arrays' dict")
-        rb = fresh_buffer(st, state_dict["meta"])
+        rb = fresh_buffer(st, extra)
         rb.load_state_dict({**replay, "arrays": _arrays(replay["arrays"])})
     saved = state_dict["arrays"]
     if not isinstance(saved, Mapping):
         raise ValueError(f"TrajviewStorage state: 'arrays' must be a dict, got {type(saved).__name__}")
-    restore(st, state_dict["meta"], _arrays(saved), rb)
+    restore(st, state_dict["meta"], _arrays(saved), rb, extra)
 
 
 def _tensors(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
@@ -115,7 +115,7 @@ def loads(st: Any, path: str | os.PathLike[str]) -> None:
     saved = man.meta.get("torchrl")
     if not isinstance(saved, dict):
         raise ValueError(f"{path}: the manifest holds no TrajviewStorage state")
-    check_config(st, saved)
+    extra = check_config(st, saved)
     read: dict[str, np.ndarray] = {}
     for name in man.files:
         if name.startswith("torchrl.") and name.endswith(".npy"):
@@ -123,9 +123,9 @@ def loads(st: Any, path: str | os.PathLike[str]) -> None:
             read[name[len("torchrl."):-len(".npy")]] = np.load(io.BytesIO(bytes(raw)), allow_pickle=False)
     rb = None
     if "replay" in man.meta:
-        rb = fresh_buffer(st, saved)
+        rb = fresh_buffer(st, extra)
         persistence.load_parts(rb, man, man.meta["replay"])
-    restore(st, saved, read, rb)
+    restore(st, saved, read, rb, extra)
     st._bump_mutation_revision()
 
 #: The bytes of extra rows a default ``extra_rows`` may take beyond ``max_size // 25`` (`default_extra_rows`).
@@ -148,15 +148,15 @@ def stored_row_bytes(specs: Mapping[str, tuple[np.dtype, tuple[int, ...]]]) -> i
     return sum(np.dtype(dt).itemsize * math.prod(shape) for dt, shape in specs.values())
 
 
-def fresh_buffer(st: Any, saved: Mapping[str, Any]) -> ReplayBuffer:
-    """The buffer a load fills (its rows: `check_config`'s): a new one (swapped in when all of the load passed),
+def fresh_buffer(st: Any, extra_rows: int) -> ReplayBuffer:
+    """The buffer a load fills (``max_size + extra_rows`` rows, ``extra_rows`` as `check_config` gave): a new one (swapped in when all of the load passed),
     or, for a memory-mapped storage that has one, its own (which loads into staged ring files and swaps them in
     itself: its folder has one owner)."""
     if st._backing == "memmap" and st._rb is not None:
         return st._rb
     sampler = Sampler()
     sampler.traj_key, sampler.end_key = KEY, END
-    return ReplayBuffer(st.max_size + check_config(st, saved), sampler=sampler, storage=st._backing, path=st._path)
+    return ReplayBuffer(st.max_size + extra_rows, sampler=sampler, storage=st._backing, path=st._path)
 
 def check_config(st: Any, saved: Any) -> int:
     """Refuses a saved state of a storage made with other settings; returns the extra rows the state has (this
@@ -181,10 +181,10 @@ def check_config(st: Any, saved: Any) -> int:
         raise ValueError(f"{where}: views {saved.get('views')!r} differ from this storage's {sorted(st._views)}")
     return want
 
-def restore(st: Any, meta: Any, saved: Mapping[str, Any], rb: ReplayBuffer | None) -> None:
-    """Checks a saved state against this storage and swaps it in (nothing changes if it is refused)."""
+def restore(st: Any, meta: Any, saved: Mapping[str, Any], rb: ReplayBuffer | None, extra: int) -> None:
+    """Checks a saved state against this storage and swaps it in (nothing changes if it is refused); ``meta``
+    passed `check_config`, which gave ``extra`` (its extra rows)."""
     where = "TrajviewStorage state"
-    extra = check_config(st, meta)
     length = meta.get("len")
     if type(length) is not int or not 0 <= length <= st.max_size:
         raise ValueError(f"{where}: len must be an int in [0, {st.max_size}], got {length!r}")
