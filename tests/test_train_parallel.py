@@ -199,17 +199,39 @@ def test_async_iteration_puts_batches_and_episodes_in_worker_order_whatever_the_
     assert got.episode_lengths == [int(r) for r in got.episode_returns]
 
 
-def test_async_runs_of_a_seed_learn_alike(tmp_path):
+def test_async_runs_of_a_seed_learn_alike(tmp_path, monkeypatch):
     """Two `--async` runs of one seed, 2 process workers: the same metrics (time columns aside) when every
     iteration took one batch, one version behind, from each worker (the usual case: each samples one fragment
     while the learner trains). On a loaded machine a worker may send two while the other sends none, and the
-    runs then differ: such a pair is run again, up to 5 pairs."""
+    runs then differ: such a pair is run again, up to 5 pairs. Which workers each iteration's batches came from
+    is recorded in the learner (the staleness columns alone cannot tell: a worker that sends two batches before
+    the learner's next update sends both one version behind)."""
+    from trajview.rollout.worker_set import WorkerSet
+    from trajview.train.sampling import ParallelRollouts
+
+    senders: list[list[int]] = []  # per iteration: the worker index of each batch the learner took, in order
+    sample_async, parallel_sample_async = WorkerSet.sample_async, ParallelRollouts._sample_async
+
+    def recording_sample_async(self, *args, **kwargs):
+        got = sample_async(self, *args, **kwargs)
+        senders[-1].append(got.worker_index)
+        return got
+
+    def recording_parallel_sample_async(self):
+        senders.append([])
+        return parallel_sample_async(self)
+
+    monkeypatch.setattr(WorkerSet, "sample_async", recording_sample_async)
+    monkeypatch.setattr(ParallelRollouts, "_sample_async", recording_parallel_sample_async)
 
     def run(out):
+        senders.clear()
         assert main(["train", *SMALL, "--workers", "2", "--async", "--timesteps", "1000", "--seed", "3",
                      "--out", str(out)]) == 0
         rows = _rows(out / "metrics.csv")
-        return rows, all(r["staleness_mean"] == "1.0" and r["stale_batches_dropped"] == "0" for r in rows[1:])
+        one_each = len(senders) == len(rows) and all(sorted(s) == sorted(set(s)) and len(s) == 2 for s in senders)
+        return rows, one_each and all(r["staleness_mean"] == "1.0" and r["stale_batches_dropped"] == "0"
+                                      for r in rows[1:])
 
     pairs = []
     for attempt in range(5):
