@@ -22,11 +22,12 @@ machine whose load drifts touches every system alike):
 * ``sb3-lstm``: sb3-contrib ``RecurrentPPO("MlpLstmPolicy")``: an actor LSTM
   and a critic LSTM of ``--lstm-cell`` (256) over the observation, then 64x64
   tanh MLPs (SB3's default ``net_arch``) to the heads.
-* ``trajview-lstm``: ``trajview train --model lstm``: per network a 64-unit
-  tanh layer, then an LSTM of ``--lstm-cell`` (256), then the head; an actor
-  and a critic LSTM; no previous action in the input (SB3 has none);
-  sequences of up to 32 steps (SB3's: the 32-step rollout of each env, cut
-  at episode starts).
+* ``trajview-lstm``: ``trajview train --model lstm`` with RecurrentPPO's
+  networks (``hidden: 0, post_hidden: [64, 64]``): per network an LSTM of
+  ``--lstm-cell`` (256) over the observation, then 64x64 tanh layers, then
+  the head; an actor and a critic LSTM; no previous action in the input (SB3
+  has none); sequences of up to 32 steps (SB3's: the 32-step rollout of each
+  env, cut at episode starts).
 * ``sb3-dqn``: Stable-Baselines3 ``DQN("MlpPolicy")`` over
   ``VecFrameStack(DummyVecEnv(1 env), 16)``: a 256x256 ReLU Q-network
   (``net_arch=[256, 256]``) over the 2 x 16 inputs.
@@ -335,8 +336,8 @@ def trajview_config(system: str, seed: int, budget: int, run_to_budget: bool, ls
         model, model_config = "framestack", {"num_frames": NUM_FRAMES, "hidden": [64, 64], "prev_actions": False,
                                              "prev_rewards": False}
     else:
-        model, model_config = "lstm", {"max_seq_len": z["n_steps"], "cell_size": lstm_cell, "hidden": 64,
-                                       "prev_action": False, "prev_reward": False}
+        model, model_config = "lstm", {"max_seq_len": z["n_steps"], "cell_size": lstm_cell, "hidden": 0,
+                                       "post_hidden": [64, 64], "prev_action": False, "prev_reward": False}
     return TrainConfig(
         env=ENV_ID, model=model, model_config=model_config, seed=seed, timesteps=budget,
         envs_per_worker=z["n_envs"], train_batch_size=z["n_envs"] * z["n_steps"], sgd_minibatch_size=z["batch_size"],

@@ -25,8 +25,58 @@ def test_the_trajview_side_has_the_zoos_settings(tmp_path):
         assert (c.seed, c.timesteps, c.stop_reward, c.smoothing_episodes) == (3, 10_000, 150.0, 100)
         assert c.env == "trajview/StatelessCartPole-v1"
     assert bench.trajview_config("trajview-lstm", 0, 1, True, 64, 1, str(tmp_path / "x")).model_config == {
-        "max_seq_len": 32, "cell_size": 64, "hidden": 64, "prev_action": False, "prev_reward": False}
+        "max_seq_len": 32, "cell_size": 64, "hidden": 0, "post_hidden": [64, 64], "prev_action": False,
+        "prev_reward": False}
     assert bench.linear(0.2)(0.25) == pytest.approx(0.05)
+
+
+def _trajview_lstm_networks(tmp_path):
+    """The trajview-lstm side's networks: {"pi" / "vf": the sorted shapes of its parameters}, each checked to be
+    an LSTM of 256 over the 2 observed floats, then 64x64 tanh layers, then its head."""
+    import gymnasium as gym
+    import torch
+
+    import trajview as tv
+
+    c = bench.trajview_config("trajview-lstm", 0, 1, True, 256, 1, str(tmp_path / "x"))
+    env = gym.make(bench.ENV_ID)
+    model = tv.PPOPolicy(env.observation_space, env.action_space, {"model": c.model,
+                                                                    "model_config": c.model_config}).model
+    ours = {}
+    for net, core, head in (("pi", model.pi_core, model.pi_head), ("vf", model.vf_core, model.vf_head)):
+        assert core.fc is None and isinstance(core.lstm, torch.nn.LSTM)
+        assert (core.lstm.input_size, core.lstm.hidden_size) == (2, 256)
+        tanh_layers = [m for m in core.post if isinstance(m, torch.nn.Linear)]
+        assert [(m.in_features, m.out_features) for m in tanh_layers] == [(256, 64), (64, 64)]
+        assert all(isinstance(m, torch.nn.Tanh) for m in list(core.post)[1::2])
+        ours[net] = sorted(tuple(p.shape) for p in [*core.parameters(), *head.parameters()])
+    return ours
+
+
+def test_the_trajview_lstm_is_an_lstm_then_a_64x64_tanh_mlp(tmp_path):
+    pytest.importorskip("torch")
+    nets = _trajview_lstm_networks(tmp_path)
+    assert nets["pi"] == sorted([(1024, 2), (1024, 256), (1024,), (1024,), (64, 256), (64,), (64, 64), (64,),
+                                 (2, 64), (2,)])
+    assert nets["vf"] == sorted([(1024, 2), (1024, 256), (1024,), (1024,), (64, 256), (64,), (64, 64), (64,),
+                                 (1, 64), (1,)])
+
+
+def test_the_trajview_lstm_has_recurrent_ppos_networks(tmp_path):
+    """RecurrentPPO's "MlpLstmPolicy" with a critic LSTM has the same parameter shapes, network by network."""
+    pytest.importorskip("torch")
+    sb3_contrib = pytest.importorskip("sb3_contrib")
+    import gymnasium as gym
+
+    ours = _trajview_lstm_networks(tmp_path)
+    env = gym.make(bench.ENV_ID)
+    sb3 = sb3_contrib.RecurrentPPO("MlpLstmPolicy", env, policy_kwargs={"lstm_hidden_size": 256,
+                                                                      "enable_critic_lstm": True}, device="cpu").policy
+    theirs = {
+        "pi": [*sb3.lstm_actor.parameters(), *sb3.mlp_extractor.policy_net.parameters(), *sb3.action_net.parameters()],
+        "vf": [*sb3.lstm_critic.parameters(), *sb3.mlp_extractor.value_net.parameters(), *sb3.value_net.parameters()],
+    }
+    assert ours == {k: sorted(tuple(p.shape) for p in v) for k, v in theirs.items()}
 
 
 def test_the_trajview_dqn_side_has_the_zoos_settings_mapped(tmp_path):

@@ -60,6 +60,8 @@ CASES = {
     "attention": ("trajview/StatelessCartPole-v1", {"model": "attention", "model_config": {
         "max_seq_len": 8, "memory": 6, "attention_dim": 16, "num_layers": 2}}),
     "framestack-box-actions": ("Pendulum-v1", {"model": "framestack", "model_config": {"num_frames": 3}}),
+    "lstm-then-mlp": ("trajview/StatelessCartPole-v1", {"model": "lstm", "model_config": {
+        "max_seq_len": 8, "hidden": 0, "post_hidden": [16, 16]}}),
     "lstm-dict-obs": ("tvtest/DictObs-v0", {"model": "lstm", "model_config": {"max_seq_len": 5, "prev_action": True,
                                                                                "prev_reward": True}}),
     "dqn": ("CartPole-v1", None),

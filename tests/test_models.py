@@ -47,9 +47,14 @@ def test_views_declared_by_each_model():
         MLPModel(OBS, gym.spaces.Dict({"a": gym.spaces.Discrete(2)}))
 
 
-def test_lstm_flat_pass_equals_step_by_step_on_random_sequences():
+@pytest.mark.parametrize("hidden,post_hidden", [(8, ()), (0, (6, 4)), (8, (5,))])
+def test_lstm_flat_pass_equals_step_by_step_on_random_sequences(hidden, post_hidden):
+    """With a layer before the LSTM or none (``hidden`` 0), and tanh layers after it (``post_hidden``) or none."""
     torch.manual_seed(0)
-    m = LSTMModel(OBS, ACT, max_seq_len=5, cell_size=8, hidden=8, prev_action=True, prev_reward=True)
+    m = LSTMModel(OBS, ACT, max_seq_len=5, cell_size=8, hidden=hidden, prev_action=True, prev_reward=True,
+                  post_hidden=post_hidden)
+    assert m.pi_head.in_features == (post_hidden[-1] if post_hidden else 8)
+    assert (m.pi_core.fc is None) == (hidden == 0)
     lens = [5, 2, 5, 1, 3, 5, 4]
     n = sum(lens)
     obs, acts, rews = torch.randn(n, 2), torch.randint(0, 3, (n,)), torch.randn(n).double()
@@ -73,6 +78,19 @@ def test_lstm_flat_pass_equals_step_by_step_on_random_sequences():
     # Gradients flow through the packed pass to every parameter.
     (logits.sum() + values.sum()).backward()
     assert all(p.grad is not None for p in m.parameters())
+
+
+@pytest.mark.parametrize("kwargs,what", [
+    ({"hidden": -1}, "hidden must be an int >= 0, got -1"),
+    ({"hidden": 2.5}, "hidden must be an int >= 0, got 2.5"),
+    ({"cell_size": 0}, "cell_size must be an int >= 1, got 0"),
+    ({"post_hidden": 64}, "post_hidden must be a list of ints >= 1 .*got 64"),
+    ({"post_hidden": [64, 0]}, r"post_hidden must be a list of ints >= 1 .*got \[64, 0\]"),
+    ({"post_hidden": "64"}, "post_hidden must be a list of ints >= 1 .*got '64'"),
+])
+def test_lstm_sizes_are_checked(kwargs, what):
+    with pytest.raises(ValueError, match=f"LSTMModel: {what}"):
+        LSTMModel(OBS, ACT, **kwargs)
 
 
 @pytest.mark.parametrize("model", ["lstm", "attention"])

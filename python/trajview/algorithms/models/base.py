@@ -209,10 +209,11 @@ class _MemoryModel(ViewModel):
         step_views: Mapping[str, ViewRequirement] | None = None,
         log_std_init: float = 0.0,
         twin_core: bool = False,
+        head_dim: int | None = None,
     ) -> None:
         """``core(in_dim)`` builds one core, called twice (``pi_core``, ``vf_core``), or once with ``twin_core``
         (``core``: one module that computes both networks, each with its own weights); ``step_views`` are read
-        besides ``obs``."""
+        besides ``obs``; ``head_dim``: the width of the core's output the heads read (default ``state_dim``)."""
         super().__init__()
         self.action_dist = _heads(obs_space, action_space, log_std_init)
         self.max_seq_len = int(max_seq_len)
@@ -226,8 +227,9 @@ class _MemoryModel(ViewModel):
         else:
             self.pi_core = core(self.features.dim)
             self.vf_core = core(self.features.dim)
-        self.pi_head = _init(nn.Linear(state_dim, self.action_dist.num_inputs), 0.01)
-        self.vf_head = _init(nn.Linear(state_dim, 1), 1.0)
+        head_in = state_dim if head_dim is None else head_dim
+        self.pi_head = _init(nn.Linear(head_in, self.action_dist.num_inputs), 0.01)
+        self.vf_head = _init(nn.Linear(head_in, 1), 1.0)
         self.view_requirements = {
             "obs": VR(space=obs_space),
             **(step_views or {}),

@@ -10,6 +10,7 @@ kernel slices a shrinking batch at every time step.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -22,24 +23,35 @@ __all__ = ["LSTMModel"]
 
 
 class _LSTMCore(nn.Module):
-    """Linear + tanh, then one LSTM layer; state (h, c)."""
+    """Linear + tanh (none when ``hidden`` is 0), then one LSTM layer, then tanh layers of ``post_hidden`` sizes
+    (none by default); state (h, c)."""
 
-    def __init__(self, in_dim: int, hidden: int, cell: int) -> None:
+    def __init__(self, in_dim: int, hidden: int, cell: int, post_hidden: tuple[int, ...] = ()) -> None:
         super().__init__()
-        self.fc = _init(nn.Linear(in_dim, hidden), float(np.sqrt(2)))
-        self.lstm = nn.LSTM(hidden, cell)
+        self.fc = _init(nn.Linear(in_dim, hidden), float(np.sqrt(2))) if hidden else None
+        self.lstm = nn.LSTM(hidden or in_dim, cell)
         self.cell = cell
+        post: list[nn.Module] = []
+        d = cell
+        for size in post_hidden:
+            post += [_init(nn.Linear(d, size), float(np.sqrt(2))), nn.Tanh()]
+            d = size
+        self.post = nn.Sequential(*post) if post else None
+        self.out_dim = d
+
+    def _pre(self, x: Tensor) -> Tensor:
+        return x if self.fc is None else torch.tanh(self.fc(x))
 
     def step(self, x: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        z = torch.tanh(self.fc(x))
+        z = self._pre(x)
         # One cell step (nn.LSTM's own weights): nn.LSTM's module call costs more than the step at action time.
         w = [cast(Tensor, getattr(self.lstm, k)) for k in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")]
         h1, c1 = torch.lstm_cell(z, (h, c), w[0], w[1], w[2], w[3])
-        return h1, h1, c1
+        return (h1 if self.post is None else self.post(h1)), h1, c1
 
     def flat(self, x: Tensor, seq_lens: Tensor, h0: Tensor, c0: Tensor) -> Tensor:
         """Output for every flat row: sequences end to end, ``seq_lens`` long, starting from (h0, c0)."""
-        z = torch.tanh(self.fc(x))
+        z = self._pre(x)
         lens = seq_lens.long()
         n_runs, d = len(lens), z.shape[1]
         run_of_row, pos = flat_sequence_index(lens)
@@ -47,7 +59,8 @@ class _LSTMCore(nn.Module):
         at = pos * n_runs + run_of_row
         padded = z.new_zeros(int(lens.max()) * n_runs, d).index_copy(0, at, z).view(-1, n_runs, d)
         out, _ = self.lstm(padded, (h0[None].contiguous(), c0[None].contiguous()))
-        return out.reshape(-1, out.shape[-1])[at]
+        rows = out.reshape(-1, out.shape[-1])[at]
+        return rows if self.post is None else self.post(rows)
 
 
 class LSTMModel(_MemoryModel):
@@ -57,6 +70,13 @@ class LSTMModel(_MemoryModel):
     ``ViewRequirement("state_out_i", shift=-1, batch_repeat_value=max_seq_len)``:
     at action time the previous step's state_out (the initial state at t = 0),
     in training batches one row per sequence of up to ``max_seq_len`` steps.
+
+    Each network: a ``hidden``-unit tanh layer over the features (none when
+    ``hidden`` is 0: the LSTM reads the features), an LSTM of ``cell_size``,
+    then tanh layers of the ``post_hidden`` sizes (none by default), then its
+    linear head. sb3-contrib's ``RecurrentPPO("MlpLstmPolicy")`` is
+    ``hidden=0, post_hidden=(64, 64)``; RLlib's ``use_lstm`` wrapper puts its
+    ``fcnet_hiddens`` before the LSTM (``hidden``).
     """
 
     pi_core: _LSTMCore
@@ -72,11 +92,21 @@ class LSTMModel(_MemoryModel):
         prev_action: bool = True,
         prev_reward: bool = False,
         log_std_init: float = 0.0,
+        post_hidden: Sequence[int] = (),
     ) -> None:
+        for name, v in (("hidden", hidden), ("cell_size", cell_size)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < (0 if name == "hidden" else 1):
+                raise ValueError(f"LSTMModel: {name} must be an int >= {0 if name == 'hidden' else 1}, got {v!r}")
+        if isinstance(post_hidden, (str, bytes)) or not isinstance(post_hidden, Sequence) or any(
+                isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in post_hidden):
+            raise ValueError(f"LSTMModel: post_hidden must be a list of ints >= 1 (the tanh layers after the LSTM), "
+                             f"got {post_hidden!r}")
+        post = tuple(int(v) for v in post_hidden)
         super().__init__(
             obs_space, action_space, max_seq_len, prev_action, prev_reward,
-            core=lambda in_dim: _LSTMCore(in_dim, hidden, cell_size),
+            core=lambda in_dim: _LSTMCore(in_dim, int(hidden), int(cell_size), post),
             state_dim=cell_size, num_states=4, state_shift=-1, log_std_init=log_std_init,
+            head_dim=post[-1] if post else None,
         )
         self.cell_size = cell_size
 
