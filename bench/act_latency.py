@@ -19,7 +19,13 @@ bookkeeping, the conversions and the output checks together at most 20% on top o
 inputs); the ``policy`` column shows how much of that is `compute_actions_from_input_dict`'s. Episodes restart
 every 200 steps.
 
+``--env-step``: before each timed call (of every variant), untimed, the envs step as in an acting loop (one
+``trajview/StatelessCartPole-v1`` step for a single call, a 64-env ``SyncVectorEnv`` step for ``act_many``). A
+call right after other work runs with colder caches than one in a tight loop: the model alone then takes
+longer too, and the comparison is the one a user's loop sees.
+
     python bench/act_latency.py               # 5 rounds of 400 calls
+    python bench/act_latency.py --env-step    # the same, an env step before each call
     python bench/act_latency.py --quick       # a smoke run (timings meaningless)
 """
 
@@ -104,16 +110,38 @@ class Case:
             return self.policy.action_sampler(self.tensors, False)[0]
 
 
-def measure(model: str, n: int, rounds: int = 5, calls: int = 400) -> dict[str, list[float]]:
-    """Per-call seconds of ``runner`` / ``policy`` / ``model_only`` calls, alternating rounds of ``calls`` calls."""
+def env_stepper(n: int) -> Any:
+    """A function that steps ``n`` StatelessCartPole envs once (resetting those that ended): the work an acting
+    loop does between two calls (`--env-step`)."""
+    if n == 1:
+        env = gym.make("trajview/StatelessCartPole-v1")
+        env.reset(seed=0)
+
+        def step() -> None:
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                env.reset()
+
+        return step
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("trajview/StatelessCartPole-v1") for _ in range(n)])
+    envs.reset(seed=0)
+    return lambda: envs.step(envs.action_space.sample())  # (the vector env resets ended envs itself)
+
+
+def measure(model: str, n: int, rounds: int = 5, calls: int = 400, env_step: bool = False) -> dict[str, list[float]]:
+    """Per-call seconds of ``runner`` / ``policy`` / ``model_only`` calls, alternating rounds of ``calls`` calls;
+    with ``env_step``, an untimed step of ``n`` envs before each call."""
     case = Case(model, n, calls)
     out: dict[str, list[float]] = {"runner": [], "policy": [], "model_only": []}
     fns = {"runner": case.act, "policy": case.policy_call, "model_only": case.model_call}
+    between = env_stepper(n) if env_step else None
     clock = time.perf_counter
     for _ in range(rounds):
         for name, fn in fns.items():
             samples = out[name]
             for i in range(calls):
+                if between is not None:
+                    between()
                 t0 = clock()
                 fn(i)
                 samples.append(clock() - t0)
@@ -126,11 +154,11 @@ def summary(samples: list[float]) -> tuple[float, float, float]:
     return statistics.median(samples) * 1e6, q[0] * 1e6, q[2] * 1e6
 
 
-def run(rounds: int, calls: int) -> list[dict[str, Any]]:
+def run(rounds: int, calls: int, env_step: bool = False) -> list[dict[str, Any]]:
     rows = []
     for model in MODELS:
         for n, what in ((1, "compute_single_action"), (EPISODES, f"act_many x{EPISODES}")):
-            m = measure(model, n, rounds, calls)
+            m = measure(model, n, rounds, calls, env_step)
             s = {k: summary(v) for k, v in m.items()}
             rows.append({"model": model, "call": what, **s,
                          "over_policy": s["runner"][0] / s["policy"][0] - 1,
@@ -143,14 +171,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--calls", type=int, default=400, help="calls per round and variant")
     ap.add_argument("--quick", action="store_true", help="1 round of 20 calls (a smoke run)")
+    ap.add_argument("--env-step", action="store_true", help="an untimed env step before each call (see above)")
     args = ap.parse_args()
     rounds, calls = (1, 20) if args.quick else (args.rounds, args.calls)
-    rows = run(rounds, calls)
+    rows = run(rounds, calls, args.env_step)
 
     def fmt(s: tuple[float, float, float]) -> str:
         return f"{s[0]:8.1f} ({s[1]:.1f}-{s[2]:.1f})"
 
-    print(f"per-call microseconds, median (25th-75th percentile); {rounds} rounds x {calls} calls, 1 torch thread\n")
+    print(f"per-call microseconds, median (25th-75th percentile); {rounds} rounds x {calls} calls, 1 torch thread"
+          f"{'; an untimed env step before each call' if args.env_step else ''}\n")
     print("| model | call | runner | policy on prebuilt inputs | model on prebuilt tensors | runner over policy "
           "| runner over model |")
     print("|---|---|---|---|---|---|---|")

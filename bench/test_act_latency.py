@@ -23,6 +23,15 @@ def test_act_latency_workload(model, n):
     assert all(len(v) == 5 and min(v) > 0 for v in m.values())
 
 
+@pytest.mark.parametrize("n", [1, 4])
+def test_the_env_stepper_steps_n_envs_and_restarts_them(n):
+    """`--env-step`'s work between calls: ``n`` envs stepped once per call, ended ones restarted (never an error
+    for stepping an ended env), over more steps than an episode of a random policy lasts."""
+    step = act_latency.env_stepper(n)
+    for _ in range(300):
+        step()
+
+
 def test_the_baselines_act_on_the_runners_inputs():
     case = act_latency.Case("lstm", act_latency.EPISODES, calls=10)
     runner_acts = case.runner.act_many(case.obs[5], case.keys, rewards=case.rewards[5], explore=False)
@@ -37,3 +46,7 @@ def test_the_table_prints(capsys, monkeypatch):
     act_latency.main()
     out = capsys.readouterr().out
     assert out.count("| framestack |") == 2 and out.count("| lstm |") == 2
+    monkeypatch.setattr("sys.argv", ["act_latency.py", "--quick", "--env-step"])
+    act_latency.main()
+    out = capsys.readouterr().out
+    assert "an untimed env step before each call" in out and out.count("| lstm |") == 2
