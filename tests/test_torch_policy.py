@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -164,3 +166,53 @@ def test_compute_actions_converts_every_kind_of_output():
         flat_a = a if isinstance(a, tuple) else (a,)
         assert all(type(x) is np.ndarray for x in (*flat_a, *s, *e.values()))
         np.testing.assert_array_equal(s[0], out[1][0].detach().numpy())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shapes=st.lists(st.lists(st.integers(1, 7), min_size=0, max_size=3), min_size=1, max_size=6),
+    without_grad=st.lists(st.booleans(), min_size=6, max_size=6),
+    scale=st.sampled_from([1e-3, 1.0, 50.0]),
+    max_norm=st.sampled_from([0.1, 0.5, 10.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_clip_grad_norm_is_torchs_bit_for_bit(shapes, without_grad, scale, max_norm, seed):
+    """`clip_grad_norm` against torch's `clip_grad_norm_` (foreach and default) on copies of the same gradients: the
+    same total norm and the same scaled gradients, bit for bit; parameters without a gradient are skipped."""
+    from trajview.policy.torch_policy import clip_grad_norm
+
+    g = torch.Generator().manual_seed(seed)
+    params = []
+    for shape, no_grad in zip(shapes, without_grad):
+        p = torch.nn.Parameter(torch.randn(shape, generator=g))
+        p.grad = None if no_grad else torch.randn(shape, generator=g) * scale
+        params.append(p)
+
+    def copies():
+        out = [torch.nn.Parameter(p.detach().clone()) for p in params]
+        for c, p in zip(out, params):
+            c.grad = None if p.grad is None else p.grad.clone()
+        return out
+
+    ours = copies()
+    total = clip_grad_norm(ours, max_norm)
+    for foreach in (True, None):
+        ref = copies()
+        want = torch.nn.utils.clip_grad_norm_(ref, max_norm, foreach=foreach)
+        assert torch.equal(total, want)
+        for a, b in zip(ours, ref):
+            assert (a.grad is None) == (b.grad is None)
+            if a.grad is not None:
+                assert torch.equal(a.grad, b.grad)
+
+
+def test_clip_grad_norm_of_mixed_dtypes_is_torchs_own_call():
+    from trajview.policy.torch_policy import clip_grad_norm
+
+    a, b = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(2, dtype=torch.float64))
+    a.grad, b.grad = torch.full((3,), 2.0), torch.full((2,), 2.0, dtype=torch.float64)
+    a2, b2 = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(2, dtype=torch.float64))
+    a2.grad, b2.grad = a.grad.clone(), b.grad.clone()
+    assert torch.equal(clip_grad_norm([a, b], 1.0), torch.nn.utils.clip_grad_norm_([a2, b2], 1.0, foreach=True))
+    assert torch.equal(a.grad, a2.grad) and torch.equal(b.grad, b2.grad)
+    assert float(clip_grad_norm([torch.nn.Parameter(torch.ones(2))], 1.0)) == 0.0  # no gradients: norm 0

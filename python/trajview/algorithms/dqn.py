@@ -23,6 +23,7 @@ from torch import nn
 
 from .._validate import boolean
 from ..policy import Policy
+from ..policy.torch_policy import clip_grad_norm
 from ..views import SampleBatch, ViewRequirement
 
 __all__ = ["DQNPolicy", "QNetwork", "DEFAULT_DQN_CONFIG"]
@@ -140,7 +141,7 @@ class DQNPolicy(Policy):
         loss = per.mean()
         self.optimizer.zero_grad()
         loss.backward()
-        nn.utils.clip_grad_norm_(self._params, float(self.config["grad_clip"]), foreach=True)
+        clip_grad_norm(self._params, float(self.config["grad_clip"]))
         self.optimizer.step()
         self.grad_steps += 1
         if self.grad_steps % int(self.config["target_update_interval"]) == 0:

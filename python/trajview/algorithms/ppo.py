@@ -29,7 +29,7 @@ from .models import ViewModel, make_action_head, make_model
 from .postprocessing import Postprocessing, compute_gae_for_sample_batch
 from .schedules import SCHEDULED, check_schedule, scheduled_value
 from ..views.sample_batch import SampleBatch
-from ..policy.torch_policy import TorchPolicy
+from ..policy.torch_policy import TorchPolicy, clip_grad_norm
 
 __all__ = ["PPOPolicy", "PPO_DEFAULTS", "PROX_LOGP", "minibatches"]
 
@@ -245,7 +245,7 @@ class PPOPolicy(TorchPolicy):
                 self._optimizer.zero_grad()
                 loss.backward()
                 if grad_clip is not None:
-                    torch.nn.utils.clip_grad_norm_(params, float(grad_clip), foreach=True)
+                    clip_grad_norm(params, float(grad_clip))
                 self._optimizer.step()
                 sums = self.last_stats_tensor if sums is None else sums + self.last_stats_tensor
                 n += 1
