@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -72,7 +72,7 @@ def _cpu_batch(batch: dict[str, Any]) -> SampleBatch | None:
 _inference_mode: Any = getattr(torch._C, "_InferenceMode", None)
 _inference_mode = torch.inference_mode if _inference_mode is None else functools.partial(_inference_mode, True)
 
-def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+def clip_grad_norm(params: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
     """``torch.nn.utils.clip_grad_norm_(params, max_norm)`` (the 2-norm over every gradient; gradients scaled by
     ``min(1, max_norm / (norm + 1e-6))``; parameters without a gradient skipped; the total norm returned), in the
     same ops as torch's foreach path: the same values, bit for bit. Where every gradient is a dense tensor of one
