@@ -87,7 +87,8 @@ def test_lstm_flat_pass_equals_step_by_step_on_random_sequences(hidden, post_hid
     ({"hidden": 2.5}, "hidden must be an int >= 0, got 2.5"),
     ({"cell_size": 0}, "cell_size must be an int >= 1, got 0"),
     ({"post_hidden": 64}, "post_hidden must be a list of ints >= 1 .*got 64"),
-    ({"post_hidden": [64, 0]}, r"post_hidden must be a list of ints >= 1 .*got \[64, 0\]"),
+    ({"post_hidden": [64, 0]}, r"post_hidden\[1\] must be an int >= 1, got 0"),
+    ({"post_hidden": [True]}, r"post_hidden\[0\] must be an int >= 1, got True"),
     ({"post_hidden": "64"}, "post_hidden must be a list of ints >= 1 .*got '64'"),
 ])
 def test_lstm_sizes_are_checked(kwargs, what):

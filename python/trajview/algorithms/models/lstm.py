@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..._validate import int_at_least, positive_int
 from .base import Tensor, _f32, _init, _MemoryModel, _np_last, _split_points, flat_sequence_index
 
 __all__ = ["LSTMModel"]
@@ -94,17 +95,15 @@ class LSTMModel(_MemoryModel):
         log_std_init: float = 0.0,
         post_hidden: Sequence[int] = (),
     ) -> None:
-        for name, v in (("hidden", hidden), ("cell_size", cell_size)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < (0 if name == "hidden" else 1):
-                raise ValueError(f"LSTMModel: {name} must be an int >= {0 if name == 'hidden' else 1}, got {v!r}")
-        if isinstance(post_hidden, (str, bytes)) or not isinstance(post_hidden, Sequence) or any(
-                isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in post_hidden):
+        hidden = int_at_least("LSTMModel: hidden", hidden, 0)
+        cell_size = positive_int("LSTMModel: cell_size", cell_size)
+        if isinstance(post_hidden, (str, bytes)) or not isinstance(post_hidden, Sequence):
             raise ValueError(f"LSTMModel: post_hidden must be a list of ints >= 1 (the tanh layers after the LSTM), "
                              f"got {post_hidden!r}")
-        post = tuple(int(v) for v in post_hidden)
+        post = tuple(positive_int(f"LSTMModel: post_hidden[{i}]", v) for i, v in enumerate(post_hidden))
         super().__init__(
             obs_space, action_space, max_seq_len, prev_action, prev_reward,
-            core=lambda in_dim: _LSTMCore(in_dim, int(hidden), int(cell_size), post),
+            core=lambda in_dim: _LSTMCore(in_dim, hidden, cell_size, post),
             state_dim=cell_size, num_states=4, state_shift=-1, log_std_init=log_std_init,
             head_dim=post[-1] if post else None,
         )
