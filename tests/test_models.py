@@ -49,6 +49,28 @@ def test_views_declared_by_each_model():
         MLPModel(OBS, gym.spaces.Dict({"a": gym.spaces.Discrete(2)}))
 
 
+def _lstm_step_by_step(m, batch, row_keys):
+    """The reference of an LSTM training batch: `forward_step` row by row, each sequence (``seq_lens``) started
+    from its ``state_in_i`` row and, at an ``is_init`` row inside a sequence, from the initial state; the rows'
+    ``row_keys`` columns are the step's inputs. Returns the stacked (logits, values)."""
+    is_init = batch.get("is_init")
+    logits, values = [], []
+    r = 0
+    for q, L in enumerate(batch["seq_lens"].tolist()):
+        for pos in range(L):
+            if pos == 0:
+                state = [batch[f"state_in_{i}"][q : q + 1] for i in range(4)]
+            elif is_init is not None and bool(is_init[r]):
+                state = [s[None] for s in m.get_initial_state()]
+            d = {k: batch[k][r : r + 1] for k in row_keys}
+            d.update({f"state_in_{i}": s for i, s in enumerate(state)})
+            lg, v, state = m.forward_step(d)
+            logits.append(lg[0])
+            values.append(v[0])
+            r += 1
+    return torch.stack(logits), torch.stack(values)
+
+
 @pytest.mark.parametrize("hidden,post_hidden", [(8, ()), (0, (6, 4)), (8, (5,))])
 def test_lstm_flat_pass_equals_step_by_step_on_random_sequences(hidden, post_hidden):
     """With a layer before the LSTM or none (``hidden`` 0), and tanh layers after it (``post_hidden``) or none."""
@@ -64,19 +86,9 @@ def test_lstm_flat_pass_equals_step_by_step_on_random_sequences(hidden, post_hid
     batch = {"obs": obs, "prev_actions": acts, "prev_rewards": rews, "seq_lens": torch.tensor(lens, dtype=torch.int32),
              **{f"state_in_{i}": s for i, s in enumerate(states)}}
     logits, values = m.forward_train(batch)
-    want_l, want_v = [], []
-    r = 0
-    for q, L in enumerate(lens):
-        state = [s[q : q + 1] for s in states]
-        for _ in range(L):
-            d = {"obs": obs[r : r + 1], "prev_actions": acts[r : r + 1], "prev_rewards": rews[r : r + 1]}
-            d.update({f"state_in_{i}": s for i, s in enumerate(state)})
-            lg, v, state = m.forward_step(d)
-            want_l.append(lg[0])
-            want_v.append(v[0])
-            r += 1
-    torch.testing.assert_close(logits, torch.stack(want_l), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(values, torch.stack(want_v), atol=1e-5, rtol=1e-5)
+    want_l, want_v = _lstm_step_by_step(m, batch, ("obs", "prev_actions", "prev_rewards"))
+    torch.testing.assert_close(logits, want_l, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(values, want_v, atol=1e-5, rtol=1e-5)
     # Gradients flow through the packed pass to every parameter.
     (logits.sum() + values.sum()).backward()
     assert all(p.grad is not None for p in m.parameters())
@@ -466,19 +478,6 @@ def test_lstm_training_pass_equals_a_step_by_step_reference(lens, layout, init_a
              **{f"state_in_{i}": s for i, s in enumerate(states)}}
     with torch.no_grad():
         logits, values = m.forward_train(batch)
-        want_l, want_v = [], []
-        r = 0
-        for q, L in enumerate(lens):
-            for pos in range(L):
-                if pos == 0:
-                    state = [s[q : q + 1] for s in states]
-                elif bool(is_init[r]):
-                    state = [s[None] for s in m.get_initial_state()]
-                d = {"obs": obs[r : r + 1], "prev_actions": acts[r : r + 1],
-                     **{f"state_in_{i}": s for i, s in enumerate(state)}}
-                lg, v, state = m.forward_step(d)
-                want_l.append(lg[0])
-                want_v.append(v[0])
-                r += 1
-    torch.testing.assert_close(logits, torch.stack(want_l), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(values, torch.stack(want_v), atol=1e-5, rtol=1e-5)
+        want_l, want_v = _lstm_step_by_step(m, batch, ("obs", "prev_actions"))
+    torch.testing.assert_close(logits, want_l, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(values, want_v, atol=1e-5, rtol=1e-5)
