@@ -38,7 +38,6 @@ class _LSTMCore(nn.Module):
             post += [_init(nn.Linear(d, size), float(np.sqrt(2))), nn.Tanh()]
             d = size
         self.post = nn.Sequential(*post) if post else None
-        self.out_dim = d
 
     def _pre(self, x: Tensor) -> Tensor:
         return x if self.fc is None else torch.tanh(self.fc(x))
