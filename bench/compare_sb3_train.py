@@ -140,7 +140,11 @@ How each measure is taken, the same way for every system:
   loop (metrics row, checkpoint).
 
 ``--threads`` (default 1) sets torch's intra-op threads for every system
-(``torch.set_num_threads``; trajview's ``--threads``). Prints each run, then a
+(``torch.set_num_threads``; trajview's ``--threads``). ``--device cpu cuda``
+runs each system's learner on each device in turn (SB3's ``device=``, which
+also acts there; trajview's ``--device``, which acts on the CPU with the
+learner's weights synced after each update); the table has a row per system
+and device. Prints each run, then a
 markdown table with medians over seeds and their spread (min-max); writes
 ``--out/results.json`` and, with matplotlib, ``--out/sb3_train.png``.
 """
@@ -226,7 +230,7 @@ class Stop(Exception):
     """Raised by the SB3 callback to end ``learn()`` after the update of the iteration that reached the target."""
 
 
-def sb3_dqn_kwargs(seed: int) -> dict[str, Any]:
+def sb3_dqn_kwargs(seed: int, device: str = "cpu") -> dict[str, Any]:
     """SB3 ``DQN``'s arguments: the zoo's settings (`ZOO_DQN`)."""
     z = ZOO_DQN
     return dict(learning_rate=z["learning_rate"], buffer_size=z["buffer_size"], learning_starts=z["learning_starts"],
@@ -235,11 +239,12 @@ def sb3_dqn_kwargs(seed: int) -> dict[str, Any]:
                 exploration_fraction=z["exploration_fraction"],
                 exploration_initial_eps=z["exploration_initial_eps"],
                 exploration_final_eps=z["exploration_final_eps"], max_grad_norm=z["max_grad_norm"],
-                policy_kwargs={"net_arch": list(z["net_arch"])}, stats_window_size=WINDOW, seed=seed, device="cpu",
+                policy_kwargs={"net_arch": list(z["net_arch"])}, stats_window_size=WINDOW, seed=seed, device=device,
                 verbose=0)
 
 
-def run_sb3(system: str, seed: int, budget: int, run_to_budget: bool, lstm_cell: int) -> dict[str, Any]:
+def run_sb3(system: str, seed: int, budget: int, run_to_budget: bool, lstm_cell: int,
+            device: str = "cpu") -> dict[str, Any]:
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecFrameStack
 
@@ -249,13 +254,13 @@ def run_sb3(system: str, seed: int, budget: int, run_to_budget: bool, lstm_cell:
         from stable_baselines3 import DQN
 
         dqn_env = VecFrameStack(make_vec_env(ENV_ID, n_envs=ZOO_DQN["n_envs"], seed=seed), NUM_FRAMES)
-        model = DQN("MlpPolicy", dqn_env, **sb3_dqn_kwargs(seed))
+        model = DQN("MlpPolicy", dqn_env, **sb3_dqn_kwargs(seed, device))
         return sb3_learn(system, seed, model, budget, run_to_budget)
     z = ZOO
     common = dict(n_steps=z["n_steps"], batch_size=z["batch_size"], n_epochs=z["n_epochs"],
                   gae_lambda=z["gae_lambda"], gamma=z["gamma"], learning_rate=linear(z["learning_rate"]),
                   clip_range=linear(z["clip_range"]), ent_coef=z["ent_coef"], vf_coef=z["vf_coef"],
-                  max_grad_norm=z["max_grad_norm"], stats_window_size=WINDOW, seed=seed, device="cpu", verbose=0)
+                  max_grad_norm=z["max_grad_norm"], stats_window_size=WINDOW, seed=seed, device=device, verbose=0)
     env = make_vec_env(ENV_ID, n_envs=z["n_envs"], seed=seed)  # DummyVecEnv of Monitor-wrapped envs
     if system == "sb3-framestack":
         from stable_baselines3 import PPO
@@ -327,7 +332,7 @@ def sb3_learn(system: str, seed: int, model: Any, budget: int, run_to_budget: bo
 
 
 def trajview_config(system: str, seed: int, budget: int, run_to_budget: bool, lstm_cell: int, threads: int,
-                    out_dir: str):
+                    out_dir: str, device: str = "cpu"):
     """The `TrainConfig` of a trajview run: the zoo's settings (`ZOO`) in ``trajview train``'s terms."""
     from trajview.train import TrainConfig
 
@@ -345,6 +350,7 @@ def trajview_config(system: str, seed: int, budget: int, run_to_budget: bool, ls
         clip_schedule="linear", entropy_coeff=z["ent_coef"], gamma=z["gamma"], lambda_=z["gae_lambda"],
         vf_loss_coeff=z["vf_coef"], grad_clip=z["max_grad_norm"], adam_fused=True,
         stop_reward=None if run_to_budget else TARGET, smoothing_episodes=WINDOW, threads=threads, out_dir=out_dir,
+        device=device,
     )
 
 
@@ -357,10 +363,12 @@ def trajview_command(config) -> str:
             f"--lr {c.lr:g} --lr-schedule {c.lr_schedule} --clip-param {c.clip_param:g} --clip-schedule "
             f"{c.clip_schedule} --entropy-coeff {c.entropy_coeff:g} --gamma {c.gamma:g} --lambda {c.lambda_:g} "
             f"--vf-loss-coeff {c.vf_loss_coeff:g} --grad-clip {c.grad_clip:g} --stop-reward "
-            f"{'none' if c.stop_reward is None else f'{c.stop_reward:g}'} --threads {c.threads} --out RUN")
+            f"{'none' if c.stop_reward is None else f'{c.stop_reward:g}'} --threads {c.threads} --device {c.device} "
+            "--out RUN")
 
 
-def trajview_dqn_config(seed: int, budget: int, run_to_budget: bool, threads: int, out_dir: str):
+def trajview_dqn_config(seed: int, budget: int, run_to_budget: bool, threads: int, out_dir: str,
+                        device: str = "cpu"):
     """The `DQNConfig` of the trajview DQN run: the zoo's settings (`ZOO_DQN`) in trajview's terms (the module's
     docs say how each maps)."""
     from trajview.train.dqn_trainer import DQNConfig
@@ -385,7 +393,7 @@ def trajview_dqn_config(seed: int, budget: int, run_to_budget: bool, threads: in
         eps_start=z["exploration_initial_eps"], eps_end=z["exploration_final_eps"],
         eps_steps=round(z["exploration_fraction"] * budget), random_warmup=True, prioritized=False,
         iteration_steps=z["n_envs"] * z["train_freq"], stop_reward=None if run_to_budget else TARGET,
-        smoothing_episodes=WINDOW, threads=threads, out_dir=out_dir,
+        smoothing_episodes=WINDOW, threads=threads, out_dir=out_dir, device=device,
     )
 
 
@@ -424,11 +432,12 @@ def read_rows(rows: list[dict[str, Any]]) -> tuple[list[tuple[int, float]], int 
     return curve, reached, iter_s, sum(float(r["learn_s"]) for r in rows)
 
 
-def run_trajview_dqn(system: str, seed: int, budget: int, run_to_budget: bool, threads: int) -> dict[str, Any]:
+def run_trajview_dqn(system: str, seed: int, budget: int, run_to_budget: bool, threads: int,
+                     device: str = "cpu") -> dict[str, Any]:
     from trajview.train.dqn_trainer import DQNTrainer
 
     with tempfile.TemporaryDirectory(prefix="tv-sb3-") as tmp:
-        config = trajview_dqn_config(seed, budget, run_to_budget, threads, str(Path(tmp) / "run"))
+        config = trajview_dqn_config(seed, budget, run_to_budget, threads, str(Path(tmp) / "run"), device)
         rows, wall = timed_train(DQNTrainer(config))
     curve, reached, iter_s, sgd = read_rows(rows)
     res = finish(system, seed, curve, reached, wall, {"sampling": iter_s - sgd, "sgd": sgd, "other": wall - iter_s})
@@ -437,16 +446,19 @@ def run_trajview_dqn(system: str, seed: int, budget: int, run_to_budget: bool, t
 
 
 def run_trajview(system: str, seed: int, budget: int, run_to_budget: bool, lstm_cell: int,
-                 threads: int) -> dict[str, Any]:
+                 threads: int, device: str = "cpu") -> dict[str, Any]:
     from trajview.train import PPOTrainer
 
     if system == "trajview-dqn":
-        return run_trajview_dqn(system, seed, budget, run_to_budget, threads)
+        return run_trajview_dqn(system, seed, budget, run_to_budget, threads, device)
 
     with tempfile.TemporaryDirectory(prefix="tv-sb3-") as tmp:
-        config = trajview_config(system, seed, budget, run_to_budget, lstm_cell, threads, str(Path(tmp) / "run"))
+        config = trajview_config(system, seed, budget, run_to_budget, lstm_cell, threads, str(Path(tmp) / "run"),
+                                 device)
         trainer = PPOTrainer(config)
-        policy = trainer.policy  # the local backend: the workers postprocess with the learner's own policy
+        # The local backend: the workers postprocess with the policy they act with (the learner's own on the CPU,
+        # its CPU copy with the learner on a GPU).
+        policy = trainer.rollouts.workers[0].policy
         post = {"s": 0.0}
         inner = policy.postprocess_trajectory
 
@@ -479,26 +491,30 @@ def finish(system: str, seed: int, curve: list[tuple[int, float]], reached: int 
             "split_s": {k: round(v, 3) for k, v in split.items()}, "curve": curve}
 
 
-def one_run(system: str, seed: int, budget: int, run_to_budget: bool, lstm_cell: int, threads: int) -> dict:
+def one_run(system: str, seed: int, budget: int, run_to_budget: bool, lstm_cell: int, threads: int,
+            device: str = "cpu") -> dict:
     import torch
 
     torch.set_num_threads(threads)
     if system.startswith("sb3"):
-        return run_sb3(system, seed, budget, run_to_budget, lstm_cell)
-    return run_trajview(system, seed, budget, run_to_budget, lstm_cell, threads)
+        res = run_sb3(system, seed, budget, run_to_budget, lstm_cell, device)
+    else:
+        res = run_trajview(system, seed, budget, run_to_budget, lstm_cell, threads, device)
+    res["device"] = device
+    return res
 
 
-def spawn(system: str, seed: int, args: argparse.Namespace, out: Path) -> dict:
+def spawn(system: str, seed: int, device: str, args: argparse.Namespace, out: Path) -> dict:
     """One run in a subprocess of its own (this script, ``--one``)."""
-    result = out / f"{system}-seed{seed}.json"
+    result = out / f"{system}-{device}-seed{seed}.json"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--one", system, str(seed), "--budget",
-           str(budget_of(system, args.budget)),
+           str(budget_of(system, args.budget)), "--device", device,
            "--lstm-cell", str(args.lstm_cell), "--threads", str(args.threads), "--result", str(result)]
     if args.run_to_budget:
         cmd.append("--run-to-budget")
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise SystemExit(f"compare_sb3_train: the {system} run of seed {seed} failed (exit {proc.returncode}):\n"
+        raise SystemExit(f"compare_sb3_train: the {system} run of seed {seed} on {device} failed (exit {proc.returncode}):\n"
                          f"{proc.stderr[-4000:]}")
     return json.loads(result.read_text())
 
@@ -523,18 +539,25 @@ def spread_f(values: list[float], digits: int = 1) -> str:
 def run_line(r: dict) -> str:
     split = ", ".join(f"{k} {v:.2f}" for k, v in r["split_s"].items())
     to = f"{r['steps_to_150']:,}" if r["steps_to_150"] is not None else "not reached"
-    return (f"{r['system']:<20} seed {r['seed']}: env steps to {TARGET:g}: {to}; ran {r['steps_run']:,} env steps in "
+    return (f"{label(r):<20} seed {r['seed']}: env steps to {TARGET:g}: {to}; ran {r['steps_run']:,} env steps in "
             f"{r['wall_s']:.2f} s, {r['steps_per_s']:,.0f} env steps/s; final mean return {r['final_return']:.1f}; "
             f"split (s): {split}")
 
 
+def label(r: dict) -> str:
+    """A run's system, with its learner's device where that is not the CPU (results of old runs have none)."""
+    device = r.get("device", "cpu")
+    return r["system"] if device == "cpu" else f"{r['system']} ({device})"
+
+
 def table(results: list[dict]) -> str:
-    systems = [s for s in SYSTEMS if any(r["system"] == s for r in results)]
+    labels = {label(r): (SYSTEMS.index(r["system"]), r.get("device", "cpu")) for r in results}
+    systems = sorted(labels, key=lambda k: labels[k])
     lines = [f"| system | seeds | reached {TARGET:g} | env steps to {TARGET:g} | wall-clock to the stop (s) "
              f"| env steps/s | sampling s | postprocessing s | SGD s | other s |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for s in systems:
-        rs = [r for r in results if r["system"] == s]
+        rs = [r for r in results if label(r) == s]
         reached = [r["steps_to_150"] for r in rs if r["steps_to_150"] is not None]
 
         def part(name: str) -> str:
@@ -556,13 +579,12 @@ def plot(results: list[dict], path: Path) -> bool:
     except ImportError:
         return False
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    colors = {s: f"C{i}" for i, s in enumerate(SYSTEMS)}
+    colors = {s: f"C{i}" for i, s in enumerate(dict.fromkeys(label(r) for r in results))}
     for r in results:
         xs = [c[0] for c in r["curve"]]
         ys = [c[1] for c in r["curve"]]
-        ax.plot(xs, ys, color=colors[r["system"]], alpha=0.7, linewidth=1,
-                label=r["system"] if r["seed"] == min(q["seed"] for q in results if q["system"] == r["system"])
-                else None)
+        ax.plot(xs, ys, color=colors[label(r)], alpha=0.7, linewidth=1,
+                label=label(r) if r["seed"] == min(q["seed"] for q in results if label(q) == label(r)) else None)
     ax.axhline(TARGET, color="gray", linestyle="--", linewidth=1)
     ax.set_xlabel("env steps")
     ax.set_ylabel(f"mean return (last {WINDOW} episodes)")
@@ -594,6 +616,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"do not stop at mean return {TARGET:g}: every run samples the whole budget")
     p.add_argument("--lstm-cell", type=int, default=256, help="the LSTMs' cell size (both systems)")
     p.add_argument("--threads", type=int, default=1, help="torch's intra-op threads, every system")
+    p.add_argument("--device", nargs="+", choices=("cpu", "cuda"), default=["cpu"],
+                   help="where each system's learner trains (SB3's device=, trajview's --device); several: every "
+                        "system on each, one after the other within a seed")
     p.add_argument("--quick", action="store_true", help="a smoke: seed 0, --budget 1024 (4 iterations per run)")
     p.add_argument("--out", default="bench/out/sb3_train", help="results.json, per-run JSON and the plot go here")
     p.add_argument("--table-from", nargs="+", metavar="JSON", help="print the table of earlier results.json files")
@@ -617,7 +642,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.one:
         system, seed = args.one
         res = one_run(system, int(seed), budget_of(system, args.budget), args.run_to_budget, args.lstm_cell,
-                      args.threads)
+                      args.threads, args.device[0])
         Path(args.result).write_text(json.dumps(res))
         return 0
     lacking = missing(args.systems)
@@ -627,19 +652,30 @@ def main(argv: list[str] | None = None) -> int:
               "bench/requirements-compare.txt, and run trajview from this tree (PYTHONPATH=python with the built "
               "_core), or choose other --systems.", file=sys.stderr)
         return 2
+    if "cuda" in args.device:
+        import torch
+
+        if not torch.cuda.is_available():
+            print("compare_sb3_train: --device cuda asked for, but torch sees no CUDA device here "
+                  f"(torch {torch.__version__})", file=sys.stderr)
+            return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     budgets = sorted({budget_of(s, args.budget) for s in args.systems})
     dqn = any(s in DQN_SYSTEMS for s in args.systems)
     print(f"Stateless CartPole, zoo settings PPO {ZOO}{f', DQN {ZOO_DQN}' if dqn else ''}, budget "
           f"{' / '.join(f'{b:,}' for b in budgets)} env steps, seeds {args.seeds}, "
-          f"{args.threads} torch thread(s), LSTM cell {args.lstm_cell}; one run at a time", flush=True)
+          f"{args.threads} torch thread(s), LSTM cell {args.lstm_cell}, learner on {' / '.join(args.device)}; one "
+          "run at a time", flush=True)
     results = []
     for seed in args.seeds:
         for system in args.systems:
-            r = spawn(system, seed, args, out)
-            results.append(r)
-            print(run_line(r), flush=True)
+            for device in args.device:
+                r = spawn(system, seed, device, args, out)
+                results.append(r)
+                print(run_line(r), flush=True)
+                # what has run so far, so that a run cut short (a time limit) leaves its results
+                (out / "results.json").write_text(json.dumps(results, indent=1))
     commands = sorted({r["command"].replace(f"--seed {r['seed']}", "--seed SEED") for r in results
                        if "command" in r})
     for c in commands:

@@ -92,3 +92,65 @@ def test_the_workers_cpu_copy_follows_the_learners_weights():
 def test_to_device_on_the_cpu_is_the_tensor_itself():
     t = torch.arange(5)
     assert to_device(t, "cpu") is t and to_device(t, None) is t
+
+
+# -- on a CUDA device (a GPU machine; CI has none: these run where torch sees one) ----------------------------------
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (a GPU machine)")
+STATELESS = "trajview/StatelessCartPole-v1"
+
+
+@cuda
+@pytest.mark.parametrize("model", ["mlp", "framestack", "lstm", "attention"])
+def test_ppo_learns_on_cuda_acts_with_a_cpu_copy_and_resumes_on_the_cpu(tmp_path, model):
+    from trajview.train import PPOTrainer
+    from trajview.train.checkpoint import read_checkpoint
+
+    out = tmp_path / "run"
+    config = TrainConfig(env=STATELESS, model=model, envs_per_worker=2, train_batch_size=64, sgd_minibatch_size=32,
+                         num_sgd_iter=2, stop_reward=None, timesteps=128, device="cuda", out_dir=str(out))
+    trainer = PPOTrainer(config)
+    before = {k: np.array(v, copy=True) for k, v in trainer.policy.get_weights().items()}
+    trainer.train(progress=False)
+    assert trainer.env_steps == 128
+    assert all(p.is_cuda for p in trainer.policy.model.parameters())
+    acting = trainer.rollouts.workers[0].policy
+    assert acting is not trainer.policy and acting.device.type == "cpu"
+    after = trainer.policy.get_weights()
+    assert any(not np.array_equal(before[k], after[k]) for k in after)  # the GPU learner's updates
+    trainer.rollouts.sync_weights(trainer.policy)
+    for k, v in acting.get_weights().items():
+        assert np.array_equal(v, after[k]), k
+    # the checkpoint written on the GPU resumes on the CPU, with the learned weights
+    ck = read_checkpoint(out / "checkpoint")
+    assert ck.config["device"] == "cuda"
+    assert main(["train", "--resume", "--device", "cpu", "--timesteps", "192", "--out", str(out), "--no-progress"]) == 0
+    ck = read_checkpoint(out / "checkpoint", weights=False)
+    assert ck.config["device"] == "cpu" and ck.counters["env_steps"] == 192
+
+
+@cuda
+def test_dqn_learns_on_cuda_acts_with_a_cpu_copy_and_resumes_on_the_cpu(tmp_path):
+    from trajview.train.checkpoint import read_checkpoint
+    from trajview.train.dqn_trainer import DQNTrainer
+
+    out = tmp_path / "run"
+    config = DQNConfig(env=STATELESS, envs=2, rollout_fragment_length=16, learning_starts=32, batch_size=16,
+                       gradient_steps=4, iteration_steps=64, timesteps=128, stop_reward=None, device="cuda",
+                       out_dir=str(out))
+    trainer = DQNTrainer(config)
+    trainer.train(progress=False)
+    p = trainer.policy
+    assert p.grad_steps > 0 and all(w.is_cuda for w in p.q.parameters())
+    stack = np.random.default_rng(0).normal(size=(5, p.num_frames * 2)).astype(np.float32)
+    actions, _, _ = p.compute_actions_from_input_dict({"stack": stack}, explore=False)
+    assert all(not w.is_cuda for w in p._actor.parameters())  # acting ran on the CPU copy ...
+    for k, v in p._actor.state_dict().items():  # ... refreshed with the learner's weights
+        assert torch.equal(v, p.q.state_dict()[k].cpu()), k
+    with torch.no_grad():
+        want = p.q(torch.from_numpy(stack).cuda()).argmax(dim=1).cpu().numpy()
+    assert np.array_equal(actions, want)
+    assert main(["train", "--algo", "dqn", "--resume", "--device", "cpu", "--timesteps", "192", "--out", str(out),
+                 "--no-progress"]) == 0
+    ck = read_checkpoint(out / "checkpoint", weights=False)
+    assert ck.config["device"] == "cpu" and ck.counters["env_steps"] == 192

@@ -88,6 +88,11 @@ class DQNPolicy(Policy):
         self.device = torch.device(cfg["device"])
         self.q = QNetwork(in_features, self.num_actions, int(cfg["hidden"]), bool(cfg["dueling"])).to(self.device)
         self.target = copy.deepcopy(self.q).requires_grad_(False)
+        # Acting runs on the CPU: one env step's batch is too small for a GPU to pay off. With the learner on
+        # another device, a CPU copy of the Q-network acts, refreshed from the learner's at the first action after
+        # its weights changed (a gradient step, `set_weights`, `set_state`).
+        self._actor = self.q if self.device.type == "cpu" else copy.deepcopy(self.q).cpu().requires_grad_(False)
+        self._actor_stale = False
         self._params = list(self.q.parameters())
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=float(cfg["lr"]), fused=bool(cfg["adam_fused"]) or None)
         self.epsilon = 1.0
@@ -103,9 +108,12 @@ class DQNPolicy(Policy):
     def compute_actions_from_input_dict(
         self, input_dict: Mapping[str, Any], explore: bool | None = None, timestep: int | None = None, **kwargs: Any
     ) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
-        stack = torch.as_tensor(np.asarray(input_dict["stack"], dtype=np.float32)).to(self.device)
+        stack = torch.as_tensor(np.asarray(input_dict["stack"], dtype=np.float32))
+        if self._actor_stale:
+            self._actor.load_state_dict(self.q.state_dict())
+            self._actor_stale = False
         with torch.no_grad():
-            actions = self.q(stack).argmax(dim=1).cpu().numpy().astype(np.int64)
+            actions = self._actor(stack).argmax(dim=1).numpy().astype(np.int64)
         if explore is not False and self.epsilon > 0:
             rand = self._rng.random(len(actions)) < self.epsilon
             actions[rand] = self._rng.integers(0, self.num_actions, int(rand.sum()))
@@ -143,6 +151,7 @@ class DQNPolicy(Policy):
         loss.backward()
         clip_grad_norm(self._params, float(self.config["grad_clip"]))
         self.optimizer.step()
+        self._actor_stale = self._actor is not self.q
         self.grad_steps += 1
         if self.grad_steps % int(self.config["target_update_interval"]) == 0:
             self.target.load_state_dict(self.q.state_dict())
@@ -154,6 +163,7 @@ class DQNPolicy(Policy):
 
     def set_weights(self, weights: Mapping[str, Any]) -> None:
         self.q.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})
+        self._actor_stale = self._actor is not self.q
 
     def get_state(self) -> dict:
         """Networks, optimizer, epsilon, step counter and the exploration RNG (for checkpoints)."""
@@ -167,3 +177,4 @@ class DQNPolicy(Policy):
         self.epsilon = float(state["epsilon"])
         self.grad_steps = int(state["grad_steps"])
         self._rng.bit_generator.state = state["rng"]
+        self._actor_stale = self._actor is not self.q
