@@ -90,7 +90,10 @@ def minibatches(batch: Mapping[str, torch.Tensor], size: int, generator: torch.G
         for a in range(0, n_rows, size):
             yield {k: v[a : a + size] for k, v in shuffled.items()}
         return
-    seq_lens = seq_lens.long()
+    # The index arithmetic on the CPU (one int per sequence), each minibatch's indices sent once to the columns'
+    # device (a learner on a GPU).
+    device = seq_lens.device
+    seq_lens = seq_lens.long().cpu()
     n_seq = len(seq_lens)
     starts = torch.cumsum(seq_lens, 0) - seq_lens
     per_seq = {k for k, v in batch.items() if k == SampleBatch.SEQ_LENS or (k.startswith("state_in_") and len(v) == n_seq)}
@@ -107,6 +110,7 @@ def minibatches(batch: Mapping[str, torch.Tensor], size: int, generator: torch.G
     for seqs in groups:
         lens = seq_lens[seqs]
         rows = torch.repeat_interleave(starts[seqs] - (torch.cumsum(lens, 0) - lens), lens) + torch.arange(int(lens.sum()))
+        seqs, rows = seqs.to(device), rows.to(device)
         yield {k: (v[seqs] if k in per_seq else v[rows]) for k, v in batch.items()}
 
 

@@ -107,7 +107,7 @@ def _split_points(batch: Mapping[str, Any], seq_lens: Tensor) -> tuple[Tensor, T
     start = pos == 0
     is_init = batch.get("is_init")
     if is_init is not None:
-        is_init = torch.as_tensor(is_init, dtype=torch.bool)
+        is_init = torch.as_tensor(is_init, dtype=torch.bool, device=pos.device)
         if len(is_init) != n:
             raise ValueError(f"seq_lens sum to {n} rows, but the batch has {len(is_init)} rows")
         start = start | is_init

@@ -164,7 +164,7 @@ class _GTrXLCore(nn.Module):
 
     def _valid(self, t: Tensor) -> Tensor:
         # Window slot k holds time t - M + k; slots before t = 0 (the pre-episode pad) are masked.
-        return (t[:, None] - self.memory + torch.arange(self.memory + 1)) >= 0
+        return (t[:, None] - self.memory + torch.arange(self.memory + 1, device=t.device)) >= 0
 
     def step(self, x: Tensor, t: Tensor, mems: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
         """One step per row: ``x`` [G, n, in], ``mems`` per layer [G, n, M, d]; returns the output [G, n, d] and
@@ -172,7 +172,7 @@ class _GTrXLCore(nn.Module):
         h = self.inp(x)
         n = h.shape[1]
         valid = self._valid(t)[:, None]
-        q_at = torch.arange(n)
+        q_at = torch.arange(n, device=h.device)
         outs = []
         for block, mem in zip(self.blocks, mems):
             outs.append(h)
@@ -191,13 +191,13 @@ class _GTrXLCore(nn.Module):
         m = self.memory
         h = self.inp(x)
         g, n = h.shape[:2]
-        lens = seq_lens.long()
+        lens = seq_lens.long().cpu()  # the index arithmetic on the CPU, the indices sent once to h's device
         n_seq, t_max = len(lens), int(lens.max())
         w = m + t_max
         seq_of_row, pos = flat_sequence_index(lens)
-        row_at = seq_of_row * w + m + pos  # where each row sits among the S * W entries
-        mem_at = ((torch.arange(n_seq) * w)[:, None] + torch.arange(m)).reshape(-1)  # [n_seq * M]
-        q_at = seq_of_row * t_max + pos  # and among the S * T query slots
+        row_at = (seq_of_row * w + m + pos).to(h.device)  # where each row sits among the S * W entries
+        mem_at = ((torch.arange(n_seq) * w)[:, None] + torch.arange(m)).reshape(-1).to(h.device)  # [n_seq * M]
+        q_at = (seq_of_row * t_max + pos).to(h.device)  # and among the S * T query slots
         # Slots after a sequence's end read only their own (zero) row: finite, and never read back.
         valid = self._valid(t).new_zeros(n_seq * t_max, m + 1)
         valid[:, -1] = True

@@ -56,7 +56,7 @@ class _LSTMCore(nn.Module):
         n_runs, d = len(lens), z.shape[1]
         run_of_row, pos = flat_sequence_index(lens)
         # Row r goes to time pos[r] of column run_of_row[r]; the padding after a run's end is never read back.
-        at = pos * n_runs + run_of_row
+        at = (pos * n_runs + run_of_row).to(z.device)
         padded = z.new_zeros(int(lens.max()) * n_runs, d).index_copy(0, at, z).view(-1, n_runs, d)
         out, _ = self.lstm(padded, (h0[None].contiguous(), c0[None].contiguous()))
         rows = out.reshape(-1, out.shape[-1])[at]
@@ -116,7 +116,7 @@ class LSTMModel(_MemoryModel):
         return self.pi_head(po), self.vf_head(vo)[:, 0], [h0, c0, h1, c1]
 
     def forward_train(self, batch):
-        seq_lens = torch.as_tensor(batch["seq_lens"])
+        seq_lens = torch.as_tensor(batch["seq_lens"]).cpu()  # the runs' index arithmetic: on the CPU
         x, xv = self._features(batch)
         # Runs of rows: each sequence, split again where an episode starts inside it (is_init);
         # such a run starts from the initial state, the others from their sequence's state_in row.
