@@ -89,6 +89,37 @@ def test_the_workers_cpu_copy_follows_the_learners_weights():
         rollouts.stop()
 
 
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_a_run_trained_on_a_gpu_is_evaluated_on_a_machine_without_one(tmp_path, monkeypatch, capsys, algo):
+    """A checkpoint whose settings say ``cuda`` (made here with the device resolved to the CPU, which is how a GPU
+    run's checkpoint reads: weights saved from the CPU side, settings naming cuda) loads for `evaluate` / `export`
+    on a machine without CUDA: the policy is rebuilt on the CPU."""
+    from trajview.train import PPOTrainer
+    from trajview.train.dqn_trainer import DQNTrainer
+    from trajview.train.saved import load_trained
+
+    out = tmp_path / "run"
+    cls = TrainConfig if algo == "ppo" else DQNConfig
+    monkeypatch.setattr(cls, "resolved_device", lambda self: "cpu")
+    if algo == "ppo":
+        PPOTrainer(TrainConfig(env=STATELESS, model="mlp", envs_per_worker=2, train_batch_size=64,
+                               sgd_minibatch_size=32, num_sgd_iter=1, stop_reward=None, timesteps=64, device="cuda",
+                               out_dir=str(out))).train(progress=False)
+    else:
+        DQNTrainer(DQNConfig(env=STATELESS, envs=2, rollout_fragment_length=16, learning_starts=32, batch_size=16,
+                             gradient_steps=2, iteration_steps=64, timesteps=64, stop_reward=None, device="cuda",
+                             out_dir=str(out))).train(progress=False)
+    monkeypatch.undo()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    from trajview.train.checkpoint import read_checkpoint
+
+    assert read_checkpoint(out / "checkpoint", weights=False).config["device"] == "cuda"
+    trained = load_trained(out)
+    assert trained.config.device == "cpu"
+    assert main(["evaluate", str(out), "--episodes", "2"]) == 0
+    assert "return" in capsys.readouterr().out
+
+
 def test_to_device_on_the_cpu_is_the_tensor_itself():
     t = torch.arange(5)
     assert to_device(t, "cpu") is t and to_device(t, None) is t

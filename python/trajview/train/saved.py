@@ -74,14 +74,15 @@ def load_trained(path: str | os.PathLike[str]) -> TrainedPolicy:
     if ck.algo == "dqn":
         from .dqn_trainer import DQNConfig, dqn_policy, load_dqn_policy
 
-        dqn_cfg = config_from(DQNConfig, ck, str(run), None)
+        # Rebuilt on the CPU (so is the PPO policy below): a run trained on a GPU acts on any machine.
+        dqn_cfg = config_from(DQNConfig, ck, str(run), None, {"device": "cpu"})
         policy: Policy = dqn_policy(dqn_cfg)
         load_dqn_policy(policy, ck)  # type: ignore[arg-type]
         config: RunConfig = dqn_cfg
     else:
         from .trainer import load_ppo_policy, ppo_policy
 
-        ppo_cfg = config_from(TrainConfig, ck, str(run), None)
+        ppo_cfg = config_from(TrainConfig, ck, str(run), None, {"device": "cpu"})
         import_env_modules(ppo_cfg.env_modules)
         ppo = ppo_policy(ppo_cfg)
         load_ppo_policy(ppo, ck)
