@@ -99,6 +99,11 @@ class DQNPolicy(Policy):
         self.grad_steps = 0
         self._rng = np.random.default_rng(int(cfg["seed"]) + 1)
 
+    def _q_changed(self) -> None:
+        """The Q-network's weights changed: a CPU copy that acts (a learner elsewhere) is refreshed before the next
+        action."""
+        self._actor_stale = self._actor is not self.q
+
     def replay_views(self) -> dict[str, ViewRequirement]:
         """The views a replay sample needs: the stack and the next step's stack (``obs`` read up to ``+1``)."""
         k = self.num_frames
@@ -151,7 +156,7 @@ class DQNPolicy(Policy):
         loss.backward()
         clip_grad_norm(self._params, float(self.config["grad_clip"]))
         self.optimizer.step()
-        self._actor_stale = self._actor is not self.q
+        self._q_changed()
         self.grad_steps += 1
         if self.grad_steps % int(self.config["target_update_interval"]) == 0:
             self.target.load_state_dict(self.q.state_dict())
@@ -163,7 +168,7 @@ class DQNPolicy(Policy):
 
     def set_weights(self, weights: Mapping[str, Any]) -> None:
         self.q.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})
-        self._actor_stale = self._actor is not self.q
+        self._q_changed()
 
     def get_state(self) -> dict:
         """Networks, optimizer, epsilon, step counter and the exploration RNG (for checkpoints)."""
@@ -177,4 +182,4 @@ class DQNPolicy(Policy):
         self.epsilon = float(state["epsilon"])
         self.grad_steps = int(state["grad_steps"])
         self._rng.bit_generator.state = state["rng"]
-        self._actor_stale = self._actor is not self.q
+        self._q_changed()
