@@ -539,7 +539,7 @@ def spread_f(values: list[float], digits: int = 1) -> str:
 def run_line(r: dict) -> str:
     split = ", ".join(f"{k} {v:.2f}" for k, v in r["split_s"].items())
     to = f"{r['steps_to_150']:,}" if r["steps_to_150"] is not None else "not reached"
-    return (f"{label(r):<20} seed {r['seed']}: env steps to {TARGET:g}: {to}; ran {r['steps_run']:,} env steps in "
+    return (f"{label(r):<26} seed {r['seed']}: env steps to {TARGET:g}: {to}; ran {r['steps_run']:,} env steps in "
             f"{r['wall_s']:.2f} s, {r['steps_per_s']:,.0f} env steps/s; final mean return {r['final_return']:.1f}; "
             f"split (s): {split}")
 

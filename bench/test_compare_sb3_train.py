@@ -160,6 +160,34 @@ def test_without_the_compare_extra_it_says_what_is_missing(monkeypatch, capsys, 
     assert "missing sb3-contrib (import no_such_module_xyz" in err and "requirements-compare.txt" in err
 
 
+def test_the_learners_device_reaches_every_side_and_names_its_rows(tmp_path):
+    pytest.importorskip("torch")
+    for system in ("trajview-framestack", "trajview-lstm"):
+        assert bench.trajview_config(system, 0, 512, False, 64, 1, str(tmp_path / system)).device == "cpu"
+        c = bench.trajview_config(system, 0, 512, False, 64, 1, str(tmp_path / system), "cuda")
+        assert c.device == "cuda" and "--device cuda" in bench.trajview_command(c)
+    assert bench.trajview_dqn_config(0, 512, False, 1, str(tmp_path / "d"), "cuda").device == "cuda"
+    assert bench.sb3_dqn_kwargs(0)["device"] == "cpu" and bench.sb3_dqn_kwargs(0, "cuda")["device"] == "cuda"
+    run = {"seed": 0, "steps_to_150": None, "steps_run": 256, "wall_s": 1.0, "steps_per_s": 256.0,
+           "final_return": 20.0, "split_s": {"sampling": 0.5, "sgd": 0.5}, "curve": [[256, 20.0]]}
+    results = [{**run, "system": "trajview-dqn", "device": "cuda"}, {**run, "system": "sb3-framestack"},
+               {**run, "system": "trajview-dqn", "device": "cpu", "steps_per_s": 300.0}]
+    rows = [line.split(" | ")[0].lstrip("| ") for line in bench.table(results).splitlines()[2:]]
+    # SYSTEMS' order, the CPU row first; results of earlier runs (no "device") are CPU runs
+    assert rows == ["sb3-framestack", "trajview-dqn", "trajview-dqn (cuda)"]
+    line = bench.run_line(results[0])
+    assert line.startswith("trajview-dqn (cuda) ") and line.split()[3:5] == ["seed", "0:"]
+
+
+def test_cuda_where_torch_sees_none_is_refused_before_any_run(monkeypatch, capsys, tmp_path):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert bench.main(["--systems", "trajview-framestack", "--device", "cpu", "cuda", "--out",
+                       str(tmp_path / "out")]) == 2
+    assert "--device cuda asked for, but torch sees no CUDA device" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_every_system_runs_a_tiny_budget(tmp_path, capsys):
     for module in ("torch", "stable_baselines3", "sb3_contrib"):
         pytest.importorskip(module)
