@@ -176,7 +176,7 @@ def test_the_learners_device_reaches_every_side_and_names_its_rows(tmp_path):
     # SYSTEMS' order, the CPU row first; results of earlier runs (no "device") are CPU runs
     assert rows == ["sb3-framestack", "trajview-dqn", "trajview-dqn (cuda)"]
     line = bench.run_line(results[0])
-    assert line.startswith("trajview-dqn (cuda) ") and line.split()[3:5] == ["seed", "0:"]
+    assert line.startswith("trajview-dqn (cuda) ") and line.split()[2:4] == ["seed", "0:"]
 
 
 def test_cuda_where_torch_sees_none_is_refused_before_any_run(monkeypatch, capsys, tmp_path):
