@@ -199,9 +199,10 @@ class _GTrXLCore(nn.Module):
         mem_at = ((torch.arange(n_seq) * w)[:, None] + torch.arange(m)).reshape(-1).to(h.device)  # [n_seq * M]
         q_at = (seq_of_row * t_max + pos).to(h.device)  # and among the S * T query slots
         # Slots after a sequence's end read only their own (zero) row: finite, and never read back.
-        valid = self._valid(t).new_zeros(n_seq * t_max, m + 1)
+        row_valid = self._valid(t)
+        valid = row_valid.new_zeros(n_seq * t_max, m + 1)
         valid[:, -1] = True
-        valid = valid.index_copy(0, q_at, self._valid(t)).view(n_seq, t_max, m + 1)
+        valid = valid.index_copy(0, q_at, row_valid).view(n_seq, t_max, m + 1)
         for block, mem in zip(self.blocks, mems):
             d = h.shape[2]
             seqs = h.new_zeros(g, n_seq * w, d)

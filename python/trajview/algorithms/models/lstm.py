@@ -23,6 +23,15 @@ from .base import Tensor, _f32, _init, _MemoryModel, _np_last, _split_points, fl
 __all__ = ["LSTMModel"]
 
 
+def _padded_layout(lens: Tensor, device: torch.device) -> tuple[Tensor, int, int]:
+    """The time-major padded layout of runs ``lens`` long (``lens`` on the CPU): (for each flat row its place among
+    the ``T * n_runs`` padded rows, on ``device``; ``n_runs``; ``T``, the longest run). Row r goes to time pos[r] of
+    column run_of_row[r]; the padding after a run's end is never read back."""
+    lens = lens.long()
+    run_of_row, pos = flat_sequence_index(lens)
+    return (pos * len(lens) + run_of_row).to(device), len(lens), int(lens.max())
+
+
 class _LSTMCore(nn.Module):
     """Linear + tanh (none when ``hidden`` is 0), then one LSTM layer, then tanh layers of ``post_hidden`` sizes
     (none by default); state (h, c)."""
@@ -49,15 +58,14 @@ class _LSTMCore(nn.Module):
         h1, c1 = torch.lstm_cell(z, (h, c), w[0], w[1], w[2], w[3])
         return (h1 if self.post is None else self.post(h1)), h1, c1
 
-    def flat(self, x: Tensor, seq_lens: Tensor, h0: Tensor, c0: Tensor) -> Tensor:
-        """Output for every flat row: sequences end to end, ``seq_lens`` long, starting from (h0, c0)."""
+    def flat(self, x: Tensor, seq_lens: Tensor, h0: Tensor, c0: Tensor,
+             layout: tuple[Tensor, int, int] | None = None) -> Tensor:
+        """Output for every flat row: sequences end to end, ``seq_lens`` long, starting from (h0, c0).
+        ``layout``: `_padded_layout` of ``seq_lens`` when the caller has it (the two networks share it)."""
         z = self._pre(x)
-        lens = seq_lens.long()
-        n_runs, d = len(lens), z.shape[1]
-        run_of_row, pos = flat_sequence_index(lens)
-        # Row r goes to time pos[r] of column run_of_row[r]; the padding after a run's end is never read back.
-        at = (pos * n_runs + run_of_row).to(z.device)
-        padded = z.new_zeros(int(lens.max()) * n_runs, d).index_copy(0, at, z).view(-1, n_runs, d)
+        at, n_runs, t_max = _padded_layout(seq_lens.cpu(), z.device) if layout is None else layout
+        d = z.shape[1]
+        padded = z.new_zeros(t_max * n_runs, d).index_copy(0, at, z).view(-1, n_runs, d)
         out, _ = self.lstm(padded, (h0[None].contiguous(), c0[None].contiguous()))
         rows = out.reshape(-1, out.shape[-1])[at]
         return rows if self.post is None else self.post(rows)
@@ -127,8 +135,9 @@ class LSTMModel(_MemoryModel):
             rows = _f32(batch[f"state_in_{i}"])
             rows = torch.cat([rows, init[i].to(rows)[None]])  # index -1: the initial state
             s.append(rows[from_seq])
-        po = self.pi_core.flat(x, lens, s[0], s[1])
-        vo = self.vf_core.flat(xv, lens, s[2], s[3])
+        layout = _padded_layout(lens, x.device)  # one layout, both networks
+        po = self.pi_core.flat(x, lens, s[0], s[1], layout)
+        vo = self.vf_core.flat(xv, lens, s[2], s[3], layout)
         return self.pi_head(po), self.vf_head(vo)[:, 0]
 
     def bootstrap_input(self, segment):
