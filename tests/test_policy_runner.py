@@ -448,7 +448,7 @@ def test_bad_calls_change_nothing():
         runner.act(np.zeros(2, np.float32), "c")
     with pytest.raises(ValueError, match="repeated: 'a'"):
         runner.act_many(np.zeros((2, 2), np.float32), ["a", "a"], rewards=[0, 0])
-    with pytest.raises(ValueError, match="column 'obs': expected shape"):
+    with pytest.raises(ValueError, match=r"column 'obs': expected one observation of shape \(2,\) .* got shape \(3,\)"):
         runner.act(np.zeros(3, np.float32), "a", reward=1.0)
     with pytest.raises(ValueError, match="expected dtype float32, got float64"):
         runner.act(np.zeros(2), "a", reward=1.0)
@@ -458,7 +458,7 @@ def test_bad_calls_change_nothing():
         runner.act_many(np.zeros((3, 2), np.float32), ["a", "b"], rewards=[1.0, 1.0])
     with pytest.raises(ValueError, match=r"episode_start must be one value or 2 values .* got shape \(3,\)"):
         runner.act_many(np.zeros((2, 2), np.float32), ["a", "b"], rewards=[1.0, 1.0], episode_start=[0, 0, 1])
-    with pytest.raises(ValueError, match=r"agent_index must be one value or 2 values"):
+    with pytest.raises(ValueError, match=r"agent_index must be a non-negative int or 2 of them"):
         runner.act_many(np.zeros((2, 2), np.float32), ["a", "b"], rewards=[1.0, 1.0], agent_index=[[0, 1]])
     with pytest.raises(ValueError, match="episodes is empty"):
         runner.act_many(np.zeros((0, 2), np.float32), [])
@@ -472,6 +472,114 @@ def test_bad_calls_change_nothing():
     with pytest.raises(KeyError, match=r"no running episode 'b'; running: \['a', 'c'\]"):
         runner.reset("b")
     runner.reset()
+    assert len(runner) == 0
+
+
+def test_episode_keys_are_checked_wherever_they_stand():
+    """An unhashable key (a list, an array, a tuple holding one) is the runner's TypeError naming it, in any
+    position, with or without episode_start; None is refused (reset(None) means every episode)."""
+    obs2 = np.zeros((2, 2), np.float32)
+    for keys, start in [([["x"], "a"], None), (["a", ["x"]], None), ([["x"], "a"], [True, True]),
+                        (["a", np.array([1, 2])], None), ([("g", np.array([1])), "a"], None),
+                        ([("g", ["p"]), "a"], None)]:
+        p, runner = echo_runner(4)
+        runner.act_many(obs2, ["a", "b"])
+        with pytest.raises(TypeError, match=r"PolicyRunner: an episode key must be hashable, got (list|ndarray|tuple)"):
+            runner.act_many(obs2, keys, rewards=[1.0, 1.0], episode_start=start)
+        assert runner.episodes == ["a", "b"] if start is None else runner.episodes == ["b"]
+    with pytest.raises(TypeError, match=r"PolicyRunner.reset: an episode key must be hashable, got list \['x'\]"):
+        runner.reset(["x"])
+    with pytest.raises(ValueError, match="None cannot be an episode key"):
+        runner.act_many(obs2, [None, "c"])
+    with pytest.raises(TypeError, match="episodes must be a sequence of episode keys .* got int 5"):
+        runner.act_many(obs2, 5)
+    assert runner.episodes == ["a", "b"]
+
+
+def test_rewards_follow_the_workers_rule():
+    """NaN, bools and strings are refused as rewards (the rule for what an env returns), before anything is
+    stored: the episode goes on as if the call had not been made."""
+    p, runner = echo_runner(2)
+    runner.act_many(np.zeros((2, 2), np.float32), ["a", "b"])
+    for bad in (float("nan"), True, np.float32("nan"), "1.0", np.array([1.0])):
+        with pytest.raises(ValueError, match=r"column 'rewards': PolicyRunner.act got"):
+            runner.act(np.ones(2, np.float32), "a", reward=bad)
+    for bad in ([np.nan, 1.0], [True, False], [2**60, 1]):
+        with pytest.raises(ValueError, match=r"column 'rewards': PolicyRunner.act_many got"):
+            runner.act_many(np.ones((2, 2), np.float32), ["a", "b"], rewards=bad)
+    assert runner.episodes == ["a", "b"]
+    runner.act(np.ones(2, np.float32), "a", reward=np.int32(3))
+    assert p.seen[-1]["t"][0] == 1 and p.seen[-1]["prev_rewards"][0] == 3.0
+
+
+def test_act_names_the_shapes_it_was_given():
+    p, runner = echo_runner(1)
+    runner.act(np.zeros(2, np.float32), "e")
+    with pytest.raises(ValueError, match=r"expected one observation of shape \(2,\) .* got shape \(1, 2\)"):
+        runner.act(np.zeros((1, 2), np.float32), "e", reward=1.0)
+    with pytest.raises(ValueError, match=r"PolicyRunner.act got rewards of dtype float64 and shape \(1,\), expected .* "
+                                         r"shape \(\)"):
+        runner.act(np.zeros(2, np.float32), "e", reward=np.array([1.0]))
+    runner.act(np.ones(2, np.float32), "e", reward=1.0)
+    assert p.seen[-1]["t"][0] == 1
+
+
+def test_agent_index_is_checked():
+    class Indexed(Echo):
+        def __init__(self, o, a, config=None):
+            super().__init__(o, a, config)
+            self.view_requirements["agent_index"] = tv.ViewRequirement()
+
+        def compute_actions_from_input_dict(self, d, explore=None, timestep=None, **kw):
+            self.indices = np.array(d["agent_index"])
+            return super().compute_actions_from_input_dict(d)
+
+    p = Indexed(S.Box(-100.0, 100.0, (2,), np.float32), S.Discrete(4))
+    runner = tv.PolicyRunner(p, max_episodes=4)
+    for bad in (1.9, True, -3, "1", None):
+        with pytest.raises(ValueError, match=r"PolicyRunner.act: agent_index must be a non-negative int, got"):
+            runner.act(np.zeros(2, np.float32), "e", agent_index=bad)
+    for bad in ([0.5, 1.7], "x", [None, 1], [0, -1]):
+        with pytest.raises(ValueError, match=r"PolicyRunner.act_many: agent_index must be a non-negative int or 2"):
+            runner.act_many(np.zeros((2, 2), np.float32), ["a", "b"], agent_index=bad)
+    assert len(runner) == 0
+    runner.act_many(np.zeros((2, 2), np.float32), ["a", "b"], agent_index=np.uint8(3))
+    assert p.indices.tolist() == [3, 3] and p.indices.dtype == np.int64
+    runner.act(np.zeros(2, np.float32), "c", agent_index=np.int32(2))
+    assert p.indices.tolist() == [2]
+
+
+@pytest.mark.parametrize("refusal", ["store", "full", "no rewards", "duplicate", "explore", "bad rewards"])
+def test_a_refused_restart_is_forgotten_whatever_refused_it(refusal):
+    """The class doc: a call refused before the policy runs forgets the episodes it was asked to restart, and
+    nothing else; the next call with the key begins a new episode without episode_start."""
+    p = Echo(S.Box(-9.0, 9.0, (2,), np.float32), S.Discrete(4))
+    runner = tv.PolicyRunner(p, max_episodes=2)
+    o = np.zeros((2, 2), np.float32)
+    runner.act_many(o, ["a", "b"])
+    runner.act_many(o + 1, ["a", "b"], rewards=[1.0, 1.0])  # both at t=1
+    call = dict(obs=o, episodes=["a", "b"], rewards=[1.0, 1.0], episode_start=[True, False])
+    call.update({"store": dict(obs=np.zeros((2, 2))), "full": dict(episodes=["a", "c"]),
+                 "no rewards": dict(rewards=None), "explore": dict(explore="False"),
+                 "duplicate": dict(obs=np.zeros((3, 2), np.float32), episodes=["a", "b", "b"],
+                                   rewards=[1.0] * 3, episode_start=[True, False, False]),
+                 "bad rewards": dict(rewards=[1.0, float("nan")])}[refusal])
+    with pytest.raises(ValueError):
+        runner.act_many(call.pop("obs"), call.pop("episodes"), **call)
+    assert runner.episodes == ["b"]
+    runner.act(np.full(2, 5, np.float32), "a", reward=2.0)
+    assert p.seen[-1]["t"][0] == 0 and p.seen[-1]["stack"][0].tolist() == [[0, 0], [0, 0], [5, 5]]
+    runner.act(np.full(2, 2, np.float32), "b", reward=2.0)
+    assert p.seen[-1]["t"][0] == 2
+
+
+def test_explore_is_checked_on_every_call():
+    p, runner = echo_runner(1)
+    for call in (lambda: runner.act(np.zeros(2, np.float32), "e", explore="False"),
+                 lambda: runner.act_many(np.zeros((1, 2), np.float32), ["e"], explore=1),
+                 lambda: p.compute_single_action(np.zeros(2, np.float32), explore="no")):
+        with pytest.raises(ValueError, match="explore must be a bool or None, got"):
+            call()
     assert len(runner) == 0
 
 

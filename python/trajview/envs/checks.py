@@ -23,6 +23,7 @@ __all__ = [
     "check_flag",
     "check_reset",
     "check_reward",
+    "check_reward_array",
     "check_vector_flags",
     "check_vector_rewards",
     "step_result_error",
@@ -108,22 +109,30 @@ def check_flag(value: Any, name: str, env_index: int, agent: Any = None) -> bool
 def check_vector_rewards(value: Any, num_envs: int) -> np.ndarray:
     """A VectorEnv's rewards as float64 [num_envs], if they are real numbers of that shape."""
     arr = np.asarray(value) if not isinstance(value, np.ndarray) else value
-    if arr.shape != (num_envs,) or arr.dtype.kind not in "iuf":
+    check_reward_array(arr, (num_envs,), "the VectorEnv returned", "envs",
+                       " (a reward of None becomes NaN in a VectorEnv's float array)")
+    return arr.astype(np.float64, copy=False)
+
+
+def check_reward_array(arr: np.ndarray, shape: tuple[int, ...], who: str, rows: str = "rows", hint: str = "") -> None:
+    """A ValueError unless ``arr`` holds real rewards of ``shape``: an int or float dtype (not bool, object, string,
+    complex), ints float64 holds exactly, no NaN. ``who`` (``"the VectorEnv returned"``) and ``rows`` (what an
+    index of ``arr`` is) name the source; ``hint`` follows the NaN message."""
+    if arr.shape != shape or arr.dtype.kind not in "iuf":
         raise ValueError(
-            f"column 'rewards': the VectorEnv returned rewards of dtype {arr.dtype} and shape {arr.shape}, "
-            f"expected real numbers (an int or float dtype) of shape ({num_envs},)"
+            f"column 'rewards': {who} rewards of dtype {arr.dtype} and shape {arr.shape}, "
+            f"expected real numbers (an int or float dtype) of shape {shape}"
         )
     if arr.dtype.kind in "iu" and arr.size and int(np.abs(arr).max()) > _MAX_EXACT_INT:
         raise ValueError(
-            f"column 'rewards': the VectorEnv returned int rewards up to {int(np.abs(arr).max())}, which float64 "
+            f"column 'rewards': {who} int rewards up to {int(np.abs(arr).max())}, which float64 "
             f"cannot hold exactly (expected |reward| <= 2**53)"
         )
     if arr.dtype.kind == "f" and np.isnan(arr).any():
         raise ValueError(
-            f"column 'rewards': the VectorEnv returned NaN rewards for envs {np.flatnonzero(np.isnan(arr)).tolist()} "
-            f"(a reward of None becomes NaN in a VectorEnv's float array), expected real numbers"
+            f"column 'rewards': {who} NaN rewards for {rows} {np.flatnonzero(np.isnan(arr).reshape(-1)).tolist()}"
+            f"{hint}, expected real numbers"
         )
-    return arr.astype(np.float64, copy=False)
 
 
 def check_vector_flags(value: Any, name: str, num_envs: int) -> np.ndarray:

@@ -15,12 +15,13 @@ the views look back at.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..collect.collector import Collector
+from ..envs.checks import check_reward_array
 from ..policy import policy as _policy_module
 from ..policy.policy import Policy, _first_row
 from ..views.nest import Nest
@@ -38,7 +39,8 @@ _TERMINATEDS, _TRUNCATEDS = SampleBatch.TERMINATEDS, SampleBatch.TRUNCATEDS
 class PolicyRunner:
     """Acts with ``policy`` in many concurrent episodes, each keeping the history its views read.
 
-    Each episode is named by a key of your choice (any hashable: an env index, ``(episode_id, agent_id)``).
+    Each episode is named by a key of your choice (any hashable but None: an env index, ``(episode_id,
+    agent_id)``).
     An episode begins on the first `act` / `act_many` with its key (or with ``episode_start=True``) and lasts
     until `reset` forgets it. Each later call with the key is the next step of that episode: its observation
     is the one the previous action led to, and ``reward`` is what that action earned. The policy then sees
@@ -57,9 +59,12 @@ class PolicyRunner:
     index when the policy reads ``agent_index``; an agent's ``reward`` is what it earned since it last acted
     (as a multi-agent worker stores it).
 
+    Rewards must be real numbers (ints float64 holds exactly, or floats; not NaN, bools or strings: a
+    worker's rule for what an env returns), ``agent_index`` non-negative ints, ``explore`` a bool or None.
     A call that raises before the policy runs (a bad argument, a full runner, an observation the store
     refuses: wrong shape, or a dtype it cannot take without loss) changes nothing, except that the episodes
-    it was asked to restart (``episode_start``) are forgotten. If the policy (or the check of its outputs,
+    it was asked to restart (``episode_start``) are forgotten, whatever refused the call: a retry need not
+    pass ``episode_start`` again. If the policy (or the check of its outputs,
     the worker's) raises, the call's episodes are forgotten (as `reset`): their stored step has no action.
     The error's note says so.
 
@@ -87,8 +92,7 @@ class PolicyRunner:
         )
         if isinstance(max_episodes, bool) or not isinstance(max_episodes, (int, np.integer)) or max_episodes < 1:
             raise ValueError(f"PolicyRunner: max_episodes must be a positive int, got {max_episodes!r}")
-        if explore is not None and not isinstance(explore, (bool, np.bool_)):
-            raise ValueError(f"PolicyRunner: explore must be a bool or None, got {explore!r}")
+        _check_explore(explore)
         self.policy = policy
         self.max_episodes = int(max_episodes)
         self.explore = None if explore is None else bool(explore)
@@ -97,13 +101,16 @@ class PolicyRunner:
         self._obs_nest = Nest.from_space(policy.observation_space, "observation_space")
         self._nested_actions = not self._columns.action_nest.flat
         self._flat_obs = self._obs_nest.flat
+        specs = policy.column_specs()
+        #: Each observation column's shape without the batch axis (what `act` takes).
+        self._obs_shapes = {c: tuple(specs[c][1]) for c in self._obs_nest.names(_OBS) if c in specs}
         # What an episode's next step stores besides the observation, reward and ends: the policy's outputs (actions,
         # state_out_i, extra fetches) of its previous step, per slot.
         env_columns = {*self._obs_nest.names(_OBS), _REWARDS, _TERMINATEDS, _TRUNCATEDS}
         n = self.max_episodes
         self._pending = {
             k: np.zeros((n, *shape), dtype=dt)
-            for k, (dt, shape) in policy.column_specs().items()
+            for k, (dt, shape) in specs.items()
             if k not in env_columns
         }
         self._false = np.zeros(n, dtype=bool)
@@ -143,6 +150,7 @@ class PolicyRunner:
         if episode is None:
             self._end(list(self._slots))
             return
+        _check_keys([episode], "PolicyRunner.reset")
         if episode not in self._slots:
             raise KeyError(f"PolicyRunner.reset: no running episode {episode!r}; running: {self.episodes}")
         self._end([episode])
@@ -175,14 +183,16 @@ class PolicyRunner:
         observation (the old one under this key is forgotten first; SB3's ``episode_start``). ``full_fetch``:
         return ``(action, state_outs, extra_fetches)`` instead of the action alone.
         """
-        if self._flat_obs:
-            obs_cols = {_OBS: np.asarray(obs)[None]}
-        else:
-            obs_cols = {c: _batch_of_one(v) for c, v in self._obs_nest.columns(_OBS, obs, "obs").items()}
-        rewards = None if reward is None else np.asarray(reward)[None]
-        # agent_index as an array only where the policy reads it (or it is not the default, to check it as given).
-        idx = None if type(agent_index) is int and agent_index == 0 else np.asarray([agent_index], np.int64)
-        actions, data = self._act_columns(obs_cols, [episode], rewards, [bool(episode_start)], idx, explore, timestep)
+        keys, starts = [episode], [bool(episode_start)]
+        try:
+            obs_cols = self._single_obs(obs)
+            rewards = None if reward is None else _single_reward(reward)
+            # agent_index as an array unless it is the default (then zeros, where the policy reads it).
+            idx = None if type(agent_index) is int and agent_index == 0 else _agent_indices(agent_index, 1, "act")
+            actions, data = self._act_columns(obs_cols, keys, rewards, starts, idx, explore, timestep)
+        except BaseException:
+            self._forget_restarts(keys, starts)
+            raise
         # Copies: the arrays the policy returned are stored with the episode's next step.
         action = _copied(_first_row(actions)) if self._nested_actions else _row(data[SampleBatch.ACTIONS])
         if not full_fetch:
@@ -211,26 +221,37 @@ class PolicyRunner:
         ...]`` (a nested action space: its structure of such arrays), or with ``full_fetch`` ``(actions,
         state_outs, extra_fetches)``.
         """
+        if isinstance(episodes, (str, bytes)) or not isinstance(episodes, Iterable):
+            raise TypeError(
+                f"PolicyRunner.act_many: episodes must be a sequence of episode keys (one per row of obs), got "
+                f"{type(episodes).__name__} {episodes!r}"
+            )
         keys = list(episodes)
         n = len(keys)
         if not n:
             raise ValueError("PolicyRunner.act_many: episodes is empty; pass at least one episode key")
-        if self._flat_obs:
-            obs_cols = {_OBS: np.asarray(obs)}
-        else:
-            obs_cols = {c: np.asarray(v) for c, v in self._obs_nest.columns(_OBS, obs, "obs").items()}
-        for c, v in obs_cols.items():
-            if v.shape[:1] != (n,):
-                raise ValueError(
-                    f"PolicyRunner.act_many: obs column {c!r} must have one row per episode (leading dim {n}), "
-                    f"got shape {v.shape}"
-                )
-        r = None if rewards is None else np.asarray(rewards)
-        if r is not None and r.shape != (n,):
-            raise ValueError(f"PolicyRunner.act_many: rewards must have shape ({n},), got {r.shape}")
         starts = [False] * n if episode_start is None else _starts(episode_start, n)
-        idx = None if agent_index is None else _per_episode("agent_index", agent_index, n, np.int64)
-        actions, data = self._act_columns(obs_cols, keys, r, starts, idx, explore, timestep)
+        try:
+            if self._flat_obs:
+                obs_cols = {_OBS: np.asarray(obs)}
+            else:
+                obs_cols = {c: np.asarray(v) for c, v in self._obs_nest.columns(_OBS, obs, "obs").items()}
+            for c, v in obs_cols.items():
+                if v.shape[:1] != (n,):
+                    raise ValueError(
+                        f"PolicyRunner.act_many: obs column {c!r} must have one row per episode (leading dim {n}), "
+                        f"got shape {v.shape}"
+                    )
+            r = None if rewards is None else np.asarray(rewards)
+            if r is not None:
+                if r.shape != (n,):
+                    raise ValueError(f"PolicyRunner.act_many: rewards must have shape ({n},), got {r.shape}")
+                check_reward_array(r, (n,), "PolicyRunner.act_many got")
+            idx = None if agent_index is None else _agent_indices(agent_index, n, "act_many")
+            actions, data = self._act_columns(obs_cols, keys, r, starts, idx, explore, timestep)
+        except BaseException:
+            self._forget_restarts(keys, starts)
+            raise
         # Copies: the arrays the policy returned are stored with the episodes' next steps.
         if not full_fetch:
             return _copied(actions)
@@ -252,15 +273,11 @@ class PolicyRunner:
         them, the checked output columns: ``actions`` (or its leaves), ``state_out_i``, extra fetches). ``agent_index``:
         ``[n]``, or None for zeros."""
         n = len(keys)
+        _check_explore(explore)
+        _check_keys(keys, "PolicyRunner")
         fast = keys == self._last_keys and not any(starts)
         # Whether an episode steps (a call that begins every one of its episodes has no reward to store).
-        try:
-            stepped = fast or any(not starts[j] and keys[j] in self._slots for j in range(n))
-        except TypeError:
-            bad = next(k for k in keys if not isinstance(k, Hashable))
-            raise TypeError(
-                f"PolicyRunner: an episode key must be hashable, got {type(bad).__name__} {bad!r}"
-            ) from None
+        stepped = fast or any(not starts[j] and keys[j] in self._slots for j in range(n))
         if rewards is None and self._columns.reward_input_keys:
             if stepped:
                 raise ValueError(
@@ -312,6 +329,36 @@ class PolicyRunner:
         if self._calls >= _CHUNK:
             self._free_rows()
         return actions, data
+
+    def _single_obs(self, obs: Any) -> dict[str, np.ndarray]:
+        """``act``'s observation as batch-of-one columns; a shape other than the space's is a ValueError (in the
+        shapes the caller passed, without the batch axis)."""
+        cols = {_OBS: obs} if self._flat_obs else self._obs_nest.columns(_OBS, obs, "obs")
+        out = {}
+        for c, v in cols.items():
+            a = np.asarray(v)
+            expected = self._obs_shapes.get(c)
+            if expected is not None and a.shape != expected:
+                raise ValueError(
+                    f"PolicyRunner.act: column {c!r}: expected one observation of shape {expected} (no batch axis; "
+                    f"act_many takes a batch), got shape {a.shape}"
+                )
+            out[c] = a[None]
+        return out
+
+    def _forget_restarts(self, keys: list[Any], starts: list[bool]) -> None:
+        """A call that raised forgets the running episodes it was asked to restart (``episode_start``), whatever
+        refused it (the class doc); the others stay as they were."""
+        mine: list[Hashable] = []
+        for k, start in zip(keys, starts):
+            if start:
+                try:
+                    if k in self._slots and k not in mine:
+                        mine.append(k)
+                except TypeError:  # (an unhashable key: not running)
+                    pass
+        if mine:
+            self._end(mine)
 
     def _store_step(
         self, obs_cols: dict[str, np.ndarray], keys: list[Hashable], rewards: np.ndarray | None, starts: list[bool]
@@ -404,6 +451,54 @@ def _per_episode(name: str, value: Any, n: int, dtype: Any) -> np.ndarray:
     return np.broadcast_to(arr.astype(dtype, copy=False), (n,))
 
 
+def _check_explore(explore: Any) -> None:
+    if explore is not None and not isinstance(explore, (bool, np.bool_)):
+        raise ValueError(f"PolicyRunner: explore must be a bool or None, got {type(explore).__name__} {explore!r}")
+
+
+def _check_keys(keys: list[Any], where: str) -> None:
+    """Episode keys must be hashable (tuples: every element too) and not None (``reset(None)`` means every
+    episode); else a TypeError / ValueError naming the key."""
+    try:
+        hash(tuple(keys))
+    except TypeError:
+        bad = next(k for k in keys if not _hashable(k))
+        raise TypeError(f"{where}: an episode key must be hashable, got {type(bad).__name__} {bad!r}") from None
+    if None in keys:
+        raise ValueError(f"{where}: None cannot be an episode key (reset(None) forgets every episode); use another key")
+
+
+def _hashable(key: Any) -> bool:
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return True
+
+
+def _single_reward(reward: Any) -> np.ndarray:
+    """``act``'s reward as a batch of one, if it is one real number (`check_reward_array`'s rule)."""
+    r = np.asarray(reward)
+    if not (type(reward) is float and reward == reward):  # (a float that is not NaN: nothing to check)
+        check_reward_array(r, (), "PolicyRunner.act got")
+    return r[None]
+
+
+def _agent_indices(value: Any, n: int, where: str) -> np.ndarray:
+    """``agent_index`` (one non-negative int for every episode, or ``[n]`` of them) as ``[n]`` int64; anything else
+    (bools, floats, strings, negatives) is a ValueError naming it."""
+    arr = np.asarray(value)
+    if (
+        arr.dtype.kind not in "iu"
+        or arr.ndim > 1
+        or (arr.ndim == 1 and len(arr) != n)
+        or (arr.size and (arr.min() < 0 or arr.max() > np.iinfo(np.int64).max))
+    ):
+        many = f" or {n} of them (one per episode)" if n > 1 else ""
+        raise ValueError(f"PolicyRunner.{where}: agent_index must be a non-negative int{many}, got {value!r}")
+    return np.full(n, arr, np.int64) if arr.ndim == 0 else arr.astype(np.int64)
+
+
 def _starts(value: Any, n: int) -> list[bool]:
     """``episode_start`` (one bool for every episode, or ``[n]``) as a list of ``n`` bools (`_per_episode`'s rule)."""
     arr = np.asarray(value)
@@ -427,12 +522,6 @@ def _copied(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value  # a scalar (immutable)
     return np.array(value, copy=True)
-
-
-def _batch_of_one(value: Any) -> np.ndarray:
-    arr = np.asarray(value)
-    return arr[None]
-
 
 def implicit_single_action(policy: Policy, obs: Any, reward: Any, episode_start: bool, explore: bool | None,
                            timestep: int | None) -> tuple[Any, list, dict]:
