@@ -157,8 +157,8 @@ def test_logger_jsonl_and_the_old_metrics_format_name(tmp_path):
     out = tmp_path / "run"
     assert main(["train", "--model", "mlp", "--timesteps", "200", "--out", str(out), "--logger", "jsonl", *SMALL]) == 0
     assert (out / "metrics.jsonl").exists() and not (out / "tensorboard").exists()
-    with pytest.raises(SystemExit):
-        main(["train", "--out", str(tmp_path / "x"), "--logger", "csv", "--metrics-format", "jsonl", *SMALL])
+    assert main(["train", "--out", str(tmp_path / "x"), "--logger", "csv", "--metrics-format", "jsonl", *SMALL]) == 2
+    assert not (tmp_path / "x").exists()
 
 
 # -- any gymnasium env: errors are one line with exit code 2 and no run folder ----------------------------------

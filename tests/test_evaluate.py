@@ -213,3 +213,42 @@ def test_evaluate_gives_up_on_episodes_that_never_end(tmp_path):
     with pytest.raises(EvaluateError, match=r"1000 env steps and only 0 of 2 episodes ended: does "
                                             r"tvtest/Endless-v0 end its episodes\?"):
         evaluate(trained, episodes=2, max_steps=1000)
+
+
+@pytest.mark.parametrize("run", ["ppo_run", "dqn_run"])
+def test_explore_is_reproducible_from_the_seed_and_leaves_the_callers_rngs_alone(run, request):
+    """B6: PPO's sampled actions came from torch's global RNG, never seeded by evaluate (each run of the command
+    gave other returns); DQN's epsilon-greedy RNG, the policy's own, went on from one evaluation to the next."""
+    trained = load_trained(request.getfixturevalue(run))
+    torch.manual_seed(123)
+    torch_state = torch.get_rng_state()
+    rng_state = trained.policy.get_state()["rng"] if trained.algo == "dqn" else None
+    first = evaluate(trained, episodes=4, explore=True, seed=3)
+    assert torch.equal(torch.get_rng_state(), torch_state)
+    if rng_state is not None:
+        assert trained.policy.get_state()["rng"] == rng_state
+    torch.manual_seed(456)  # the caller's RNG elsewhere: the evaluation does not read it
+    again = evaluate(trained, episodes=4, explore=True, seed=3)
+    assert (again.returns, again.lengths) == (first.returns, first.lengths)
+    assert evaluate(load_trained(request.getfixturevalue(run)), episodes=4, explore=True, seed=3).returns == \
+        first.returns
+    # Exploration matters for these barely trained policies: another seed, or no exploration, other episodes.
+    assert evaluate(trained, episodes=4, explore=True, seed=4).returns != first.returns
+    assert evaluate(trained, episodes=4, seed=3).returns != first.returns
+    assert evaluate(trained, episodes=4, seed=3).returns == evaluate(trained, episodes=4, seed=3).returns
+
+
+def test_the_command_with_explore_prints_the_same_table_for_the_same_seed(ppo_run, capsys):
+    tables = []
+    for _ in range(2):
+        torch.manual_seed(len(tables))  # whatever the process's RNG holds
+        assert main(["evaluate", str(ppo_run), "--episodes", "4", "--explore", "--seed", "7"]) == 0
+        tables.append(capsys.readouterr().out)
+    assert tables[0] == tables[1] and "| explore |" in tables[0]
+
+
+def test_a_seed_out_of_range_is_refused_naming_the_option(ppo_run):
+    trained = load_trained(ppo_run)
+    for bad in (-1, 2**32, 10**23, 1.5, True):
+        with pytest.raises(ValueError, match=r"^--seed must be an int in \[0, 4294967295\], got "):
+            evaluate(trained, episodes=1, seed=bad)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import gymnasium as gym
@@ -184,6 +185,45 @@ def test_the_command_exports_a_run_and_the_runner_plays_its_env(tmp_path, capsys
     assert "is a folder" in capsys.readouterr().err
     assert main(["export", str(tmp_path / "nothing")]) == 2
     assert "no such file or folder" in capsys.readouterr().err
+    # B9: an --out in a folder that does not exist named the temporary file atomic_write writes first.
+    missing = tmp_path / "no" / "such" / "dir" / "policy.pt"
+    assert main(["export", str(out), "--out", str(missing)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"trajview export: error: --out {missing}: its folder {missing.parent} does not exist: create "
+                   f"it or give another --out")
+    assert not (tmp_path / "no").exists()
+
+
+def test_an_out_that_cannot_take_the_file_is_refused_before_the_export_naming_out(tmp_path, monkeypatch):
+    import trajview.train.export as export_mod
+
+    _, p = _policy("mlp")
+
+    def no_export(*a, **k):
+        raise AssertionError("the export ran before --out was checked")
+
+    def refused(path, message):
+        with pytest.raises(ExportError, match="^" + re.escape(message)):
+            export_policy(p, path)
+
+    with monkeypatch.context() as m:
+        m.setattr(export_mod, "view_spec", no_export)
+        missing = tmp_path / "no" / "such" / "policy.pt"
+        refused(missing, f"--out {missing}: its folder {missing.parent} does not exist: create it or give another "
+                         f"--out")
+        refused(tmp_path, f"--out {tmp_path} is a folder: give the file to write")
+        (tmp_path / "f").write_text("x")
+        refused(str(tmp_path / "f" / "p.pt"), f"--out {tmp_path / 'f' / 'p.pt'}: {tmp_path / 'f'} is a file, not a "
+                                              f"folder")
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["f"]
+
+    def full_disk(path, data):  # as atomic_write fails: the OSError names its temporary sibling
+        raise OSError(28, "No space left on device", str(path.with_name(f".{path.name}.tmp-1-00000000")))
+
+    monkeypatch.setattr(export_mod, "atomic_write", full_disk)
+    with pytest.raises(ExportError) as e:
+        export_policy(p, tmp_path / "p.pt")
+    assert str(e.value) == f"--out {tmp_path / 'p.pt'}: cannot write it: No space left on device"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("onnx") is None, reason="the export extra (onnx) is not installed")

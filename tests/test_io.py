@@ -276,3 +276,45 @@ def test_path_lock_names_the_holder_and_dies_with_it(tmp_path):
             _io.PathLock(tmp_path, "same process, second owner")
     assert not lock.held
     _io.PathLock(tmp_path, "after release").release()
+
+
+def _in_thread(fn, timeout=10.0):
+    """``fn()``'s exception (or None), failing the test if it blocks (a FIFO opened for reading waits for a writer)."""
+    import threading
+
+    out: list = []
+
+    def run():
+        try:
+            fn()
+            out.append(None)
+        except BaseException as e:  # noqa: BLE001
+            out.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert out, "the read blocked"
+    return out[0]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_file_that_is_not_a_regular_file_is_refused_without_blocking(tmp_path, kind):
+    """Every committed folder (checkpoints, replay dumps) reads its files through one rule: a FIFO, a folder (or a
+    device, a socket) in a file's place is a FileIntegrityError naming it, never opened for a read that blocks."""
+    import os
+
+    _io.commit_folder(tmp_path, FMT, 1, _files({"a": b""}))
+    man = _io.read_manifest(tmp_path, FMT, (1,))
+    target = man.path("a")
+    target.unlink()
+    os.mkfifo(target) if kind == "fifo" else target.mkdir()
+    got = "a FIFO (named pipe)" if kind == "fifo" else "a folder"
+    e = _in_thread(lambda: _io.read_manifest(tmp_path, FMT, (1,)))
+    assert isinstance(e, FileIntegrityError) and f"expected a regular file, got {got}" in str(e) and str(target) in str(e)
+    e = _in_thread(lambda: _io.read_verified(man, "a"))
+    assert isinstance(e, FileIntegrityError) and f"expected a regular file, got {got}" in str(e)
+    json_path = tmp_path / "x.json"
+    os.mkfifo(json_path) if kind == "fifo" else json_path.mkdir()
+    e = _in_thread(lambda: _io.read_json(json_path, "a JSON file"))
+    assert isinstance(e, FileIntegrityError) and f"expected a regular file, got {got}" in str(e)

@@ -293,10 +293,10 @@ def test_ray_backend_sync_and_async(tmp_path):
 @pytest.mark.parametrize(
     ("flags", "needs", "message"),
     [
-        (["--backend", "threads"], None, "backend must be one of local, process, ray, got 'threads'"),
+        (["--backend", "threads"], None, "backend (--backend) must be one of auto, local, process, ray, got 'threads'"),
         (["--ray-address", "auto"], None, "ray_address (--ray-address) needs backend 'ray', got backend 'local'"),
         (["--async", "--backend", "local"], None, "async sampling (--async) needs backend 'process' or 'ray'"),
-        (["--async", "--max-staleness", "-1"], None, "max_staleness must be an int >= 0, got -1"),
+        (["--async", "--max-staleness", "-1"], None, "max_staleness (--max-staleness) must be an int >= 0, got -1"),
         (["--backend", "ray", "--ray-address", "no-port"], "ray", "--ray-address: expected auto, HOST:PORT"),
         (["--backend", "ray", "--ray-address", "127.0.0.1:1"], "ray",
          "--ray-address 127.0.0.1:1: no Ray cluster answers there"),
@@ -461,10 +461,10 @@ def test_an_env_that_keeps_failing_uses_up_the_restarts(tmp_path, monkeypatch, c
         (["--recreate-failed-workers"], "recreate_failed_workers (--recreate-failed-workers) needs backend "
                                         "'process' or 'ray'"),
         (["--sample-timeout", "5"], "sample_timeout_s (--sample-timeout) needs backend 'process' or 'ray'"),
-        (["--workers", "2", "--sample-timeout", "0"], "sample_timeout_s must be None or a finite number of "
+        (["--workers", "2", "--sample-timeout", "0"], "sample_timeout_s (--sample-timeout) must be None or a finite number of "
                                                       "seconds > 0, got 0.0"),
         (["--workers", "2", "--recreate-failed-workers", "--max-worker-restarts", "-1"],
-         "max_worker_restarts must be an int >= 0, got -1"),
+         "max_worker_restarts (--max-worker-restarts) must be an int >= 0, got -1"),
     ],
     ids=["recreate-local", "timeout-local", "timeout-zero", "restarts-negative"],
 )

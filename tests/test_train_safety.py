@@ -386,7 +386,7 @@ def test_a_new_run_is_not_started_over_an_earlier_one(ppo_run, capsys):
     (["--timesteps", "0"], "timesteps (--timesteps) must be an int >= 1, got 0"),
     (["--threads", "0"], "threads (--threads) must be an int >= 1, got 0"),
     (["--seed", "-1"], "seed (--seed) must be an int in [0, 4294967295], got -1"),
-    (["--stop-reward", "none", "--max-staleness", "-1", "--async"], "max_staleness must be an int >= 0, got -1"),
+    (["--stop-reward", "none", "--max-staleness", "-1", "--async"], "max_staleness (--max-staleness) must be an int >= 0, got -1"),
     (["--algo", "dqn", "--gamma", "1.5"], "gamma (--gamma) must be a finite number in [0, 1], got 1.5"),
     (["--algo", "dqn", "--lr", "-1"], "lr (--lr) must be a finite number > 0, got -1.0"),
     (["--algo", "dqn", "--threads", "0"], "threads (--threads) must be an int >= 1, got 0"),

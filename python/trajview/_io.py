@@ -21,10 +21,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import io
 import json
 import os
 import secrets
 import shutil
+import stat
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -275,12 +277,55 @@ def read_lines(path: str | os.PathLike[str]) -> tuple[list[str], bool]:
         raise FileIntegrityError(path, f"not UTF-8 text ({e})") from None
 
 
-def read_json(path: str | os.PathLike[str], what: str) -> Any:
-    """A JSON file's value; `FileIntegrityError` naming the file (``what`` says what it should be) when it is
-    missing, empty, or not JSON. (Parsing JSON runs no code.)"""
+#: What a path that is not a regular file is, by its mode.
+_NOT_REGULAR = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _not_regular(path: Path, mode: int) -> FileIntegrityError:
+    got = next((what for test, what in _NOT_REGULAR if test(mode)), f"a file of mode {stat.filemode(mode)}")
+    return FileIntegrityError(path, f"expected a regular file, got {got}")
+
+
+def check_regular(path: str | os.PathLike[str]) -> None:
+    """`FileIntegrityError` naming ``path`` unless it is a regular file (or a link to one); FileNotFoundError when
+    there is none."""
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise _not_regular(Path(path), mode)
+
+
+def open_regular(path: str | os.PathLike[str]) -> io.FileIO:
+    """``path`` opened for reading (unbuffered), if it is a regular file (or a link to one): a FIFO, folder,
+    device or socket in a file's place is a `FileIntegrityError` naming it, refused without blocking or reading
+    (opened non-blocking; its kind is the open file's own, so nothing can swap it in between). FileNotFoundError
+    when there is none."""
     path = Path(path)
     try:
-        text = path.read_text()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as e:  # (a socket cannot be opened: ENXIO)
+        check_regular(path)
+        raise FileIntegrityError(path, f"cannot be opened ({e.strerror})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(path, mode)
+        os.set_blocking(fd, True)
+        return io.FileIO(fd, "rb", closefd=True)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_json(path: str | os.PathLike[str], what: str) -> Any:
+    """A JSON file's value; `FileIntegrityError` naming the file (``what`` says what it should be) when it is
+    missing, empty, not JSON, or not a regular file (`open_regular`). (Parsing JSON runs no code.)"""
+    path = Path(path)
+    try:
+        with open_regular(path) as f:
+            text = f.readall().decode("utf-8")
     except FileNotFoundError:
         raise FileIntegrityError(path, f"missing ({what})") from None
     except UnicodeDecodeError as e:
@@ -422,9 +467,14 @@ def read_manifest(folder: str | os.PathLike[str], fmt: str, versions: tuple[int,
             raise FileIntegrityError(mpath, f"entry {name!r}: bad size or crc32 ({ent!r})")
         p = folder / gen / name
         try:
-            got = p.stat().st_size
+            st = p.stat()
         except FileNotFoundError:
             raise FileIntegrityError(p, "missing (the manifest lists it)") from None
+        except OSError as e:  # (the generation is a file, a path too long, ...)
+            raise FileIntegrityError(p, f"cannot be read ({e.strerror})") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_regular(p, st.st_mode)
+        got = st.st_size
         if got != size:
             raise FileIntegrityError(p, f"holds {got} bytes, the manifest says {size} (truncated or replaced)")
         out[name] = (size, crc)
@@ -445,7 +495,7 @@ def read_verified(man: Manifest, name: str, into: Any | None = None) -> Any:
     pipe = _CrcPipe()  # each chunk summed while the next one is read
     done = 0
     try:
-        with open(p, "rb", buffering=0) as f:
+        with open_regular(p) as f:
             for view in views:
                 at = 0
                 while at < len(view):

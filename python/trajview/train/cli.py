@@ -14,7 +14,7 @@ from typing import Any
 from .._extras import extra_hint, install_hint
 from ..errors import WorkerError
 from ..algorithms.schedules import SCHEDULES
-from .config import DEVICES, MODEL_PRESETS, TrainConfig
+from .config import DEVICES, MAX_SEED, MODEL_PRESETS, TrainConfig
 from .metrics import read_metrics
 
 __all__ = ["main", "build_parser"]
@@ -33,7 +33,7 @@ def _loggers(chosen: list[str] | None) -> tuple[str, bool]:
     chosen = chosen or []
     formats = sorted({c for c in chosen if c != "tensorboard"})
     if len(formats) > 1:
-        raise SystemExit(f"trajview train: --logger takes one metrics file format (csv or jsonl), got {formats}")
+        raise ValueError(f"--logger takes one metrics file format (csv or jsonl), got {formats}")
     return (formats[0] if formats else "csv"), "tensorboard" in chosen
 
 
@@ -69,6 +69,20 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _seed(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int in [0, {MAX_SEED}], got {text!r}") from None
+    if not 0 <= v <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"expected an int in [0, {MAX_SEED}], got {text!r}")
+    return v
+
+
+#: ``--timesteps`` / ``--stop-reward`` not given (a new run: `TrainConfig`'s default; ``--resume``: the run's own).
+UNSET: Any = argparse.Namespace(unset=True)
+
+
 def _json_object(text: str) -> dict:
     try:
         value = json.loads(text)
@@ -78,6 +92,11 @@ def _json_object(text: str) -> dict:
         raise argparse.ArgumentTypeError(f"expected a JSON object of the model's keyword arguments, e.g. "
                                          f"'{{\"num_frames\": 4}}', got {type(value).__name__} {text!r}")
     return value
+
+
+ENV_MODULE_SAVED_HELP = ("import MODULE first (repeatable): the run's env modules (--env-module of its training, or "
+                         "the module of a module:EnvId id) are imported only when given here, since nothing read "
+                         "from a file imports a module")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,12 +119,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--env", default=d.env,
                    help="any registered gymnasium env id (trajview's ids are registered; others with --env-module)")
     t.add_argument("--env-module", dest="env_modules", action="append", default=[], metavar="MODULE",
-                   help="import MODULE first: it registers env ids (e.g. minigrid, ale_py); repeatable")
+                   help="import MODULE first: it registers env ids (e.g. minigrid, ale_py); repeatable. With --resume: "
+                        "the run's own modules are imported only when given here again (nothing read from a file "
+                        "imports a module)")
     t.add_argument("--drop-obs-keys", nargs="+", default=[], metavar="KEY",
                    help="leave these top-level keys out of a Dict observation (e.g. MiniGrid's text 'mission')")
     t.add_argument("--model", default=None, choices=sorted(MODEL_PRESETS), help=f"default: {d.model}%(default).0s")
     t.add_argument("--seed", type=int, default=d.seed)
-    t.add_argument("--timesteps", type=int, default=d.timesteps, help="stop after this many env steps")
+    t.add_argument("--timesteps", type=int, default=None,
+                   help=f"stop after this many env steps; default: {d.timesteps}, with --resume the run's%(default).0s")
     t.add_argument("--workers", type=int, default=d.workers,
                    help="rollout workers, each sampling train-batch-size / workers env steps per iteration "
                         "(where: --backend)")
@@ -161,9 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
                             f"sampled so far, its batch included; kept by --resume); default: constant%(default).0s")
     t.add_argument("--grad-clip", type=float, default=None,
                    help="global gradient norm clip (<= 0: none); " + PRESET_HELP % d.grad_clip)
-    t.add_argument("--stop-reward", type=_stop_reward, default=d.stop_reward,
-                   help="stop once the mean return of the last 100 episodes reaches it (any number, e.g. -300 on "
-                        "Pendulum; 'none': never)")
+    t.add_argument("--stop-reward", type=_stop_reward, default=UNSET,
+                   help=f"stop once the mean return of the last 100 episodes reaches it (any number, e.g. -300 on "
+                        f"Pendulum; 'none': never); default: {d.stop_reward:g}, with --resume the run's "
+                        f"(give another to continue a run that reached its own)%(default).0s")
     t.add_argument("--model-config", type=_json_object, default=None,
                    help="JSON keyword arguments of the model (default: the model's preset)")
     t.add_argument("--out", default=None,
@@ -197,10 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--explore", action="store_true",
                    help="sample actions as in training (PPO: from the action distribution; DQN: epsilon-greedy with "
                         "the checkpoint's epsilon) instead of the deterministic ones")
-    e.add_argument("--seed", type=int, default=0, help="the envs' seed")
+    e.add_argument("--seed", type=_seed, default=0, help="the envs' seed")
     e.add_argument("--video", default=None, metavar="DIR",
                    help="record each episode into DIR with gymnasium's RecordVideo (the env made with "
                         "render_mode='rgb_array'; needs moviepy: pip install 'trajview[video]')")
+    e.add_argument("--env-module", dest="env_modules", action="append", default=[], metavar="MODULE",
+                   help=ENV_MODULE_SAVED_HELP)
     e.add_argument("--traceback", action="store_true", help="on an error, raise with the traceback instead of one line")
 
     x = sub.add_parser(
@@ -216,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "'trajview[export]'). default: torchscript")
     x.add_argument("--out", default=None, metavar="FILE",
                    help="where to write it (default: RUN/policy.pt, or RUN/policy.onnx)")
+    x.add_argument("--env-module", dest="env_modules", action="append", default=[], metavar="MODULE",
+                   help=ENV_MODULE_SAVED_HELP)
     x.add_argument("--traceback", action="store_true", help="on an error, raise with the traceback instead of one line")
 
     r = sub.add_parser("report", help="a markdown table of runs: env steps and time to the stop reward")
@@ -255,8 +282,7 @@ def _worker_failure(e: WorkerError, trainer: Any, config: Any) -> str:
 PPO_ONLY = (("--workers", "workers"), ("--backend", "backend"), ("--async", "async_sampling"),
             ("--ray-address", "ray_address"), ("--recreate-failed-workers", "recreate_failed_workers"),
             ("--max-worker-restarts", "max_worker_restarts"), ("--sample-timeout", "sample_timeout_s"),
-            ("--max-staleness", "max_staleness"), ("--env-module", "env_modules"),
-            ("--drop-obs-keys", "drop_obs_keys"), ("--model", "model"), ("--envs-per-worker", "envs_per_worker"),
+            ("--max-staleness", "max_staleness"), ("--drop-obs-keys", "drop_obs_keys"), ("--model", "model"), ("--envs-per-worker", "envs_per_worker"),
             ("--train-batch-size", "train_batch_size"), ("--minibatch-size", "minibatch_size"),
             ("--num-sgd-iter", "num_sgd_iter"), ("--entropy-coeff", "entropy_coeff"), ("--lambda", "lambda_"),
             ("--clip-param", "clip_param"), ("--vf-loss-coeff", "vf_loss_coeff"), ("--grad-clip", "grad_clip"),
@@ -278,7 +304,7 @@ def _ppo_config(args: argparse.Namespace, out: str, metrics_format: str, tensorb
         drop_obs_keys=list(args.drop_obs_keys),
         model=model,
         seed=args.seed,
-        timesteps=args.timesteps,
+        timesteps=d.timesteps if args.timesteps is None else args.timesteps,
         workers=args.workers,
         backend=None if args.backend == "auto" else args.backend,
         ray_address=args.ray_address,
@@ -302,7 +328,7 @@ def _ppo_config(args: argparse.Namespace, out: str, metrics_format: str, tensorb
         lr_schedule=args.lr_schedule or d.lr_schedule,
         clip_schedule=args.clip_schedule or d.clip_schedule,
         entropy_schedule=args.entropy_schedule or d.entropy_schedule,
-        stop_reward=args.stop_reward,
+        stop_reward=d.stop_reward if args.stop_reward is UNSET else args.stop_reward,
         model_config=args.model_config or {},
         out_dir=out,
         metrics_format=metrics_format,
@@ -329,11 +355,53 @@ def _resumed_ppo_config(args: argparse.Namespace, ck: Any, out: str) -> TrainCon
         saved["sample_timeout_s"] = args.sample_timeout_s
     if args.device is not None:  # where this session trains (a GPU run may resume on a CPU, and the other way)
         saved["device"] = args.device
-    return config_from(TrainConfig, ck, out, _timesteps_given(args), saved)
+    if args.stop_reward is not UNSET:  # a run that reached its stop reward continues with another (or none)
+        saved["stop_reward"] = args.stop_reward
+    return config_from(TrainConfig, ck, out, args.timesteps, saved)
 
 
-def _timesteps_given(args: argparse.Namespace) -> int | None:
-    return None if args.timesteps == TrainConfig.timesteps else args.timesteps
+#: A run's settings as ``trajview train`` options, (flag, argparse dest, the config's field): ``--resume`` continues
+#: the run with its own, and refuses one given with another value.
+RUN_SETTINGS = (
+    ("--env", "env", "env"), ("--model", "model", "model"), ("--seed", "seed", "seed"),
+    ("--workers", "workers", "workers"), ("--backend", "backend", "backend"), ("--async", "async_sampling", "async_sampling"),
+    ("--max-staleness", "max_staleness", "max_staleness"), ("--drop-obs-keys", "drop_obs_keys", "drop_obs_keys"),
+    ("--envs-per-worker", "envs_per_worker", "envs_per_worker"),
+    ("--train-batch-size", "train_batch_size", "train_batch_size"),
+    ("--minibatch-size", "minibatch_size", "sgd_minibatch_size"), ("--num-sgd-iter", "num_sgd_iter", "num_sgd_iter"),
+    ("--lr", "lr", "lr"), ("--entropy-coeff", "entropy_coeff", "entropy_coeff"), ("--gamma", "gamma", "gamma"),
+    ("--lambda", "lambda_", "lambda_"), ("--clip-param", "clip_param", "clip_param"),
+    ("--vf-loss-coeff", "vf_loss_coeff", "vf_loss_coeff"), ("--lr-schedule", "lr_schedule", "lr_schedule"),
+    ("--clip-schedule", "clip_schedule", "clip_schedule"),
+    ("--entropy-schedule", "entropy_schedule", "entropy_schedule"), ("--grad-clip", "grad_clip", "grad_clip"),
+    ("--model-config", "model_config", "model_config"), ("--threads", "threads", "threads"),
+)
+
+
+def _resume_conflicts(args: argparse.Namespace, saved: dict[str, Any], metrics_format: str,
+                      tensorboard: bool) -> list[str]:
+    """The run settings given with ``--resume`` whose values differ from the run's (``saved``: its checkpoint's
+    settings), as ``"--lr 0.5 (the run's: 0.0003)"``; a setting the run does not have counts as differing."""
+    defaults = vars(build_parser().parse_args(["train"]))
+    out = []
+    missing = object()
+    for flag, dest, field in RUN_SETTINGS:
+        given = getattr(args, dest)
+        if given == defaults[dest]:
+            continue
+        have = saved.get(field, missing)
+        if field == "grad_clip" and isinstance(given, (int, float)) and given <= 0:
+            given = None  # (<= 0: no clip, stored as None)
+        same = (isinstance(given, dict) and isinstance(have, dict) and all(
+            k in have and have[k] == v for k, v in given.items())) or given == have
+        if not same:
+            shown = json.dumps(given) if isinstance(given, (dict, list)) else given
+            out.append(f"{flag} {shown} (the run's: {'none' if have is missing else have})")
+    if args.loggers is not None and (metrics_format, tensorboard) != (saved.get("metrics_format", "csv"),
+                                                                      bool(saved.get("tensorboard", False))):
+        out.append(f"--logger {' --logger '.join(args.loggers)} (the run's: {saved.get('metrics_format', 'csv')}"
+                   f"{' and tensorboard' if saved.get('tensorboard') else ''})")
+    return out
 
 
 def _train_extra_missing(command: str) -> bool:
@@ -345,7 +413,11 @@ def _train_extra_missing(command: str) -> bool:
 
 
 def _train(args: argparse.Namespace) -> int:
-    metrics_format, tensorboard = _loggers(args.loggers)
+    try:
+        metrics_format, tensorboard = _loggers(args.loggers)
+    except ValueError as e:
+        print(f"trajview train: error: {e}", file=sys.stderr)
+        return 2
     if _train_extra_missing("train"):
         return 1
     if tensorboard and _missing(("tensorboard",)):
@@ -385,7 +457,15 @@ def _train(args: argparse.Namespace) -> int:
                       f"DQNConfig's settings; {', '.join(ppo_only)} {'is' if len(ppo_only) == 1 else 'are'} "
                       f"PPO's, got {' '.join(ppo_only)}", file=sys.stderr)
                 return 2
-        ck, given = folder.checkpoint, _timesteps_given(args)
+        ck, given = folder.checkpoint, args.timesteps
+        if ck is not None:
+            conflicts = _resume_conflicts(args, ck.config, metrics_format, tensorboard)
+            if conflicts:
+                print(f"trajview train: error: --resume continues the run in {out} with its own settings; "
+                      f"{', '.join(conflicts)} {'differs' if len(conflicts) == 1 else 'differ'}: leave "
+                      f"{'it' if len(conflicts) == 1 else 'them'} out, or start a new run in another --out",
+                      file=sys.stderr)
+                return 2
         if ck is not None and given is not None and given <= ck.counters["env_steps"]:
             print(f"trajview train: error: --resume --timesteps {given}: the run in {out} already has "
                   f"{ck.counters['env_steps']} env steps (its checkpoint holds iteration {ck.counters['iteration']}); "
@@ -408,6 +488,7 @@ def _run(args: argparse.Namespace, algo: str, out: str, ck: Any, metrics_format:
     import gymnasium as gym
 
     from ..errors import FileIntegrityError
+    from .envs import check_saved_modules, import_env_modules
     from .loop import interrupted
 
     # Setup errors (a bad setting, an unknown env id, a module that fails to import, a space no model reads,
@@ -417,10 +498,14 @@ def _run(args: argparse.Namespace, algo: str, out: str, ck: Any, metrics_format:
     trainer: Any = None
     config: Any = None
     try:
+        import_env_modules(args.env_modules)  # (PPO's are in its config as well, for its workers)
         if algo == "dqn":
             from .dqn_trainer import DQNTrainer, dqn_config
 
-            config = dqn_config(args, ck, out, metrics_format, _timesteps_given(args))
+            config = dqn_config(args, ck, out, metrics_format, args.timesteps, None if args.stop_reward is UNSET
+                                else (args.stop_reward,))
+            if ck is not None:
+                check_saved_modules(config.env, [], str(ck.manifest_path))
             trainer = DQNTrainer(config, resume=ck is not None)
             what = f"DQN on {config.env}"
         else:
@@ -428,6 +513,8 @@ def _run(args: argparse.Namespace, algo: str, out: str, ck: Any, metrics_format:
 
             config = (_resumed_ppo_config(args, ck, out) if ck is not None
                       else _ppo_config(args, out, metrics_format, tensorboard))
+            if ck is not None:
+                check_saved_modules(config.env, config.env_modules, str(ck.manifest_path))
             trainer = PPOTrainer(config, resume=ck is not None)
             what = (f"PPO {config.model} on {config.env}, {config.workers} worker(s) ({config.backend}"
                     f"{f', async, max staleness {config.max_staleness}' if config.async_sampling else ''})")
@@ -466,7 +553,8 @@ def _run(args: argparse.Namespace, algo: str, out: str, ck: Any, metrics_format:
     log.info("final mean return %.1f after %d env steps, %.1f s; metrics %s, plot %s, checkpoint %s",
              summary["episode_return_mean"], summary["env_steps"], summary["time_s"], summary["metrics"],
              summary["plot"], summary["checkpoint"])
-    print(json.dumps(summary))
+    print(json.dumps({k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in summary.items()},
+                     allow_nan=False))  # (strict JSON: no episode ended means no mean return, null)
     return 0
 
 
@@ -479,7 +567,10 @@ def _load_trained(command: str, args: argparse.Namespace) -> Any:
     from .runs import damaged_advice
     from .saved import SavedRunError, checkpoint_folder, load_trained
 
+    from .envs import import_env_modules
+
     try:
+        import_env_modules(args.env_modules)
         return load_trained(args.run)
     except (SavedRunError, FileIntegrityError, ValueError, TypeError, ImportError, NotImplementedError,
             gym.error.Error) as e:
@@ -519,17 +610,21 @@ def _evaluate(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     if _train_extra_missing("export"):
         return 1
-    from .export import ExportError, export_policy
+    from .export import ExportError, check_out_path, export_policy
     from .saved import checkpoint_folder
 
+    if args.out:  # (checked before the run is read)
+        try:
+            check_out_path(Path(args.out))
+        except ExportError as e:
+            print(f"trajview export: error: {_one_line(e)}", file=sys.stderr)
+            return 2
     trained = _load_trained("export", args)
     if isinstance(trained, int):
         return trained
     out = Path(args.out) if args.out else checkpoint_folder(args.run)[1] / (
         "policy.onnx" if args.fmt == "onnx" else "policy.pt")
     try:
-        if out.is_dir():
-            raise ExportError(f"--out {out} is a folder: give the file to write")
         spec = export_policy(trained.policy, out, args.fmt, algo=trained.algo, env=trained.config.env,
                              model=trained.config.model, iteration=trained.counters["iteration"],
                              env_steps=trained.counters["env_steps"])

@@ -86,7 +86,7 @@ def setting(name: str) -> str:
 def check_common(c: Any) -> None:
     """The checks PPO's and DQN's configs share (the fields both have): ValueError naming the setting."""
     if c.metrics_format not in ("csv", "jsonl"):
-        raise ValueError(f"metrics_format must be 'csv' or 'jsonl', got {c.metrics_format!r}")
+        raise ValueError(f"{setting('metrics_format')} must be 'csv' or 'jsonl', got {c.metrics_format!r}")
     for name in ("env", "model", "out_dir"):
         v = getattr(c, name)
         if not isinstance(v, str) or not v:
@@ -245,11 +245,11 @@ class TrainConfig(RunConfig):
             raise ValueError(f"{setting('model_config')} must be a JSON object (a dict of the model's keyword "
                              f"arguments), got {type(self.model_config).__name__} {self.model_config!r}")
         if not isinstance(self.async_sampling, bool):
-            raise ValueError(f"async_sampling must be a bool, got {self.async_sampling!r}")
+            raise ValueError(f"{setting('async_sampling')} must be a bool, got {self.async_sampling!r}")
         if self.backend is None:
             self.backend = "process" if self.workers > 1 or self.async_sampling else "local"
         if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+            raise ValueError(f"{setting('backend')} must be one of auto, {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.async_sampling and self.backend == "local":
             raise ValueError("async sampling (--async) needs backend 'process' or 'ray' (the local backend samples "
                              "in the trainer's process, so it cannot sample while the learner trains), got 'local'")
@@ -257,18 +257,18 @@ class TrainConfig(RunConfig):
             if self.backend != "ray":
                 raise ValueError(f"ray_address (--ray-address) needs backend 'ray', got backend {self.backend!r}")
             if not isinstance(self.ray_address, str) or not self.ray_address.strip():
-                raise ValueError(f"ray_address must be a non-empty string, got {self.ray_address!r}")
+                raise ValueError(f"{setting('ray_address')} must be a non-empty string, got {self.ray_address!r}")
         if isinstance(self.max_staleness, bool) or not isinstance(self.max_staleness, int) or self.max_staleness < 0:
-            raise ValueError(f"max_staleness must be an int >= 0, got {self.max_staleness!r}")
+            raise ValueError(f"{setting('max_staleness')} must be an int >= 0, got {self.max_staleness!r}")
         if not isinstance(self.recreate_failed_workers, bool):
-            raise ValueError(f"recreate_failed_workers must be a bool, got {self.recreate_failed_workers!r}")
+            raise ValueError(f"{setting('recreate_failed_workers')} must be a bool, got {self.recreate_failed_workers!r}")
         if (isinstance(self.max_worker_restarts, bool) or not isinstance(self.max_worker_restarts, int)
                 or self.max_worker_restarts < 0):
-            raise ValueError(f"max_worker_restarts must be an int >= 0, got {self.max_worker_restarts!r}")
+            raise ValueError(f"{setting('max_worker_restarts')} must be an int >= 0, got {self.max_worker_restarts!r}")
         if self.sample_timeout_s is not None and (
                 isinstance(self.sample_timeout_s, bool) or not isinstance(self.sample_timeout_s, (int, float))
                 or not self.sample_timeout_s > 0 or self.sample_timeout_s == float("inf")):
-            raise ValueError(f"sample_timeout_s must be None or a finite number of seconds > 0, "
+            raise ValueError(f"{setting('sample_timeout_s')} must be None or a finite number of seconds > 0, "
                              f"got {self.sample_timeout_s!r}")
         for name, flag, given in (("recreate_failed_workers", "--recreate-failed-workers", self.recreate_failed_workers),
                                   ("sample_timeout_s", "--sample-timeout", self.sample_timeout_s is not None)):
@@ -285,12 +285,12 @@ class TrainConfig(RunConfig):
         if not self.model_config:
             preset = MODEL_PRESETS.get(self.model)
             if preset is None:
-                raise ValueError(f"model must be one of {sorted(MODEL_PRESETS)}, got {self.model!r}")
+                raise ValueError(f"{setting('model')} must be one of {sorted(MODEL_PRESETS)}, got {self.model!r}")
             self.model_config = dict(preset["model_config"])
         for name in ("env_modules", "drop_obs_keys"):
             v = getattr(self, name)
             if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
-                raise ValueError(f"{name} must be a list of non-empty strings, got {v!r}")
+                raise ValueError(f"{setting(name)} must be a list of non-empty strings, got {v!r}")
 
     @property
     def tensorboard_dir(self) -> Path:

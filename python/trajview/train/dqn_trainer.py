@@ -26,7 +26,7 @@ from ..replay import PrioritizedSampler, RandomSampler, ReplayBuffer, Sampler
 from ..replay.persistence import dump_parts, load_parts
 from ..rollout.worker import RolloutWorker
 from ..views import SampleBatch
-from .checkpoint import Checkpoint, fitting, tensor_state
+from .checkpoint import Checkpoint, fitting, optimizer_fits, tensor_state
 from .loop import RunCounters, run_loop, summarize
 from .config import RunConfig, setting
 from .metrics import append_metrics
@@ -117,8 +117,8 @@ def dqn_policy(config: DQNConfig) -> DQNPolicy:
 
 def load_dqn_policy(policy: DQNPolicy, ck: Checkpoint) -> dict:
     """Loads a DQN checkpoint's networks, optimizer, epsilon, gradient steps and exploration RNG into ``policy``
-    (`FileIntegrityError` naming the file for a state that is missing or does not fit); returns the checkpoint's
-    ``extra``, checked."""
+    (`FileIntegrityError` naming the file for a state that is missing or does not fit; ``policy`` is then left as
+    it was); returns the checkpoint's ``extra``, checked."""
     extra = ck.extra
     resumes, pol = extra.get("resumes"), extra.get("policy")
     if (isinstance(resumes, bool) or not isinstance(resumes, int) or resumes < 0 or not isinstance(pol, dict)
@@ -126,7 +126,8 @@ def load_dqn_policy(policy: DQNPolicy, ck: Checkpoint) -> dict:
         raise FileIntegrityError(ck.manifest_path, f"'extra' must hold 'resumes' (an int >= 0) and 'policy' "
                                                    f"(epsilon, grad_steps, rng), got {extra!r:.200}")
     tensors = {k: tensor_state(ck, k) for k in ("q", "target", "optimizer")}
-    fitting(ck, "the policy's state", lambda: policy.set_state({**tensors, **pol}))
+    optimizer_fits(ck, "optimizer", tensors["optimizer"], policy.optimizer, policy.q)  # before anything is loaded
+    fitting(ck, "the policy's state", lambda: policy.set_state({**tensors, **pol}), keep=policy)
     return extra
 
 
@@ -255,14 +256,20 @@ class DQNTrainer(RunCounters):
 
 
 def dqn_config(args: argparse.Namespace, ck: Checkpoint | None, out: str, metrics_format: str,
-               timesteps: int | None) -> DQNConfig:
-    """``trajview train --algo dqn``'s settings: a resumed run's checkpoint's (``timesteps`` when given), else the
-    shared options that apply (env, seed, timesteps, lr and gamma when given, stop reward, out, metrics format,
-    threads) over `DQNConfig`'s defaults."""
+               timesteps: int | None, stop_reward: tuple[float | None] | None = None) -> DQNConfig:
+    """``trajview train --algo dqn``'s settings: a resumed run's checkpoint's (``timesteps`` and ``stop_reward``,
+    a 1-tuple, when given), else the shared options that apply (env, seed, timesteps, lr and gamma when given, stop
+    reward, out, metrics format, threads) over `DQNConfig`'s defaults."""
     if ck is not None:
-        return config_from(DQNConfig, ck, out, timesteps, {"device": args.device} if args.device else None)
-    kw = dict(env=args.env, seed=args.seed, timesteps=args.timesteps, out_dir=out, metrics_format=metrics_format,
-              threads=args.threads, stop_reward=args.stop_reward)  # a number, or None ('none': never)
+        overrides: dict = {"device": args.device} if args.device else {}
+        if stop_reward is not None:
+            overrides["stop_reward"] = stop_reward[0]
+        return config_from(DQNConfig, ck, out, timesteps, overrides)
+    kw = dict(env=args.env, seed=args.seed, out_dir=out, metrics_format=metrics_format, threads=args.threads)
+    if timesteps is not None:
+        kw["timesteps"] = timesteps
+    if stop_reward is not None:
+        kw["stop_reward"] = stop_reward[0]  # a number, or None ('none': never)
     if args.device is not None:
         kw["device"] = args.device
     for name in ("lr", "gamma"):

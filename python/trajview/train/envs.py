@@ -7,11 +7,17 @@
   ``mission`` text, which no model can read.
 
 Errors are `EnvSetupError` with a one-line message that says what to change.
+
+Settings read back from a file (a checkpoint's, on ``--resume``, ``trajview evaluate`` / ``export``,
+`load_trained`) never import a module: `check_saved_modules` refuses a run whose env needs one that is not
+imported yet (its ``env_modules``, or the module of a ``module:EnvId`` id, which gymnasium would import),
+naming it and the ``--env-module`` that imports it. Nothing read from a file runs code.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +25,7 @@ import gymnasium as gym
 
 from .. import envs as _envs  # noqa: F401  (registers trajview's gymnasium ids)
 
-__all__ = ["EnvSetupError", "import_env_modules", "make_env"]
+__all__ = ["EnvSetupError", "check_saved_modules", "import_env_modules", "make_env"]
 
 
 class EnvSetupError(ValueError):
@@ -33,6 +39,22 @@ def import_env_modules(modules: Sequence[str]) -> None:
             importlib.import_module(name)
         except Exception as e:  # noqa: BLE001  (any failure of the import: the module's own code runs)
             raise EnvSetupError(f"--env-module {name}: import failed: {type(e).__name__}: {e}") from e
+
+
+def check_saved_modules(env_id: str, env_modules: Sequence[str], source: str) -> None:
+    """Refuses (`EnvSetupError`) settings read from ``source`` (a file) whose env would import a module not
+    imported yet: each of ``env_modules``, and the module of a ``module:EnvId`` ``env_id`` (gymnasium imports
+    it in ``gym.make``). Importing a module runs its code, and nothing read from a file may run code; a module
+    this session imported already (``--env-module``, or the caller's own ``import``) imports nothing again."""
+    named = [*env_modules, *([env_id.split(":", 1)[0]] if ":" in env_id else [])]
+    missing = [m for m in dict.fromkeys(named) if m not in sys.modules]
+    if missing:
+        flags = " ".join(f"--env-module {m}" for m in missing)
+        raise EnvSetupError(
+            f"{source} names module(s) {missing} that the run's env ({env_id}) imports; trajview imports no module a "
+            f"file names (importing runs its code): if you trust them, import them first ({flags}, or import them "
+            f"in Python before load_trained)"
+        )
 
 
 def _drop_keys(env: gym.Env, keys: Sequence[str]) -> gym.Env:

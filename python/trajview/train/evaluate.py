@@ -2,23 +2,33 @@
 
 The episodes are sampled by a `RolloutWorker` (one env, fragments of `FRAGMENT` steps, the finished episodes
 read from its metrics until there are N), acting deterministically unless ``explore``; with ``video_dir``,
-gymnasium's ``RecordVideo`` records each of them (the env made with ``render_mode="rgb_array"``).
+gymnasium's ``RecordVideo`` records each of them (the env made with ``render_mode="rgb_array"``). Everything
+random in an evaluation follows from its ``seed``: the env's resets, and with ``explore`` the sampled actions
+(torch's generator for PPO, the epsilon-greedy draws for DQN), drawn from RNGs seeded for the evaluation and
+put back as they were after it (`_seeded_actions`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from .._extras import install_hint
+from .._validate import int_at_least
+from ..algorithms.dqn import DQNPolicy
+from ..policy.policy import Policy
 from ..rollout.worker import RolloutWorker
+from .config import MAX_SEED
 from .saved import TrainedPolicy
 
 __all__ = ["Evaluation", "EvaluateError", "evaluate", "evaluation_table"]
@@ -73,15 +83,36 @@ def _video_env(trained: TrainedPolicy, video_dir: Path, episodes: int) -> Any:
                                     name_prefix="eval", disable_logger=True)
 
 
+@contextlib.contextmanager
+def _seeded_actions(policy: Policy, seed: int) -> Iterator[None]:
+    """The policy's random actions drawn from RNGs seeded from ``seed`` for the block, the caller's as they were
+    after it: torch's CPU generator (PPO samples its actions from it, ``dist.sample()``; `load_trained` puts the
+    policy on the CPU) forked and seeded as ``trajview train`` seeds it, and a DQN policy's epsilon-greedy RNG
+    (the checkpoint's, which each evaluation would otherwise advance) replaced by one seeded from ``seed``."""
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed)  # the CPU's only: CUDA's generators are not forked here
+        if not isinstance(policy, DQNPolicy):
+            yield
+            return
+        saved, policy._rng = policy._rng, np.random.default_rng(seed)
+        try:
+            yield
+        finally:
+            policy._rng = saved
+
+
 def evaluate(trained: TrainedPolicy, episodes: int = 10, explore: bool = False, seed: int = 0,
              video_dir: str | os.PathLike[str] | None = None, max_steps: int | None = None) -> Evaluation:
     """Runs ``episodes`` episodes of the run's env with the trained policy (deterministic actions unless
-    ``explore``), the env seeded from ``seed``; with ``video_dir``, an mp4 of each episode there
-    (`EvaluateError` when the env does not render rgb_array frames or moviepy is missing). `EvaluateError`
-    after ``max_steps`` env steps (default `MAX_STEPS_PER_EPISODE` per episode asked) without the episodes
-    asked."""
+    ``explore``), the env and the sampled actions seeded from ``seed`` (the same seed, the same episodes; the
+    caller's torch RNG and the policy's own exploration RNG are left as they were; ValueError for a seed
+    outside ``[0, MAX_SEED]``, as ``trajview train`` takes it); with ``video_dir``, an mp4 of each episode
+    there (`EvaluateError` when the env does not render rgb_array frames or moviepy is missing).
+    `EvaluateError` after ``max_steps`` env steps (default `MAX_STEPS_PER_EPISODE` per episode asked) without
+    the episodes asked."""
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise EvaluateError(f"--episodes must be an int >= 1, got {episodes!r}")
+    seed = int_at_least("--seed", seed, 0, MAX_SEED)
     out = Evaluation()
     if video_dir is not None:
         video = Path(video_dir)
@@ -96,22 +127,23 @@ def evaluate(trained: TrainedPolicy, episodes: int = 10, explore: bool = False, 
         def creator(cfg: dict) -> Any:
             return trained.make_env()
 
-    worker: RolloutWorker[Any] = RolloutWorker(creator, trained.policy, num_envs=1,
-                                               rollout_fragment_length=FRAGMENT,
-                                               seed=seed, explore=explore)
     steps = 0
     limit = MAX_STEPS_PER_EPISODE * episodes if max_steps is None else max_steps
-    try:
-        while len(out.returns) < episodes:
-            steps += len(worker.sample())
-            m = worker.get_metrics()
-            out.returns.extend(float(x) for x in m["episode_returns"])
-            out.lengths.extend(int(x) for x in m["episode_lengths"])
-            if steps >= limit and len(out.returns) < episodes:
-                raise EvaluateError(f"{steps} env steps and only {len(out.returns)} of {episodes} episodes ended: "
-                                    f"does {trained.config.env} end its episodes?")
-    finally:
-        worker.stop()
+    with _seeded_actions(trained.policy, seed):
+        worker: RolloutWorker[Any] = RolloutWorker(creator, trained.policy, num_envs=1,
+                                                   rollout_fragment_length=FRAGMENT,
+                                                   seed=seed, explore=explore)
+        try:
+            while len(out.returns) < episodes:
+                steps += len(worker.sample())
+                m = worker.get_metrics()
+                out.returns.extend(float(x) for x in m["episode_returns"])
+                out.lengths.extend(int(x) for x in m["episode_lengths"])
+                if steps >= limit and len(out.returns) < episodes:
+                    raise EvaluateError(f"{steps} env steps and only {len(out.returns)} of {episodes} episodes "
+                                        f"ended: does {trained.config.env} end its episodes?")
+        finally:
+            worker.stop()
     del out.returns[episodes:], out.lengths[episodes:]
     if video_dir is not None:
         out.videos = sorted(str(p) for p in Path(video_dir).glob("eval-episode-*.mp4"))

@@ -54,7 +54,8 @@ from ..views.nest import Nest, leaf_names
 from ..views.sample_batch import SampleBatch
 from ..views.view_requirement import space_to_dict
 
-__all__ = ["ExportError", "FORMATS", "ONNX_OPSET", "SPEC_FORMAT", "SPEC_FILE", "export_policy", "view_spec"]
+__all__ = ["ExportError", "FORMATS", "ONNX_OPSET", "SPEC_FORMAT", "SPEC_FILE", "check_out_path", "export_policy",
+           "view_spec"]
 
 FORMATS = ("torchscript", "onnx")
 SPEC_FORMAT = "trajview-exported-policy"
@@ -188,9 +189,13 @@ def example_inputs(spec: Mapping[str, Any], batch: int = 1) -> list[np.ndarray]:
 def export_policy(policy: Policy, path: str | os.PathLike[str], fmt: str = "torchscript",
                   **about: Any) -> dict[str, Any]:
     """Writes ``policy``'s acting network with its view spec into ``path`` (``fmt``: "torchscript" or "onnx"),
-    atomically; returns the spec. ``about``: extra JSON entries of the spec (algo, env, ...)."""
+    atomically; returns the spec. ``about``: extra JSON entries of the spec (algo, env, ...). `ExportError`
+    (naming ``--out``) for a ``path`` that is a folder or whose folder is missing, checked before the export
+    runs, or that cannot be written."""
     if fmt not in FORMATS:
         raise ExportError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    path = Path(path)
+    check_out_path(path)
     spec = view_spec(policy, **about)
     names = [inp["name"] for inp in spec["inputs"]]
     module = _acting_module(policy, names).eval()
@@ -208,8 +213,25 @@ def export_policy(policy: Policy, path: str | os.PathLike[str], fmt: str = "torc
         else:
             data = _onnx_bytes(module, args, spec, text)
     module.train(was_training)
-    atomic_write(Path(path), data.getvalue())
+    try:
+        atomic_write(path, data.getvalue())
+    except OSError as e:  # its own message names the temporary file it writes first
+        raise ExportError(f"--out {path}: cannot write it: {e.strerror or type(e).__name__}") from None
     return spec
+
+
+def check_out_path(path: Path) -> None:
+    """`ExportError` naming ``--out`` when ``path`` cannot take the file (checked before any work): a folder, a
+    path whose folder does not exist or is a file, or a folder this process cannot write into."""
+    if path.is_dir():
+        raise ExportError(f"--out {path} is a folder: give the file to write")
+    folder = path.parent
+    if not folder.exists():
+        raise ExportError(f"--out {path}: its folder {folder} does not exist: create it or give another --out")
+    if not folder.is_dir():
+        raise ExportError(f"--out {path}: {folder} is a file, not a folder: give a path in an existing folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ExportError(f"--out {path}: its folder {folder} is not writable by this user: give another --out")
 
 
 def _onnx_bytes(module: nn.Module, args: tuple[torch.Tensor, ...], spec: Mapping[str, Any], text: str) -> io.BytesIO:

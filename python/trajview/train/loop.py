@@ -26,7 +26,7 @@ from ..errors import FileIntegrityError
 from .checkpoint import Checkpoint, fitting, has_checkpoint, prepare_checkpoint, read_checkpoint, tensor_state
 from .metrics import plot_learning_curve, read_metrics, truncate_metrics
 
-__all__ = ["RunCounters", "Terminated", "interrupted", "on_sigterm", "run_loop", "summarize", "where_it_stopped"]
+__all__ = ["NothingToTrain", "RunCounters", "Terminated", "interrupted", "on_sigterm", "run_loop", "summarize", "where_it_stopped"]
 
 log = logging.getLogger("trajview.train")
 
@@ -172,6 +172,7 @@ class _Run(Protocol):
     iteration: int
     elapsed: float
     checkpointed: tuple[int, int] | None
+    returns: deque[float]
 
     @property
     def mean_return(self) -> float: ...
@@ -183,6 +184,21 @@ class _Run(Protocol):
     def save_checkpoint(self, background: bool = False) -> None: ...
 
     def wait_checkpoint(self) -> None: ...
+
+
+class NothingToTrain(ValueError):
+    """A run whose stop condition holds before its first iteration (a resumed run that reached its timesteps or
+    its stop reward): the message says which, and what continues it."""
+
+
+def _why_done(run: _Run) -> str:
+    c = run.config
+    if run.env_steps >= c.timesteps:
+        return (f"the run in {c.out_dir} already has {run.env_steps} env steps, its timesteps ({c.timesteps}): "
+                f"--resume --timesteps N (N above {run.env_steps}) continues it")
+    return (f"the run in {c.out_dir} already reached its stop reward {c.stop_reward:g} (mean return "
+            f"{run.mean_return:.1f} over its last {len(run.returns)} episodes): --resume --stop-reward none (or a "
+            f"higher one) continues it")
 
 
 def run_loop(
@@ -200,6 +216,9 @@ def run_loop(
     tqdm = require("tqdm", "a training run's progress bar").tqdm
 
     c = run.config
+    if run.done():  # (a resumed run: its stop condition held when its checkpoint was written)
+        close()
+        raise NothingToTrain(_why_done(run))
     bar = tqdm(total=c.timesteps, initial=min(run.env_steps, c.timesteps), unit="step", disable=not progress,
                dynamic_ncols=True, desc=desc)
     try:

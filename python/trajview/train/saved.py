@@ -15,7 +15,7 @@ from .._io import MANIFEST
 from ..policy.policy import Policy
 from .checkpoint import FOLDER, LEGACY_FILE, read_checkpoint
 from .config import RunConfig, TrainConfig
-from .envs import import_env_modules, make_env
+from .envs import check_saved_modules, make_env
 from .runs import config_from
 
 __all__ = ["SavedRunError", "TrainedPolicy", "checkpoint_folder", "load_trained"]
@@ -62,7 +62,9 @@ class TrainedPolicy:
 
 def load_trained(path: str | os.PathLike[str]) -> TrainedPolicy:
     """The trained policy of a run folder or checkpoint folder (`checkpoint_folder`): its settings, the policy
-    rebuilt for the run's env (``env_modules`` imported first), the checkpoint's weights loaded.
+    rebuilt for the run's env, the checkpoint's weights loaded. A module the run's env needs (its
+    ``env_modules``, a ``module:EnvId`` id's module) must be imported before (`check_saved_modules`: nothing read
+    from the file is imported).
     `SavedRunError` for a path without a checkpoint; `FileIntegrityError` naming the file for a damaged one;
     `EnvSetupError` when the run's env cannot be made here."""
     folder, run = checkpoint_folder(path)
@@ -76,6 +78,7 @@ def load_trained(path: str | os.PathLike[str]) -> TrainedPolicy:
 
         # Rebuilt on the CPU (so is the PPO policy below): a run trained on a GPU acts on any machine.
         dqn_cfg = config_from(DQNConfig, ck, str(run), None, {"device": "cpu"})
+        check_saved_modules(dqn_cfg.env, [], str(ck.manifest_path))
         policy: Policy = dqn_policy(dqn_cfg)
         load_dqn_policy(policy, ck)  # type: ignore[arg-type]
         config: RunConfig = dqn_cfg
@@ -83,7 +86,7 @@ def load_trained(path: str | os.PathLike[str]) -> TrainedPolicy:
         from .trainer import load_ppo_policy, ppo_policy
 
         ppo_cfg = config_from(TrainConfig, ck, str(run), None, {"device": "cpu"})
-        import_env_modules(ppo_cfg.env_modules)
+        check_saved_modules(ppo_cfg.env, ppo_cfg.env_modules, str(ck.manifest_path))
         ppo = ppo_policy(ppo_cfg)
         load_ppo_policy(ppo, ck)
         policy, config = ppo, ppo_cfg

@@ -20,7 +20,7 @@ from .config import IMAGE_MODEL_PRESETS, TrainConfig
 from .envs import env_creator, import_env_modules, make_env
 from .._extras import missing
 from .._io import atomic_write
-from .checkpoint import Checkpoint, fitting, tensor_state
+from .checkpoint import Checkpoint, fitting, optimizer_fits, tensor_state
 from .loop import RunCounters, run_loop, summarize
 from .metrics import append_metrics
 from .sampling import LocalRollouts, ParallelRollouts, make_rollouts
@@ -51,9 +51,24 @@ def ppo_policy(config: TrainConfig, device: str = "cpu") -> PPOPolicy:
 
 def load_ppo_policy(policy: PPOPolicy, ck: Checkpoint) -> None:
     """Loads a PPO checkpoint's model and optimizer state into ``policy`` (`FileIntegrityError` naming
-    ``weights.pt`` for a state that is missing or does not fit)."""
+    ``weights.pt`` for a state that is missing or does not fit; ``policy`` is then left as it was)."""
     policy_state = tensor_state(ck, "policy")
-    fitting(ck, "the policy's state", lambda: policy.set_state(policy_state))
+    what = "policy['optimizer']"
+    model = policy_state.get("model") if isinstance(policy_state, dict) else None
+    # The optimizer's state checked before anything is loaded, against the parameters it goes to. A model state
+    # of other keys is refused by the model, or is the earlier GTrXL layout, which set_state converts (its
+    # optimizer state then starts afresh): checked as loaded, then.
+    same_keys = isinstance(model, dict) and set(model) == set(policy.model.state_dict())
+    if same_keys:
+        optimizer_fits(ck, what, policy_state.get("optimizer"), policy.get_optimizer(), policy.model)
+
+    def load() -> None:
+        policy.set_state(policy_state)
+        if not same_keys:
+            optimizer = policy.get_optimizer()
+            optimizer_fits(ck, what, optimizer.state_dict(), optimizer, policy.model)
+
+    fitting(ck, "the policy's state", load, keep=policy)
 
 
 class PPOTrainer(RunCounters):
