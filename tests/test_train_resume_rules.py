@@ -204,3 +204,15 @@ def test_python_dash_m_trajview_is_the_command():
     r = subprocess.run([sys.executable, "-m", "trajview", "train", "--help"], capture_output=True, text=True,
                        env=env, timeout=120)
     assert r.returncode == 0 and "usage: trajview train" in r.stdout
+
+
+@pytest.mark.parametrize(("model_config", "message"), [
+    ('{"bogus": 1}', "model_config: ['bogus'] is not a setting of model 'mlp' (MLPModel); its settings: "),
+    ('{"hidden": "x"}', "model_config {'hidden': 'x'} of model 'mlp' (MLPModel): "),
+])
+def test_a_bad_model_config_is_one_line_naming_it(tmp_path, capsys, model_config, message):
+    argv = ["train", "--model-config", model_config, "--out", str(tmp_path / "r"), *SMALL]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"trajview train: error: {message}") and err.count("\n") == 0, err
+    assert not (tmp_path / "r").exists()

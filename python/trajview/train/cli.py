@@ -577,7 +577,7 @@ def _load_trained(command: str, args: argparse.Namespace) -> Any:
         if args.traceback:
             raise
         if isinstance(e, FileIntegrityError):
-            msg = damaged_advice(e, checkpoint_folder(args.run)[1])
+            msg = damaged_advice(e, checkpoint_folder(args.run)[1], {"evaluate": "evaluated"}.get(command, "exported"))
         else:
             msg = _one_line(e)
         print(f"trajview {command}: error: {msg}", file=sys.stderr)

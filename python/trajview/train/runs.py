@@ -29,16 +29,17 @@ class RunFolderError(Exception):
     """Why a run folder cannot be used as asked (one line, what to do included): ``trajview train`` exits 2."""
 
 
-def damaged_advice(e: FileIntegrityError, out: str | os.PathLike[str]) -> str:
-    """A damaged file of the run ``out`` (`FileIntegrityError`): the error and what to do, in one line."""
+def damaged_advice(e: FileIntegrityError, out: str | os.PathLike[str], use: str = "resumed") -> str:
+    """A damaged file of the run ``out`` (`FileIntegrityError`): the error and what to do, in one line (``use``:
+    what the checkpoint cannot be: "resumed", "evaluated", "exported")."""
     out = Path(out)
     path = Path(e.path)
     msg = " ".join(str(e).split())
     if path.name == LEGACY_FILE:  # its message says what to do
         return msg
     if out / FOLDER in path.parents or path == out / FOLDER / MANIFEST:
-        return (f"{msg}; the run's checkpoint cannot be resumed: put back a copy of {out / FOLDER}, or start the "
-                f"run afresh in another --out")
+        return (f"{msg}; the run's checkpoint cannot be {use}: put back a copy of {out / FOLDER}"
+                f"{', or start the run afresh in another --out' if use == 'resumed' else ''}")
     if path.name.startswith("metrics."):
         return (f"{msg}; repair or remove that line (rows after the checkpoint's iteration are dropped by --resume "
                 f"anyway), or move {path} away and --resume starts a new one")

@@ -23,6 +23,7 @@ columns ``"obs.image"``).
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from .base import ViewModel, flat_sequence_index
@@ -61,4 +62,13 @@ def make_model(name: str, obs_space: Any, action_space: Any, **kwargs: Any) -> V
     """One of `MODELS` by name (``"mlp"``, ``"framestack"``, ``"lstm"``, ``"attention"``)."""
     if name not in MODELS:
         raise ValueError(f"model must be one of {sorted(MODELS)}, got {name!r}")
-    return MODELS[name](obs_space, action_space, **kwargs)
+    cls = MODELS[name]
+    known = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "obs_space", "action_space")]
+    unknown = sorted(k for k in kwargs if k not in known)
+    if unknown:
+        raise ValueError(f"model_config: {unknown} {'is not a setting' if len(unknown) == 1 else 'are not settings'} "
+                         f"of model {name!r} ({cls.__name__}); its settings: {', '.join(known)}")
+    try:
+        return cls(obs_space, action_space, **kwargs)
+    except TypeError as e:  # (a setting of the wrong kind: a string where a number goes, ...)
+        raise TypeError(f"model_config {kwargs!r} of model {name!r} ({cls.__name__}): {e}") from e
