@@ -63,7 +63,7 @@ def make_model(name: str, obs_space: Any, action_space: Any, **kwargs: Any) -> V
     if name not in MODELS:
         raise ValueError(f"model must be one of {sorted(MODELS)}, got {name!r}")
     cls = MODELS[name]
-    known = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "obs_space", "action_space")]
+    known = list(inspect.signature(cls).parameters)[2:]  # (after obs_space, action_space)
     unknown = sorted(k for k in kwargs if k not in known)
     if unknown:
         raise ValueError(f"model_config: {unknown} {'is not a setting' if len(unknown) == 1 else 'are not settings'} "
