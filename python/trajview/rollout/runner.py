@@ -479,7 +479,8 @@ def _hashable(key: Any) -> bool:
 def _single_reward(reward: Any) -> np.ndarray:
     """``act``'s reward as a batch of one, if it is one real number (`check_reward_array`'s rule)."""
     r = np.asarray(reward)
-    if not (type(reward) is float and reward == reward):  # (a float that is not NaN: nothing to check)
+    t = type(reward)
+    if not ((t is float or t is np.float64 or t is np.float32) and reward == reward):  # (else nothing to check)
         check_reward_array(r, (), "PolicyRunner.act got")
     return r[None]
 
