@@ -188,6 +188,15 @@ def _killed_at(nbytes: int, step: str, work) -> None:
     """Runs ``work`` in a forked child that dies (``os._exit``, no cleanup, as a SIGKILL) after writing ``nbytes``
     bytes through `trajview._io`, or at ``step`` ("replaced": the manifest renamed, older generations not yet
     removed)."""
+    for _ in range(3):  # a child that deadlocks (a lock another thread of pytest held at the fork) is run again
+        if _killed_child(nbytes, step, work):
+            return
+    pytest.fail("the forked child hung three times (a lock held across fork by another thread of this process)")
+
+
+def _killed_child(nbytes: int, step: str, work, timeout: float = 120.0) -> bool:
+    """`_killed_at`'s child; False when it did not end within ``timeout`` (then killed). Being killed at any point
+    is what the child models: a run of it that hung and was killed leaves what any kill leaves."""
     pid = os.fork()
     if pid == 0:  # the child: never returns
         try:
@@ -210,8 +219,18 @@ def _killed_at(nbytes: int, step: str, work) -> None:
             work()
         finally:
             os._exit(0)
-    _, status = os.waitpid(pid, 0)
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return False
+        time.sleep(0.01)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    return True
 
 
 def _trainer(algo: str, out: Path, timesteps: int, resume: bool = False):
