@@ -555,7 +555,7 @@ def test_a_real_full_disk_keeps_the_old_dump(tmp_path):
         back = tv.ReplayBuffer(600, sampler=SAMPLERS["random"](1))
         back.loads(mnt / "d")
         same_state(before, back)
-        assert sorted(p.name.split("-")[0] for p in (mnt / "d").iterdir()) == ["gen", "manifest.json"]
+        assert sorted(p.name.split("-")[0] for p in (mnt / "d").iterdir()) == [".lock", "gen", "manifest.json"]
     finally:
         subprocess.run(["umount", str(mnt)], check=True)
 

@@ -392,6 +392,32 @@ def test_a_next_observation_that_is_not_the_next_step_is_refused():
     assert_td_equal(storage[:], episode_data([20]))
 
 
+@pytest.mark.parametrize("how", ["extend", "add"])
+def test_a_write_refused_through_a_replay_buffer_leaves_its_writer_as_it_was(how):
+    """TorchRL's round-robin writer moves its cursor before it calls storage.set: a refused write puts it back,
+    so the slots it passed are not left as holes no read or sample can pass (a red team's finding)."""
+    rb = TensorDictReplayBuffer(storage=TrajviewStorage(16), batch_size=4)
+    data = episode_data([20])
+    rb.extend(data[:6])
+    before, cursor, count = rb[:], rb._writer._cursor, rb.write_count
+    if how == "extend":
+        bad = data[6:10].clone()
+        bad["next", "observation"][0] += 1
+        with pytest.raises(ValueError, match=r"\('next', 'observation'\) of step 0 differs"):
+            rb.extend(bad)
+    else:
+        bad = data[6].clone()
+        bad["action"] = bad["action"].double()
+        with pytest.raises(ValueError, match=r"entry \('action',\): expected dtype"):
+            rb.add(bad)
+    assert (rb._writer._cursor, rb.write_count, len(rb)) == (cursor, count, 6)
+    assert_td_equal(rb[:], before)
+    assert rb.sample().batch_size == (4,)
+    rb.extend(data[6:10])  # the true continuation goes where the refused write would have gone
+    assert_td_equal(rb[:].exclude("index"), data[:10].exclude("index"))
+    assert rb._writer._cursor == 10 and rb.write_count == 10
+
+
 def test_writing_the_same_steps_again_starts_a_trajectory_of_its_own():
     # TorchRL's PPO loop extends a buffer with the same batch every epoch: its trajectory ids come again, but
     # its first step is not what the stored steps lead to, so nothing is joined (views do not read back).
@@ -864,3 +890,22 @@ def test_state_dict_of_numpy_arrays_still_loads():
     assert_td_equal(b[:], a[:])
     with pytest.raises(ValueError, match="slot_row"):
         TrajviewStorage(50).load_state_dict({**state, "arrays": {**state["arrays"], "slot_row": [1, 2]}})
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.complex64])
+def test_an_entry_of_a_dtype_the_store_lacks_is_refused_naming_it(dtype):
+    data = episode_data([6])
+    data["extra"] = torch.zeros(6, dtype=dtype)
+    rb = TensorDictReplayBuffer(storage=TrajviewStorage(8))
+    with pytest.raises(ValueError, match=r"\('extra',\).*(has no numpy dtype|bool, int and float columns only).*"
+                                         r"leave it out of the data"):
+        rb.extend(data)
+    assert rb._writer._cursor == 0 and rb.write_count == 0 and len(rb) == 0
+    rb.extend(episode_data([6]))  # the buffer takes the next write as its first
+    assert len(rb) == 6
+
+
+def test_reading_a_storage_never_written_is_torchrls_error():
+    rb = TensorDictReplayBuffer(storage=TrajviewStorage(8))
+    with pytest.raises(RuntimeError, match="Cannot get elements out of a non-initialized storage"):
+        rb[:]

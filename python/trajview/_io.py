@@ -39,6 +39,7 @@ from .errors import FileIntegrityError, PathInUseError
 
 __all__ = [
     "CHUNK",
+    "MAX_MANIFEST",
     "Manifest",
     "PathLock",
     "append_line",
@@ -51,6 +52,7 @@ __all__ = [
     "read_json",
     "read_lines",
     "read_manifest",
+    "read_regular",
     "read_verified",
 ]
 
@@ -319,13 +321,33 @@ def open_regular(path: str | os.PathLike[str]) -> io.FileIO:
         raise
 
 
-def read_json(path: str | os.PathLike[str], what: str) -> Any:
+#: Most bytes a manifest may hold (far beyond any committed set's: a bound, so that a huge file or a device in
+#: its place is refused instead of read into memory).
+MAX_MANIFEST = 1 << 26
+
+
+def read_regular(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
+    """The bytes of a regular file (`open_regular`: a FIFO, folder, device or socket is a `FileIntegrityError`
+    naming it, refused without blocking); above ``limit`` bytes, a `FileIntegrityError` naming it, refused
+    before it is read. FileNotFoundError when there is none."""
+    path = Path(path)
+    with open_regular(path) as f:
+        if limit is None:
+            return f.readall()
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(limit + 1) if size <= limit else b""
+        if size > limit or len(data) > limit:
+            raise FileIntegrityError(path, f"holds {max(size, len(data))} bytes, expected at most {limit}")
+        return data
+
+
+def read_json(path: str | os.PathLike[str], what: str, limit: int | None = None) -> Any:
     """A JSON file's value; `FileIntegrityError` naming the file (``what`` says what it should be) when it is
-    missing, empty, not JSON, or not a regular file (`open_regular`). (Parsing JSON runs no code.)"""
+    missing, empty, not JSON, not a regular file (`open_regular`) or above ``limit`` bytes (`read_regular`).
+    (Parsing JSON runs no code.)"""
     path = Path(path)
     try:
-        with open_regular(path) as f:
-            text = f.readall().decode("utf-8")
+        text = read_regular(path, limit).decode("utf-8")
     except FileNotFoundError:
         raise FileIntegrityError(path, f"missing ({what})") from None
     except UnicodeDecodeError as e:
@@ -372,6 +394,9 @@ def commit_folder(
     error the new generation is removed and ``folder`` holds its previous committed set, untouched."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    # The generations there before this commit: the only ones it may remove once its manifest is in place (a
+    # generation another writer made meanwhile is newer, never this commit's to remove).
+    older = {p.name for p in folder.iterdir() if p.name.startswith(_GEN_PREFIX)}
     gen = f"{_GEN_PREFIX}{secrets.token_hex(8)}"
     gdir = folder / gen
     man = Manifest(fmt, int(version), {}, dict(meta or {}), gdir)
@@ -427,12 +452,25 @@ def commit_folder(
         raise
     finally:
         fsyncer.shutdown(wait=True)
-    # The new set is the committed one: older generations (and temporaries of killed writers) go. (Here, not on
-    # a thread: a caller removing the folder right after must not race a deletion still under way.)
-    for p in folder.iterdir():
-        if p.name != gen and p.name.startswith(_GEN_PREFIX) and p.is_dir():
+    # The new set is the committed one: the generations that were there before it (earlier sets, and those of
+    # killed writers) go; never one the manifest names now (another writer's, had one committed since: callers
+    # hold a `PathLock` on the folder so that none does). (Here, not on a thread: a caller removing the folder
+    # right after must not race a deletion still under way.)
+    for name in older - {gen, _named_generation(folder)}:
+        p = folder / name
+        if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p, ignore_errors=True)
     return man
+
+
+def _named_generation(folder: Path) -> str | None:
+    """The generation ``folder``'s manifest names (None: no readable manifest)."""
+    try:
+        body = read_json(folder / MANIFEST, "a manifest", MAX_MANIFEST)
+    except (FileIntegrityError, OSError):
+        return None
+    gen = body.get("generation") if isinstance(body, dict) else None
+    return gen if isinstance(gen, str) else None
 
 
 def read_manifest(folder: str | os.PathLike[str], fmt: str, versions: tuple[int, ...]) -> Manifest:
@@ -442,7 +480,7 @@ def read_manifest(folder: str | os.PathLike[str], fmt: str, versions: tuple[int,
     mpath = folder / MANIFEST
     if not folder.is_dir():
         raise FileNotFoundError(errno.ENOENT, f"no such folder: {folder}", str(folder))
-    body = read_json(mpath, f"a {fmt} manifest")
+    body = read_json(mpath, f"a {fmt} manifest", MAX_MANIFEST)
     if not isinstance(body, dict):
         raise FileIntegrityError(mpath, f"expected a JSON object, got {type(body).__name__}")
     if body.get("format") != fmt:
@@ -528,18 +566,49 @@ def read_verified(man: Manifest, name: str, into: Any | None = None) -> Any:
 class PathLock:
     """An exclusive lock on a folder (``<folder>/.lock``, holding the owner's pid), for as long as the object
     lives or until `release`. A second owner, in this process or another, gets a `PathInUseError` naming the
-    path and the holder's pid. The kernel drops the lock when its process dies."""
+    path and the holder's pid. The kernel drops the lock when its process dies.
+
+    ``shared=True``: a reader's lock (e.g. a load reading a committed folder while no dump may replace it): any
+    number of readers at once, none while an exclusive owner holds it (`PathInUseError` naming the holder), and
+    no exclusive owner while a reader holds it. A reader never creates the folder, and where the lock file
+    cannot be made (no such folder, a read-only one) holds nothing (no writer can take it there either).
+
+    ``.lock`` is opened without following a symbolic link; one that is a link, or not a regular file, or (for an
+    exclusive owner, which writes its pid into it) a file with other hard links, is a `FileIntegrityError`
+    naming it: the lock never writes outside its folder."""
 
     NAME = ".lock"
 
-    def __init__(self, folder: str | os.PathLike[str], what: str) -> None:
+    def __init__(self, folder: str | os.PathLike[str], what: str, *, shared: bool = False) -> None:
         self._fd: int | None = None
         self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.shared = bool(shared)
+        if not shared:
+            self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / self.NAME
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        flags = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | os.O_NONBLOCK
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o644)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise FileIntegrityError(path, "expected a regular file (a lock), got a symbolic link") from None
+            if not shared or e.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            try:  # a read-only folder: its lock file, if any
+                fd = os.open(path, os.O_RDONLY | flags)
+            except OSError as e2:
+                if e2.errno == errno.ELOOP:
+                    raise FileIntegrityError(path, "expected a regular file (a lock), got a symbolic link") from None
+                return  # no lock file, none can be made: no writer can hold one either
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise _not_regular(path, st.st_mode)
+            if not shared and st.st_nlink > 1:
+                raise FileIntegrityError(path, f"a lock file with {st.st_nlink} hard links, expected 1 (it would "
+                                               f"write into another file)")
+            os.set_blocking(fd, True)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
             try:
                 holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
@@ -549,8 +618,9 @@ class PathLock:
         except BaseException:
             os.close(fd)
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        if not shared:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
 
     @property
@@ -560,8 +630,9 @@ class PathLock:
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
+            if not self.shared:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, 0)
             os.close(fd)  # closing drops the flock
 
     def __enter__(self) -> PathLock:

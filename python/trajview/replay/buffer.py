@@ -44,6 +44,7 @@ from ..views.nest import expand_views, is_nested_value
 from . import persistence, schema
 from .memmap import open_rings
 from .nstep import NStep
+from .sampler_settings import check_max_capacity
 from .samplers import RandomSampler, Sampler
 from .schema import AnyView
 from .trajectory_keys import TrajectoryKeys
@@ -127,10 +128,7 @@ class ReplayBuffer:
                 f"sampler must be a trajview sampler (tv.RandomSampler, tv.SliceSampler, tv.PrioritizedSampler, ...), "
                 f"got {type(sampler).__name__}"
             )
-        cap = getattr(sampler, "max_capacity", None)
-        if cap is not None and cap != self._capacity:
-            raise ValueError(f"{type(sampler).__name__}: max_capacity={cap} differs from the buffer's capacity "
-                             f"{self._capacity}; pass max_capacity=None or the same value")
+        check_max_capacity(type(sampler).__name__, getattr(sampler, "max_capacity", None), self._capacity)
         self.sampler = sampler
         self.batch_size = None if batch_size is None else positive_int("batch_size", batch_size)
         self._next_obs = dict(schema.DEFAULT_NEXT_OBS if next_obs is None else next_obs)
@@ -166,9 +164,9 @@ class ReplayBuffer:
 
     def _create(self) -> None:
         assert self._specs is not None
-        if self._closed:
-            raise ValueError("the ReplayBuffer was closed (close()); make a new one")
+        self._check_open()
         schema.check_specs(self._specs)
+        schema.check_key_columns(self.sampler.traj_key, self.sampler.truncated_key, self._specs)
         self._next_obs = schema.next_obs_by_leaf(self._next_obs, self._specs)
         self._impl = _core._Replay(self._capacity, schema.store_columns(self._specs, self._next_obs), self._make_rings())
         if self.sampler.prioritized:
@@ -176,6 +174,10 @@ class ReplayBuffer:
         if self._default_views:  # the given views added to the defaults (a given name replaces its default)
             self._views = {**schema.default_views(self._next_obs, self._specs), **(self._views or {})}
         self._views = schema.expand_and_check(self._views or {}, self._specs)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("the ReplayBuffer was closed (close()); make a new one")
 
     # -- writing -------------------------------------------------------------
 

@@ -44,7 +44,6 @@ import functools
 import io
 import json
 import os
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
@@ -57,7 +56,8 @@ from ..errors import FileIntegrityError
 from ..views import ViewRequirement
 from .memmap import commit_staged_rings, drop_staged_rings, row_bytes as _row_bytes
 from .nstep import NStep
-from .schema import check_views
+from .sampler_settings import check_max_capacity
+from .schema import check_key_columns, check_views, dtype_from_str
 from .trajectory_keys import TrajectoryKeys
 
 #: A `ReplayBuffer` (not imported: the buffer imports this module, and the layers allow no cycle).
@@ -187,15 +187,34 @@ def dump_parts(buf: ReplayBuffer, prefix: str = "replay.") -> Iterator[tuple[dic
         yield files, {"format": FORMAT, "version": VERSION, "prefix": prefix}
 
 
+#: What a dump's or a load's `_io.PathLock` on the dump folder says it is for.
+_DUMP_LOCK = "a replay dump being written (ReplayBuffer.dumps)"
+_LOAD_LOCK = "a replay dump being read (ReplayBuffer.loads)"
+
+
+def _folder_format(mpath: Path) -> Any:
+    """The format an existing manifest names (FORMAT where there is none or it is damaged: a dump replaces it).
+    A manifest that is no regular file (a FIFO, a device) or too big to be one is refused, naming it (never read
+    without end, never blocked on)."""
+    try:
+        data = _io.read_regular(mpath, _io.MAX_MANIFEST)
+    except FileNotFoundError:
+        return FORMAT
+    try:
+        return json.loads(data).get("format", FORMAT)
+    except (ValueError, RecursionError, AttributeError):
+        return FORMAT
+
+
 def dumps(buf: ReplayBuffer, path: str | os.PathLike[str]) -> None:
-    try:  # never over another kind of committed folder (a training run's checkpoint, ...)
-        other = json.loads((Path(path) / _io.MANIFEST).read_bytes()).get("format", FORMAT)
-    except (OSError, ValueError, RecursionError, AttributeError):
-        other = FORMAT  # none, or a damaged one: a dump replaces it
-    if other != FORMAT:
-        raise ValueError(f"dumps: {path} holds a {other!r} folder, not a replay dump; dump into another folder")
-    with dump_parts(buf, prefix="") as (files, meta):
-        _io.commit_folder(path, FORMAT, VERSION, files, meta)
+    # One dump at a time per folder: a second, in this process or another, gets a PathInUseError naming the
+    # holder (two commits side by side could each remove the other's generation), and no load reads meanwhile.
+    with _io.PathLock(path, _DUMP_LOCK):
+        other = _folder_format(Path(path) / _io.MANIFEST)  # never over another kind of committed folder
+        if other != FORMAT:
+            raise ValueError(f"dumps: {path} holds a {other!r} folder, not a replay dump; dump into another folder")
+        with dump_parts(buf, prefix="") as (files, meta):
+            _io.commit_folder(path, FORMAT, VERSION, files, meta)
 
 
 def state_dict(buf: ReplayBuffer) -> dict[str, Any]:
@@ -306,13 +325,8 @@ def _str_map(v: Any, where: str) -> dict[str, str]:
 
 
 def _dtype(s: Any, where: str) -> np.dtype:
-    try:
-        with warnings.catch_warnings():  # (numpy warns of deprecated aliases: still refused below)
-            warnings.simplefilter("ignore")
-            dt = np.dtype(s) if isinstance(s, str) else None
-    except (TypeError, ValueError, SyntaxError):
-        dt = None
-    if dt is None or dt.str != s or dt.kind not in "biuf" or not dt.isnative or dt.itemsize > 8:
+    dt = dtype_from_str(s)
+    if dt is None or dt.kind not in "biuf" or not dt.isnative or dt.itemsize > 8:
         raise _Bad(f"{where}: {s!r} is not a bool, int or float dtype of this machine")
     return dt
 
@@ -364,6 +378,13 @@ class _Plan:
         except (TypeError, ValueError) as e:
             raise _Bad(f"state['sampler']: {e}") from None
         self._config(buf, state)
+        try:  # the constructors' checks: max_capacity (the buffer's), the key columns (the stored ones)
+            check_max_capacity(kind, self.sampler_state.get("max_capacity"), cap)
+            if self.specs is not None:
+                check_key_columns(self.sampler_state.get("traj_key"), self.sampler_state.get("truncated_key"),
+                                  self.specs)
+        except ValueError as e:
+            raise _Bad(f"state['sampler']: {e}") from None
         self._store(state, cap, src)
         expected = {n for n in self.arrays if n.startswith("sampler.")} | set(self.rows) | set(self.tables)
         if set(self.arrays) != expected:
@@ -456,8 +477,33 @@ class _Plan:
 
 def _build(buf: ReplayBuffer, plan: _Plan, src: _Arrays) -> ReplayBuffer:
     """A twin of ``buf`` (sharing its lock, sampler and storage settings) holding the planned state in a fresh
-    store, its rows read in; ``buf`` is untouched."""
+    store, its rows read in; ``buf`` is untouched. If it raises, the rings it staged (a memory-mapped buffer's
+    ``.ring_<i>.bin.loading``) are gone."""
     tmp = object.__new__(type(buf))
+    try:
+        return _fill(buf, tmp, plan, src)
+    except BaseException:
+        if tmp.__dict__.get("_staging") and tmp._path is not None:
+            drop_staged_rings(tmp)
+        raise
+
+
+def _create(tmp: ReplayBuffer) -> None:
+    """``tmp``'s store made (`ReplayBuffer._create`); an allocation that fails (a dump's columns too big for
+    this machine) is a `_Bad` naming the biggest column, its shape and bytes."""
+    try:
+        tmp._create()
+    except MemoryError:
+        assert tmp._specs is not None
+        sizes = {k: tmp._capacity * _row_bytes(np.dtype(dt), sh) for k, (dt, sh) in tmp._specs.items()}
+        big = max(sizes, key=lambda k: sizes[k])
+        dt, sh = tmp._specs[big]
+        raise _Bad(f"the columns take {sum(sizes.values())} bytes at capacity {tmp._capacity}, more than this machine "
+                   f"could allocate; the biggest, column {big!r} ({np.dtype(dt)}, per-step shape {tuple(sh)}), "
+                   f"{sizes[big]} bytes") from None
+
+
+def _fill(buf: ReplayBuffer, tmp: ReplayBuffer, plan: _Plan, src: _Arrays) -> ReplayBuffer:
     tmp.__dict__.update(buf.__dict__)
     tmp.batch_size = plan.batch_size
     tmp._next_obs = dict(plan.next_obs)
@@ -474,7 +520,7 @@ def _build(buf: ReplayBuffer, plan: _Plan, src: _Arrays) -> ReplayBuffer:
     if plan.specs is None:
         return tmp
     views = tmp._views
-    tmp._create()
+    _create(tmp)
     tmp._views = views if views is not None else tmp._views
     assert tmp._impl is not None
     if plan.meta is None:  # the schema without a store (a buffer closed before it was dumped)
@@ -537,6 +583,7 @@ def _load(buf: ReplayBuffer, state: Any, src: _Arrays, where: str, file: Path | 
 
 
 def load_state_dict(buf: ReplayBuffer, sd: Any) -> None:
+    buf._check_open()  # a closed buffer: a ValueError about it, before any file is read
     if not isinstance(sd, Mapping) or set(sd) != {"state", "arrays"} or not isinstance(sd["arrays"], Mapping):
         if isinstance(sd, Mapping) and sd.get("version") == 1:
             raise ValueError("load_state_dict: a version-1 state dict (trajview 0.1.0) is not read by this "
@@ -551,6 +598,7 @@ def load_state_dict(buf: ReplayBuffer, sd: Any) -> None:
 
 
 def load_parts(buf: ReplayBuffer, man: _io.Manifest, meta: Any, prefix: str = "replay.") -> None:
+    buf._check_open()  # a closed buffer: a ValueError about it, before any file is read
     mpath = (man.folder.parent if man.folder is not None else Path(".")) / _io.MANIFEST
     if meta != {"format": FORMAT, "version": VERSION, "prefix": prefix}:
         raise FileIntegrityError(mpath, f"the replay metadata is {meta!r}, expected format {FORMAT!r} version "
@@ -565,6 +613,7 @@ def load_parts(buf: ReplayBuffer, man: _io.Manifest, meta: Any, prefix: str = "r
 
 
 def loads(buf: ReplayBuffer, path: str | os.PathLike[str]) -> None:
+    buf._check_open()  # a closed buffer: a ValueError about it, before any file is read
     path = Path(path)
     if (path / _OLD_PICKLE).exists() and not (path / _io.MANIFEST).exists():
         raise FileIntegrityError(
@@ -572,5 +621,8 @@ def loads(buf: ReplayBuffer, path: str | os.PathLike[str]) -> None:
             "a replay dump in the pickle format of trajview 0.1.0: not read, because unpickling a file can run "
             "code. Refill the buffer, or (if you trust the file) load it with the trajview that wrote it",
         )
-    man = _io.read_manifest(path, FORMAT, (VERSION,))
-    load_parts(buf, man, man.meta, prefix="")
+    # A reader's lock: a dump into this folder (which removes the generation read here once it commits) cannot
+    # start while the load reads, and a load does not start while a dump writes (PathInUseError naming it).
+    with _io.PathLock(path, _LOAD_LOCK, shared=True):
+        man = _io.read_manifest(path, FORMAT, (VERSION,))
+        load_parts(buf, man, man.meta, prefix="")

@@ -25,6 +25,21 @@ def _check_batch_size(batch_size: int) -> int:
     return batch_size
 
 
+def check_max_capacity(owner: str, max_capacity: int | None, capacity: int) -> None:
+    """A prioritized sampler's ``max_capacity`` must be None or the buffer's capacity (a `ValueError`)."""
+    if max_capacity is not None and max_capacity != capacity:
+        raise ValueError(f"{owner}: max_capacity={max_capacity} differs from the buffer's capacity {capacity}; pass "
+                         f"max_capacity=None or the same value")
+
+
+def check_alpha(owner: str, alpha: Any) -> float:
+    """A priority exponent: finite, >= 0 and at most `MAX_ALPHA`."""
+    v = _real(owner, "alpha", alpha)
+    if v > MAX_ALPHA:
+        raise ValueError(f"{owner} alpha must be at most {MAX_ALPHA:g}, got {alpha!r}")
+    return v
+
+
 def _check_keys(owner: str, **keys: str | None) -> None:
     for name, key in keys.items():
         if key is not None and not isinstance(key, str):
@@ -105,9 +120,7 @@ class _PrioritySettings:
 
     def _init_priorities(self, owner: str, max_capacity: int | None, alpha: float, beta: float, eps: float) -> None:
         self.max_capacity = None if max_capacity is None else positive_int("max_capacity", max_capacity)
-        self._alpha = _real(owner, "alpha", alpha)
-        if self._alpha > MAX_ALPHA:
-            raise ValueError(f"{owner} alpha must be at most {MAX_ALPHA:g}, got {alpha!r}")
+        self._alpha = check_alpha(owner, alpha)
         self._beta = _real(owner, "beta", beta)
         self._eps = _real(owner, "eps", eps)
 

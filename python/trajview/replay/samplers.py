@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import _core
 from ..views.columns import DONES
-from .sampler_settings import _check_batch_size, _PrioritySettings, _real, _SliceSettings
+from .sampler_settings import _check_batch_size, _check_keys, _PrioritySettings, _real, _SliceSettings, check_alpha
 
 __all__ = [
     "PrioritizedSampler",
@@ -148,7 +148,10 @@ class Sampler:
             raise ValueError(f"{type(self).__name__} state: exactly one of num_slices and slice_len must be set")
         if out.get("strict_length") and out.get("pad_output"):
             raise ValueError(f"{type(self).__name__} state: strict_length and pad_output cannot both be set")
-        for k in ("_alpha", "_beta", "_eps"):
+        _check_keys(type(self).__name__, **{k: out[k] for k in ("traj_key", "end_key", "truncated_key") if k in out})
+        if "_alpha" in out:
+            out["_alpha"] = check_alpha(type(self).__name__, out["_alpha"])
+        for k in ("_beta", "_eps"):
             if k in out:
                 out[k] = _real(type(self).__name__, k.lstrip("_"), out[k])
         if "_pos" in out:

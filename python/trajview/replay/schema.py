@@ -4,6 +4,8 @@ column is checked and converted, and the views a sample builds (`ViewRequirement
 
 from __future__ import annotations
 
+import re
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -94,13 +96,12 @@ def check_views(views: Mapping[str, AnyView]) -> tuple[dict[str, ViewRequirement
     return out, nsteps
 
 
-def check_specs(specs: Specs) -> None:
-    """Refuses a column the C++ store cannot hold."""
+def check_specs(specs: Specs, hint: str = "leave it out with columns=[...]") -> None:
+    """Refuses a column the C++ store cannot hold (``hint``: what the caller can do about it)."""
     for name, (dt, shape) in specs.items():
         if not dt.isnative or dt.kind not in "biuf" or dt.itemsize > 8:
             raise ValueError(
-                f"column {name!r}: replay stores bool, int and float columns only, got dtype {dt}; "
-                f"leave it out with columns=[...]"
+                f"column {name!r}: replay stores bool, int and float columns only, got dtype {dt}; {hint}"
             )
         if any(d < 0 for d in shape):
             raise ValueError(f"column {name!r}: shape must have dims >= 0, got {shape}")
@@ -245,3 +246,39 @@ def nstep_returns(cols: dict[str, np.ndarray], nsteps: Mapping[str, NStep], step
                          steps_left)
         for k, v in res.items():
             cols[f"{name}{SEP}{k}"] = v
+
+
+def check_key_columns(traj_key: str | None, truncated_key: str | None,
+                      specs: Mapping[str, tuple[np.dtype, tuple[int, ...]]]) -> None:
+    """The sampler's key columns against the stored ones: a stored ``traj_key`` column must hold one int per
+    step (the trajectory ids), a stored ``truncated_key`` column bools (the store marks slice ends in it). A
+    `ValueError` naming the column, the setting, what it must be and what it is."""
+    if traj_key is not None and traj_key in specs:
+        dt, shape = specs[traj_key]
+        if np.dtype(dt).kind not in "iu" or tuple(shape) != ():
+            raise ValueError(f"column {traj_key!r} is the sampler's traj_key (the trajectory ids), so it must hold "
+                             f"one int per step, got {np.dtype(dt)} of per-step shape {tuple(shape)}")
+    if truncated_key is not None and truncated_key in specs:
+        dt, shape = specs[truncated_key]
+        if np.dtype(dt).kind != "b":
+            raise ValueError(f"column {truncated_key!r} is the sampler's truncated_key (it marks slice ends), so it "
+                             f"must be bool, got {np.dtype(dt)}")
+
+
+#: A dtype string as numpy writes one (``dtype.str``: byte order, kind, item size, a datetime unit): nothing else
+#: is handed to numpy's dtype parser (which evaluates comma-separated and tuple forms).
+_DTYPE_STR = re.compile(r"[<>|=]?[A-Za-z?][0-9]{0,4}(\[[0-9]{0,4}[A-Za-z]{1,3}\])?")
+
+
+def dtype_from_str(s: Any) -> np.dtype | None:
+    """The numpy dtype whose ``.str`` is ``s`` (read from a file or a socket), or None: ``s`` is checked to be such
+    a plain dtype string before numpy parses it, and must come back unchanged."""
+    if not isinstance(s, str) or _DTYPE_STR.fullmatch(s) is None:
+        return None
+    try:
+        with warnings.catch_warnings():  # (numpy warns of deprecated aliases: refused below)
+            warnings.simplefilter("ignore")
+            dt = np.dtype(s)
+    except (TypeError, ValueError):
+        return None
+    return dt if dt.str == s else None

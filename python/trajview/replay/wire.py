@@ -27,6 +27,7 @@ from ..views.lazy_view import LazyView
 from ..views.nest import is_nested_value
 from ..views.sample_batch import _rebuild
 from .buffer import _as_numpy
+from .schema import dtype_from_str
 
 MAGIC = b"TVRW"
 PREFIX = struct.Struct("<4sB3xIQ")  # magic, kind, JSON bytes, payload bytes
@@ -81,8 +82,8 @@ def parse_prefix(raw: bytes) -> tuple[int, int, int]:
 def parse_header(raw: bytes | bytearray) -> dict[str, Any]:
     try:
         header = json.loads(bytes(raw))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ProtocolError(f"a frame's header is not JSON: {e}") from None
+    except (ValueError, RecursionError) as e:  # (not UTF-8, not JSON, an int too long, nested too deep)
+        raise ProtocolError(f"a frame's header is not JSON: {type(e).__name__}: {str(e)[:200]}") from None
     if not isinstance(header, dict):
         raise ProtocolError(f"a frame's header is a JSON {type(header).__name__}, expected an object")
     return header
@@ -162,10 +163,9 @@ def payload_size(header: Mapping[str, Any]) -> int:
                 and isinstance(col[2], list)):
             raise ProtocolError(f"a column entry must be [name, dtype, shape, offset], got {col!r}")
         name, dts, shape, offset = col
-        try:
-            dt = np.dtype(dts)
-        except (TypeError, ValueError):
-            raise ProtocolError(f"column {name!r}: dtype {dts!r} is not a numpy dtype string") from None
+        dt = dtype_from_str(dts)  # (checked before numpy parses it: never a comma or tuple form)
+        if dt is None:
+            raise ProtocolError(f"column {name!r}: dtype {dts[:80]!r} is not a numpy dtype string (dtype.str)")
         if dt.hasobject or dt.fields is not None or dt.subdtype is not None:
             raise ProtocolError(f"column {name!r}: dtype {dts!r} cannot be rebuilt from raw bytes")
         n = dt.itemsize
@@ -181,7 +181,8 @@ def decode_batch(header: Mapping[str, Any], payload: np.ndarray) -> SampleBatch 
     """The batch a writer encoded (arrays are views of ``payload``; `payload_size` checked the header)."""
     cols: dict[str, np.ndarray] = {}
     for name, dts, shape, offset in header["columns"]:
-        dt = np.dtype(dts)
+        dt = dtype_from_str(dts)
+        assert dt is not None
         n = math.prod(shape) * dt.itemsize
         arr = np.empty(shape, dt) if n == 0 else payload[offset:offset + n].view(dt).reshape(shape)
         cols[name] = arr

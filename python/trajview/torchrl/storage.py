@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -51,6 +52,7 @@ from torchrl.data.replay_buffers.storages import Storage, TensorStorage
 from .. import _core
 from .._validate import positive_int
 from ..replay import ReplayBuffer, Sampler
+from ..replay.schema import check_specs
 from ..views import ViewRequirement
 from ..views.nest import SEP
 from . import storage_state
@@ -276,7 +278,13 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
             v = td.get(key)
             if not isinstance(v, torch.Tensor):
                 raise TypeError(f"TrajviewStorage: entry {key!r} is a {type(v).__name__}; only tensors are stored")
-            dt = np.dtype(str(v.dtype).removeprefix("torch."))
+            try:
+                dt = np.dtype(str(v.dtype).removeprefix("torch."))
+            except TypeError:  # (bfloat16, quantized and other dtypes numpy lacks)
+                raise ValueError(f"TrajviewStorage: entry {key!r}: dtype {v.dtype} has no numpy dtype; trajview stores "
+                                 f"bool, int and float entries: convert it (e.g. .float()) or leave it out of the "
+                                 f"data") from None
+            check_specs({key: (dt, tuple(v.shape[1:]))}, "convert it or leave it out of the data")
             schema[_flat(key)] = (key, dt, tuple(v.shape[1:]))
         auto = self._next_keys is None
         if auto:
@@ -317,6 +325,13 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
     # -- writing -------------------------------------------------------------------------------------------
 
     def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
+        try:
+            self._set(cursor, data, set_cursor)
+        except (ValueError, TypeError, IndexError):
+            _undo_writer_advance(self, sys._getframe(1))
+            raise
+
+    def _set(self, cursor: Any, data: Any, set_cursor: bool) -> None:
         if not isinstance(data, TensorDictBase):
             raise TypeError(f"TrajviewStorage stores TensorDicts (TensorDictReplayBuffer, or ReplayBuffer.extend of a "
                             f"TensorDict), got {type(data).__name__}")
@@ -488,6 +503,8 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
     # -- reading -------------------------------------------------------------------------------------------
 
     def get(self, index: Any) -> TensorDictBase:
+        if self._rb is None:  # (TorchRL's storages' error, word for word)
+            raise RuntimeError("Cannot get elements out of a non-initialized storage.")
         idx, scalar = _index(index, self._len)
         bad = (idx < 0) | (idx >= self._len)
         if bad.any():
@@ -613,3 +630,31 @@ class _Columns:
 
     def __contains__(self, key: Any) -> bool:
         return _flat(_key(key)) in self._storage._schema
+
+
+def _undo_writer_advance(storage: TrajviewStorage, caller: Any) -> None:
+    """A write this storage refused leaves the buffer as it was. TorchRL's round-robin writers move their cursor
+    and write count on before they call ``storage.set`` (``RoundRobinWriter.add`` / ``extend``, and the
+    TensorDict ones); a refused write would leave those slots behind the cursor as holes that no read or sample
+    could pass. When ``caller`` (the frame that called ``set``) is such a writer's ``add`` or ``extend`` on this
+    storage, its cursor and write count are put back to what they were when it was called (its own local copy
+    of the cursor). Any other caller (``write_at``, a direct ``storage.set``) moved nothing."""
+    code = caller.f_code.co_name
+    writer = caller.f_locals.get("self")
+    if code not in ("add", "extend") or getattr(writer, "_storage", None) is not storage:
+        return
+    from torchrl.data.replay_buffers.writers import RoundRobinWriter
+
+    if not isinstance(writer, RoundRobinWriter):
+        return
+    local = caller.f_locals
+    before = local.get("cur_size") if code == "extend" else local.get("_cursor", local.get("index"))
+    if isinstance(before, torch.Tensor) and before.numel() == 1:
+        before = int(before)
+    if not isinstance(before, int) or isinstance(before, bool):
+        return
+    moved = 1 if code == "add" else local.get("batch_size")
+    if not isinstance(moved, int) or isinstance(moved, bool):
+        return
+    writer._cursor = before
+    writer._write_count = max(0, int(writer._write_count) - moved)
