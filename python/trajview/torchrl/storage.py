@@ -284,7 +284,7 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
                 raise ValueError(f"TrajviewStorage: entry {key!r}: dtype {v.dtype} has no numpy dtype; trajview stores "
                                  f"bool, int and float entries: convert it (e.g. .float()) or leave it out of the "
                                  f"data") from None
-            check_specs({key: (dt, tuple(v.shape[1:]))}, "convert it or leave it out of the data")
+            check_specs({repr(key): (dt, tuple(v.shape[1:]))}, "convert it or leave it out of the data")
             schema[_flat(key)] = (key, dt, tuple(v.shape[1:]))
         auto = self._next_keys is None
         if auto:
