@@ -909,3 +909,12 @@ def test_reading_a_storage_never_written_is_torchrls_error():
     rb = TensorDictReplayBuffer(storage=TrajviewStorage(8))
     with pytest.raises(RuntimeError, match="Cannot get elements out of a non-initialized storage"):
         rb[:]
+
+
+def test_a_batch_of_several_dims_is_refused_saying_how_to_write_it():
+    rb = TensorDictReplayBuffer(storage=TrajviewStorage(10))
+    with pytest.raises(ValueError, match=r"2 slots for 8 steps \(the data's batch size \[2, 4\]: .* reshape\(-1\)"):
+        rb.extend(episode_data([8]).reshape(2, 4))
+    assert len(rb) == 0 and rb._writer._cursor == 0
+    rb.extend(episode_data([8]).reshape(2, 4).reshape(-1))
+    assert len(rb) == 8

@@ -338,10 +338,14 @@ class TrajviewStorage(TensorStorage):  # type: ignore[misc]
         slots, scalar = _index(cursor, self.max_size)
         if scalar:
             data = data.unsqueeze(0)
+        given = tuple(data.batch_size)
         if data.batch_dims != 1:
             data = data.reshape(-1)
         if data.batch_size[0] != len(slots):
-            raise ValueError(f"TrajviewStorage.set: {len(slots)} slots for {data.batch_size[0]} steps")
+            more = (f" (the data's batch size {list(given)}: a TrajviewStorage slot holds one step, so a write takes "
+                    f"a TensorDict of batch size [n], one slot per step; reshape(-1) a batch of several dims)"
+                    if len(given) > 1 else "")
+            raise ValueError(f"TrajviewStorage.set: {len(slots)} slots for {data.batch_size[0]} steps{more}")
         if len(slots) > self.max_size:  # as TorchRL's storages: the last max_size steps (the others are overwritten)
             slots, data = slots[-self.max_size:], data[-self.max_size:]
         n = len(slots)
