@@ -918,3 +918,20 @@ def test_a_batch_of_several_dims_is_refused_saying_how_to_write_it():
     assert len(rb) == 0 and rb._writer._cursor == 0
     rb.extend(episode_data([8]).reshape(2, 4).reshape(-1))
     assert len(rb) == 8
+
+
+def test_a_dump_holds_its_folder_so_a_second_dump_or_a_load_meanwhile_is_refused(tmp_path):
+    from trajview import _io
+    from trajview.errors import PathInUseError
+
+    storage = TrajviewStorage(16)
+    storage.set(range(8), episode_data([8]))
+    storage.dumps(tmp_path / "d")
+    with _io.PathLock(tmp_path / "d", "another process's dump"):
+        with pytest.raises(PathInUseError):
+            storage.dumps(tmp_path / "d")
+        with pytest.raises(PathInUseError):
+            TrajviewStorage(16).loads(tmp_path / "d")
+    fresh = TrajviewStorage(16)
+    fresh.loads(tmp_path / "d")  # (the lock released: the dump is whole)
+    assert_td_equal(fresh[:], storage[:])

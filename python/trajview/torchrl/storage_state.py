@@ -101,16 +101,22 @@ def dumps(st: Any, path: str | os.PathLike[str]) -> None:
     previous dump whole."""
     files = {f"torchrl.{name}.npy": _npy(arr) for name, arr in arrays(st).items()}
     man_meta: dict[str, Any] = {"torchrl": meta(st)}
-    if st._rb is None:
-        _io.commit_folder(path, FORMAT, VERSION, files, man_meta)
-        return
-    with persistence.dump_parts(st._rb) as (rfiles, rmeta):
-        man_meta["replay"] = rmeta
-        _io.commit_folder(path, FORMAT, VERSION, {**rfiles, **files}, man_meta)
+    with _io.PathLock(path, "a TrajviewStorage dump being written (dumps)"):  # one dump at a time per folder
+        if st._rb is None:
+            _io.commit_folder(path, FORMAT, VERSION, files, man_meta)
+            return
+        with persistence.dump_parts(st._rb) as (rfiles, rmeta):
+            man_meta["replay"] = rmeta
+            _io.commit_folder(path, FORMAT, VERSION, {**rfiles, **files}, man_meta)
 
 def loads(st: Any, path: str | os.PathLike[str]) -> None:
     """Reads a `dumps` folder, verifying every file (`trajview.errors.FileIntegrityError` naming a damaged
     one); a load that raises changes nothing."""
+    with _io.PathLock(path, "a TrajviewStorage dump being read (loads)", shared=True):  # no dump meanwhile
+        _loads(st, path)
+
+
+def _loads(st: Any, path: str | os.PathLike[str]) -> None:
     man = _io.read_manifest(Path(path), FORMAT, (VERSION,))
     saved = man.meta.get("torchrl")
     if not isinstance(saved, dict):
