@@ -141,10 +141,14 @@ def test_state_in_reads_initial_state_before_the_start():
     np.testing.assert_array_equal(b["state_out_0"], [[1, 1], [2, 2], [3, 3]])
 
 
-def test_reset_padding_ignores_initial_rows():
+def test_initial_rows_are_read_before_the_start_under_reset_padding_too():
+    # docs/contract.md, Views, Pre-buffer: state_out_i reads the initial state there, so state_in_0 at t = 0 is the
+    # initial state whatever the padding (the episode's first output would be the state after the first step).
     coll = make({"s": VR("state_out_0", shift=-1, padding="reset", used_for_compute_actions=False)})
     run(coll, 2)
-    np.testing.assert_array_equal(only(coll.build_batch())["s"], [[1, 1], [1, 1]])
+    np.testing.assert_array_equal(only(coll.build_batch())["s"], [INITIAL_STATE.tolist(), [1, 1]])
+    coll = make({"state_in_0": VR("state_out_0", shift=-1, padding="reset")})  # known before the first action
+    assert run(coll, 1)[0]["state_in_0"].tolist() == [INITIAL_STATE.tolist()]
 
 
 def test_reset_padding_on_a_step_column_is_refused_for_compute_actions():

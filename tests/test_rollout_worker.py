@@ -333,7 +333,7 @@ def test_view_of_a_column_no_one_produces_is_a_clear_error():
             self.view_requirements["ghost"] = VR("nope", shift=-1)
 
     w, _ = worker(1, policy=Bad)
-    with pytest.raises(ValueError, match="'nope'.*no one produces"):
+    with pytest.raises(ValueError, match="'nope', which nothing produces before the first action.*give the view space="):
         w.sample()
 
 

@@ -111,7 +111,9 @@ class Collector:
                     col,
                     [int(s) for s in vr.shift_arr],
                     vr.adds_axis,
-                    vr.padding,
+                    # A column with initial rows (a policy's state_out_i: its initial state) reads them before the
+                    # episode's start under either padding (docs/contract.md, Views, Pre-buffer).
+                    "zero" if initial_rows and col in initial_rows else vr.padding,
                     vr.batch_repeat_value,
                     vr.used_for_compute_actions,
                     vr.used_for_training,

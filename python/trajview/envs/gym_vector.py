@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 
 from ..views.columns import ACTIONS, OBS
-from .base import VectorEnvAdapter, VectorStep, take_rows
+from .base import VectorEnvAdapter, VectorStep, set_rows, take_rows
 from .checks import check_reset, check_vector_flags, check_vector_rewards, step_result_error
 
 __all__ = ["GymVectorEnv", "vector_info"]
@@ -73,6 +73,7 @@ class GymVectorEnv(VectorEnvAdapter):
         )
         # SAME_STEP: the first observations (and infos) of the episodes the last step began
         self._reset_obs: Any = None
+        self._reset_done = np.zeros(self.num_envs, dtype=bool)  # which envs the last step reset
         self._reset_infos: list[dict] = []
 
     def _obs(self, obs: Any) -> Any:
@@ -148,6 +149,7 @@ class GymVectorEnv(VectorEnvAdapter):
         for k in np.flatnonzero(done):
             self._final_obs(new_obs, int(k), info["final_obs"][k])
         self._reset_obs = obs
+        self._reset_done = done
         self._reset_infos = [
             {k: v for k, v in vector_info(info, i).items() if k not in _FINAL_KEYS} for i in range(self.num_envs)
         ]
@@ -178,8 +180,21 @@ class GymVectorEnv(VectorEnvAdapter):
 
     def reset_envs(self, env_ids: Sequence[int] | np.ndarray) -> tuple[Any, list[dict]]:
         ids = np.asarray(env_ids, dtype=np.int64)
-        if self._reset_obs is not None:  # SAME_STEP: the env already reset them
-            return take_rows(self._reset_obs, ids), [self._reset_infos[int(i)] for i in ids]
+        if self._reset_obs is not None:  # SAME_STEP: the envs whose episode ended in the last step reset already
+            already = self._reset_done[ids]
+            obs = take_rows(self._reset_obs, ids)
+            infos = [self._reset_infos[int(i)] if a else {} for i, a in zip(ids, already)]
+            if not already.all():  # others cut by the worker (a horizon, a refused observation): reset for real
+                fresh = np.flatnonzero(~already)
+                got, got_infos = self._reset_some(ids[fresh])
+                set_rows(obs, fresh, got, np.arange(len(fresh)))
+                for j, info in zip(fresh, got_infos):
+                    infos[int(j)] = info
+            return obs, infos
+        return self._reset_some(ids)
+
+    def _reset_some(self, ids: np.ndarray) -> tuple[Any, list[dict]]:
+        """Resets the envs ``ids`` (all of them, or by gymnasium's ``reset_mask``): their first rows and infos."""
         if len(ids) == self.num_envs:  # all of them (e.g. after a failed step): a plain reset
             obs, info = check_reset(self.env.reset(), "the VectorEnv")
             return take_rows(self._obs(obs), ids), [vector_info(info, int(i)) for i in ids]

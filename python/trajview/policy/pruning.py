@@ -80,9 +80,11 @@ def _dummy_column(col: str, specs: dict[str, ColumnSpec], vr: ViewRequirement | 
     if vr is not None and vr.space is not None:
         return column_spec_from_space(vr.space, f"view {col!r}")
     raise ValueError(
-        f"view requirement reads column {col!r}, which no one produces (not an env column, a state_out, "
-        f"an extra fetch of compute_actions_from_input_dict, nor a column that postprocessing adds); "
-        f"known columns: {sorted(specs)}"
+        f"view requirement reads column {col!r}, which nothing produces before the first action (not an env "
+        f"column, nor a state_out of get_initial_state(): its shape and dtype are unknown); known columns: "
+        f"{sorted(specs)}. If {col!r} is an extra fetch of compute_actions_from_input_dict (or a column "
+        f"postprocessing adds) and the view is used for compute actions, give the view space= (e.g. "
+        f"gym.spaces.Box(-inf, inf, (), np.float32)), or set used_for_compute_actions=False"
     )
 
 

@@ -12,7 +12,8 @@ in docs/contract.md, Views:
 * an index before row 0 reads the column's pad row (zeros of its dtype and
   shape, or ``initial_rows[col]``), or the episode's row 0 with
   ``padding="reset"`` (refused on step columns for compute-actions views:
-  row 0 is not known before the first action);
+  row 0 is not known before the first action), except that a column with
+  ``initial_rows`` (a policy's ``state_out_i``) reads them under either padding;
 * an index past the last stored row reads zeros.
 
 The boundary columns ``eps_id``, ``env_id``, ``t``, ``is_init`` are in every
@@ -76,6 +77,8 @@ class ReferenceCollector:
             raise ValueError(f"slots_per_env must be >= 1 and divide num_envs ({num_envs}), got {slots_per_env}")
         #: env_id of slot i is i // slots_per_env (a multi-agent store's slots: one per agent of an env).
         self.slots_per_env = int(slots_per_env)
+        #: Columns with initial rows: they read them before the episode's start under either padding.
+        self._initial = frozenset(initial_rows or ())
         # How batches hold big columns; the values are the same, so the reference ignores it.
         lazy_row_bytes(lazy_views)
         self.num_envs = int(num_envs)
@@ -113,7 +116,7 @@ class ReferenceCollector:
             if col not in self.dtypes:
                 raise ValueError(f"view {key!r} reads column {col!r}, which is not in columns {sorted(self.dtypes)}")
             inference = vr.used_for_compute_actions and self._known_before_action(key, vr)
-            if vr.padding == "reset" and inference and not self._is_obs(col):
+            if vr.padding == "reset" and inference and not self._is_obs(col) and col not in self._initial:
                 # Row 0 of a step column is not known before the first action: the view
                 # would read one value at inference and another in training.
                 raise ValueError(f"view {key!r}: padding='reset' on step column {col!r} cannot be used for compute actions")
@@ -201,9 +204,9 @@ class ReferenceCollector:
         """Row ``i`` of ``col`` in ``ep``, with the padding rules of docs/contract.md, Views."""
         rows = ep.rows[col]
         if i < 0:
-            if padding == "reset":
+            if padding == "reset" and col not in self._initial:
                 return self._row(ep, col, 0, "zero")  # the episode's row 0
-            return self.pad_rows[col]
+            return self.pad_rows[col]  # (initial_rows[col] under either padding)
         if i >= len(rows):
             return self._zeros(col)
         return rows[i]

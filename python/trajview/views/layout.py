@@ -57,12 +57,16 @@ def _is_integer_dtype(dtype: Any) -> bool:
         ) != "torch.bool"
 
 
-def _layout(cols: Mapping[str, Any], extra_seq_keys: frozenset[str]) -> tuple[int, frozenset[str]]:
+def _layout(
+    cols: Mapping[str, Any], extra_seq_keys: frozenset[str], per_step: frozenset[str] = frozenset()
+) -> tuple[int, frozenset[str]]:
     """Validate ``cols`` and return (number of timestep rows, per-sequence column names).
 
     With ``seq_lens`` present, ``seq_lens`` and every ``state_in_*`` or registered
     column with ``len(seq_lens)`` rows is per-sequence; all others are per-step
-    and must share one length.
+    and must share one length. ``per_step``: columns known to be per-step (a batch's own, kept as they are when
+    another column is set): never taken for per-sequence ones, which a batch of one sequence of one step could
+    not tell apart by their rows.
     """
     seq_lens = cols.get(_c.SEQ_LENS)
     n_seqs: int | None = None
@@ -78,7 +82,7 @@ def _layout(cols: Mapping[str, Any], extra_seq_keys: frozenset[str]) -> tuple[in
     ref = ""
     for k, v in cols.items():
         n = v.shape[0]
-        candidate = k == _c.SEQ_LENS or k.startswith(STATE_IN_PREFIX) or k in extra_seq_keys
+        candidate = (k == _c.SEQ_LENS or k.startswith(STATE_IN_PREFIX) or k in extra_seq_keys) and k not in per_step
         if n_seqs is not None and candidate and (k == _c.SEQ_LENS or n == n_seqs):
             seq.add(k)
         elif count is None:

@@ -302,7 +302,11 @@ class SampleBatch(dict):
     # -- writes --------------------------------------------------------------
 
     def _relayout(self, cols: dict[str, Any]) -> None:
-        self.count, self._seq_keys = _layout(cols, self._extra_seq_keys)
+        # The batch's per-step columns that stay as they are keep their kind (a one-step sequence's state_in_0 has
+        # as many rows per step as per sequence).
+        seq = self._seq_keys
+        kept = frozenset(k for k, v in dict.items(self) if k not in seq and cols.get(k) is v)
+        self.count, self._seq_keys = _layout(cols, self._extra_seq_keys, kept)
 
     def __setitem__(self, key: str, value: Any) -> None:
         _check_key(key)
