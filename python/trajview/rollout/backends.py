@@ -15,7 +15,9 @@ import hashlib
 import multiprocessing as mp
 import os
 import random
+import select
 import signal
+import struct
 import sys
 import threading
 import time
@@ -205,6 +207,39 @@ _DRIVER_ENDS: weakref.WeakSet[Any] = weakref.WeakSet()
 _INLINE_SEND_BYTES = 32 * 1024
 
 
+#: Seconds an answer that has begun may go without a byte more (beyond the caller's deadline) before its worker
+#: counts as hung: one stopped halfway through writing it (SIGSTOP, a frozen machine) would hold ``recv`` forever.
+_STALL_S = 5.0
+
+
+def _recv_by(conn: Any, deadline: float) -> Any:
+    """``conn.recv()`` (a `multiprocessing` connection's message: a 4-byte size, or -1 and an 8-byte one, then the
+    pickle), read in pieces as they come: `WorkerFailed` ("timeout") when, after ``deadline`` (`time.monotonic`),
+    no byte came for `_STALL_S` s (the worker is then killed: the pipe is not read again). A message that keeps
+    coming is read whole, however long it takes. ``recv`` itself waits for the rest without a limit."""
+    fd = conn.fileno()
+    last = time.monotonic()
+
+    def read(n: int) -> bytes:
+        nonlocal last
+        buf = bytearray()
+        while len(buf) < n:
+            remaining = max(deadline, last + _STALL_S) - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                raise WorkerFailed("timeout")
+            chunk = os.read(fd, min(n - len(buf), 1 << 20))
+            if not chunk:
+                raise EOFError
+            buf += chunk
+            last = time.monotonic()
+        return bytes(buf)
+
+    (size,) = struct.unpack("!i", read(4))
+    if size == -1:
+        (size,) = struct.unpack("!Q", read(8))
+    return ForkingPickler.loads(read(size))
+
+
 def _exit_with(parent_pid: int, poll_s: float = 0.25) -> None:
     """Starts a daemon thread that ends this process (``os._exit``) once its parent is no longer ``parent_pid``."""
 
@@ -231,6 +266,9 @@ def _serve(
     with a traceback of its own).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # SIGTERM ends a worker (a fork inherits the driver's Python handler, e.g. `trajview train`'s, which would
+    # turn it into an exception inside whatever the worker was doing).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     for c in inherited:
         c.close()
     _exit_with(parent_pid if parent_pid is not None else os.getppid())
@@ -358,7 +396,9 @@ class ProcessBackend(Backend):
             try:
                 if not worker.conn.poll(remaining):
                     raise WorkerFailed("timeout")
-                status, value = worker.conn.recv()
+                # (the whole answer within the deadline: a worker stopped halfway through writing a big one
+                # must not hold recv() forever)
+                status, value = worker.conn.recv() if deadline is None else _recv_by(worker.conn, deadline)
             except (EOFError, OSError):
                 raise self._died(worker) from None
             worker.pending -= 1

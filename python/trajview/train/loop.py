@@ -223,6 +223,8 @@ def run_loop(
                dynamic_ncols=True, desc=desc)
     try:
         while not run.done():
+            if _terminate_requested:  # a SIGTERM whose Terminated was swallowed (`_terminate_requested`)
+                raise Terminated()
             row = run.train_iteration()
             run.save_checkpoint(background=True)  # written while the next iteration runs (PPO)
             bar.update(min(row["env_steps"], c.timesteps) - bar.n)
@@ -303,6 +305,12 @@ class Terminated(KeyboardInterrupt):
     the way Ctrl-C does (the workers stopped, the checkpoint kept)."""
 
 
+#: A SIGTERM came (`on_sigterm`'s handler). Its `Terminated` can be swallowed where Python runs the handler inside
+#: a hook that ignores exceptions (the after-fork hooks of a worker process being started: "Exception ignored");
+#: `run_loop` raises it again at its next iteration, so the run stops all the same.
+_terminate_requested = False
+
+
 def on_sigterm() -> Callable[[], None]:
     """Makes SIGTERM raise `Terminated` in the main thread (once: a second SIGTERM while the run stops is
     ignored; SIGKILL still ends it). Returns the function that puts the previous handler back. Called from
@@ -311,13 +319,17 @@ def on_sigterm() -> Callable[[], None]:
         return lambda: None
 
     def handler(signum: int, frame: Any) -> None:
+        global _terminate_requested
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _terminate_requested = True  # (raised again by `run_loop` where Python swallowed the raise below)
         raise Terminated()
 
     previous = signal.signal(signal.SIGTERM, handler)
 
     def restore() -> None:
+        global _terminate_requested
         signal.signal(signal.SIGTERM, previous)
+        _terminate_requested = False
 
     return restore
 
