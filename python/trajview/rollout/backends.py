@@ -237,6 +237,7 @@ def _recv_by(conn: Any, deadline: float) -> Any:
     (size,) = struct.unpack("!i", read(4))
     if size == -1:
         (size,) = struct.unpack("!Q", read(8))
+    # (a pickle from this process's own worker, through the pipe it made for it: what conn.recv() unpickles too)
     return ForkingPickler.loads(read(size))
 
 
