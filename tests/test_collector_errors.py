@@ -170,6 +170,56 @@ def test_wrong_shape_raises_naming_column(column, change):
     pair.check()
 
 
+def _out_arrays(pair, n=2):
+    """Arrays shaped as an input dict of ``n`` rows (``out=``)."""
+    return {k: np.array(v, copy=True) for k, v in dict.items(pair.cpp.input_dict(np.arange(n)))}
+
+
+BAD_OUTS = [
+    (lambda o: o.pop("stack"), "no column 'stack'"),
+    (lambda o: o.update(extra=np.zeros(2)), "exactly the input dict's columns; not one: 'extra'"),
+    (lambda o: o.update(stack=o["stack"].astype(np.float64)), "'stack' must have dtype float32, got float64"),
+    (lambda o: o.update(t=o["t"].astype(np.int32)), "'t' must have dtype int64, got int32"),
+    (lambda o: o.update(stack=o["stack"][:1]), r"'stack' must have shape \[2, 3, 2\], got \[1, 3, 2\]"),
+    (lambda o: o.update(obs=np.zeros((4, 2), np.float32)[::2]), "'obs' must be a writeable, aligned, C-contiguous"),
+    (lambda o: o["stack"].setflags(write=False), "'stack' must be a writeable"),
+    (lambda o: o.update(obs=[[0.0, 0.0], [0.0, 0.0]]), "'obs' must be a numpy array, got list"),
+]
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("change, match", BAD_OUTS)
+def test_bad_out_arrays_are_refused_before_anything_is_stored(change, match, fused):
+    """``out=`` (arrays to write the input dict into): anything but the input dict's columns, each writeable,
+    C-contiguous, of its dtype and shape, is refused naming the column, and a step is not stored."""
+    pair = Pair()
+    out = _out_arrays(pair)
+    change(out)
+    with pytest.raises((ValueError, TypeError), match=match):
+        if fused:
+            pair.cpp.step(step_rows(2, pair.t), np.array([0, 1]), out=out)
+        else:
+            pair.cpp.input_dict(np.array([0, 1]), out=out)
+    with pytest.raises(TypeError, match="out must be a dict of arrays"):
+        pair.cpp.input_dict(np.array([0, 1]), out=list(out.values()))
+    pair.check()
+
+
+def test_out_arrays_are_the_input_dict():
+    """A step and an input dict written into the same arrays again and again: each equals a new one (the
+    reference's), and the arrays returned are the ones given."""
+    pair = Pair()
+    out = _out_arrays(pair)
+    for _ in range(5):
+        data = step_rows(2, pair.t)
+        pair.t += 1
+        got, want = pair.cpp.step(data, np.array([0, 1]), out=out), pair.ref.step(data, np.array([0, 1]))
+        assert got is out and all(got[k] is v for k, v in out.items())
+        assert_same(got, want)
+    assert_same(pair.cpp.input_dict(np.array([1, 0]), out=out), pair.ref.input_dict(np.array([1, 0])))
+    pair.check()
+
+
 def test_missing_column():
     pair = Pair()
     data = step_rows(2, pair.t)

@@ -32,7 +32,13 @@ def flat(d):
 
 
 def record(policy):
-    """Records every (input dict, actions) the policy computes from now on."""
+    """Records every (input dict, actions) the policy computes from now on.
+
+    A PPO policy is recorded at ``action_sampler`` (its tensor inputs): a runner calls it on tensors viewing the
+    arrays it refills call after call (`Policy._reused_inputs`), not through ``compute_actions_from_input_dict``,
+    which a wrapper on the instance would make it call instead."""
+    if isinstance(policy, tv.PPOPolicy):
+        return _record_sampler(policy)
     calls = []
     inner = policy.compute_actions_from_input_dict
 
@@ -43,6 +49,19 @@ def record(policy):
         return out
 
     policy.compute_actions_from_input_dict = recording
+    return calls
+
+
+def _record_sampler(policy):
+    calls = []
+    inner = policy.action_sampler
+
+    def recording(tensors, explore):
+        out = inner(tensors, explore)
+        calls.append((flat({k: v.numpy() for k, v in dict.items(tensors)}), flat({"a": out[0].numpy()})))
+        return out
+
+    policy.action_sampler = recording
     return calls
 
 
@@ -150,6 +169,8 @@ def replay(policy, worker_calls, lookup, keying, max_episodes=8, agent_index=Fal
                     runner.reset(e)
         else:  # one key per env, a new episode marked by episode_start (SB3's vectorized predict)
             runner.act_many(lookup.obs(rows), list(range(len(rows))), rewards=rewards, episode_start=starts, **kw)
+    # A PPO policy read arrays the runner refilled call after call (one set per row count).
+    assert bool(runner._lanes) == isinstance(policy, tv.PPOPolicy)
     return calls
 
 
@@ -201,6 +222,50 @@ def test_a_runner_replays_a_workers_episodes_exactly(model, obs_space, action_sp
     assert len(runner_calls) == len(worker_calls)
     for wc, rc in zip(worker_calls, runner_calls):
         assert_same_inputs(wc, rc)
+
+
+def test_a_wrapper_on_the_policy_is_called_and_the_reused_inputs_are_the_runners():
+    """A ``compute_actions_from_input_dict`` set on the policy instance (a user's wrapper) is what the runner calls;
+    without one, the runner's reused input arrays give the same inputs and actions, and none of them is handed
+    back: the actions returned are copies, and later calls do not change them."""
+    pytest.importorskip("torch")
+    policy = ppo("lstm", BOX, S.Discrete(3), **MODELS["lstm"])
+    twin = ppo("lstm", BOX, S.Discrete(3), **MODELS["lstm"])
+    policy._initialize_view_requirements()
+    twin._initialize_view_requirements()
+    runner, plain = tv.PolicyRunner(policy, max_episodes=4), tv.PolicyRunner(twin, max_episodes=4)
+    wrapped = []
+    inner = twin.compute_actions_from_input_dict
+
+    def wrapper(d, **kw):  # on the instance: the runner must call it (no reused inputs)
+        wrapped.append(flat(d))
+        return inner(d, **kw)
+
+    twin.compute_actions_from_input_dict = wrapper
+    seen = record(policy)
+    rng = np.random.default_rng(0)
+    kept = []
+    for step in range(12):
+        obs = rng.uniform(-1, 1, (4, 3)).astype(np.float32)
+        rewards = rng.uniform(0, 1, 4)
+        start = np.array([step % 5 == 0, False, step == 7, False])
+        a = runner.act_many(obs, range(4), rewards=rewards, episode_start=start, explore=False)
+        b = plain.act_many(obs, range(4), rewards=rewards, episode_start=start, explore=False)
+        np.testing.assert_array_equal(a, b)
+        kept.append((a, a.copy()))
+        assert len(wrapped) == step + 1 and not plain._lanes
+        for k, v in wrapped[-1].items():
+            np.testing.assert_array_equal(seen[-1][0][k], v, err_msg=k)
+    assert runner._lanes
+    for a, copy in kept:
+        np.testing.assert_array_equal(a, copy)
+    # The wrapper removed: the twin's runner reuses arrays from then on, and still acts the same.
+    del twin.compute_actions_from_input_dict
+    for _ in range(3):
+        obs = rng.uniform(-1, 1, (4, 3)).astype(np.float32)
+        np.testing.assert_array_equal(runner.act_many(obs, range(4), rewards=np.ones(4), explore=False),
+                                      plain.act_many(obs, range(4), rewards=np.ones(4), explore=False))
+    assert plain._lanes
 
 
 def test_float32_rewards_reach_the_policy_as_in_a_worker():

@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -93,20 +94,29 @@ class PyStore {
     run_add(slots, in, bytes);
   }
 
-  py::dict input_dict(const py::object& env_ids) {
+  py::dict input_dict(const py::object& env_ids, const py::object& out) {
     Slots slots = parse_slots(env_ids, "input_dict", /*allow_none=*/true);
-    return gather(slots);
+    if (out.is_none()) return gather(slots);
+    std::size_t bytes = 0;
+    std::vector<std::byte*> ptrs = out_rows(out, slots, "input_dict", bytes);
+    gather_into(slots, ptrs, bytes);
+    return py::reinterpret_borrow<py::dict>(out);
   }
 
-  py::dict step(const py::object& data, const py::object& env_ids) {
+  py::dict step(const py::object& data, const py::object& env_ids, const py::object& out) {
     Slots slots = parse_slots(env_ids, "step", /*allow_none=*/true);
+    std::vector<std::byte*> ptrs;
+    std::size_t out_bytes = 0;
+    if (!out.is_none()) ptrs = out_rows(out, slots, "step", out_bytes);  // checked before anything is stored
     std::vector<py::array> keep;
     std::vector<ArrayIn> in;
     std::size_t bytes = 0;
     collect_step(data, keep, in, bytes);
     if (slots.given && slots.ids.empty()) check_empty(in);
     else run_add(slots, in, bytes);
-    return gather(slots);
+    if (out.is_none()) return gather(slots);
+    gather_into(slots, ptrs, out_bytes);
+    return py::reinterpret_borrow<py::dict>(out);
   }
 
   void end_episodes(const py::object& env_ids) {
@@ -331,11 +341,24 @@ class PyStore {
     }
   }
 
+  py::ssize_t rows_of(const Slots& slots) const {
+    return static_cast<py::ssize_t>(slots.given ? slots.ids.size() : static_cast<std::size_t>(store_.num_slots()));
+  }
+
+  // The boundary columns an input dict holds besides the views (t, eps_id, env_id), in gather_into's order.
+  std::vector<py::str> boundary_keys() const {
+    std::vector<py::str> keys;
+    if (infer_t_) keys.push_back(t_key_);
+    if (infer_eps_) keys.push_back(eps_key_);
+    if (infer_env_) keys.push_back(env_key_);
+    return keys;
+  }
+
   py::dict gather(const Slots& slots) {
-    const auto n = static_cast<py::ssize_t>(slots.given ? slots.ids.size() : static_cast<std::size_t>(store_.num_slots()));
+    const py::ssize_t n = rows_of(slots);
     py::dict out;
     std::vector<std::byte*> ptrs;
-    ptrs.reserve(inf_names_.size());
+    ptrs.reserve(inf_names_.size() + 3);
     std::size_t bytes = 0;
     for (std::size_t k = 0; k < inf_names_.size(); ++k) {
       auto shape = inf_shapes_[k];
@@ -345,32 +368,95 @@ class PyStore {
       bytes += static_cast<std::size_t>(a.nbytes());
       out[inf_names_[k]] = std::move(a);
     }
-    py::array_t<std::int64_t> t(infer_t_ ? n : 0), eps(infer_eps_ ? n : 0);
-    if (n > 0) {
-      auto* tp = infer_t_ ? t.mutable_data() : nullptr;
-      auto* ep = infer_eps_ ? eps.mutable_data() : nullptr;
-      auto run = [&] {
-        std::lock_guard<std::mutex> lock(mu_);
-        store_.check_active(slots.ids, "input_dict");
-        store_.gather_inference(slots.ids, ptrs, tp, ep);
-      };
-      if (bytes >= kReleaseGilBytes) {
-        py::gil_scoped_release release;
-        run();
-      } else {
-        run();
-      }
+    for (const auto& key : boundary_keys()) {
+      py::array_t<std::int64_t> a(n);
+      ptrs.push_back(reinterpret_cast<std::byte*>(a.mutable_data()));
+      out[key] = std::move(a);
     }
-    if (infer_t_) out[t_key_] = t;
-    if (infer_eps_) out[eps_key_] = eps;
-    if (infer_env_) {
-      py::array_t<std::int64_t> env(n);
-      auto* p = env.mutable_data();
-      for (py::ssize_t i = 0; i < n; ++i)
-        p[i] = (slots.given ? slots.ids[static_cast<std::size_t>(i)] : i) / slots_per_env_;
-      out[env_key_] = env;
-    }
+    gather_into(slots, ptrs, bytes);
     return out;
+  }
+
+  // The rows of `out` (a dict of exactly the input dict's columns, each a writeable C-contiguous array of its
+  // dtype and shape for these slots: e.g. an earlier input dict of as many rows), in gather_into's order;
+  // anything else is a ValueError naming the column, expected and got.
+  // `bytes`: the views' bytes in all (whether the copy releases the GIL).
+  std::vector<std::byte*> out_rows(const py::object& out, const Slots& slots, const char* where, std::size_t& bytes) {
+    if (!PyDict_Check(out.ptr()))
+      throw py::type_error(std::string(where) + ": out must be a dict of arrays (an earlier input dict), got " +
+                           std::string(py::str(py::type::handle_of(out).attr("__name__"))));
+    const py::ssize_t n = rows_of(slots);
+    const auto keys = boundary_keys();
+    const auto expected = inf_names_.size() + keys.size();
+    std::vector<std::byte*> ptrs;
+    ptrs.reserve(expected);
+    auto check = [&](const py::str& name, const py::dtype& dtype, std::vector<py::ssize_t> shape) {
+      PyObject* h = PyDict_GetItem(out.ptr(), name.ptr());
+      const std::string col = name;
+      if (h == nullptr)
+        throw py::value_error(std::string(where) + ": out has no column '" + col + "'");
+      if (!py::isinstance<py::array>(h))
+        throw py::type_error(std::string(where) + ": out column '" + col + "' must be a numpy array, got " +
+                             std::string(py::str(py::type::handle_of(h).attr("__name__"))));
+      auto a = py::reinterpret_borrow<py::array>(h);
+      shape[0] = n;
+      const std::vector<py::ssize_t> got(a.shape(), a.shape() + a.ndim());
+      const bool c_contiguous = (a.flags() & py::array::c_style) != 0;
+      const bool aligned = (a.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_) != 0;
+      if (!a.dtype().is(dtype) && !a.dtype().equal(dtype))
+        throw py::value_error(std::string(where) + ": out column '" + col + "' must have dtype " +
+                              std::string(py::str(dtype)) + ", got " + std::string(py::str(a.dtype())));
+      if (got != shape)
+        throw py::value_error(std::string(where) + ": out column '" + col + "' must have shape " +
+                              std::string(py::str(py::cast(shape))) + ", got " + std::string(py::str(py::cast(got))));
+      if (!c_contiguous || !aligned || !a.writeable())
+        throw py::value_error(std::string(where) + ": out column '" + col +
+                              "' must be a writeable, aligned, C-contiguous array");
+      ptrs.push_back(static_cast<std::byte*>(a.mutable_data()));
+      return static_cast<std::size_t>(a.nbytes());
+    };
+    for (std::size_t k = 0; k < inf_names_.size(); ++k) bytes += check(inf_names_[k], inf_dtypes_[k], inf_shapes_[k]);
+    const py::dtype i64 = py::dtype::of<std::int64_t>();
+    for (const auto& key : keys) check(key, i64, {0});
+    if (static_cast<std::size_t>(PyDict_Size(out.ptr())) != expected) {  // every column is there: some others too
+      std::string others;
+      for (const auto& item : py::reinterpret_borrow<py::dict>(out)) {
+        bool known = std::any_of(inf_names_.begin(), inf_names_.end(), [&](const py::str& k) { return k.equal(item.first); }) ||
+                     std::any_of(keys.begin(), keys.end(), [&](const py::str& k) { return k.equal(item.first); });
+        if (known) continue;
+        if (!others.empty()) others += ", ";
+        others += std::string(py::repr(item.first));
+      }
+      throw py::value_error(std::string(where) + ": out must hold exactly the input dict's columns; not one: " +
+                            others);
+    }
+    return ptrs;
+  }
+
+  // Writes the input dict of `slots` into `ptrs` (the views in inf_names_ order, then boundary_keys()'s).
+  void gather_into(const Slots& slots, const std::vector<std::byte*>& ptrs, std::size_t bytes) {
+    const py::ssize_t n = rows_of(slots);
+    if (n == 0) return;
+    const std::size_t nviews = inf_names_.size();
+    std::size_t next = nviews;
+    auto* tp = infer_t_ ? reinterpret_cast<std::int64_t*>(ptrs[next++]) : nullptr;
+    auto* ep = infer_eps_ ? reinterpret_cast<std::int64_t*>(ptrs[next++]) : nullptr;
+    auto* envp = infer_env_ ? reinterpret_cast<std::int64_t*>(ptrs[next++]) : nullptr;
+    const std::vector<std::byte*> views(ptrs.begin(), ptrs.begin() + static_cast<std::ptrdiff_t>(nviews));
+    auto run = [&] {
+      std::lock_guard<std::mutex> lock(mu_);
+      store_.check_active(slots.ids, "input_dict");
+      store_.gather_inference(slots.ids, views, tp, ep);
+    };
+    if (bytes >= kReleaseGilBytes) {
+      py::gil_scoped_release release;
+      run();
+    } else {
+      run();
+    }
+    if (envp != nullptr)
+      for (py::ssize_t i = 0; i < n; ++i)
+        envp[i] = (slots.given ? slots.ids[static_cast<std::size_t>(i)] : i) / slots_per_env_;
   }
 
   TrajectoryStore store_;
@@ -401,8 +487,8 @@ void register_store(py::module_& m) {
            py::arg("slots_per_env") = 1)
       .def("begin_episodes", &PyStore::begin_episodes, py::arg("env_ids"), py::arg("obs"))
       .def("add_step", &PyStore::add_step, py::arg("data"), py::arg("env_ids") = py::none())
-      .def("input_dict", &PyStore::input_dict, py::arg("env_ids") = py::none())
-      .def("step", &PyStore::step, py::arg("data"), py::arg("env_ids") = py::none())
+      .def("input_dict", &PyStore::input_dict, py::arg("env_ids") = py::none(), py::arg("out") = py::none())
+      .def("step", &PyStore::step, py::arg("data"), py::arg("env_ids") = py::none(), py::arg("out") = py::none())
       .def("end_episodes", &PyStore::end_episodes, py::arg("env_ids"))
       .def("build_batch", &PyStore::build_batch, py::arg("complete_only"), py::arg("hold") = py::none())
       .def("num_steps", &PyStore::num_steps)

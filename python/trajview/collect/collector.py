@@ -197,17 +197,30 @@ class Collector:
         """Marks the episodes in those slots finished; the slots become idle."""
         self._impl.end_episodes(env_ids)
 
-    def input_dict(self, env_ids: Any = None) -> dict[str, np.ndarray]:
+    def input_dict(self, env_ids: Any = None, out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """The compute-actions views for ``env_ids`` (all slots if None).
 
         ``t``, ``eps_id`` and ``env_id`` are in it when ``view_requirements``
         has a view of that name used for compute actions.
+
+        ``out``: a plain dict of arrays to write the views into instead of new
+        ones (exactly the input dict's flat columns, each writeable, C-contiguous,
+        of its dtype and shape for these slots: e.g. a copy of an earlier input
+        dict of as many rows); it is returned as it is (flat keys). Anything else
+        is refused, naming the column, before the store changes.
         """
+        if out is not None:
+            return self._impl.input_dict(env_ids, out)
         d = self._impl.input_dict(env_ids)
         return self._nested(d, self.num_envs if env_ids is None else len(env_ids))
 
-    def step(self, data: Mapping[str, Any], env_ids: Any = None) -> dict[str, np.ndarray]:
-        """``add_step`` then ``input_dict`` for the same slots, in one C++ call."""
+    def step(
+        self, data: Mapping[str, Any], env_ids: Any = None, out: dict[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
+        """``add_step`` then ``input_dict`` for the same slots, in one C++ call (``out``: as `input_dict`'s, checked
+        before the step is stored)."""
+        if out is not None:
+            return self._impl.step(self._flat(data), env_ids, out)
         d = self._impl.step(self._flat(data), env_ids)
         return self._nested(d, self.num_envs if env_ids is None else len(env_ids))
 

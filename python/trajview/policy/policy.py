@@ -96,6 +96,18 @@ class Policy:
         """Returns (actions [B, ...], state_outs [per state: B, ...], extra_fetches {name: [B, ...]})."""
         raise NotImplementedError(f"{type(self).__name__} must implement compute_actions_from_input_dict")
 
+    def _reused_inputs(
+        self, inputs: dict[str, np.ndarray]
+    ) -> Callable[[bool | None, int | None], tuple[Any, list, dict]] | None:
+        """For callers that refill the same input arrays before every call (`PolicyRunner`): a function
+        ``run(explore, timestep)`` that computes actions from ``inputs`` as they stand when it is called, as
+        ``compute_actions_from_input_dict(inputs, ...)`` would, or None (the default: call that instead).
+
+        A framework overrides it when it can keep what it converts ``inputs`` to (e.g. tensors viewing the same
+        memory) and so skip the conversion on every call.
+        """
+        return None
+
     def compute_single_action(
         self,
         obs: Any = None,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -181,12 +181,34 @@ class TorchPolicy(Policy):
         self, input_dict: Mapping[str, Any], explore: bool | None = None, timestep: int | None = None, **kwargs: Any
     ) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
         tensors = self._to_torch(input_dict)
+        try:
+            return self._actions_on(tensors, explore)
+        finally:
+            if type(input_dict) is not dict:  # (a plain dict tracks no reads)
+                self._merge_tracking(input_dict, tensors)
+
+    def _reused_inputs(
+        self, inputs: dict[str, np.ndarray]
+    ) -> Callable[[bool | None, int | None], tuple[Any, list, dict]] | None:
+        """Tensors viewing ``inputs`` (a plain dict of arrays on the CPU) are made once; each ``run`` reads them as
+        the caller refilled them. None where ``compute_actions_from_input_dict`` is overridden (it may do more
+        than this) or the arrays are not what `_cpu_batch` views."""
+        if type(self).compute_actions_from_input_dict is not TorchPolicy.compute_actions_from_input_dict:
+            return None
+        if not self._on_cpu or type(inputs) is not dict:
+            return None
+        tensors = _cpu_batch(inputs)
+        if tensors is None:
+            return None
+        actions_on = self._actions_on
+        return lambda explore, timestep: actions_on(tensors, explore)
+
+    def _actions_on(self, tensors: SampleBatch, explore: bool | None) -> tuple[Any, list, dict]:
+        """`action_sampler` on a tensor batch, its outputs as numpy arrays."""
         # inference_mode: no autograd bookkeeping at all (about 10% of a small model's step); what it returns
         # leaves as numpy arrays.
         with _inference_mode():
             actions, state_outs, extra = self.action_sampler(tensors, explore)
-        if type(input_dict) is not dict:  # (a plain dict tracks no reads)
-            self._merge_tracking(input_dict, tensors)
         try:  # CPU tensors without autograd (what an inference-mode call returns): each one's memory as numpy
             return (
                 actions.numpy() if type(actions) is torch.Tensor else _to_numpy(actions),

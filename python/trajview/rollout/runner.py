@@ -68,6 +68,11 @@ class PolicyRunner:
     the worker's) raises, the call's episodes are forgotten (as `reset`): their stored step has no action.
     The error's note says so.
 
+    Input arrays are reused: a `TorchPolicy` (whose ``compute_actions_from_input_dict`` is its class's own) is
+    called on tensors made once per row count, which the store refills in place at every call; a model must
+    therefore not keep its input tensors past a call (copy what it keeps). A ``compute_actions_from_input_dict``
+    set on the policy instance (a wrapper) is called instead, with new arrays at every call.
+
     The views are built for the policy's ``view_requirements`` when the runner is made (after the pruning
     pass); a runner does not follow later changes to them (make a new one). Observation filters are not
     applied: pass observations as the policy saw them in training (e.g. through ``worker.filter(obs,
@@ -125,6 +130,8 @@ class PolicyRunner:
         self._slots: dict[Hashable, int] = {}
         self._free = list(range(n - 1, -1, -1))  # pop() hands out the lowest slot first
         self._calls = 0  # calls since the store last freed emitted rows
+        #: Input arrays reused call after call, by row count (`_Lane`); None once the policy cannot reuse them.
+        self._lanes: dict[int, _Lane] | None = {}
         # The rewards given so far were float32 (or float16) / of another dtype: reward inputs are float32 when
         # every one was (the rule of `EnvAdapter.reward_dtype`, which a worker's inputs follow).
         self._saw_f32 = False
@@ -286,6 +293,9 @@ class PolicyRunner:
                     f"rewards=[...]))"
                 )
         coll = self._collector
+        lanes = self._lanes
+        lane = None if lanes is None else lanes.get(n)
+        out = None if lane is None else lane.out  # the store writes the input dict into the lane's arrays
         inputs: dict[str, Any] | None
         if fast:
             # The episodes of the last call, each one step on: the step stores the last call's outputs as they are.
@@ -294,10 +304,10 @@ class PolicyRunner:
             data.update(obs_cols)
             data[_REWARDS] = self._zeros[:n] if rewards is None else rewards
             data[_TERMINATEDS] = data[_TRUNCATEDS] = self._false[:n]
-            inputs = coll.step(data, env_ids=c_slots)  # (the store writes nothing when it refuses a step)
+            inputs = coll.step(data, env_ids=c_slots, out=out)  # (the store writes nothing when it refuses a step)
         else:
             self._write_back()
-            slots, inputs = self._store_step(obs_cols, keys, rewards, starts)
+            slots, inputs = self._store_step(obs_cols, keys, rewards, starts, out)
             c_slots = None if n == self.max_episodes and bool((slots == self._all).all()) else slots
         if rewards is not None and stepped:  # the rewards' dtype, by the adapters' rule (`EnvAdapter.reward_dtype`)
             if rewards.dtype.type is np.float32 or rewards.dtype.type is np.float16:
@@ -306,21 +316,32 @@ class PolicyRunner:
                 self._saw_other = True
         try:
             if inputs is None:
-                inputs = coll.input_dict(c_slots)
-            if self._columns.agent_index_input:
-                inputs[SampleBatch.AGENT_INDEX] = np.zeros(n, np.int64) if agent_index is None else agent_index
-            if self._saw_f32 and not self._saw_other:  # float32 rewards only: inputs as a worker gives them
-                cast_rewards(inputs, self._columns.reward_input_keys, F32)
+                inputs = coll.input_dict(c_slots, out=out)
+            cast = self._saw_f32 and not self._saw_other  # float32 rewards only: inputs as a worker gives them
             ts = self._timestep if timestep is None else timestep
             explore = self.explore if explore is None else explore
-            actions, state_outs, extra = self.policy.compute_actions_from_input_dict(
-                inputs, explore=explore, timestep=ts
-            )
+            if lane is not None and lane.cast == cast and _CAFID not in self.policy.__dict__:
+                actions, state_outs, extra = lane.run(agent_index, explore, ts)
+            else:
+                gathered = dict.copy(inputs)  # (the store's flat columns, before the additions below)
+                if lane is not None:  # the rewards' dtype changed (or the policy's method was replaced on it)
+                    inputs = dict(gathered)
+                    del lanes[n]  # type: ignore[union-attr]
+                    lane = None
+                if self._columns.agent_index_input:
+                    inputs[SampleBatch.AGENT_INDEX] = np.zeros(n, np.int64) if agent_index is None else agent_index
+                if cast:
+                    cast_rewards(inputs, self._columns.reward_input_keys, F32)
+                actions, state_outs, extra = self.policy.compute_actions_from_input_dict(
+                    inputs, explore=explore, timestep=ts
+                )
             data = self._columns.check_outputs(actions, state_outs, extra, n)
         except BaseException as e:
             self._last_keys = None
             self._fail(keys, e)
             raise
+        if lane is None and self._lanes is not None and _CAFID not in self.policy.__dict__:
+            self._add_lane(n, gathered, cast)
         # The outputs are stored with each episode's next step (kept here until the episodes change).
         self._last_keys, self._last_slots, self._last_ids = keys, slots, c_slots
         self._last_data = {k: data[k] for k in self._pending}
@@ -329,6 +350,19 @@ class PolicyRunner:
         if self._calls >= _CHUNK:
             self._free_rows()
         return actions, data
+
+    def _add_lane(self, n: int, gathered: dict[str, np.ndarray], cast: bool) -> None:
+        """Input arrays for the next calls of ``n`` rows, shaped as ``gathered`` (a call's input dict from the store),
+        if the policy can reuse them (`Policy._reused_inputs`); else no call makes lanes again."""
+        lanes = self._lanes
+        assert lanes is not None
+        lane = _Lane.make(self.policy, self._columns, n, gathered, cast)
+        if lane is None:
+            self._lanes = None
+            return
+        if len(lanes) >= _LANES:
+            del lanes[next(iter(lanes))]  # the oldest row count
+        lanes[n] = lane
 
     def _single_obs(self, obs: Any) -> dict[str, np.ndarray]:
         """``act``'s observation as batch-of-one columns; a shape other than the space's is a ValueError (in the
@@ -361,10 +395,16 @@ class PolicyRunner:
             self._end(mine)
 
     def _store_step(
-        self, obs_cols: dict[str, np.ndarray], keys: list[Hashable], rewards: np.ndarray | None, starts: list[bool]
+        self,
+        obs_cols: dict[str, np.ndarray],
+        keys: list[Hashable],
+        rewards: np.ndarray | None,
+        starts: list[bool],
+        out: dict[str, np.ndarray] | None,
     ) -> tuple[np.ndarray, dict | None]:
         """Begins or steps each episode of the call in the store (the general case: new, restarted, other
-        episodes than the last call's). Returns (their slots, the input dict if gathered with the step)."""
+        episodes than the last call's). Returns (their slots, the input dict if gathered with the step, into
+        ``out`` if given)."""
         n = len(keys)
         # Everything checked before anything changes.
         if len(set(keys)) != n:
@@ -403,7 +443,7 @@ class PolicyRunner:
                 data[_REWARDS] = self._zeros[: len(cs)] if rewards is None else (rewards if c is None else rewards[c])
                 data[_TERMINATEDS] = data[_TRUNCATEDS] = self._false[: len(cs)]
                 if c is None:
-                    return slots, coll.step(data, env_ids=slots)
+                    return slots, coll.step(data, env_ids=slots, out=out)
                 coll.add_step(data, env_ids=cs)
         except BaseException:
             self._end(fresh)  # the episodes this call began (or restarted) are not kept
@@ -440,6 +480,54 @@ class PolicyRunner:
 
 #: Calls between two frees of a runner's emitted rows (and the store's block size, in steps per episode).
 _CHUNK = 32
+#: Row counts a runner keeps input arrays for (`_Lane`).
+_LANES = 4
+#: A policy whose instance holds its own ``compute_actions_from_input_dict`` (a wrapper) is called through it: no lane.
+_CAFID = "compute_actions_from_input_dict"
+
+
+class _Lane:
+    """Input arrays that every call of ``n`` rows refills in place, and the policy's function that reads them
+    (`Policy._reused_inputs`: e.g. a `TorchPolicy`'s tensors viewing them, made once): the store gathers the
+    input dict into ``out``; the policy reads ``fed``, which holds the same arrays, except float32 copies of the
+    reward views when ``cast`` (a worker's rule: see `cast_rewards`) and ``agent_index`` where the policy reads
+    it."""
+
+    __slots__ = ("out", "fed", "cast", "_casts", "_agent_index", "_run")
+
+    def __init__(self) -> None:
+        self.out: dict[str, np.ndarray] = {}
+        self.fed: dict[str, np.ndarray] = {}
+        self.cast = False
+        self._casts: tuple[str, ...] = ()
+        self._agent_index: np.ndarray | None = None
+        self._run: Any = None
+
+    @classmethod
+    def make(
+        cls, policy: Policy, columns: PolicyColumns, n: int, gathered: dict[str, np.ndarray], cast: bool
+    ) -> _Lane | None:
+        lane = cls()
+        lane.out = {k: np.empty(v.shape, v.dtype) for k, v in gathered.items()}
+        fed = dict(lane.out)
+        if cast:
+            lane._casts = tuple(k for k in columns.reward_input_keys if k in fed)
+            for k in lane._casts:
+                fed[k] = np.empty(fed[k].shape, F32)
+        if columns.agent_index_input:
+            fed[SampleBatch.AGENT_INDEX] = lane._agent_index = np.zeros(n, np.int64)
+        lane.fed, lane.cast = fed, cast
+        lane._run = policy._reused_inputs(fed)
+        return None if lane._run is None else lane
+
+    def run(self, agent_index: np.ndarray | None, explore: bool | None, timestep: int) -> tuple[Any, list, dict]:
+        """The policy on the refilled arrays (``agent_index``: ``[n]``, or None for zeros)."""
+        fed = self.fed
+        for k in self._casts:
+            np.copyto(fed[k], self.out[k], casting="same_kind")
+        if self._agent_index is not None:
+            self._agent_index[:] = 0 if agent_index is None else agent_index
+        return self._run(explore, timestep)  # type: ignore[no-any-return]
 
 
 def _per_episode(name: str, value: Any, n: int, dtype: Any) -> np.ndarray:
