@@ -98,7 +98,8 @@ class PyStore {
     Slots slots = parse_slots(env_ids, "input_dict", /*allow_none=*/true);
     if (out.is_none()) return gather(slots);
     std::size_t bytes = 0;
-    std::vector<std::byte*> ptrs = out_rows(out, slots, "input_dict", bytes);
+    std::vector<py::array> held;  // the arrays stay alive while the GIL is released, whatever happens to `out`
+    std::vector<std::byte*> ptrs = out_rows(out, slots, "input_dict", bytes, held);
     gather_into(slots, ptrs, bytes);
     return py::reinterpret_borrow<py::dict>(out);
   }
@@ -107,7 +108,8 @@ class PyStore {
     Slots slots = parse_slots(env_ids, "step", /*allow_none=*/true);
     std::vector<std::byte*> ptrs;
     std::size_t out_bytes = 0;
-    if (!out.is_none()) ptrs = out_rows(out, slots, "step", out_bytes);  // checked before anything is stored
+    std::vector<py::array> held;  // the arrays stay alive while the GIL is released, whatever happens to `out`
+    if (!out.is_none()) ptrs = out_rows(out, slots, "step", out_bytes, held);  // checked before anything is stored
     std::vector<py::array> keep;
     std::vector<ArrayIn> in;
     std::size_t bytes = 0;
@@ -380,8 +382,9 @@ class PyStore {
   // The rows of `out` (a dict of exactly the input dict's columns, each a writeable C-contiguous array of its
   // dtype and shape for these slots: e.g. an earlier input dict of as many rows), in gather_into's order;
   // anything else is a ValueError naming the column, expected and got.
-  // `bytes`: the views' bytes in all (whether the copy releases the GIL).
-  std::vector<std::byte*> out_rows(const py::object& out, const Slots& slots, const char* where, std::size_t& bytes) {
+  // `bytes`: the views' bytes in all (whether the copy releases the GIL); `held`: a reference to each array.
+  std::vector<std::byte*> out_rows(const py::object& out, const Slots& slots, const char* where, std::size_t& bytes,
+                                   std::vector<py::array>& held) {
     if (!PyDict_Check(out.ptr()))
       throw py::type_error(std::string(where) + ": out must be a dict of arrays (an earlier input dict), got " +
                            std::string(py::str(py::type::handle_of(out).attr("__name__"))));
@@ -413,6 +416,7 @@ class PyStore {
         throw py::value_error(std::string(where) + ": out column '" + col +
                               "' must be a writeable, aligned, C-contiguous array");
       ptrs.push_back(static_cast<std::byte*>(a.mutable_data()));
+      held.push_back(a);
       return static_cast<std::size_t>(a.nbytes());
     };
     for (std::size_t k = 0; k < inf_names_.size(); ++k) bytes += check(inf_names_[k], inf_dtypes_[k], inf_shapes_[k]);
