@@ -502,9 +502,18 @@ def test_ctrl_c_and_sigterm_stop_the_workers_and_say_where_the_run_stands(tmp_pa
 
     out = tmp_path / "run"
     # A process group of its own, as a terminal gives a command: Ctrl-C there is SIGINT to the whole group.
-    proc = subprocess.Popen([sys.executable, "-m", "trajview.train.cli", "train", "--timesteps", "10000000",
-                             "--out", str(out), *algo],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # SIGINT handled in the child, as in a terminal, even where pytest runs with it ignored (a script's background
+    # job): an ignored signal stays ignored across exec, a handled one becomes the default.
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "trajview.train.cli", "train", "--timesteps", "10000000",
+                                 "--out", str(out), *algo],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         deadline = time.monotonic() + 120
         while not (out / "metrics.csv").exists() or len(_rows(out / "metrics.csv")) < 2:
