@@ -11,7 +11,6 @@ import io
 import json
 import os
 import pickle
-import shutil
 import socket
 import subprocess
 import sys
@@ -24,8 +23,6 @@ from typing import Any
 
 import pytest
 
-import trajview
-
 torch = pytest.importorskip("torch")
 pytest.importorskip("tqdm")
 pytest.importorskip("matplotlib")
@@ -33,19 +30,15 @@ pytest.importorskip("matplotlib")
 from trajview import _io  # noqa: E402
 from trajview.errors import FileIntegrityError  # noqa: E402
 from trajview.train.checkpoint import FOLDER, FORMAT, VERSION, WEIGHTS, read_checkpoint  # noqa: E402
-from trajview.train.cli import main  # noqa: E402
 from trajview.train.config import TrainConfig  # noqa: E402
 from trajview.train.dqn_trainer import DQNConfig, DQNTrainer, dqn_policy, load_dqn_policy  # noqa: E402
 from trajview.train.runs import config_from  # noqa: E402
 from trajview.train.trainer import load_ppo_policy, ppo_policy  # noqa: E402
+from train_runs import cli_env as _env  # noqa: E402
+from train_runs import copy_run as _copy  # noqa: E402
 
-SMALL = ["--env", "trajview/RepeatPrevious-v0", "--model", "mlp", "--envs-per-worker", "2", "--train-batch-size",
-         "100", "--minibatch-size", "50", "--num-sgd-iter", "1", "--no-progress"]
-
-
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(Path(trajview.__file__).parent.parent), os.environ.get("PYTHONPATH")) if p)}
+#: The finished run of each algorithm (fixtures).
+RUNS = {"ppo": "small_ppo_run", "dqn": "dqn_run"}
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -61,14 +54,6 @@ def _one_line(err: str, command: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def ppo_run(tmp_path_factory) -> Path:
-    """A finished 2-iteration PPO run (its optimizer has moments): copied by the tests that change it."""
-    out = tmp_path_factory.mktemp("ppo") / "run"
-    assert main(["train", "--timesteps", "200", "--out", str(out), *SMALL]) == 0
-    return out
-
-
-@pytest.fixture(scope="module")
 def dqn_run(tmp_path_factory) -> Path:
     """A finished DQN run with gradient steps taken (its optimizer has moments)."""
     out = tmp_path_factory.mktemp("dqn") / "run"
@@ -76,12 +61,6 @@ def dqn_run(tmp_path_factory) -> Path:
                          batch_size=16, buffer_size=1000, hidden=16, stop_reward=None,
                          out_dir=str(out))).train(progress=False)
     return out
-
-
-def _copy(run: Path, tmp_path: Path) -> Path:
-    dst = tmp_path / "run"
-    shutil.copytree(run, dst)
-    return dst
 
 
 def _commit_file(out: Path, name: str, data: bytes) -> Path:
@@ -197,7 +176,7 @@ def _load(algo: str) -> Callable[[Any, Any], Any]:
 @pytest.mark.parametrize("how", DAMAGES)
 @pytest.mark.parametrize("algo", ["ppo", "dqn"])
 def test_optimizer_state_that_does_not_fit_is_refused_before_anything_is_loaded(request, tmp_path, algo, how):
-    out = _copy(request.getfixturevalue(f"{algo}_run"), tmp_path)
+    out = _copy(request.getfixturevalue(RUNS[algo]), tmp_path)
     policy = _policy(algo, out)
     before = _snapshot(policy)
     weights = read_checkpoint(out / FOLDER).weights
@@ -221,7 +200,7 @@ def test_optimizer_state_that_does_not_fit_is_refused_before_anything_is_loaded(
 @pytest.mark.parametrize("algo", ["ppo", "dqn"])
 def test_a_resume_with_moments_of_another_shape_is_a_one_line_error(request, tmp_path, algo):
     """The red team's repro: ``trajview train --resume`` crashed at the first optimizer step with a traceback."""
-    out = _copy(request.getfixturevalue(f"{algo}_run"), tmp_path)
+    out = _copy(request.getfixturevalue(RUNS[algo]), tmp_path)
     weights = read_checkpoint(out / FOLDER).weights
     _damage(_adam(weights, algo), "moments")
     wpath = _commit_weights(out, weights)
@@ -233,9 +212,9 @@ def test_a_resume_with_moments_of_another_shape_is_a_one_line_error(request, tmp
     assert (out / "metrics.csv").read_bytes() == metrics
 
 
-def test_a_model_that_does_not_fit_leaves_the_policy_as_it_was(ppo_run, dqn_run, tmp_path):
+def test_a_model_that_does_not_fit_leaves_the_policy_as_it_was(small_ppo_run, dqn_run, tmp_path):
     """torch loads a model's fitting entries before it refuses the others: the policy is put back."""
-    for algo, run in (("ppo", ppo_run), ("dqn", dqn_run)):
+    for algo, run in (("ppo", small_ppo_run), ("dqn", dqn_run)):
         out = _copy(run, tmp_path / algo)
         policy = _policy(algo, out)
         before = _snapshot(policy)
@@ -251,8 +230,8 @@ def test_a_model_that_does_not_fit_leaves_the_policy_as_it_was(ppo_run, dqn_run,
         assert _same(_snapshot(policy), before), algo
 
 
-def test_a_fitting_checkpoint_still_loads_whole(ppo_run, dqn_run, tmp_path):
-    for algo, run in (("ppo", ppo_run), ("dqn", dqn_run)):
+def test_a_fitting_checkpoint_still_loads_whole(small_ppo_run, dqn_run, tmp_path):
+    for algo, run in (("ppo", small_ppo_run), ("dqn", dqn_run)):
         ck = read_checkpoint(run / FOLDER)
         policy = _policy(algo, run)
         state = policy.get_state()
@@ -309,8 +288,8 @@ def _special(path: Path, kind: str) -> Any:
 
 
 @pytest.mark.parametrize("kind", ["fifo", "folder", "socket"])
-def test_a_non_regular_file_in_place_of_weights_is_refused_before_it_is_opened(ppo_run, tmp_path, kind):
-    out = _copy(ppo_run, tmp_path)
+def test_a_non_regular_file_in_place_of_weights_is_refused_before_it_is_opened(small_ppo_run, tmp_path, kind):
+    out = _copy(small_ppo_run, tmp_path)
     wpath = _io.read_manifest(out / FOLDER, FORMAT, (VERSION,)).path(WEIGHTS)
     keep = _special(wpath, kind)
     try:
@@ -328,9 +307,9 @@ def test_a_non_regular_file_in_place_of_weights_is_refused_before_it_is_opened(p
             keep.close()
 
 
-def test_evaluate_refuses_a_fifo_in_place_of_weights(ppo_run, tmp_path):
+def test_evaluate_refuses_a_fifo_in_place_of_weights(small_ppo_run, tmp_path):
     """The red team's repro: ``trajview evaluate`` blocked forever in open()."""
-    out = _copy(ppo_run, tmp_path)
+    out = _copy(small_ppo_run, tmp_path)
     wpath = _io.read_manifest(out / FOLDER, FORMAT, (VERSION,)).path(WEIGHTS)
     _commit_file(out, WEIGHTS, b"")
     _special(wpath, "fifo")
@@ -379,8 +358,8 @@ GLOBAL = f"{os.mkdir.__module__}.mkdir"  # posix.mkdir
 
 
 @pytest.mark.parametrize("how", ["pickle", "pickle2", "torch.save"])
-def test_a_pickle_in_weights_is_refused_quietly_naming_its_global(ppo_run, tmp_path, how):
-    out = _copy(ppo_run, tmp_path)
+def test_a_pickle_in_weights_is_refused_quietly_naming_its_global(small_ppo_run, tmp_path, how):
+    out = _copy(small_ppo_run, tmp_path)
     marker = tmp_path / "payload-ran"
     payload = {"policy": _Payload(marker)}
     if how == "torch.save":
@@ -398,10 +377,10 @@ def test_a_pickle_in_weights_is_refused_quietly_naming_its_global(ppo_run, tmp_p
     assert not marker.exists()
 
 
-def test_evaluate_of_a_pickle_in_weights_prints_one_line(ppo_run, tmp_path):
+def test_evaluate_of_a_pickle_in_weights_prints_one_line(small_ppo_run, tmp_path):
     """The red team's repro: two lines of torch's UserWarning first, then an error cut mid-sentence at torch's
     advice to load with weights_only=False, without the global."""
-    out = _copy(ppo_run, tmp_path)
+    out = _copy(small_ppo_run, tmp_path)
     marker = tmp_path / "payload-ran"
     wpath = _commit_file(out, WEIGHTS, pickle.dumps({"policy": _Payload(marker)}))
     r = _cli("evaluate", str(out), "--episodes", "1")
@@ -416,8 +395,8 @@ def test_evaluate_of_a_pickle_in_weights_prints_one_line(ppo_run, tmp_path):
     (b"not a torch file at all", "or is not a torch file ("),
     (b"PK\x03\x04" + b"\0" * 40, "or is not a torch file (RuntimeError: PytorchStreamReader failed"),
 ])
-def test_bytes_that_are_no_torch_file_say_what_torch_found_without_its_advice(ppo_run, tmp_path, data, says):
-    out = _copy(ppo_run, tmp_path)
+def test_bytes_that_are_no_torch_file_say_what_torch_found_without_its_advice(small_ppo_run, tmp_path, data, says):
+    out = _copy(small_ppo_run, tmp_path)
     wpath = _commit_file(out, WEIGHTS, data)
     with pytest.raises(FileIntegrityError) as e:
         read_checkpoint(out / FOLDER)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,22 +23,8 @@ pytest.importorskip("matplotlib")
 from trajview.train.saved import load_trained  # noqa: E402
 from trajview.train.cli import main  # noqa: E402
 from trajview.train.envs import EnvSetupError, check_saved_modules  # noqa: E402
-
-SMALL = ["--env", "trajview/RepeatPrevious-v0", "--model", "mlp", "--envs-per-worker", "2", "--train-batch-size",
-         "100", "--minibatch-size", "50", "--num-sgd-iter", "1", "--no-progress"]
-
-
-@pytest.fixture(scope="module")
-def ppo_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("ppo") / "run"
-    assert main(["train", "--timesteps", "200", "--out", str(out), *SMALL]) == 0
-    return out
-
-
-def _copy(run: Path, tmp_path: Path) -> Path:
-    dst = tmp_path / "run"
-    shutil.copytree(run, dst)
-    return dst
+from train_runs import SMALL  # noqa: E402
+from train_runs import copy_run as _copy  # noqa: E402
 
 
 def _edit_config(run: Path, **changes) -> None:
@@ -70,9 +55,9 @@ def planted(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("where", ["env_modules", "env id"])
-def test_evaluate_export_and_resume_import_no_module_the_manifest_names(ppo_run, tmp_path, planted, capsys, where):
+def test_evaluate_export_and_resume_import_no_module_the_manifest_names(small_ppo_run, tmp_path, planted, capsys, where):
     name, marker = planted
-    run = _copy(ppo_run, tmp_path)
+    run = _copy(small_ppo_run, tmp_path)
     if where == "env_modules":
         _edit_config(run, env_modules=[name])
     else:
@@ -90,9 +75,9 @@ def test_evaluate_export_and_resume_import_no_module_the_manifest_names(ppo_run,
     assert name not in sys.modules
 
 
-def test_a_module_given_in_this_session_is_imported_and_the_run_goes_on(ppo_run, tmp_path, planted, capsys):
+def test_a_module_given_in_this_session_is_imported_and_the_run_goes_on(small_ppo_run, tmp_path, planted, capsys):
     name, marker = planted
-    run = _copy(ppo_run, tmp_path)
+    run = _copy(small_ppo_run, tmp_path)
     _edit_config(run, env_modules=[name])
     assert main(["evaluate", str(run), "--episodes", "1", "--env-module", name]) == 0
     assert marker.read_text() == "ran"  # imported because this session asked for it
@@ -110,8 +95,8 @@ def test_check_saved_modules_passes_what_is_imported_already():
 # -- --resume keeps the run's settings ----------------------------------------------------------------------------------
 
 
-def test_resume_refuses_settings_other_than_the_runs_and_takes_the_same_ones(ppo_run, tmp_path, capsys):
-    run = _copy(ppo_run, tmp_path)
+def test_resume_refuses_settings_other_than_the_runs_and_takes_the_same_ones(small_ppo_run, tmp_path, capsys):
+    run = _copy(small_ppo_run, tmp_path)
     capsys.readouterr()
     assert main(["train", "--resume", "--out", str(run), "--model", "lstm", "--lr", "0.5", "--workers", "2",
                  "--model-config", '{"hidden": [8]}', "--logger", "jsonl", "--timesteps", "400"]) == 2
@@ -126,8 +111,8 @@ def test_resume_refuses_settings_other_than_the_runs_and_takes_the_same_ones(ppo
     assert _counters(run)["env_steps"] == 300
 
 
-def test_a_run_at_its_timesteps_says_what_continues_it(ppo_run, tmp_path, capsys):
-    run = _copy(ppo_run, tmp_path)
+def test_a_run_at_its_timesteps_says_what_continues_it(small_ppo_run, tmp_path, capsys):
+    run = _copy(small_ppo_run, tmp_path)
     _edit_config(run, timesteps=150)  # (as a run that ended at its timesteps)
     assert main(["train", "--resume", "--out", str(run), "--no-progress"]) == 2
     assert "already has 200 env steps, its timesteps (150): --resume --timesteps N (N above 200)" in (
@@ -135,10 +120,10 @@ def test_a_run_at_its_timesteps_says_what_continues_it(ppo_run, tmp_path, capsys
     assert _counters(run)["env_steps"] == 200
 
 
-def test_the_default_timesteps_value_given_on_resume_is_taken(ppo_run, tmp_path, capsys, monkeypatch):
+def test_the_default_timesteps_value_given_on_resume_is_taken(small_ppo_run, tmp_path, capsys, monkeypatch):
     from trajview.train import TrainConfig
 
-    run = _copy(ppo_run, tmp_path)
+    run = _copy(small_ppo_run, tmp_path)
     monkeypatch.setattr(TrainConfig, "timesteps", 300)  # the default for a new run, made small here
     assert main(["train", "--resume", "--out", str(run), "--timesteps", "300", "--no-progress"]) == 0
     assert _counters(run)["env_steps"] == 300
@@ -191,9 +176,9 @@ def test_two_metrics_formats_are_a_one_line_error(tmp_path, capsys):
                                                "or jsonl), got ['csv', 'jsonl']")
 
 
-def test_evaluate_refuses_a_negative_seed_naming_it(ppo_run, capsys):
+def test_evaluate_refuses_a_negative_seed_naming_it(small_ppo_run, capsys):
     with pytest.raises(SystemExit) as e:
-        main(["evaluate", str(ppo_run), "--seed", "-1"])
+        main(["evaluate", str(small_ppo_run), "--seed", "-1"])
     assert e.value.code == 2
     assert "argument --seed: expected an int in [0, 4294967295], got '-1'" in capsys.readouterr().err
 

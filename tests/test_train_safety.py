@@ -16,7 +16,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import trajview
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("tqdm")
@@ -31,16 +30,9 @@ from trajview.train.cli import main  # noqa: E402
 from trajview.train.dqn_trainer import DQNConfig  # noqa: E402
 from trajview.train.metrics import (METRIC_FIELDS, append_metrics, read_metrics,  # noqa: E402
                                     truncate_metrics)
-
-SMALL = ["--env", "trajview/RepeatPrevious-v0", "--model", "mlp", "--envs-per-worker", "2", "--train-batch-size",
-         "100", "--minibatch-size", "50", "--num-sgd-iter", "1", "--no-progress"]
-
-
-def _env() -> dict:
-    """The environment of a CLI subprocess: it imports the trajview these tests import (the installed wheel, or the
-    tree that ``PYTHONPATH`` names), never the source tree."""
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(Path(trajview.__file__).parent.parent), os.environ.get("PYTHONPATH")) if p)}
+from train_runs import SMALL  # noqa: E402
+from train_runs import cli_env as _env  # noqa: E402
+from train_runs import copy_run as _copy  # noqa: E402
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -55,34 +47,18 @@ def _one_line_error(err: str) -> str:
     return err
 
 
-@pytest.fixture(scope="module")
-def ppo_run(tmp_path_factory) -> Path:
-    """A finished 2-iteration PPO run (copied by the tests that change it)."""
-    out = tmp_path_factory.mktemp("ppo") / "run"
-    assert main(["train", "--timesteps", "200", "--out", str(out), *SMALL]) == 0
-    return out
-
-
-def _copy(run: Path, tmp_path: Path) -> Path:
-    import shutil
-
-    dst = tmp_path / "run"
-    shutil.copytree(run, dst)
-    return dst
-
-
 # -- the checkpoint: what it holds, and nothing in it runs ------------------------------------------------------
 
 
-def test_a_checkpoint_is_a_committed_folder_read_with_weights_only(ppo_run):
-    man = _io.read_manifest(ppo_run / FOLDER, FORMAT, (VERSION,))
+def test_a_checkpoint_is_a_committed_folder_read_with_weights_only(small_ppo_run):
+    man = _io.read_manifest(small_ppo_run / FOLDER, FORMAT, (VERSION,))
     assert set(man.files) == {WEIGHTS} and man.meta["algo"] == "ppo"
     assert man.meta["counters"]["iteration"] == 2 and man.meta["counters"]["env_steps"] == 200
-    assert man.meta["config"] == json.loads((ppo_run / "config.json").read_text())
+    assert man.meta["config"] == json.loads((small_ppo_run / "config.json").read_text())
     # The tensors load with weights_only=True on their own: nothing but tensors and plain containers.
     state = torch.load(man.path(WEIGHTS), weights_only=True)
     assert set(state) == {"policy", "torch_rng"} and set(state["policy"]) == {"model", "optimizer"}
-    assert not (ppo_run / "checkpoint.pt").exists()
+    assert not (small_ppo_run / "checkpoint.pt").exists()
 
 
 class _Payload:
@@ -95,8 +71,8 @@ class _Payload:
         return (os.mkdir, (str(self.marker),))
 
 
-def test_a_crafted_checkpoint_is_refused_and_runs_nothing(ppo_run, tmp_path):
-    out = _copy(ppo_run, tmp_path)
+def test_a_crafted_checkpoint_is_refused_and_runs_nothing(small_ppo_run, tmp_path):
+    out = _copy(small_ppo_run, tmp_path)
     marker = tmp_path / "payload-ran"
     ck = read_checkpoint(out / FOLDER)
     # A checkpoint whose manifest is consistent (sizes, crc32s) but whose weights carry a __reduce__ payload.
@@ -129,8 +105,8 @@ def test_a_checkpoint_of_the_earlier_pickled_format_is_not_read(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "manifest", "counters", "shape"])
-def test_a_damaged_checkpoint_is_a_one_line_error_saying_what_to_do(ppo_run, tmp_path, capsys, damage):
-    out = _copy(ppo_run, tmp_path)
+def test_a_damaged_checkpoint_is_a_one_line_error_saying_what_to_do(small_ppo_run, tmp_path, capsys, damage):
+    out = _copy(small_ppo_run, tmp_path)
     man = _io.read_manifest(out / FOLDER, FORMAT, (VERSION,))
     wpath, mpath = man.path(WEIGHTS), out / FOLDER / "manifest.json"
     if damage == "flip":
@@ -164,8 +140,8 @@ def test_a_damaged_checkpoint_is_a_one_line_error_saying_what_to_do(ppo_run, tmp
     assert (out / "metrics.csv").read_bytes() == before  # nothing changed
 
 
-def test_damaged_or_missing_config_json(ppo_run, tmp_path, capsys):
-    out = _copy(ppo_run, tmp_path)
+def test_damaged_or_missing_config_json(small_ppo_run, tmp_path, capsys):
+    out = _copy(small_ppo_run, tmp_path)
     (out / "config.json").write_text('{"seed": 0,')
     assert main(["train", "--resume", "--timesteps", "300", "--out", str(out), "--no-progress"]) == 2
     err = _one_line_error(capsys.readouterr().err)
@@ -315,8 +291,8 @@ def test_a_metrics_file_cut_at_any_byte_reads_its_complete_rows(tmp_path_factory
     assert [r["iteration"] for r in read_metrics(path)] == list(range(1, complete + 2))
 
 
-def test_a_partial_last_metrics_line_is_dropped_and_the_run_resumes(ppo_run, tmp_path, capsys, caplog):
-    out = _copy(ppo_run, tmp_path)
+def test_a_partial_last_metrics_line_is_dropped_and_the_run_resumes(small_ppo_run, tmp_path, capsys, caplog):
+    out = _copy(small_ppo_run, tmp_path)
     with open(out / "metrics.csv", "a") as f:
         f.write("3,300,12,9.")  # a run killed mid-row
     with caplog.at_level("WARNING", logger="trajview.train"):
@@ -326,8 +302,8 @@ def test_a_partial_last_metrics_line_is_dropped_and_the_run_resumes(ppo_run, tmp
     assert [r["iteration"] for r in rows] == [1, 2, 3] and [r["env_steps"] for r in rows] == [100, 200, 300]
 
 
-def test_a_damaged_metrics_line_is_a_one_line_error(ppo_run, tmp_path, capsys):
-    out = _copy(ppo_run, tmp_path)
+def test_a_damaged_metrics_line_is_a_one_line_error(small_ppo_run, tmp_path, capsys):
+    out = _copy(small_ppo_run, tmp_path)
     lines = (out / "metrics.csv").read_text().splitlines()
     lines[1] = lines[1].replace(",", ",x", 1)
     (out / "metrics.csv").write_text("\n".join(lines) + "\n")
@@ -373,14 +349,14 @@ def test_one_run_per_out_and_a_killed_runs_lock_does_not_block(tmp_path):
     assert [x["iteration"] for x in rows] == list(range(1, ck.counters["iteration"] + 2))
 
 
-def test_a_new_run_is_not_started_over_an_earlier_one(ppo_run, capsys):
+def test_a_new_run_is_not_started_over_an_earlier_one(small_ppo_run, capsys):
     def files():
-        return {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in ppo_run.rglob("*") if p.is_file() and p.name != ".lock"}
+        return {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in small_ppo_run.rglob("*") if p.is_file() and p.name != ".lock"}
 
     before = files()
-    assert main(["train", "--timesteps", "100", "--out", str(ppo_run), *SMALL]) == 2
+    assert main(["train", "--timesteps", "100", "--out", str(small_ppo_run), *SMALL]) == 2
     err = _one_line_error(capsys.readouterr().err)
-    assert f"--out {ppo_run} holds an earlier run" in err and "--resume continues it" in err
+    assert f"--out {small_ppo_run} holds an earlier run" in err and "--resume continues it" in err
     assert files() == before
 
 
@@ -469,10 +445,10 @@ def test_bad_model_config_and_an_out_that_is_a_file(tmp_path, capsys):
     assert f.read_text() == "x"
 
 
-def test_resume_with_the_other_algo_says_which_the_run_holds(ppo_run, capsys):
-    assert main(["train", "--resume", "--algo", "dqn", "--out", str(ppo_run), "--no-progress"]) == 2
+def test_resume_with_the_other_algo_says_which_the_run_holds(small_ppo_run, capsys):
+    assert main(["train", "--resume", "--algo", "dqn", "--out", str(small_ppo_run), "--no-progress"]) == 2
     err = _one_line_error(capsys.readouterr().err)
-    assert f"--out {ppo_run} holds a PPO run" in err and "leave out --algo dqn" in err
+    assert f"--out {small_ppo_run} holds a PPO run" in err and "leave out --algo dqn" in err
 
 
 def test_resume_without_a_checkpoint_says_so(tmp_path, capsys):
@@ -568,14 +544,14 @@ def test_a_failed_background_write_is_raised_and_the_last_checkpoint_stands(tmp_
     assert [r["iteration"] for r in read_metrics(out / "metrics.csv")] == [1, 2, 3, 4]
 
 
-def test_where_it_stopped_names_what_the_checkpoint_holds_on_disk(ppo_run, tmp_path):
+def test_where_it_stopped_names_what_the_checkpoint_holds_on_disk(small_ppo_run, tmp_path):
     """A signal in the middle of a commit may land after the manifest was replaced and before the trainer noted
     it: the message reads the folder, not the trainer's note."""
     from types import SimpleNamespace
 
     from trajview.train.loop import where_it_stopped
 
-    run = _copy(ppo_run, tmp_path)
+    run = _copy(small_ppo_run, tmp_path)
     config = TrainConfig(out_dir=str(run))
     ck = read_checkpoint(run / FOLDER, weights=False)
     stale = SimpleNamespace(checkpointed=(ck.counters["iteration"] - 1, 0), start_iteration=0)
