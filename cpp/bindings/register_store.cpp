@@ -425,8 +425,9 @@ class PyStore {
     if (static_cast<std::size_t>(PyDict_Size(out.ptr())) != expected) {  // every column is there: some others too
       std::string others;
       for (const auto& item : py::reinterpret_borrow<py::dict>(out)) {
-        bool known = std::any_of(inf_names_.begin(), inf_names_.end(), [&](const py::str& k) { return k.equal(item.first); }) ||
-                     std::any_of(keys.begin(), keys.end(), [&](const py::str& k) { return k.equal(item.first); });
+        auto is_key = [&](const py::str& k) { return k.equal(item.first); };
+        const bool known = std::any_of(inf_names_.begin(), inf_names_.end(), is_key) ||
+                           std::any_of(keys.begin(), keys.end(), is_key);
         if (known) continue;
         if (!others.empty()) others += ", ";
         others += std::string(py::repr(item.first));
