@@ -181,9 +181,13 @@ BAD_OUTS = [
     (lambda o: o.update(stack=o["stack"].astype(np.float64)), "'stack' must have dtype float32, got float64"),
     (lambda o: o.update(t=o["t"].astype(np.int32)), "'t' must have dtype int64, got int32"),
     (lambda o: o.update(stack=o["stack"][:1]), r"'stack' must have shape \[2, 3, 2\], got \[1, 3, 2\]"),
-    (lambda o: o.update(obs=np.zeros((4, 2), np.float32)[::2]), "'obs' must be a writeable, aligned, C-contiguous"),
-    (lambda o: o["stack"].setflags(write=False), "'stack' must be a writeable"),
-    (lambda o: o.update(obs=[[0.0, 0.0], [0.0, 0.0]]), "'obs' must be a numpy array, got list"),
+    (lambda o: o.update(obs=np.zeros((4, 2), np.float32)[::2]), r"'obs' must be C-contiguous, got strides \(16, 4\)"),
+    (lambda o: o["stack"].setflags(write=False), "'stack' must be writeable, got a read-only array"),
+    (lambda o: o.update(obs=np.zeros(17, np.uint8)[1:].view(np.float32).reshape(2, 2)),
+     "'obs' must be aligned, got an unaligned array"),
+    (lambda o: o.update(obs=[[0.0, 0.0], [0.0, 0.0]]),
+     r"'obs' must be a numpy array \(float32 of shape \[2, 2\]\), got list"),
+    (lambda o: o.pop("t"), r"no column 't' \(expected int64 of shape \[2\]\)"),
 ]
 
 
@@ -202,6 +206,33 @@ def test_bad_out_arrays_are_refused_before_anything_is_stored(change, match, fus
             pair.cpp.input_dict(np.array([0, 1]), out=out)
     with pytest.raises(TypeError, match="out must be a dict of arrays"):
         pair.cpp.input_dict(np.array([0, 1]), out=list(out.values()))
+    pair.check()
+
+
+class _Vanishing:
+    """A key of ``out`` that removes itself from the dict when compared."""
+
+    def __init__(self, d):
+        self.d = d
+
+    def __hash__(self):
+        return 1
+
+    def __eq__(self, other):
+        self.d.pop(self, None)
+        return False
+
+
+def test_an_out_dict_that_changes_while_checked_is_refused_without_a_crash():
+    """A key whose comparison empties ``out`` (a red team's: the scan for unknown keys read freed keys and
+    crashed the process): refused, naming the key's type; no key's ``__eq__`` runs during the scan."""
+    pair = Pair()
+    for extra in range(3):
+        out = _out_arrays(pair)
+        for _ in range(extra + 1):
+            out[_Vanishing(out)] = np.zeros(2)
+        with pytest.raises(ValueError, match="not one: a key of type _Vanishing"):
+            pair.cpp.input_dict(np.array([0, 1]), out=out)
     pair.check()
 
 

@@ -268,6 +268,83 @@ def test_a_wrapper_on_the_policy_is_called_and_the_reused_inputs_are_the_runners
     assert plain._lanes
 
 
+def test_a_wrapper_set_after_the_runner_reused_arrays_gets_a_workers_input_dict():
+    """A wrapper set on the instance once the runner reuses arrays: from its first call on, it gets the input dict
+    a worker hands a policy (nested columns read as their structure), not the runner's flat arrays."""
+    pytest.importorskip("torch")
+    policy = ppo("mlp", DICT_OBS, S.Discrete(3), **MODELS["mlp"])
+    runner = tv.PolicyRunner(policy, max_episodes=2, explore=False)
+    obs = {"vec": np.zeros((2, 2), np.float32), "flag": np.array([0, 2])}
+    for _ in range(2):
+        runner.act_many(obs, [0, 1])
+    assert runner._lanes
+    inner, got = policy.compute_actions_from_input_dict, []
+
+    def wrapper(d, **kw):
+        got.append((d["obs"]["vec"].copy(), d["obs"]["flag"].copy()))
+        return inner(d, **kw)
+
+    policy.compute_actions_from_input_dict = wrapper
+    for t in range(3):
+        obs = {"vec": np.full((2, 2), t, np.float32), "flag": np.array([t % 3, 1])}
+        runner.act_many(obs, [0, 1])
+        np.testing.assert_array_equal(got[-1][0], obs["vec"])
+        np.testing.assert_array_equal(got[-1][1], obs["flag"])
+    assert len(got) == 3
+
+
+def test_a_sampler_that_replaces_an_input_reads_each_calls_inputs():
+    """An ``action_sampler`` that sets a column of its input batch (a normalisation, say) sees each call's inputs:
+    the runner hands it a batch of its own at every call, over the reused arrays."""
+    pytest.importorskip("torch")
+
+    class Clamped(tv.PPOPolicy):
+        def action_sampler(self, input_dict, explore):
+            input_dict["obs"] = input_dict["obs"].clamp(-0.5, 0.5)
+            self.read = input_dict["obs"].numpy().copy()
+            return super().action_sampler(input_dict, explore)
+
+    policy = Clamped(BOX, S.Discrete(3), {"model": "mlp", "model_config": MODELS["mlp"]})
+    runner = tv.PolicyRunner(policy, max_episodes=2, explore=False)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        obs = rng.uniform(-1, 1, (2, 3)).astype(np.float32)
+        runner.act_many(obs, [0, 1], rewards=np.zeros(2))
+        np.testing.assert_array_equal(policy.read, np.clip(obs, -0.5, 0.5))
+    assert runner._lanes
+    for x in (-0.1, 0.2, 0.3):
+        policy.compute_single_action(np.full(3, x, np.float32))
+        np.testing.assert_array_equal(policy.read, np.full((1, 3), x, np.float32))
+
+
+def test_a_patch_of_the_policys_class_is_called_by_runners_made_before_it():
+    """``mock.patch.object(PPOPolicy, "compute_actions_from_input_dict", ...)`` after a runner reused arrays: that
+    runner calls the patched method too, as one made after the patch does."""
+    pytest.importorskip("torch")
+    from unittest import mock
+
+    policy = ppo("mlp", BOX, S.Discrete(3), **MODELS["mlp"])
+    old = tv.PolicyRunner(policy, max_episodes=2, explore=False)
+    obs = np.zeros((2, 3), np.float32)
+    old.act_many(obs, [0, 1])
+    old.act_many(obs, [0, 1])
+    assert old._lanes
+    orig, calls = tv.PPOPolicy.compute_actions_from_input_dict, []
+
+    def patched(self, d, **kw):
+        calls.append(d["obs"].copy())
+        return orig(self, d, **kw)
+
+    with mock.patch.object(tv.PPOPolicy, "compute_actions_from_input_dict", patched):
+        new = tv.PolicyRunner(policy, max_episodes=2, explore=False)
+        for k, runner in enumerate((old, new, old)):
+            runner.act_many(obs + k, [0, 1])
+            assert len(calls) == k + 1
+            np.testing.assert_array_equal(calls[-1], obs + k)
+    old.act_many(obs, [0, 1])  # the patch undone: the runner goes on (through the policy's own method)
+    assert len(calls) == 3
+
+
 def test_float32_rewards_reach_the_policy_as_in_a_worker():
     """An env with numpy float32 rewards: the worker's reward inputs are float32, and so are the runner's when it
     is given float32 rewards."""

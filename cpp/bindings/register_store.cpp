@@ -394,27 +394,32 @@ class PyStore {
     std::vector<std::byte*> ptrs;
     ptrs.reserve(expected);
     auto check = [&](const py::str& name, const py::dtype& dtype, std::vector<py::ssize_t> shape) {
-      PyObject* h = PyDict_GetItem(out.ptr(), name.ptr());
-      const std::string col = name;
-      if (h == nullptr)
-        throw py::value_error(std::string(where) + ": out has no column '" + col + "'");
-      if (!py::isinstance<py::array>(h))
-        throw py::type_error(std::string(where) + ": out column '" + col + "' must be a numpy array, got " +
-                             std::string(py::str(py::type::handle_of(h).attr("__name__"))));
-      auto a = py::reinterpret_borrow<py::array>(h);
       shape[0] = n;
+      const std::string col = name;
+      const std::string expected_kind =
+          std::string(py::str(dtype)) + " of shape " + std::string(py::str(py::cast(shape)));
+      PyObject* found = PyDict_GetItem(out.ptr(), name.ptr());
+      if (found == nullptr)
+        throw py::value_error(std::string(where) + ": out has no column '" + col + "' (expected " + expected_kind +
+                              ")");
+      const auto h = py::reinterpret_borrow<py::object>(found);  // held at once: nothing ran since the lookup
+      if (!py::isinstance<py::array>(h))
+        throw py::type_error(std::string(where) + ": out column '" + col + "' must be a numpy array (" +
+                             expected_kind + "), got " + std::string(py::str(py::type::handle_of(h).attr("__name__"))));
+      auto a = py::reinterpret_borrow<py::array>(h);
       const std::vector<py::ssize_t> got(a.shape(), a.shape() + a.ndim());
-      const bool c_contiguous = (a.flags() & py::array::c_style) != 0;
-      const bool aligned = (a.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_) != 0;
       if (!a.dtype().is(dtype) && !a.dtype().equal(dtype))
         throw py::value_error(std::string(where) + ": out column '" + col + "' must have dtype " +
                               std::string(py::str(dtype)) + ", got " + std::string(py::str(a.dtype())));
       if (got != shape)
         throw py::value_error(std::string(where) + ": out column '" + col + "' must have shape " +
                               std::string(py::str(py::cast(shape))) + ", got " + std::string(py::str(py::cast(got))));
-      if (!c_contiguous || !aligned || !a.writeable())
-        throw py::value_error(std::string(where) + ": out column '" + col +
-                              "' must be a writeable, aligned, C-contiguous array");
+      std::string bad;
+      if (!a.writeable()) bad = "writeable, got a read-only array";
+      else if ((a.flags() & py::array::c_style) == 0)
+        bad = "C-contiguous, got strides " + std::string(py::str(a.attr("strides")));
+      else if ((a.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_) == 0) bad = "aligned, got an unaligned array";
+      if (!bad.empty()) throw py::value_error(std::string(where) + ": out column '" + col + "' must be " + bad);
       ptrs.push_back(static_cast<std::byte*>(a.mutable_data()));
       held.push_back(a);
       return static_cast<std::size_t>(a.nbytes());
@@ -423,14 +428,20 @@ class PyStore {
     const py::dtype i64 = py::dtype::of<std::int64_t>();
     for (const auto& key : keys) check(key, i64, {0});
     if (static_cast<std::size_t>(PyDict_Size(out.ptr())) != expected) {  // every column is there: some others too
+      // The keys held (a list of them) while they are compared, and only str keys compared (no __eq__ of a key
+      // runs: one that changed the dict could free the others mid-scan).
+      auto all_keys = py::reinterpret_steal<py::list>(PyDict_Keys(out.ptr()));
+      if (!all_keys) throw py::error_already_set();
       std::string others;
-      for (const auto& item : py::reinterpret_borrow<py::dict>(out)) {
-        auto is_key = [&](const py::str& k) { return k.equal(item.first); };
-        const bool known = std::any_of(inf_names_.begin(), inf_names_.end(), is_key) ||
-                           std::any_of(keys.begin(), keys.end(), is_key);
-        if (known) continue;
+      for (const auto& key : all_keys) {
+        const bool str = PyUnicode_CheckExact(key.ptr()) != 0;
+        auto is_key = [&](const py::str& k) { return PyUnicode_Compare(k.ptr(), key.ptr()) == 0; };
+        if (str && (std::any_of(inf_names_.begin(), inf_names_.end(), is_key) ||
+                    std::any_of(keys.begin(), keys.end(), is_key)))
+          continue;
         if (!others.empty()) others += ", ";
-        others += std::string(py::repr(item.first));
+        others += str ? std::string(py::repr(key)) : "a key of type " + std::string(py::str(
+                                                         py::type::handle_of(key).attr("__name__")));
       }
       throw py::value_error(std::string(where) + ": out must hold exactly the input dict's columns; not one: " +
                             others);

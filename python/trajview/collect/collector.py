@@ -181,8 +181,10 @@ class Collector:
         """``{leaf column: leaf}`` of a nested value of ``data`` (`flatten_columns`); None for a column's own."""
         return flatten_value(k, v) if is_nested_value(v) and k not in self.columns else None
 
-    def _nested(self, d: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
-        """An input dict whose nested views read as their structure (``d["obs"]["image"]``); keys stay flat."""
+    @staticmethod
+    def as_input_dict(d: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+        """The input dict ``d`` (of ``n`` rows, flat keys: e.g. arrays written by ``out=``) as `input_dict` returns
+        it: a batch whose nested views read as their structure (``d["obs"]["image"]``)."""
         return SampleBatch._from_columns(d, n, frozenset(), frozenset())
 
     def begin_episodes(self, env_ids: Any, obs: Mapping[str, Any]) -> np.ndarray:
@@ -212,7 +214,7 @@ class Collector:
         if out is not None:
             return self._impl.input_dict(env_ids, out)
         d = self._impl.input_dict(env_ids)
-        return self._nested(d, self.num_envs if env_ids is None else len(env_ids))
+        return self.as_input_dict(d, self.num_envs if env_ids is None else len(env_ids))
 
     def step(
         self, data: Mapping[str, Any], env_ids: Any = None, out: dict[str, np.ndarray] | None = None
@@ -222,7 +224,7 @@ class Collector:
         if out is not None:
             return self._impl.step(self._flat(data), env_ids, out)
         d = self._impl.step(self._flat(data), env_ids)
-        return self._nested(d, self.num_envs if env_ids is None else len(env_ids))
+        return self.as_input_dict(d, self.num_envs if env_ids is None else len(env_ids))
 
     def staged_rows(self, column: str) -> np.ndarray | None:
         """The rows the next ``add_step`` will store ``column`` in, ``[num_envs, *shape]``; None if it cannot.

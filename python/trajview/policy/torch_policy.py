@@ -191,8 +191,9 @@ class TorchPolicy(Policy):
         self, inputs: dict[str, np.ndarray]
     ) -> Callable[[bool | None, int | None], tuple[Any, list, dict]] | None:
         """Tensors viewing ``inputs`` (a plain dict of arrays on the CPU) are made once; each ``run`` reads them as
-        the caller refilled them. None where ``compute_actions_from_input_dict`` is overridden (it may do more
-        than this) or the arrays are not what `_cpu_batch` views."""
+        the caller refilled them, in a batch of its own (what ``action_sampler`` sets or removes in its batch stays
+        there). None where ``compute_actions_from_input_dict`` is overridden (it may do more than this) or the
+        arrays are not what `_cpu_batch` views."""
         if type(self).compute_actions_from_input_dict is not TorchPolicy.compute_actions_from_input_dict:
             return None
         if not self._on_cpu or type(inputs) is not dict:
@@ -200,8 +201,9 @@ class TorchPolicy(Policy):
         tensors = _cpu_batch(inputs)
         if tensors is None:
             return None
-        actions_on = self._actions_on
-        return lambda explore, timestep: actions_on(tensors, explore)
+        cols, count = dict.copy(tensors), tensors.count
+        actions_on, batch = self._actions_on, SampleBatch._from_columns
+        return lambda explore, timestep: actions_on(batch(cols, count, _EMPTY, _EMPTY), explore)
 
     def _actions_on(self, tensors: SampleBatch, explore: bool | None) -> tuple[Any, list, dict]:
         """`action_sampler` on a tensor batch, its outputs as numpy arrays."""

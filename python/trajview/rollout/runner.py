@@ -320,12 +320,12 @@ class PolicyRunner:
             cast = self._saw_f32 and not self._saw_other  # float32 rewards only: inputs as a worker gives them
             ts = self._timestep if timestep is None else timestep
             explore = self.explore if explore is None else explore
-            if lane is not None and lane.cast == cast and _CAFID not in self.policy.__dict__:
+            if lane is not None and lane.usable(self.policy, cast):
                 actions, state_outs, extra = lane.run(agent_index, explore, ts)
             else:
                 gathered = dict.copy(inputs)  # (the store's flat columns, before the additions below)
-                if lane is not None:  # the rewards' dtype changed (or the policy's method was replaced on it)
-                    inputs = dict(gathered)
+                if lane is not None:  # the rewards' dtype changed, or the policy's method was replaced
+                    inputs = coll.as_input_dict(dict(gathered), n)  # (the input dict a worker hands the policy)
                     del lanes[n]  # type: ignore[union-attr]
                     lane = None
                 if self._columns.agent_index_input:
@@ -493,7 +493,7 @@ class _Lane:
     reward views when ``cast`` (a worker's rule: see `cast_rewards`) and ``agent_index`` where the policy reads
     it."""
 
-    __slots__ = ("out", "fed", "cast", "_casts", "_agent_index", "_run")
+    __slots__ = ("out", "fed", "cast", "_casts", "_agent_index", "_run", "_method")
 
     def __init__(self) -> None:
         self.out: dict[str, np.ndarray] = {}
@@ -502,6 +502,7 @@ class _Lane:
         self._casts: tuple[str, ...] = ()
         self._agent_index: np.ndarray | None = None
         self._run: Any = None
+        self._method: Any = None
 
     @classmethod
     def make(
@@ -517,8 +518,15 @@ class _Lane:
         if columns.agent_index_input:
             fed[SampleBatch.AGENT_INDEX] = lane._agent_index = np.zeros(n, np.int64)
         lane.fed, lane.cast = fed, cast
+        lane._method = getattr(type(policy), _CAFID)
         lane._run = policy._reused_inputs(fed)
         return None if lane._run is None else lane
+
+    def usable(self, policy: Policy, cast: bool) -> bool:
+        """Whether this call may run the policy on the lane: the rewards' dtype as when it was made, and the policy's
+        ``compute_actions_from_input_dict`` still its class's own then (no wrapper on the instance, no patch of the
+        class since: either is called instead)."""
+        return self.cast == cast and _CAFID not in policy.__dict__ and getattr(type(policy), _CAFID) is self._method
 
     def run(self, agent_index: np.ndarray | None, explore: bool | None, timestep: int) -> tuple[Any, list, dict]:
         """The policy on the refilled arrays (``agent_index``: ``[n]``, or None for zeros)."""
