@@ -396,16 +396,19 @@ class PyStore {
     auto check = [&](const py::str& name, const py::dtype& dtype, std::vector<py::ssize_t> shape) {
       shape[0] = n;
       const std::string col = name;
-      const std::string expected_kind =
-          std::string(py::str(dtype)) + " of shape " + std::string(py::str(py::cast(shape)));
+      // (The message's parts are made only for an error: this runs at every call of a caller that reuses arrays.)
+      auto expected_kind = [&] {
+        return std::string(py::str(dtype)) + " of shape " + std::string(py::str(py::cast(shape)));
+      };
       PyObject* found = PyDict_GetItem(out.ptr(), name.ptr());
       if (found == nullptr)
-        throw py::value_error(std::string(where) + ": out has no column '" + col + "' (expected " + expected_kind +
-                              ")");
+        throw py::value_error(std::string(where) + ": out has no column '" + std::string(name) + "' (expected " +
+                              expected_kind() + ")");
       const auto h = py::reinterpret_borrow<py::object>(found);  // held at once: nothing ran since the lookup
       if (!py::isinstance<py::array>(h))
-        throw py::type_error(std::string(where) + ": out column '" + col + "' must be a numpy array (" +
-                             expected_kind + "), got " + std::string(py::str(py::type::handle_of(h).attr("__name__"))));
+        throw py::type_error(std::string(where) + ": out column '" + std::string(name) + "' must be a numpy array (" +
+                             expected_kind() + "), got " +
+                             std::string(py::str(py::type::handle_of(h).attr("__name__"))));
       auto a = py::reinterpret_borrow<py::array>(h);
       const std::vector<py::ssize_t> got(a.shape(), a.shape() + a.ndim());
       if (!a.dtype().is(dtype) && !a.dtype().equal(dtype))
