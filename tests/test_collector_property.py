@@ -140,6 +140,8 @@ class Twin:
         self.ref = ReferenceCollector(**kwargs)
         self.columns = kwargs["columns"]
         self.num_envs = kwargs["num_envs"]
+        self._outs: dict = {}  # an earlier input dict's arrays by row count (`_out`)
+        self._calls = 0
         self.obs_columns = kwargs.get("obs_columns", ("obs",))
 
     def check_counters(self, where):
@@ -172,12 +174,9 @@ class Twin:
 
     # Every other input dict is written into the arrays of an earlier one of as many rows (``out=``), which
     # hold garbage first: every value must be written.
-    _outs: dict
-    _calls = 0
-
     def _out(self, n):
         self._calls += 1
-        outs = self.__dict__.setdefault("_outs", {})
+        outs = self._outs
         if self._calls % 2 or n not in outs:
             return None
         out = outs[n]
@@ -186,7 +185,7 @@ class Twin:
         return out
 
     def _keep(self, got, n):
-        self.__dict__.setdefault("_outs", {})[n] = {k: np.array(v, copy=True) for k, v in dict.items(got)}
+        self._outs[n] = {k: np.array(v, copy=True) for k, v in dict.items(got)}
 
     def emitted(self):
         """Per slot, steps of its ongoing episode already emitted (from the reference)."""

@@ -395,8 +395,8 @@ class PyStore {
     ptrs.reserve(expected);
     auto check = [&](const py::str& name, const py::dtype& dtype, std::vector<py::ssize_t> shape) {
       shape[0] = n;
-      const std::string col = name;
-      // (The message's parts are made only for an error: this runs at every call of a caller that reuses arrays.)
+      // (Messages are made only for an error: this runs at every call of a caller that reuses arrays.)
+      auto column = [&] { return std::string(where) + ": out column '" + std::string(name) + "'"; };
       auto expected_kind = [&] {
         return std::string(py::str(dtype)) + " of shape " + std::string(py::str(py::cast(shape)));
       };
@@ -406,23 +406,22 @@ class PyStore {
                               expected_kind() + ")");
       const auto h = py::reinterpret_borrow<py::object>(found);  // held at once: nothing ran since the lookup
       if (!py::isinstance<py::array>(h))
-        throw py::type_error(std::string(where) + ": out column '" + std::string(name) + "' must be a numpy array (" +
-                             expected_kind() + "), got " +
+        throw py::type_error(column() + " must be a numpy array (" + expected_kind() + "), got " +
                              std::string(py::str(py::type::handle_of(h).attr("__name__"))));
       auto a = py::reinterpret_borrow<py::array>(h);
       const std::vector<py::ssize_t> got(a.shape(), a.shape() + a.ndim());
       if (!a.dtype().is(dtype) && !a.dtype().equal(dtype))
-        throw py::value_error(std::string(where) + ": out column '" + col + "' must have dtype " +
-                              std::string(py::str(dtype)) + ", got " + std::string(py::str(a.dtype())));
+        throw py::value_error(column() + " must have dtype " + std::string(py::str(dtype)) + ", got " +
+                              std::string(py::str(a.dtype())));
       if (got != shape)
-        throw py::value_error(std::string(where) + ": out column '" + col + "' must have shape " +
-                              std::string(py::str(py::cast(shape))) + ", got " + std::string(py::str(py::cast(got))));
+        throw py::value_error(column() + " must have shape " + std::string(py::str(py::cast(shape))) + ", got " +
+                              std::string(py::str(py::cast(got))));
       std::string bad;
       if (!a.writeable()) bad = "writeable, got a read-only array";
       else if ((a.flags() & py::array::c_style) == 0)
         bad = "C-contiguous, got strides " + std::string(py::str(a.attr("strides")));
       else if ((a.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_) == 0) bad = "aligned, got an unaligned array";
-      if (!bad.empty()) throw py::value_error(std::string(where) + ": out column '" + col + "' must be " + bad);
+      if (!bad.empty()) throw py::value_error(column() + " must be " + bad);
       ptrs.push_back(static_cast<std::byte*>(a.mutable_data()));
       held.push_back(a);
       return static_cast<std::size_t>(a.nbytes());
