@@ -249,6 +249,31 @@ def test_read_json_names_the_file(tmp_path):
     assert _io.read_json(p, "x") == {"a": 1}
 
 
+@settings(max_examples=60)
+@given(size=st.integers(0, 300), limit=st.integers(0, 300), seen=st.integers(0, 300))
+def test_read_regular_reads_the_whole_file_up_to_its_limit(tmp_path_factory, size, limit, seen):
+    """The reference: a file of at most ``limit`` bytes is read whole; a larger one is refused naming it. Also when
+    the size seen before the read (``seen``, the fstat) is not the size read (a file that grew or shrank in
+    between): no read stops at the size seen, none reads past the limit."""
+    p = tmp_path_factory.mktemp("r") / "m.json"
+    data = bytes(np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8))
+    p.write_bytes(data)
+    real_fstat = os.fstat
+
+    def fstat(fd):  # what the read sees first: ``seen`` bytes
+        st_ = real_fstat(fd)
+        return os.stat_result((*st_[:6], seen, *st_[7:]))
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_io.os, "fstat", fstat)
+        if size <= limit and seen <= limit:
+            assert _io.read_regular(p, limit) == data
+        else:
+            with pytest.raises(FileIntegrityError, match=f"m.json.*expected at most {limit}"):
+                _io.read_regular(p, limit)
+    assert _io.read_regular(p) == data
+
+
 _HOLDER = textwrap.dedent("""
     import sys, time
     from trajview import _io

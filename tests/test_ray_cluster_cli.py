@@ -26,6 +26,7 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("torch")
 
 from trajview.train.sampling import ray_auth_hint  # noqa: E402
+from train_runs import popen_in_group  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -60,12 +61,11 @@ def head():
     temp = tempfile.mkdtemp(prefix="tvray")  # short: Ray's unix sockets live under it
     gcs, client = _free_ports(2)  # from the ephemeral range: apart from Ray's worker ports (10002-19999) and its
     # Ray Client servers' (23000-23999)
-    proc = subprocess.Popen(
+    proc = popen_in_group(  # (a group of its own, SIGINT handled: how the head is stopped, below)
         [RAY, "start", "--head", "--block", f"--port={gcs}", f"--ray-client-server-port={client}",
          "--num-cpus=2", "--include-dashboard=false",
          f"--temp-dir={temp}", "--disable-usage-stats"],
         env=_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 120

@@ -23,6 +23,7 @@ import trajview as tv  # noqa: E402
 from trajview.train import TrainConfig, PPOTrainer  # noqa: E402
 from trajview.train.cli import main  # noqa: E402
 from trajview.train.metrics import METRIC_FIELDS  # noqa: E402
+from train_runs import popen_in_group  # noqa: E402
 
 SMALL = ["--env", "trajview/RepeatPrevious-v0", "--model", "mlp", "--envs-per-worker", "2", "--train-batch-size",
          "200", "--minibatch-size", "50", "--num-sgd-iter", "2", "--no-progress"]
@@ -501,19 +502,8 @@ def test_ctrl_c_and_sigterm_stop_the_workers_and_say_where_the_run_stands(tmp_pa
     import time
 
     out = tmp_path / "run"
-    # A process group of its own, as a terminal gives a command: Ctrl-C there is SIGINT to the whole group.
-    # SIGINT handled in the child, as in a terminal, even where pytest runs with it ignored (a script's background
-    # job): an ignored signal stays ignored across exec, a handled one becomes the default.
-    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
-    if ignored:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        proc = subprocess.Popen([sys.executable, "-m", "trajview.train.cli", "train", "--timesteps", "10000000",
-                                 "--out", str(out), *algo],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    finally:
-        if ignored:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    proc = popen_in_group([sys.executable, "-m", "trajview.train.cli", "train", "--timesteps", "10000000",
+                           "--out", str(out), *algo], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         while not (out / "metrics.csv").exists() or len(_rows(out / "metrics.csv")) < 2:

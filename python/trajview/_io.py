@@ -335,7 +335,13 @@ def read_regular(path: str | os.PathLike[str], limit: int | None = None) -> byte
         if limit is None:
             return f.readall()
         size = os.fstat(f.fileno()).st_size
-        data = f.read(limit + 1) if size <= limit else b""
+        data = b""
+        if size <= limit:
+            # The size it has, and a byte more: a buffer of the file's size, not of the limit's (a read of
+            # limit + 1 bytes allocates them all first). A file that grew since is read on up to the limit.
+            data = f.read(size + 1)
+            if len(data) > size:
+                data += f.read(limit + 1 - len(data))
         if size > limit or len(data) > limit:
             raise FileIntegrityError(path, f"holds {max(size, len(data))} bytes, expected at most {limit}")
         return data
