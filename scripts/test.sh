@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up what trajview's tests need on a fresh Debian machine and runs them all:
 # the GoogleTest suite (plain, then under ASan/UBSan), then pytest (tests/ and a
-# quick pass over bench/) against the wheel installed into a fresh virtualenv, pytest
-# over tests/ again against an ASan/UBSan build of the extension, then
+# quick pass over bench/) against the wheel installed into a fresh virtualenv and, side by side with it, pytest
+# over tests/ again against an ASan/UBSan build of the extension (the tests marked `timing` after both), then
 # mypy over python/trajview ([tool.mypy] in pyproject.toml), mypy --strict over examples/, the import contracts
 # (lint-imports), then the docs: built strictly (mkdocs, warnings are errors) and the built site checked once in
 # headless Chromium (scripts/check_docs_site.py: the index renders, search works, no broken internal links).
@@ -56,31 +56,59 @@ assert "site-packages" in trajview.__file__, f"tests must run against the instal
 print("testing", trajview.__file__)
 PY
 
-echo "== pytest"
-export HYPOTHESIS_PROFILE=ci
-python -m pytest tests bench -p no:cacheprovider --benchmark-disable -q
-
-echo "== pytest against an ASan/UBSan build of trajview._core"
-# The same tests, the extension built with -fsanitize=address,undefined; python itself is not instrumented,
-# so the ASan runtime (and libstdc++, for its __cxa_throw interceptor) is preloaded.
+# The two pytest passes (against the wheel; against an ASan/UBSan build of trajview._core) run side by side, one
+# per core, except the tests whose outcome depends on wall-clock limits (marker `timing`) and the Ray tests (plain
+# pass only, see below): those run after both, one pass at a time, so that the other pass's load cannot trip them.
+echo "== pytest: building the ASan/UBSan extension"
+# The extension built with -fsanitize=address,undefined; python itself is not instrumented, so the ASan runtime
+# (and libstdc++, for its __cxa_throw interceptor) is preloaded.
 rm -rf build/asan-dist build/asan-pkg
 python -m pip wheel . --no-deps --no-build-isolation -w build/asan-dist -q \
   -Ccmake.define.TRAJVIEW_SANITIZE=ON -Ccmake.build-type=Debug -Cbuild-dir=build/asan-wheel
 python -m zipfile -e build/asan-dist/trajview-*.whl build/asan-pkg
-# Tests marked `ray` ran in the plain pass only: here Ray's own daemons (gcs_server, raylet) would inherit the
-# preload and run under the ASan runtime, which tests Ray, not trajview (a Ray worker runs the same trajview code
-# as a process-backend worker, which this pass covers). Seen on CI: a Ray start failing here, once.
+export HYPOTHESIS_PROFILE=ci
 # Sanitizer reports go to files (pytest captures stderr, and an aborted process never prints it): shown on failure.
 rm -rf build/asan-log && mkdir -p build/asan-log
-if ! LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" \
-  ASAN_OPTIONS="detect_leaks=0:log_path=$ROOT/build/asan-log/asan" \
-  UBSAN_OPTIONS="print_stacktrace=1:log_path=$ROOT/build/asan-log/ubsan" PYTHONPATH="$ROOT/build/asan-pkg" \
-  python -m pytest tests -p no:cacheprovider -q -m "not ray" \
-    --ignore=tests/test_envpool.py; then  # envpool's own extension frees new'd memory (ASan: alloc-dealloc-mismatch in
-  # envpool/jumanji at import, its bug): its test runs in the plain pass above
+
+plain_pytest() {  # tests/ and bench/ against the installed wheel
+  python -m pytest tests bench -p no:cacheprovider --benchmark-disable -q "$@"
+}
+asan_pytest() {
+  # Tests marked `ray` run in the plain pass only: here Ray's own daemons (gcs_server, raylet) would inherit the
+  # preload and run under the ASan runtime, which tests Ray, not trajview (a Ray worker runs the same trajview code
+  # as a process-backend worker, which this pass covers). Seen on CI: a Ray start failing here, once.
+  # envpool's own extension frees new'd memory (ASan: alloc-dealloc-mismatch in envpool/jumanji at import, its
+  # bug): its test runs in the plain pass.
+  LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" \
+    ASAN_OPTIONS="detect_leaks=0:log_path=$ROOT/build/asan-log/asan" \
+    UBSAN_OPTIONS="print_stacktrace=1:log_path=$ROOT/build/asan-log/ubsan" PYTHONPATH="$ROOT/build/asan-pkg" \
+    python -m pytest tests -p no:cacheprovider -q --ignore=tests/test_envpool.py "$@"
+}
+asan_failed() {
   cat build/asan-log/* 2>/dev/null || true
   exit 1
-fi
+}
+
+echo "== pytest, side by side: the wheel (here) and the ASan/UBSan build (build/asan-pytest.log, shown after)"
+# One torch/OpenMP thread per pass: two passes on two cores.
+OMP_NUM_THREADS=1 asan_pytest -m "not timing and not ray" >build/asan-pytest.log 2>&1 &
+asan_pid=$!
+trap 'kill "$asan_pid" 2>/dev/null || true' EXIT  # (the script stopped early: the other pass stops too)
+plain_rc=0
+OMP_NUM_THREADS=1 plain_pytest -m "not timing and not ray" || plain_rc=$?
+asan_rc=0
+wait "$asan_pid" || asan_rc=$?
+trap - EXIT
+echo "== pytest against the ASan/UBSan build (side by side with the one above)"
+cat build/asan-pytest.log
+((plain_rc == 0)) || exit "$plain_rc"
+((asan_rc == 0)) || asan_failed
+
+echo "== pytest: the timing and Ray tests against the wheel"
+plain_pytest -m "timing or ray"
+
+echo "== pytest: the timing tests against the ASan/UBSan build"
+asan_pytest -m "timing and not ray" || asan_failed
 
 echo "== mypy"
 python -m mypy  # [tool.mypy] in pyproject.toml: python/trajview

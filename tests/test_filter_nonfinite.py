@@ -26,6 +26,8 @@ from rollout_helpers import pid_gone
 from trajview.errors import NonFiniteObservationError
 from trajview.rollout.filter import MeanStdFilter, make_filter
 
+pytestmark = pytest.mark.timing  # wall-clock limits: scripts/test.sh runs it after the concurrent passes
+
 CLIP = 10.0
 
 

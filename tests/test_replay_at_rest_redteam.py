@@ -25,6 +25,8 @@ from trajview.errors import FileIntegrityError, PathInUseError
 from trajview.replay import wire
 from trajview.replay.persistence import _npy_header
 
+pytestmark = pytest.mark.timing  # wall-clock limits: scripts/test.sh runs it after the concurrent passes
+
 
 def _batch(n: int = 5, eps: int = 1, *, new_obs: bool = False) -> dict[str, np.ndarray]:
     b = {"obs": np.arange(n, dtype=np.float32) + 10 * eps, "rewards": np.ones(n, np.float32),

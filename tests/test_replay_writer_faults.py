@@ -29,6 +29,8 @@ from trajview.replay import wire
 sys.path.insert(0, os.path.dirname(__file__))
 from test_replay_writers import make_fragment, two_env_batches  # noqa: E402
 
+pytestmark = pytest.mark.timing  # wall-clock limits: scripts/test.sh runs it after the concurrent passes
+
 CTX = multiprocessing.get_context("fork")
 BIG = 8192  # float64 per row of the "pad" column of big batches: 64 KiB a row, batches of ~600 KiB
 

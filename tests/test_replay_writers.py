@@ -20,6 +20,8 @@ import pytest
 
 import trajview as tv
 
+pytestmark = pytest.mark.timing  # wall-clock limits: scripts/test.sh runs it after the concurrent passes
+
 SECONDS = float(os.environ.get("TRAJVIEW_WRITERS_SECONDS", "10"))
 SLICE = 8
 

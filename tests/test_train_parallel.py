@@ -25,6 +25,8 @@ from trajview.train.cli import main  # noqa: E402
 from trajview.train.metrics import METRIC_FIELDS  # noqa: E402
 from train_runs import popen_in_group  # noqa: E402
 
+pytestmark = pytest.mark.timing  # wall-clock limits: scripts/test.sh runs it after the concurrent passes
+
 SMALL = ["--env", "trajview/RepeatPrevious-v0", "--model", "mlp", "--envs-per-worker", "2", "--train-batch-size",
          "200", "--minibatch-size", "50", "--num-sgd-iter", "2", "--no-progress"]
 

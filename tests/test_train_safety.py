@@ -34,6 +34,8 @@ from train_runs import SMALL  # noqa: E402
 from train_runs import cli_env as _env  # noqa: E402
 from train_runs import copy_run as _copy  # noqa: E402
 
+pytestmark = pytest.mark.timing  # wall-clock limits: scripts/test.sh runs it after the concurrent passes
+
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "trajview.train.cli", "train", *args], capture_output=True,

@@ -13,6 +13,8 @@ import pytest
 import trajview as tv
 from rollout_helpers import CounterPolicy, ScriptedEnv
 
+pytestmark = pytest.mark.timing  # wall-clock limits: scripts/test.sh runs it after the concurrent passes
+
 _ENV_INDEX = itertools.count()
 
 

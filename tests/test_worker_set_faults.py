@@ -24,6 +24,8 @@ import trajview as tv
 from rollout_helpers import CounterPolicy, FaultOnFileEnv, ObsActionPolicy, ScriptedEnv, pid_gone
 from trajview.errors import WorkerError
 
+pytestmark = pytest.mark.timing  # wall-clock limits: scripts/test.sh runs it after the concurrent passes
+
 FRAGMENT = 5
 _ENV_INDEX = itertools.count()
 

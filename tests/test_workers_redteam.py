@@ -18,6 +18,8 @@ import pytest
 
 from trajview.rollout.backends import WorkerFailed, _recv_by
 
+pytestmark = pytest.mark.timing  # wall-clock limits: scripts/test.sh runs it after the concurrent passes
+
 
 def test_an_answer_not_whole_by_the_deadline_is_a_timeout_and_a_whole_one_is_read():
     a, b = mp.Pipe()
