@@ -26,6 +26,7 @@ longer too, and the comparison is the one a user's loop sees.
 
     python bench/act_latency.py               # 5 rounds of 400 calls
     python bench/act_latency.py --env-step    # the same, an env step before each call
+    python bench/act_latency.py --split       # where the runner's time goes (see `split`)
     python bench/act_latency.py --quick       # a smoke run (timings meaningless)
 """
 
@@ -148,6 +149,94 @@ def measure(model: str, n: int, rounds: int = 5, calls: int = 400, env_step: boo
     return out
 
 
+#: The parts of a runner's call that `split` times.
+PARTS = ("step", "check", "lane")
+
+
+def split(model: str, n: int, rounds: int = 5, calls: int = 400) -> dict[str, list[float]]:
+    """Per-call seconds of the runner's call and of its parts, each timed inside the call (``time.perf_counter``
+    around it), in rounds alternating with the model alone: ``step`` (the store's step, which writes the input dict
+    into the reused arrays), ``check`` (the output checks, `PolicyColumns.check_outputs`), ``lane`` (the policy on
+    the reused arrays, model included: `_Lane.run`); then each of ``check`` and ``lane`` again alone, in a tight
+    loop on one call's outputs / inputs (``check_alone``, ``lane_alone``). The rest of a call is the runner's own
+    Python. A part costs more inside the runner's calls than alone: the other parts' work in between (caches,
+    branch predictors) slows it, and the model too."""
+    from trajview.rollout import runner as runner_mod
+
+    case = Case(model, n, calls)
+    case.act(0)
+    runner = case.runner if case.runner is not None else case.policy._single_action_runner
+    out: dict[str, list[float]] = {k: [] for k in ("runner", "model_only", *PARTS, "check_alone", "lane_alone")}
+    clock = time.perf_counter
+
+    def timed(fn: Any, name: str) -> Any:
+        samples = out[name]
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            t0 = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                samples.append(clock() - t0)
+
+        return call
+
+    coll = runner._collector
+
+    class TimedStore:  # the runner's store, its step timed
+        step = staticmethod(timed(coll.step, "step"))
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(coll, name)
+
+    columns = runner._columns
+    check, lane_run = columns.check_outputs, runner_mod._Lane.run
+    runner._collector = TimedStore()
+    columns.check_outputs = timed(check, "check")
+    runner_mod._Lane.run = timed(lane_run, "lane")  # type: ignore[method-assign]
+    try:
+        for _ in range(rounds):
+            for i in range(calls):
+                t0 = clock()
+                case.act(i)
+                out["runner"].append(clock() - t0)
+            for i in range(calls):
+                t0 = clock()
+                case.model_call(i)
+                out["model_only"].append(clock() - t0)
+    finally:
+        runner._collector = coll
+        del columns.check_outputs
+        runner_mod._Lane.run = lane_run  # type: ignore[method-assign]
+    lane = runner._lanes[n]
+    outputs = lane.run(None, False, 0)
+    for _ in range(rounds):
+        for i in range(calls):
+            t0 = clock()
+            lane.run(None, False, 0)
+            out["lane_alone"].append(clock() - t0)
+        for i in range(calls):
+            t0 = clock()
+            check(*outputs, n)
+            out["check_alone"].append(clock() - t0)
+    return out
+
+
+def print_split(rounds: int, calls: int) -> None:
+    print(f"per-call microseconds, medians; {rounds} rounds x {calls} calls, 1 torch thread; parts timed inside the "
+          f"runner's calls, and alone in a tight loop\n")
+    print("| model | call | runner | model | step | check (alone) | lane: policy + model (alone) | lane over model "
+          "(alone) | rest: the runner's Python |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for model in MODELS:
+        for n, what in ((1, "compute_single_action"), (EPISODES, f"act_many x{EPISODES}")):
+            m = {k: summary(v)[0] for k, v in split(model, n, rounds, calls).items()}
+            rest = m["runner"] - m["step"] - m["check"] - m["lane"]
+            print(f"| {model} | {what} | {m['runner']:.1f} | {m['model_only']:.1f} | {m['step']:.1f} | "
+                  f"{m['check']:.1f} ({m['check_alone']:.1f}) | {m['lane']:.1f} ({m['lane_alone']:.1f}) | "
+                  f"{m['lane'] - m['model_only']:+.1f} ({m['lane_alone'] - m['model_only']:+.1f}) | {rest:.1f} |")
+
+
 def summary(samples: list[float]) -> tuple[float, float, float]:
     """(median, 25th, 75th percentile) in microseconds."""
     q = statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
@@ -172,8 +261,12 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=400, help="calls per round and variant")
     ap.add_argument("--quick", action="store_true", help="1 round of 20 calls (a smoke run)")
     ap.add_argument("--env-step", action="store_true", help="an untimed env step before each call (see above)")
+    ap.add_argument("--split", action="store_true", help="where the runner's time goes, part by part (`split`)")
     args = ap.parse_args()
     rounds, calls = (1, 20) if args.quick else (args.rounds, args.calls)
+    if args.split:
+        print_split(rounds, calls)
+        return
     rows = run(rounds, calls, args.env_step)
 
     def fmt(s: tuple[float, float, float]) -> str:

@@ -50,3 +50,19 @@ def test_the_table_prints(capsys, monkeypatch):
     act_latency.main()
     out = capsys.readouterr().out
     assert "an untimed env step before each call" in out and out.count("| lstm |") == 2
+
+
+def test_the_split_times_every_part_and_restores_the_runner(capsys, monkeypatch):
+    from trajview.rollout import runner as runner_mod
+
+    lane_run = runner_mod._Lane.run
+    m = act_latency.split("framestack", 4, rounds=1, calls=5)
+    assert all(len(m[k]) == 5 and min(m[k]) > 0 for k in ("runner", "model_only", "step", "check", "lane",
+                                                            "check_alone", "lane_alone"))
+    # each part lies inside its call
+    assert all(s + c + ln <= r for s, c, ln, r in zip(m["step"], m["check"], m["lane"], m["runner"]))
+    assert runner_mod._Lane.run is lane_run
+    monkeypatch.setattr("sys.argv", ["act_latency.py", "--quick", "--split"])
+    act_latency.main()
+    out = capsys.readouterr().out
+    assert out.count("| framestack |") == 2 and out.count("| lstm |") == 2 and "lane over model" in out

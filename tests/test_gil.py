@@ -1,6 +1,7 @@
 """The store releases the GIL while it copies large data: other Python threads run meanwhile."""
 
 import numpy as np
+import pytest
 
 import trajview as tv
 from gil_check import assert_releases_gil
@@ -8,6 +9,7 @@ from gil_check import assert_releases_gil
 VR = tv.ViewRequirement
 
 
+@pytest.mark.timing  # (another thread must run within the call: gil_check)
 def test_build_batch_releases_the_gil():
     B, T = 8, 400
     coll = tv.Collector(

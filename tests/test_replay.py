@@ -239,6 +239,7 @@ def test_zero_copy_to_numpy_and_torch():
     np.testing.assert_array_equal(t.numpy(), want)
 
 
+@pytest.mark.timing  # (another thread must run within the call: gil_check)
 def test_sample_releases_the_gil():
     rb = tv.ReplayBuffer(20000, sampler=tv.SliceSampler(slice_len=32, seed=0))
     frames = np.random.default_rng(0).integers(0, 255, (2000, 84, 84), dtype=np.uint8)

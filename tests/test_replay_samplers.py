@@ -202,6 +202,7 @@ def test_prioritized_slice_sampler_starts_and_weights():
     assert set(info["index"][::3].tolist()) <= set(pri.probabilities(3, strict=False))
 
 
+@pytest.mark.timing  # (another thread must run within the call: gil_check)
 def test_prioritized_errors_and_gil():
     rb = tv.ReplayBuffer(8)
     rb.add(tv.SampleBatch({"obs": np.zeros((3, 1), np.float32), "eps_id": np.ones(3, np.int64)}))
