@@ -19,6 +19,7 @@ dpkg -s libgtest-dev >/dev/null 2>&1 || need+=(libgtest-dev)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 dpkg -s chromium >/dev/null 2>&1 || need+=(chromium)                # the docs' browser check
 dpkg -s chromium-driver >/dev/null 2>&1 || need+=(chromium-driver)  # selenium drives it: no browser download
+command -v pkill >/dev/null 2>&1 || need+=(procps)                  # stops a background pass's pytest (below)
 if ((${#need[@]})); then
   SUDO=""
   [ "$(id -u)" = 0 ] || SUDO=sudo
@@ -93,7 +94,9 @@ echo "== pytest, side by side: the wheel (here) and the ASan/UBSan build (build/
 # One torch/OpenMP thread per pass: two passes on two cores.
 OMP_NUM_THREADS=1 asan_pytest -m "not timing and not ray" >build/asan-pytest.log 2>&1 &
 asan_pid=$!
-trap 'kill "$asan_pid" 2>/dev/null || true' EXIT  # (the script stopped early: the other pass stops too)
+# The script stopped early (a failure, Ctrl-C): the background pass's pytest stops too (it ignores SIGINT, as a
+# background job of a script does).
+trap 'pkill -TERM -P "$asan_pid" 2>/dev/null; kill "$asan_pid" 2>/dev/null || true' EXIT
 plain_rc=0
 OMP_NUM_THREADS=1 plain_pytest -m "not timing and not ray" || plain_rc=$?
 asan_rc=0
