@@ -233,6 +233,51 @@ def test_the_nan_check_of_outputs_finds_exactly_the_arrays_with_nan():
     check()
 
 
+def test_core_any_nan_is_numpys_isnan_over_the_list_or_none():
+    """`_core.any_nan` (one scan of a list of arrays, the output checks' first step): ``np.isnan(a).any()`` for
+    any of them where every one is a C-contiguous float32 / float64 ndarray (also byte for byte the reference on
+    NaN payloads, infinities, huge values, empty arrays, and more than 2**16 values, scanned without the GIL);
+    None where one is not (another float kind, complex, non-native byte order, strided, not an array), never a
+    wrong answer."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from trajview import _core
+
+    specials = [np.nan, -np.nan, np.inf, -np.inf, 3e38, 0.0, -1.5]
+    scanned = {np.dtype(np.float32), np.dtype(np.float64)}
+
+    @st.composite
+    def arrays(draw):
+        dtype = draw(st.sampled_from([np.float32, np.float64, np.float32, np.float64, np.float16, np.complex64,
+                                      ">f4", np.int64]))
+        shape = draw(st.sampled_from([(0,), (1,), (1, 1), (3,), (2, 4), (64, 3), (70_000,)]))
+        arr = np.random.default_rng(draw(st.integers(0, 3))).standard_normal(shape).astype(dtype)
+        flat = arr.reshape(-1)
+        if flat.size and arr.dtype.kind == "f":
+            with np.errstate(all="ignore"):  # (3e38 overflows a float16 to inf: fine here)
+                for i, v in draw(st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(specials)), max_size=3)):
+                    flat[i % flat.size] = v
+            if draw(st.booleans()):  # the last value a NaN with another payload: all exponent bits and a few more
+                bits = flat.view(f"u{arr.dtype.itemsize}")
+                bits[-1] |= bits.dtype.type((1 << (8 * arr.dtype.itemsize - 1)) - 1)
+        if draw(st.booleans()) and arr.ndim == 2 and arr.shape[1] > 1:
+            arr = arr[:, ::2]
+        return arr
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(arrays(), max_size=4), st.booleans())
+    def check(arrs, other):
+        items: list = [*arrs, *([1.0] if other else [])]
+        got = _core.any_nan(items)
+        if other or not all(a.dtype in scanned and a.dtype.isnative and a.flags.c_contiguous for a in arrs):
+            assert got is None
+        else:
+            assert got is bool(any(np.isnan(a).any() for a in arrs))
+
+    check()
+
+
 @pytest.mark.parametrize("num_envs", [1, 2])
 @pytest.mark.parametrize("nan_in, named", [((1,), "state_out_1"), ((2, 1), "state_out_1"), ((2,), "state_out_2"),
                                            ((0, 2), "state_out_0"), ((), None)])

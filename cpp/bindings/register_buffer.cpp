@@ -2,14 +2,18 @@
 // array that both stores hand out (see convert.h wrap()), and _live_buffers
 // for leak tests. A _Buffer holds a shared_ptr<Buffer>: the memory lives as
 // long as any array that views it.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #ifdef __linux__
 #include <fcntl.h>
 #endif
 #include <memory>
 #include <stdexcept>
+#include <vector>
 
 #include "trajview/buffer.h"
 #include "trajview/crc32.h"
@@ -17,6 +21,59 @@
 namespace py = pybind11;
 
 namespace trajview::bindings {
+
+namespace {
+
+template <class T>
+bool holds_nan(const void* data, std::size_t n) {
+  const T* p = static_cast<const T*>(data);
+  bool any = false;
+  for (std::size_t i = 0; i < n; ++i) any |= std::isnan(p[i]);  // (no early exit: the loop vectorizes)
+  return any;
+}
+
+// Whether any of `arrays` (a list) holds a NaN, in one call: True / False where every one is a C-contiguous
+// float32 or float64 ndarray; None where one is not (the caller checks them its own way). The GIL is released for large
+// scans (the arrays are held meanwhile).
+py::object any_nan(const py::list& arrays) {
+  struct Scan {
+    const void* data;
+    std::size_t n;
+    bool f64;
+  };
+  std::vector<py::array> held;
+  std::vector<Scan> scans;
+  std::size_t total = 0;
+  held.reserve(arrays.size());
+  for (std::size_t i = 0; i < arrays.size(); ++i) {
+    const py::handle h = arrays[i];  // (the list holds it while the checks below run: they call no Python code)
+    bool f64 = false;
+    if (!py::isinstance<py::array_t<float, py::array::c_style>>(h)) {
+      if (!py::isinstance<py::array_t<double, py::array::c_style>>(h)) return py::none();
+      f64 = true;
+    }
+    auto a = py::reinterpret_borrow<py::array>(h);
+    const auto n = static_cast<std::size_t>(a.size());
+    scans.push_back({a.data(), n, f64});
+    total += n;
+    held.push_back(std::move(a));
+  }
+  auto scan = [&scans] {
+    bool any = false;
+    for (const Scan& s : scans) any |= s.f64 ? holds_nan<double>(s.data, s.n) : holds_nan<float>(s.data, s.n);
+    return any;
+  };
+  bool any;
+  if (total >= (std::size_t{1} << 16)) {
+    py::gil_scoped_release nogil;
+    any = scan();
+  } else {
+    any = scan();
+  }
+  return py::bool_(any);
+}
+
+}  // namespace
 
 void register_buffer(py::module_& m) {
   py::class_<Buffer, std::shared_ptr<Buffer>>(m, "_Buffer",
@@ -60,6 +117,9 @@ void register_buffer(py::module_& m) {
       "Starts writing the file's dirty pages in [offset, offset + nbytes) to disk without waiting (Linux's "
       "sync_file_range(SYNC_FILE_RANGE_WRITE)): a later fsync has less left to wait for. A hint only: it makes "
       "nothing durable (fsync does). False where the system lacks it or refuses (the caller goes on).");
+  m.def("any_nan", &any_nan, py::arg("arrays"),
+        "Whether any array of the list holds a NaN, in one call: True / False where each is a C-contiguous float32 or "
+        "float64 ndarray, None where one is not (check those another way). The GIL is released for large scans.");
   m.def("crc32_accelerated", &crc32_accelerated,
         "Whether crc32 folds with carry-less multiplies on this CPU (else a byte table, slower than zlib's).");
 }

@@ -19,6 +19,9 @@ def _live_buffers() -> int: ...
 def crc32(data: Any, crc: int = 0) -> int:
     """zlib.crc32(data, crc) of a contiguous buffer (carry-less multiply folding where the CPU has it)."""
 def crc32_accelerated() -> bool: ...
+def any_nan(arrays: list[Any]) -> bool | None:
+    """Whether any array of the list holds a NaN, in one call: True / False where each is a C-contiguous float32
+    or float64 ndarray, None where one is not (check those another way). The GIL is released for large scans."""
 def step_envs(
     envs: list[Any], ids: Any, acts: Any, start: int, out: Any, dtype: Any, rew: Any, term: Any, trunc: Any,
     infos: list[Any] | None,

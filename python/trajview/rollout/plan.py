@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _core
 from ..collect.collector import BOUNDARY_COLUMNS, Collector
 from ..policy.policy import Policy
 from ..views.columns import PYTHON_COLUMNS
@@ -206,8 +207,12 @@ class PolicyColumns:
     @staticmethod
     def _check_nans(floats: list[tuple[str, np.ndarray]], n: int) -> None:
         """The NaN check of the float columns ``floats`` ((name, array) in column order): the first one holding NaN
-        is the error. Arrays of one value are read one by one; two or more larger ones are checked as one array
-        (one reduction), each on its own only where that finds NaN."""
+        is the error. First all of them in one scan (`_core.any_nan`: float32 / float64 arrays, C-contiguous, as a
+        torch policy returns them; one call, where numpy takes one per array or two for a concatenation). Where
+        that finds NaN, or cannot scan an array: arrays of one value are read one by one; two or more larger ones
+        are checked as one array (one reduction), each on its own only where that finds NaN."""
+        if _core.any_nan([a for _, a in floats]) is False:
+            return
         big = [a for _, a in floats if a.size > 1]
         if len(big) > 1:
             if not _has_nan(np.concatenate([a.reshape(-1) for a in big])):
