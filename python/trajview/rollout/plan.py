@@ -209,11 +209,13 @@ class PolicyColumns:
         """The NaN check of the float columns ``floats`` ((name, array) in column order): the first one holding NaN
         is the error. First all of them in one scan (`_core.any_nan`: float32 / float64 arrays, C-contiguous, as a
         torch policy returns them; one call, where numpy takes one per array or two for a concatenation). Where
-        that finds NaN, or cannot scan an array: arrays of one value are read one by one; two or more larger ones
-        are checked as one array (one reduction), each on its own only where that finds NaN."""
-        if _core.any_nan([a for _, a in floats]) is False:
+        that finds NaN, each array is read on its own, in order, to name the first one holding it. Where it cannot
+        scan an array: arrays of one value are read one by one; two or more larger ones are checked as one array
+        (one reduction), each on its own only where that finds NaN."""
+        found = _core.any_nan([a for _, a in floats])
+        if found is False:
             return
-        big = [a for _, a in floats if a.size > 1]
+        big = [a for _, a in floats if a.size > 1] if found is None else []  # (found: the scan already ran)
         if len(big) > 1:
             if not _has_nan(np.concatenate([a.reshape(-1) for a in big])):
                 floats = [(k, a) for k, a in floats if a.size <= 1]
