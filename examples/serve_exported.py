@@ -21,9 +21,13 @@ same observations takes the worker's actions at every step, for both formats.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import io
 import json
 import tempfile
 import warnings
+import zipfile
+import zlib
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,6 +36,11 @@ from typing import Any
 import numpy as np
 
 SPEC_FILE = "view_spec.json"  # TorchScript: an extra file; ONNX: the metadata key "view_spec"
+#: ONNX: the metadata entry holding the file's sha256, as serialized (key, then the value's tag and length).
+DIGEST_KEY = "content_sha256"
+#: TorchScript: the most bytes its compressed entries (code, debug info) may unpack to.
+PACKED = 64 << 20
+DIGEST_PREFIX = b"\x0a" + bytes([len(DIGEST_KEY)]) + DIGEST_KEY.encode() + b"\x12\x40"
 RUNNER_COLUMNS = ("obs", "actions", "rewards", "t")
 
 
@@ -45,18 +54,54 @@ def flat_obs(obs: Any, name: str = "obs") -> dict[str, np.ndarray]:
     return {name: np.asarray(obs)}
 
 
+def read_checked(path: str | Path, limit: int = 1 << 32) -> bytes:
+    """The bytes of an exported file, checked before any loader reads them (a `ValueError` naming the file
+    otherwise): a TorchScript archive's zip entries each matching its crc32, the compressed ones (its code)
+    unpacking to at most `PACKED` bytes; an ONNX file matching the sha256 in its ``content_sha256`` metadata entry (the
+    file's bytes with the digest's 64 characters as "0"s, hashed). A damaged or truncated file is refused, not
+    run with other weights."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{p}: not a regular file")
+    if p.stat().st_size > limit:
+        raise ValueError(f"{p}: {p.stat().st_size} bytes, more than an exported policy's {limit}")
+    data = p.read_bytes()
+    if data.startswith(b"PK\x03\x04"):
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as z:
+                # Compressed entries (torch.jit.save's code and debug info) unpack to at most PACKED bytes: a zip
+                # bomb is refused before anything unpacks it. Stored ones (the weights) are within the file.
+                packed = sum(i.file_size for i in z.infolist() if i.compress_type != zipfile.ZIP_STORED)
+                if packed > PACKED:
+                    raise ValueError(f"{p}: its compressed entries unpack to {packed} bytes, more than an exported "
+                                     f"policy's code takes ({PACKED})")
+                bad = z.testzip()  # (reads every entry, in chunks, and checks its crc32)
+        except (zipfile.BadZipFile, EOFError, OSError, zlib.error, NotImplementedError) as e:
+            raise ValueError(f"{p}: not a readable TorchScript archive (damaged or truncated): {e}") from None
+        if bad is not None:
+            raise ValueError(f"{p}: entry {bad!r} does not match its crc32: the file is damaged")
+        return data
+    at = data.find(DIGEST_PREFIX)
+    if at < 0 or data.find(DIGEST_PREFIX, at + 1) >= 0:
+        raise ValueError(f"{p}: not an ONNX file trajview exported (its {DIGEST_KEY!r} entry is "
+                         f"{'there twice' if at >= 0 else 'missing'}); re-export it with `trajview export`")
+    start = at + len(DIGEST_PREFIX)
+    recorded = data[start:start + 64]
+    if hashlib.sha256(data[:start] + b"0" * 64 + data[start + 64:]).hexdigest().encode() != recorded:
+        raise ValueError(f"{p}: its bytes do not match the sha256 it records: the file is damaged")
+    return data
+
+
 class ExportedPolicy:
     """One episode at a time: ``act(obs)`` returns the deterministic action; ``reward(r)`` records the reward
     the last action got; ``reset()`` starts a new episode."""
 
     def __init__(self, path: str | Path) -> None:
-        path = str(path)
-        with open(path, "rb") as f:
-            is_zip = f.read(4) == b"PK\x03\x04"  # a TorchScript archive is a zip file; an ONNX model is not
-        if not is_zip:
+        data = read_checked(path)  # (the bytes checked are the bytes loaded: nothing can swap the file in between)
+        if not data.startswith(b"PK\x03\x04"):  # a TorchScript archive is a zip file; an ONNX model is not
             import onnxruntime
 
-            self._session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+            self._session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
             text = self._session.get_modelmeta().custom_metadata_map["view_spec"]
             self._run = self._run_onnx
         else:
@@ -67,7 +112,7 @@ class ExportedPolicy:
                 # torch 2.13 deprecates TorchScript (in favour of torch.export); its loader still works.
                 warnings.filterwarnings("ignore", "`torch.jit.load` is deprecated", DeprecationWarning)
                 load: Any = torch.jit.load  # untyped in torch's stubs
-                self._module = load(path, map_location="cpu", _extra_files=extra)
+                self._module = load(io.BytesIO(data), map_location="cpu", _extra_files=extra)
             text = extra[SPEC_FILE]
             self._run = self._run_torchscript
         self.spec: dict[str, Any] = json.loads(text)

@@ -71,7 +71,7 @@ def _commit_file(out: Path, name: str, data: bytes) -> Path:
     path = out / FOLDER / body["generation"] / name
     path.write_bytes(data)
     body["files"][name] = {"size": len(data), "crc32": zlib.crc32(data)}
-    mpath.write_text(json.dumps(body))
+    mpath.write_bytes(_io.manifest_bytes(body))
     return path
 
 
@@ -297,7 +297,7 @@ def test_a_non_regular_file_in_place_of_weights_is_refused_before_it_is_opened(s
         mpath = out / FOLDER / "manifest.json"
         body = json.loads(mpath.read_text())
         body["files"][WEIGHTS]["size"] = size
-        mpath.write_text(json.dumps(body))
+        mpath.write_bytes(_io.manifest_bytes(body))
         e = _within(15, lambda: read_checkpoint(out / FOLDER), wpath if kind == "fifo" else None)
         assert isinstance(e, FileIntegrityError), e
         got = {"fifo": "a FIFO (named pipe)", "folder": "a folder", "socket": "a socket"}[kind]

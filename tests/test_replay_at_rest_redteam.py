@@ -53,7 +53,7 @@ def _edit_state(d: Path, edit) -> Path:
     b = json.dumps(s).encode()
     sp.write_bytes(b)
     man["files"]["state.json"] = {"size": len(b), "crc32": zlib.crc32(b)}
-    (d / "manifest.json").write_text(json.dumps(man))
+    (d / "manifest.json").write_bytes(_io.manifest_bytes(man))
     return sp
 
 
@@ -398,7 +398,7 @@ def _bomb(d: Path, per_row: int) -> Path:
     for p in (d / man["generation"]).iterdir():
         b = p.read_bytes()
         man["files"][p.name] = {"size": len(b), "crc32": zlib.crc32(b)}
-    (d / "manifest.json").write_text(json.dumps(man))
+    (d / "manifest.json").write_bytes(_io.manifest_bytes(man))
     return sp
 
 

@@ -290,7 +290,7 @@ def _resign(folder: Path, name: str, data: bytes) -> None:
     body = json.loads(mpath.read_text())
     (folder / body["generation"] / name).write_bytes(data)
     body["files"][name] = {"size": len(data), "crc32": zlib.crc32(data) & 0xFFFFFFFF}
-    mpath.write_text(json.dumps(body))
+    mpath.write_bytes(_io.manifest_bytes(body))
 
 
 def _signature(rb: tv.ReplayBuffer) -> tuple:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import trajview
+from trajview import _io
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("tqdm")
@@ -32,7 +33,7 @@ def _edit_config(run: Path, **changes) -> None:
     path = run / "checkpoint" / "manifest.json"
     man = json.loads(path.read_text())
     man["meta"]["config"].update(changes)
-    path.write_text(json.dumps(man))
+    path.write_bytes(_io.manifest_bytes(man))
 
 
 def _counters(run: Path) -> dict:

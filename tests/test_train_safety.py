@@ -125,7 +125,7 @@ def test_a_damaged_checkpoint_is_a_one_line_error_saying_what_to_do(small_ppo_ru
     elif damage == "counters":
         body = json.loads(mpath.read_text())
         body["meta"]["counters"]["env_steps"] = -5
-        mpath.write_text(json.dumps(body))
+        mpath.write_bytes(_io.manifest_bytes(body))
         says = [str(mpath), "'env_steps'", "-5"]
     else:  # weights of another model, committed properly: they do not fit this run's
         ck = read_checkpoint(out / FOLDER)

@@ -5,9 +5,10 @@
 - `append_line`: one line appended and fsynced (metrics rows); `read_lines` drops a partial last line.
 - `Manifest` / `commit_folder` / `read_manifest`: a folder of several files written as one unit. The files go
   into a new generation sub-folder; ``manifest.json`` (each file's size and crc32, a format name and version,
-  and any JSON metadata) is replaced atomically last, and only then are older generations removed. Whatever
-  byte a writer is killed at, the manifest names the old complete set or the new complete one; a file whose
-  size or checksum differs from its manifest entry is refused, naming the file.
+  any JSON metadata, and a crc32 of all of that) is replaced atomically last, and only then are older
+  generations removed. Whatever byte a writer is killed at, the manifest names the old complete set or the new
+  complete one; a manifest whose own checksum differs, or a file whose size or checksum differs from its
+  manifest entry, is refused, naming the file.
 - `PathLock`: one owner per path (an exclusive ``fcntl.flock`` on ``<folder>/.lock`` holding the owner's pid).
   The kernel drops the lock when its process dies, so a lock left by a killed process never blocks the next.
 
@@ -40,6 +41,7 @@ from .errors import FileIntegrityError, PathInUseError
 __all__ = [
     "CHUNK",
     "MAX_MANIFEST",
+    "manifest_bytes",
     "Manifest",
     "PathLock",
     "append_line",
@@ -212,6 +214,18 @@ def _tmp_sibling(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
 
 
+def _keep_mode(path: Path, fd: int) -> None:
+    """The permissions of the regular file at ``path`` (if there is one) given to the file open at ``fd``, which
+    will replace it: a rewrite keeps what the user set (a new file gets the umask's)."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return
+    if stat.S_ISREG(st.st_mode):
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, stat.S_IMODE(st.st_mode))
+
+
 def atomic_write(path: str | os.PathLike[str], data: bytes | Callable[[Any], None],
                  before_rename: Callable[[], None] | None = None) -> tuple[int, int]:
     """Writes ``path`` whole or not at all: ``data`` (bytes, or a function that writes to the file object it is
@@ -223,6 +237,7 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | Callable[[Any], Non
     tmp = _tmp_sibling(path)
     try:
         with open(tmp, "wb") as raw:
+            _keep_mode(path, raw.fileno())
             f = _CrcFile(raw)
             if callable(data):
                 data(f)
@@ -253,7 +268,22 @@ def append_line(path: str | os.PathLike[str], line: str, sync: bool = True) -> N
     mid-write leaves at most a partial last line, which `read_lines` drops. A file whose last line was left
     partial gets a newline first."""
     path = Path(path)
-    with open(path, "a+b") as f:
+    # Opened non-blocking, then its kind checked on the open file: a FIFO, device or folder in the file's place is a
+    # `FileIntegrityError` naming it, refused without blocking or writing into it.
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except IsADirectoryError:
+        check_regular(path)
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(path, mode)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    with open(fd, "a+b") as f:
         f.seek(0, os.SEEK_END)
         if f.tell() > 0:
             f.seek(-1, os.SEEK_END)
@@ -265,10 +295,16 @@ def append_line(path: str | os.PathLike[str], line: str, sync: bool = True) -> N
             os.fsync(f.fileno())
 
 
-def read_lines(path: str | os.PathLike[str]) -> tuple[list[str], bool]:
+#: Most bytes a file of lines (`read_lines`: a run's metrics) may hold: a bound, so that a huge file or a device in
+#: its place is refused instead of read into memory (a row an iteration: far beyond any run's).
+MAX_LINES_FILE = 1 << 30
+
+
+def read_lines(path: str | os.PathLike[str], limit: int = MAX_LINES_FILE) -> tuple[list[str], bool]:
     """The complete lines of a text file, and whether a partial last line (no newline: a write killed midway)
-    was dropped."""
-    data = Path(path).read_bytes()
+    was dropped. A FIFO, device or folder in its place, or a file above ``limit`` bytes, is a `FileIntegrityError`
+    naming it (`read_regular`), refused without blocking or reading it."""
+    data = read_regular(path, limit)
     if not data:
         return [], False
     partial = not data.endswith(b"\n")
@@ -445,7 +481,7 @@ def commit_folder(
         dir_synced = fsyncer.submit(fsync_dir, gdir)  # (every name is in it: each file was created above)
         body = {"format": fmt, "version": int(version), "generation": gen,
                 "files": {k: {"size": s, "crc32": c} for k, (s, c) in man.files.items()}, "meta": man.meta}
-        atomic_write(folder / MANIFEST, json.dumps(body, indent=1, sort_keys=True).encode(), all_synced)
+        atomic_write(folder / MANIFEST, manifest_bytes(body), all_synced)
     except BaseException:
         for _, sfile, done in syncing:  # (a file is closed only once its fsync has returned)
             with contextlib.suppress(BaseException):
@@ -466,7 +502,55 @@ def commit_folder(
         p = folder / name
         if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p, ignore_errors=True)
+    _drop_dead_tmp(folder / MANIFEST)
     return man
+
+
+def _drop_dead_tmp(path: Path) -> None:
+    """The temporary siblings of ``path`` (`_tmp_sibling`) that writers killed before their rename left: those
+    of processes no longer running go (a live writer's stays)."""
+    prefix = f".{path.name}.tmp-"
+    with contextlib.suppress(OSError):
+        for p in path.parent.iterdir():
+            if not p.name.startswith(prefix):
+                continue
+            pid = p.name[len(prefix):].split("-", 1)[0]
+            if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+                continue
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(os.lstat(p).st_mode):
+                    p.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
+
+
+#: A manifest's entries (``crc32``: absent from those of trajview before 2026-11-26, which are read unchecked).
+_MANIFEST_KEYS = frozenset({"format", "version", "generation", "files", "meta", "crc32"})
+_NO_CRC = object()
+
+
+def _body_crc(body: Mapping[str, Any]) -> int:
+    """The crc32 of a manifest's entries other than its own ``crc32``, over their canonical JSON (keys sorted, no
+    spaces): what a reader recomputes from the parsed file."""
+    rest = {k: v for k, v in body.items() if k != "crc32"}
+    return crc32_of(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode())
+
+
+def manifest_bytes(body: Mapping[str, Any]) -> bytes:
+    """A manifest file's bytes: ``body`` (format, version, generation, files, meta), as JSON, with ``crc32``, the
+    checksum of the rest (`_body_crc`), which `read_manifest` checks: a changed byte anywhere in the manifest (its
+    metadata included: a checkpoint's settings and counters) is refused, not read as other values."""
+    plain = json.loads(json.dumps({k: v for k, v in body.items() if k != "crc32"}))  # (as a reader parses it)
+    plain["crc32"] = _body_crc(plain)
+    return json.dumps(plain, indent=1, sort_keys=True).encode()
 
 
 def _named_generation(folder: Path) -> str | None:
@@ -489,6 +573,13 @@ def read_manifest(folder: str | os.PathLike[str], fmt: str, versions: tuple[int,
     body = read_json(mpath, f"a {fmt} manifest", MAX_MANIFEST)
     if not isinstance(body, dict):
         raise FileIntegrityError(mpath, f"expected a JSON object, got {type(body).__name__}")
+    unknown = sorted(set(body) - _MANIFEST_KEYS)
+    if unknown:  # (a changed byte in a key's name: "crc32" read as "crc33" would otherwise skip the check)
+        raise FileIntegrityError(mpath, f"unknown entries {unknown} (damaged, or of a newer trajview)")
+    crc = body.get("crc32", _NO_CRC)  # (none: a manifest of a trajview before 2026-11-26's, read as before)
+    if crc is not _NO_CRC and (not isinstance(crc, int) or isinstance(crc, bool) or crc != _body_crc(body)):
+        raise FileIntegrityError(mpath, f"crc32 of its entries {_body_crc(body):#010x} differs from the one it records "
+                                        f"({crc!r}): the manifest is damaged")
     if body.get("format") != fmt:
         raise FileIntegrityError(mpath, f"format is {body.get('format')!r}, expected {fmt!r}")
     version = body.get("version")

@@ -23,7 +23,7 @@ from torch import nn
 
 from .._validate import boolean
 from ..policy import Policy
-from ..policy.torch_policy import clip_grad_norm
+from ..policy.torch_policy import clip_grad_norm, numpy_state
 from ..views import SampleBatch, ViewRequirement
 
 __all__ = ["DQNPolicy", "QNetwork", "DEFAULT_DQN_CONFIG"]
@@ -164,7 +164,7 @@ class DQNPolicy(Policy):
                 "td_errors": td.detach().abs().cpu().numpy()}
 
     def get_weights(self) -> dict[str, Any]:
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.q.state_dict().items()}
+        return numpy_state(self.q)
 
     def set_weights(self, weights: Mapping[str, Any]) -> None:
         self.q.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})

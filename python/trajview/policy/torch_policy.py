@@ -95,6 +95,12 @@ _SEQ_LENS = SampleBatch.SEQ_LENS
 _EMPTY: frozenset[str] = frozenset()
 
 
+def numpy_state(module: torch.nn.Module) -> dict[str, np.ndarray]:
+    """``module``'s ``state_dict`` as numpy arrays on the CPU, copies (a CPU tensor's ``numpy()`` shares its memory:
+    a snapshot that training would change, and that a rollback would "restore" to the new values)."""
+    return {k: np.array(v.detach().cpu().numpy(), copy=True) for k, v in module.state_dict().items()}
+
+
 class TorchPolicy(Policy):
     """Base of torch policies.
 
@@ -227,8 +233,8 @@ class TorchPolicy(Policy):
         self._merge_tracking(batch, tensors)
 
     def get_weights(self) -> dict[str, Any]:
-        """The model's ``state_dict`` as numpy arrays (on the CPU): what `set_weights` takes."""
-        return {k: v.detach().cpu().numpy() for k, v in self.model.state_dict().items()}
+        """The model's ``state_dict`` as numpy arrays (on the CPU, copies: `numpy_state`): what `set_weights` takes."""
+        return numpy_state(self.model)
 
     def set_weights(self, weights: Mapping[str, Any]) -> None:
         """Loads `get_weights` output into the model (on its device); names and shapes must match."""

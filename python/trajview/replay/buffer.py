@@ -42,7 +42,7 @@ from ..views import MultiAgentBatch, SampleBatch, ViewRequirement
 from ..views.columns import column_specs
 from ..views.nest import expand_views, is_nested_value
 from . import persistence, schema
-from .memmap import open_rings
+from .memmap import drop_leftover_staging, open_rings
 from .nstep import NStep
 from .sampler_settings import check_max_capacity
 from .samplers import RandomSampler, Sampler
@@ -121,6 +121,8 @@ class ReplayBuffer:
         self._staging = False  # a load building its rings beside the live ones (persistence)
         #: storage="memmap": one owner per folder, for the buffer's lifetime (`close`).
         self._path_lock = None if self._path is None else _io.PathLock(self._path, "a memory-mapped ReplayBuffer")
+        if self._path is not None:
+            drop_leftover_staging(self._path)  # (a load killed midway in this folder left them)
         if sampler is None:
             sampler = RandomSampler()
         if not isinstance(sampler, Sampler):

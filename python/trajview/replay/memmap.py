@@ -21,7 +21,7 @@ import numpy as np
 from .. import _io
 from ..errors import FileIntegrityError
 
-__all__ = ["META", "commit_staged_rings", "drop_staged_rings", "open_rings", "row_bytes"]
+__all__ = ["META", "commit_staged_rings", "drop_leftover_staging", "drop_staged_rings", "open_rings", "row_bytes"]
 
 #: A `ReplayBuffer` (not imported: the buffer imports this module).
 ReplayBuffer = Any
@@ -119,6 +119,16 @@ def drop_staged_rings(tmp: ReplayBuffer) -> None:
     failed)."""
     assert tmp._path is not None
     _drop_staged(tmp._path, max(len(tmp._specs or ()), len(tmp._rings or ())))
+
+
+def drop_leftover_staging(folder: Path) -> None:
+    """The staged rings a load killed midway left in ``folder`` (``.ring_<i>.bin.loading``: never live data) go,
+    when a buffer takes the folder (it holds its `PathLock`: no load of another buffer runs there)."""
+    with contextlib.suppress(OSError):
+        for p in folder.glob(".ring_*.bin.loading"):
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(os.lstat(p).st_mode):
+                    p.unlink()
 
 
 def _drop_staged(folder: Path, n: int) -> None:

@@ -83,6 +83,14 @@ class _Bad(Exception):
     for state dicts)."""
 
 
+class _Passed(Exception):
+    """A ``before_swap`` check's error, carried through `_load`'s own handling unchanged."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class _Mismatch(ValueError):
     """A sound state that this buffer cannot take (another capacity or sampler type): a `ValueError`."""
 
@@ -162,7 +170,7 @@ def _npy_header(dt: np.dtype, shape: tuple[int, ...]) -> bytes:
     return f.getvalue()
 
 
-def _npy_writer(dt: np.dtype, shape: tuple[int, ...], raw: np.ndarray) -> Callable[[IO[bytes]], None]:
+def npy_writer(dt: np.dtype, shape: tuple[int, ...], raw: np.ndarray) -> Callable[[IO[bytes]], None]:
     def write(f: IO[bytes]) -> None:
         f.write(_npy_header(dt, shape))
         f.write(raw.data)  # straight from the store's memory
@@ -183,7 +191,7 @@ def dump_parts(buf: ReplayBuffer, prefix: str = "replay.") -> Iterator[tuple[dic
 
         files: dict[str, Callable[[IO[bytes]], None]] = {prefix + STATE: write_state}
         for name, (dt, shape, raw) in arrays.items():
-            files[f"{prefix}{name}.npy"] = _npy_writer(dt, shape, raw)
+            files[f"{prefix}{name}.npy"] = npy_writer(dt, shape, raw)
         yield files, {"format": FORMAT, "version": VERSION, "prefix": prefix}
 
 
@@ -230,7 +238,7 @@ def state_dict(buf: ReplayBuffer) -> dict[str, Any]:
 
 
 class _Arrays:
-    """Where a load reads its arrays from: a committed folder (`_FileArrays`) or a state dict (`_DictArrays`)."""
+    """Where a load reads its arrays from: a committed folder (`FileArrays`) or a state dict (`_DictArrays`)."""
 
     def expect(self, name: str, dt: np.dtype, shape: tuple[int, ...]) -> None:
         """Refuses (`_Bad`) an array that is missing or not of this dtype and shape, before anything is read."""
@@ -241,9 +249,29 @@ class _Arrays:
         raise NotImplementedError
 
 
-class _FileArrays(_Arrays):
+class FileArrays(_Arrays):
+    """The ``.npy`` files ``prefix + name + ".npy"`` of a committed folder, each read only as the dtype and shape
+    its reader expects: its size, crc32 and header checked against them (no header decides what is allocated)."""
+
     def __init__(self, man: _io.Manifest, prefix: str) -> None:
         self.man, self.prefix = man, prefix
+
+    def rows(self, name: str, dt: np.dtype, tail: tuple[int, ...]) -> int:
+        """How many rows of ``dt`` and per-row shape ``tail`` the file holds, by its size in the manifest (the
+        header `npy_writer` writes for that many rows, and the rows); a size no row count gives is a
+        `FileIntegrityError` naming it."""
+        fname = self._name(name)
+        self.man.path(fname)  # (a name the manifest lacks: FileIntegrityError naming the manifest)
+        size = self.man.files[fname][0]
+        row = _row_bytes(dt, tail)
+        for h in range(64, min(int(size), 1 << 16) + 1, 64):  # (numpy pads a header to a multiple of 64 bytes)
+            if row == 0 or (size - h) % row:
+                continue
+            k = (size - h) // row
+            if len(_npy_header(dt, (k, *tail))) == h:
+                return int(k)
+        raise FileIntegrityError(self.man.path(fname), f"holds {size} bytes: no number of {dt} rows of shape {tail} "
+                                                       f"with their .npy header")
 
     def _name(self, name: str) -> str:
         return f"{self.prefix}{name}.npy"
@@ -564,13 +592,26 @@ def _swap(buf: ReplayBuffer, tmp: ReplayBuffer, plan: _Plan) -> None:
         buf.sampler._apply_state(plan.sampler_state)
 
 
-def _load(buf: ReplayBuffer, state: Any, src: _Arrays, where: str, file: Path | None) -> None:
+#: What a caller loading a buffer inside a bigger state checks before the swap (`load_parts`, `load_state_dict`):
+#: it gets the built twin holding the loaded rows; if it raises, the buffer is left as it was.
+BeforeSwap = Callable[[ReplayBuffer], None]
+
+
+def _load(buf: ReplayBuffer, state: Any, src: _Arrays, where: str, file: Path | None,
+          before_swap: BeforeSwap | None = None) -> None:
     tmp = None
     try:
         plan = _Plan(buf, state, src)
         tmp = _build(buf, plan, src)
+        if before_swap is not None:
+            try:
+                before_swap(tmp)
+            except BaseException as e:  # (the caller's refusal, as it is: not one of this state's files)
+                raise _Passed(e) from None
         _swap(buf, tmp, plan)
         tmp = None
+    except _Passed as p:
+        raise p.error from None
     except FileIntegrityError:
         raise
     except (_Bad, ValueError) as e:  # a file whose content the buffer refuses (its schema, views) is damaged
@@ -582,7 +623,7 @@ def _load(buf: ReplayBuffer, state: Any, src: _Arrays, where: str, file: Path | 
             drop_staged_rings(tmp)
 
 
-def load_state_dict(buf: ReplayBuffer, sd: Any) -> None:
+def load_state_dict(buf: ReplayBuffer, sd: Any, before_swap: BeforeSwap | None = None) -> None:
     buf._check_open()  # a closed buffer: a ValueError about it, before any file is read
     if not isinstance(sd, Mapping) or set(sd) != {"state", "arrays"} or not isinstance(sd["arrays"], Mapping):
         if isinstance(sd, Mapping) and sd.get("version") == 1:
@@ -594,10 +635,11 @@ def load_state_dict(buf: ReplayBuffer, sd: Any) -> None:
         state = json.loads(json.dumps(sd["state"], allow_nan=False))
     except (TypeError, ValueError) as e:
         raise ValueError(f"load_state_dict: state['state'] must be plain JSON data: {e}") from None
-    _load(buf, state, _DictArrays(sd["arrays"]), "load_state_dict", None)
+    _load(buf, state, _DictArrays(sd["arrays"]), "load_state_dict", None, before_swap)
 
 
-def load_parts(buf: ReplayBuffer, man: _io.Manifest, meta: Any, prefix: str = "replay.") -> None:
+def load_parts(buf: ReplayBuffer, man: _io.Manifest, meta: Any, prefix: str = "replay.",
+               before_swap: BeforeSwap | None = None) -> None:
     buf._check_open()  # a closed buffer: a ValueError about it, before any file is read
     mpath = (man.folder.parent if man.folder is not None else Path(".")) / _io.MANIFEST
     if meta != {"format": FORMAT, "version": VERSION, "prefix": prefix}:
@@ -609,7 +651,7 @@ def load_parts(buf: ReplayBuffer, man: _io.Manifest, meta: Any, prefix: str = "r
         state = json.loads(bytes(body))
     except (ValueError, RecursionError) as e:  # (not JSON, not UTF-8, an int too long, nested too deep)
         raise FileIntegrityError(spath, f"not valid JSON: {type(e).__name__}: {e}") from None
-    _load(buf, state, _FileArrays(man, prefix), f"loads({man.folder})", spath)
+    _load(buf, state, FileArrays(man, prefix), f"loads({man.folder})", spath, before_swap)
 
 
 def loads(buf: ReplayBuffer, path: str | os.PathLike[str]) -> None:

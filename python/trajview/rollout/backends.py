@@ -252,6 +252,16 @@ def _exit_with(parent_pid: int, poll_s: float = 0.25) -> None:
     threading.Thread(target=watch, name="trajview-driver-watchdog", daemon=True).start()
 
 
+def _one_torch_thread_after_fork() -> None:
+    """A forked worker runs torch on one intra-op thread: OpenMP's thread pool does not survive ``fork`` (only the
+    forking thread does), so the first parallel op of a child whose driver had run one would wait forever for
+    threads that are not there. (A worker's batches are small, and the workers are the parallelism; for more
+    threads per worker, ``start_method="spawn"``.)"""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+
+
 def _serve(
     conn: Any, inherited: list[Any], parent_pid: int | None, env_creator: Callable, policy: Any, kwargs: dict,
     incarnation: int,
@@ -273,6 +283,8 @@ def _serve(
     for c in inherited:
         c.close()
     _exit_with(parent_pid if parent_pid is not None else os.getppid())
+    if inherited:  # (forked: the driver's pipe ends came with it)
+        _one_torch_thread_after_fork()
     served = ServedWorker(env_creator, policy, kwargs, incarnation)
     while True:
         try:

@@ -71,7 +71,10 @@ class WorkerSet(Generic[BatchT]):
     ``backend="process"`` (the default) runs the workers as processes of this
     machine. ``start_method``: ``"fork"`` (the default on Linux:
     ``env_creator`` may be a lambda) or ``"spawn"`` / ``"forkserver"`` (then
-    ``env_creator`` and ``policy`` must pickle). Worker processes end within
+    ``env_creator`` and ``policy`` must pickle). A forked worker runs torch on
+    one intra-op thread (OpenMP's threads do not survive ``fork``: a driver
+    that had run a multi-threaded op left children that would hang at their
+    first one); spawned ones keep torch's default. Worker processes end within
     about half a second when the driver process dies, even when it is
     killed. ``backend="ray"`` runs each
     worker as a Ray actor, on any machine of the Ray cluster (``ray.init()``

@@ -31,6 +31,7 @@ with warnings.catch_warnings():  # torchrl 0.14 warns about its own weight updat
 
 from .._validate import positive_int
 from ..policy import Policy
+from ..policy.torch_policy import numpy_state
 from ..rollout import RolloutWorker, WorkerSet
 from ..views import SampleBatch, ViewRequirement
 
@@ -186,7 +187,7 @@ class TensorDictPolicy(Policy):
         return True
 
     def get_weights(self) -> dict[str, Any]:
-        return {k: v.detach().cpu().numpy() for k, v in self.module.state_dict().items()}
+        return numpy_state(self.module)
 
     def set_weights(self, weights: Mapping[str, Any]) -> None:
         self.module.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()})

@@ -57,6 +57,7 @@ from ..views import ViewRequirement
 from ..views.nest import SEP
 from . import storage_state
 from .storage_state import END as _END, KEY as _KEY, SMALL_ROWS_BYTES, Key, default_extra_rows, stored_row_bytes
+from .storage_state import flat_key as _flat
 
 __all__ = ["SMALL_ROWS_BYTES", "TrajviewStorage", "default_extra_rows", "fits_segments", "stored_row_bytes"]
 
@@ -80,13 +81,6 @@ def fits_segments(max_size: int, extra_rows: int) -> int:
 
 def _key(k: Any) -> Key:
     return (k,) if isinstance(k, str) else tuple(k)
-
-
-def _flat(k: Key) -> str:
-    for part in k:
-        if SEP in part or part.startswith("__tv_"):
-            raise ValueError(f"TrajviewStorage: key {k!r}: names may not hold {SEP!r} nor start with '__tv_'")
-    return SEP.join(k)
 
 
 def _numpy(t: Any) -> np.ndarray:

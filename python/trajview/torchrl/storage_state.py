@@ -10,18 +10,21 @@ the storage (``st``), which calls them.
 
 from __future__ import annotations
 
-import io
+import contextlib
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from .. import _io
+from ..errors import FileIntegrityError
 from ..replay import ReplayBuffer, Sampler, persistence
+from ..replay.schema import check_specs
+from ..views.nest import SEP
 
 FORMAT = "trajview.torchrl-storage"
 VERSION = 1
@@ -29,6 +32,14 @@ VERSION = 1
 KEY, END = "__tv_key", "__tv_end"
 
 Key = tuple[str, ...]
+
+
+def flat_key(k: Key) -> str:
+    """The store column of TensorDict key ``k`` (its parts joined by `SEP`): the one name a key is stored under."""
+    for part in k:
+        if SEP in part or part.startswith("__tv_"):
+            raise ValueError(f"TrajviewStorage: key {k!r}: names may not hold {SEP!r} nor start with '__tv_'")
+    return SEP.join(k)
 
 
 def meta(st: Any) -> dict[str, Any]:
@@ -65,18 +76,23 @@ def load_state_dict(st: Any, state_dict: Mapping[str, Any]) -> None:
     that is refused changes nothing."""
     if not isinstance(state_dict, Mapping) or set(state_dict) != {"meta", "arrays", "replay"}:
         raise ValueError("TrajviewStorage.load_state_dict: expected the entries ['arrays', 'meta', 'replay']")
-    extra = check_config(st, state_dict["meta"])
-    rb = None
-    replay = state_dict["replay"]
-    if replay is not None:
-        if not isinstance(replay, Mapping) or not isinstance(replay.get("arrays"), Mapping):
-            raise ValueError("TrajviewStorage state: 'replay' must be a dict with an 'arrays' dict")
-        rb = fresh_buffer(st, extra)
-        rb.load_state_dict({**replay, "arrays": _arrays(replay["arrays"])})
+    meta_ = state_dict["meta"]
+    extra = check_config(st, meta_)
+    state = _State(st, meta_)
     saved = state_dict["arrays"]
     if not isinstance(saved, Mapping):
         raise ValueError(f"TrajviewStorage state: 'arrays' must be a dict, got {type(saved).__name__}")
-    restore(st, state_dict["meta"], _arrays(saved), rb, extra)
+    state.take_arrays(_arrays(saved))
+    replay = state_dict["replay"]
+    if replay is None:
+        state.check_rows(None)
+        state.apply(None, extra)
+        return
+    if not isinstance(replay, Mapping) or not isinstance(replay.get("arrays"), Mapping):
+        raise ValueError("TrajviewStorage state: 'replay' must be a dict with an 'arrays' dict")
+    with _loading_into(st, extra) as rb:
+        persistence.load_state_dict(rb, {**replay, "arrays": _arrays(replay["arrays"])}, before_swap=state.check_rows)
+        state.apply(rb, extra)
 
 
 def _tensors(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
@@ -118,21 +134,40 @@ def loads(st: Any, path: str | os.PathLike[str]) -> None:
 
 def _loads(st: Any, path: str | os.PathLike[str]) -> None:
     man = _io.read_manifest(Path(path), FORMAT, (VERSION,))
+    mpath = Path(path) / _io.MANIFEST
     saved = man.meta.get("torchrl")
     if not isinstance(saved, dict):
-        raise ValueError(f"{path}: the manifest holds no TrajviewStorage state")
-    extra = check_config(st, saved)
-    read: dict[str, np.ndarray] = {}
-    for name in man.files:
-        if name.startswith("torchrl.") and name.endswith(".npy"):
-            raw = _io.read_verified(man, name)
-            read[name[len("torchrl."):-len(".npy")]] = np.load(io.BytesIO(bytes(raw)), allow_pickle=False)
-    rb = None
-    if "replay" in man.meta:
-        rb = fresh_buffer(st, extra)
-        persistence.load_parts(rb, man, man.meta["replay"])
-    restore(st, saved, read, rb, extra)
+        raise FileIntegrityError(mpath, "holds no TrajviewStorage state (meta 'torchrl')")
+    extra = check_config(st, saved)  # (another storage's settings: a ValueError, not damage)
+    try:
+        state = _State(st, saved)
+        state.read_arrays(man)
+        if "replay" not in man.meta:
+            state.check_rows(None)
+            state.apply(None, extra)
+        else:
+            with _loading_into(st, extra) as rb:
+                persistence.load_parts(rb, man, man.meta["replay"], before_swap=state.check_rows)
+                state.apply(rb, extra)
+    except FileIntegrityError:
+        raise
+    except ValueError as e:  # the saved state refused (`_State`): the manifest that holds it is damaged or crafted
+        raise FileIntegrityError(mpath, str(e)) from None
     st._bump_mutation_revision()
+
+
+@contextlib.contextmanager
+def _loading_into(st: Any, extra: int) -> Iterator[ReplayBuffer]:
+    """The buffer a load fills (`fresh_buffer`); a new one is closed again if the load raises (a memory-mapped
+    one holds its folder's lock)."""
+    rb = fresh_buffer(st, extra)
+    try:
+        yield rb
+    except BaseException:
+        if rb is not st._rb:
+            rb.close()
+        raise
+
 
 #: The bytes of extra rows a default ``extra_rows`` may take beyond ``max_size // 25`` (`default_extra_rows`).
 SMALL_ROWS_BYTES = 64 << 20
@@ -187,66 +222,143 @@ def check_config(st: Any, saved: Any) -> int:
         raise ValueError(f"{where}: views {saved.get('views')!r} differ from this storage's {sorted(st._views)}")
     return want
 
-def restore(st: Any, meta: Any, saved: Mapping[str, Any], rb: ReplayBuffer | None, extra: int) -> None:
-    """Checks a saved state against this storage and swaps it in (nothing changes if it is refused); ``meta``
-    passed `check_config`, which gave ``extra`` (its extra rows)."""
-    where = "TrajviewStorage state"
-    length = meta.get("len")
-    if type(length) is not int or not 0 <= length <= st.max_size:
-        raise ValueError(f"{where}: len must be an int in [0, {st.max_size}], got {length!r}")
-    schema: dict[str, tuple[Key, np.dtype, tuple[int, ...]]] = {}
-    try:
-        for name, key, dt, shape in meta["schema"]:
-            schema[str(name)] = (tuple(str(p) for p in key), np.dtype(str(dt)), tuple(int(d) for d in shape))
-        shared = {str(o): str(n) for o, n in dict(meta["shared"]).items()}
-        open_ = {int(e[0]): [int(e[1]), int(e[2]), int(e[3])] for e in meta["open"]}
-        next_ikey, fallback = int(meta["next_ikey"]), int(meta["fallback"])
-        last_cursor = meta["last_cursor"]
-        if last_cursor is not None:
-            last_cursor = int(last_cursor)
-    except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{where}: malformed meta ({type(e).__name__}: {e})") from None
-    if (rb is None) != (not schema):
-        raise ValueError(f"{where}: the store's rows and the schema do not go together")
-    checked: dict[str, np.ndarray] = {}
-    for name in ("slot_row", "slot_first"):
-        a = np.asarray(saved.get(name))
-        if a.dtype != np.int64 or a.shape != (st.max_size,):
-            raise ValueError(f"{where}: {name} must be int64 of shape ({st.max_size},), got {a.dtype} {a.shape}")
-        checked[name] = a.copy()
-    pk = np.asarray(saved.get("pending_keys", np.zeros(0, np.int64)))
-    if pk.dtype != np.int64 or pk.ndim != 1:
-        raise ValueError(f"{where}: pending_keys must be a 1-D int64 array")
-    pending: dict[int, dict[str, np.ndarray]] = {int(k): {} for k in pk.tolist()}
-    for o in shared:
-        if len(pk) == 0:
-            continue
-        a = np.asarray(saved.get(f"pending.{o}"))
-        _, dt, shape = schema[o]
-        if a.dtype != dt or a.shape != (len(pk), *shape):
-            raise ValueError(f"{where}: pending.{o} must be {dt} of shape {(len(pk), *shape)}")
-        for i, k in enumerate(pk.tolist()):
-            pending[int(k)][o] = a[i].copy()
-    rows = checked["slot_row"]
-    held = rows >= 0
-    if held[length:].any():
-        raise ValueError(f"{where}: a slot at or past len {length} holds a step")
-    if rb is not None and held.any():
+class _State:
+    """A saved state (``meta`` passed `check_config`), checked whole against the storage ``st`` before anything of
+    it goes in: its metadata here, its arrays (`take_arrays` / `read_arrays`), its slots against the store's rows
+    (`check_rows`, given the buffer holding the loaded rows before they are swapped in); then `apply`. Every
+    refusal is a `ValueError` naming the entry."""
+
+    WHERE = "TrajviewStorage state"
+
+    def __init__(self, st: Any, meta: Mapping[str, Any]) -> None:
+        where = self.WHERE
+        self.st = st
+        length = meta.get("len")
+        if type(length) is not int or not 0 <= length <= st.max_size:
+            raise ValueError(f"{where}: len must be an int in [0, {st.max_size}], got {length!r}")
+        self.length = length
+        schema: dict[str, tuple[Key, np.dtype, tuple[int, ...]]] = {}
+        try:
+            for name, key, dt, shape in meta["schema"]:
+                entry = (tuple(str(p) for p in key), np.dtype(str(dt)), tuple(int(d) for d in shape))
+                if str(name) in schema:
+                    raise ValueError(f"schema: {name!r} twice")
+                schema[str(name)] = entry
+            shared = {str(o): str(n) for o, n in dict(meta["shared"]).items()}
+            self.open = {int(e[0]): [int(e[1]), int(e[2]), int(e[3])] for e in meta["open"]}
+            self.next_ikey, self.fallback = int(meta["next_ikey"]), int(meta["fallback"])
+            last_cursor = meta["last_cursor"]
+            self.last_cursor = None if last_cursor is None else int(last_cursor)
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise ValueError(f"{where}: malformed meta ({type(e).__name__}: {e})") from None
+        for name, (key, dt, shape) in schema.items():
+            try:
+                flat = flat_key(key) if key else None
+            except ValueError as e:
+                raise ValueError(f"{where}: schema entry {name!r}: {e}") from None
+            if flat != name:  # (the one name a key is stored under: a swapped pair would read one as the other)
+                raise ValueError(f"{where}: schema entry {name!r} is for key {key!r}, whose column is {flat!r}")
+            check_specs({name: (dt, shape)}, "the state is not one a TrajviewStorage writes")
+        for o, n in shared.items():
+            if o not in schema or n != flat_key(("next", *schema[o][0])) or n not in schema or schema[o][1:] != schema[n][1:]:
+                raise ValueError(f"{where}: shared {o!r} -> {n!r} is not an entry and its ('next', ...) entry of one "
+                                 f"dtype and shape")
+        self.schema, self.shared = schema, shared
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def take_arrays(self, saved: Mapping[str, Any]) -> None:
+        """The state's arrays from a state dict (checked by kind and shape)."""
+        n = self.st.max_size
+        for name in ("slot_row", "slot_first"):
+            a = saved.get(name)
+            if not isinstance(a, np.ndarray) or a.dtype != np.int64 or a.shape != (n,):
+                got = f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+                raise ValueError(f"{self.WHERE}: {name} must be int64 of shape ({n},), got {got}")
+            self.arrays[name] = a.copy()
+        pk = saved.get("pending_keys", np.zeros(0, np.int64))
+        if not isinstance(pk, np.ndarray) or pk.dtype != np.int64 or pk.ndim != 1:
+            raise ValueError(f"{self.WHERE}: pending_keys must be a 1-D int64 array")
+        self.arrays["pending_keys"] = pk.copy()
+        for o in self.shared:
+            if not len(pk):
+                continue
+            a = saved.get(f"pending.{o}")
+            _, dt, shape = self.schema[o]
+            if not isinstance(a, np.ndarray) or a.dtype != dt or a.shape != (len(pk), *shape):
+                raise ValueError(f"{self.WHERE}: pending.{o} must be {dt} of shape {(len(pk), *shape)}")
+            self.arrays[f"pending.{o}"] = a.copy()
+
+    def read_arrays(self, man: _io.Manifest) -> None:
+        """The state's arrays from a dump's ``.npy`` files: each one's size, crc32 and header checked against the
+        dtype and shape the state gives it before its rows are read (`trajview.errors.FileIntegrityError` naming
+        the file): no header decides what is allocated."""
+        src = persistence.FileArrays(man, "torchrl.")
+        n = self.st.max_size
+        self.arrays = {name: src.read(name, np.dtype(np.int64), (n,)).copy() for name in ("slot_row", "slot_first")}
+        k = src.rows("pending_keys", np.dtype(np.int64), ()) if "torchrl.pending_keys.npy" in man.files else 0
+        self.arrays["pending_keys"] = src.read("pending_keys", np.dtype(np.int64), (k,)).copy() if k else \
+            np.zeros(0, np.int64)
+        for o in self.shared:
+            if k:
+                _, dt, shape = self.schema[o]
+                self.arrays[f"pending.{o}"] = src.read(f"pending.{o}", dt, (k, *shape)).copy()
+
+    def check_rows(self, rb: ReplayBuffer | None) -> None:
+        """The slots against the store: ``rb`` (the buffer holding the loaded rows, before they are swapped in; None
+        for a state without a store) must have the schema's columns, and every held slot's row and its
+        trajectory's first row must hold steps of one trajectory, no row held by two slots."""
+        where = self.WHERE
+        if (rb is None) != (not self.schema):
+            raise ValueError(f"{where}: the store's rows and the schema do not go together")
+        rows, first = self.arrays["slot_row"], self.arrays["slot_first"]
+        pk = self.arrays["pending_keys"]
+        if len(np.unique(pk)) != len(pk):
+            raise ValueError(f"{where}: pending_keys holds a key twice")
+        held = rows >= 0
+        if held[self.length:].any():
+            raise ValueError(f"{where}: a slot at or past len {self.length} holds a step")
+        if rb is None:
+            if held.any():
+                raise ValueError(f"{where}: slots hold steps, but the state has no store")
+            return
+        specs = {name: (dt, shape) for name, (_, dt, shape) in self.schema.items() if name not in self.shared.values()}
+        got = {name: (np.dtype(dt), tuple(shape)) for name, (dt, shape) in (rb._specs or {}).items()}
+        if got != specs or dict(rb._next_obs) != self.shared:
+            raise ValueError(f"{where}: the store's columns {sorted(got)} (next observations {dict(rb._next_obs)}) "
+                             f"differ from the schema's {sorted(specs)} ({self.shared})")
+        if not held.any():
+            return
+        r, f = rows[held], first[held]
+        if len(np.unique(r)) != len(r):
+            raise ValueError(f"{where}: slot_row names a row for two slots")
+        if (f < 0).any() or (f > r).any():
+            raise ValueError(f"{where}: slot_first must be a row at or before each held slot's row")
         assert rb._impl is not None
-        loc = np.asarray(rb._impl.locate(np.ascontiguousarray(rows[held])), np.int64).reshape(-1, 3)
+        loc = np.asarray(rb._impl.locate(np.ascontiguousarray(r)), np.int64).reshape(-1, 3)
         if (loc[:, 0] < 0).any():
             raise ValueError(f"{where}: slot_row names rows that hold no step in the store")
-    old = st._rb
-    st._rb, st._schema, st._shared, st.extra_rows = rb, schema, shared, extra
-    st._slot_row, st._slot_first = rows, checked["slot_first"]
-    st._len, st._open, st._pending = length, open_, pending
-    st._next_ikey, st._fallback = next_ikey, fallback
-    st._set_last_cursor(last_cursor)
-    if old is not None and old is not rb:
-        old.close()
+        floc = np.asarray(rb._impl.locate(np.ascontiguousarray(f)), np.int64).reshape(-1, 3)
+        if (floc[:, 0] != loc[:, 0]).any():
+            raise ValueError(f"{where}: slot_first names rows outside the held slots' trajectories")
+
+    def apply(self, rb: ReplayBuffer | None, extra: int) -> None:
+        """Swaps the checked state in (``rb``: the buffer holding its rows, already loaded)."""
+        st = self.st
+        pk = self.arrays["pending_keys"].tolist()
+        pending: dict[int, dict[str, np.ndarray]] = {int(k): {} for k in pk}
+        for o in self.shared:
+            for i, k in enumerate(pk):
+                pending[int(k)][o] = self.arrays[f"pending.{o}"][i].copy()
+        old = st._rb
+        st._rb, st._schema, st._shared, st.extra_rows = rb, self.schema, self.shared, extra
+        st._slot_row, st._slot_first = self.arrays["slot_row"], self.arrays["slot_first"]
+        st._len, st._open, st._pending = self.length, self.open, pending
+        st._next_ikey, st._fallback = self.next_ikey, self.fallback
+        st._set_last_cursor(self.last_cursor)
+        if old is not None and old is not rb:
+            old.close()
 
 
 def _npy(arr: np.ndarray) -> Any:
-    def write(f: IO[bytes]) -> None:
-        np.save(f, np.ascontiguousarray(arr), allow_pickle=False)
-    return write
+    arr = np.ascontiguousarray(arr)
+    return persistence.npy_writer(arr.dtype, arr.shape, arr)  # (the header `FileArrays` reads back)

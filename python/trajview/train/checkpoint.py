@@ -29,6 +29,7 @@ import pickle
 import pickletools
 import re
 import warnings
+import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,9 +226,32 @@ def _refused(e: Exception, data: bytes) -> str:
             f"or is not a torch file ({type(e).__name__}{f': {reason}' if reason else ''})")
 
 
+def _check_stored_zip(path: Path, data: bytes) -> None:
+    """A torch file (a zip archive, as ``torch.save`` writes) must hold its entries stored, uncompressed, as
+    ``torch.save`` writes them: then what torch reads from it is at most the file's size. A compressed entry (a
+    zip bomb: a few KiB that unpack to GiBs) is a `FileIntegrityError` naming the file, refused before torch reads
+    it. (Not a readable zip archive: left to torch.load, which refuses it.)"""
+    if not data.startswith(b"PK\x03\x04"):
+        return
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            entries = z.infolist()
+    except (zipfile.BadZipFile, ValueError, OverflowError):
+        return  # (not a zip archive: torch.load refuses it, saying what it found)
+    total = 0
+    for info in entries:
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise FileIntegrityError(path, f"entry {info.filename!r} is compressed (method {info.compress_type}); "
+                                           f"torch.save stores its entries uncompressed")
+        total += info.file_size
+    if total > len(data):
+        raise FileIntegrityError(path, f"its entries claim {total} bytes, more than the file's {len(data)}")
+
+
 def _load_weights(man: Manifest) -> dict[str, Any]:
     path = man.path(WEIGHTS)
     data = bytes(read_verified(man, WEIGHTS))
+    _check_stored_zip(path, data)
     try:
         with warnings.catch_warnings():  # (torch warns of a pickle's protocol before refusing it: the error says it)
             warnings.simplefilter("ignore")

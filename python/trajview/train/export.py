@@ -24,13 +24,16 @@ TorchScript: ``torch.jit.trace`` of that function, saved with the spec as the ex
 (``torch.jit.load(path, _extra_files={"view_spec.json": ""})``). ONNX: ``torch.onnx.export`` of the same
 function (torch's TorchScript-based exporter, opset `ONNX_OPSET`), the spec in the model's metadata under
 ``view_spec``, the inputs and outputs named as in the spec; its batch axis is fixed at one row. Both are
-written atomically (`trajview._io.atomic_write`) and hold no Python pickle. Both are programs, though (a
+written atomically (`trajview._io.atomic_write`) and hold no Python pickle, and both are checked when read
+(``examples/serve_exported.py``): a TorchScript archive's zip entries against their crc32s, an ONNX file against
+the sha256 in its metadata (`ONNX_DIGEST_KEY`). Both are programs, though (a
 TorchScript archive holds TorchScript code, an ONNX file a graph), run by torch's or onnxruntime's loader: serve
 only files you exported or trust, as with any model file.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -63,6 +66,11 @@ SPEC_VERSION = 1
 #: The spec's name inside a TorchScript file (an extra file) and an ONNX model (a metadata key).
 SPEC_FILE = "view_spec.json"
 ONNX_SPEC_KEY = "view_spec"
+#: ONNX: the metadata entry holding the sha256 (hex) of the file's bytes with that digest's 64 characters as "0"s
+#: (ONNX has no checksum of its own; a TorchScript archive's zip entries each carry a crc32). Its serialized
+#: key and the value's tag and length, which a reader finds once in the file (`stamp_onnx`).
+ONNX_DIGEST_KEY = "content_sha256"
+ONNX_DIGEST_PREFIX = b"\x0a" + bytes([len(ONNX_DIGEST_KEY)]) + ONNX_DIGEST_KEY.encode() + b"\x12\x40"
 ONNX_OPSET = 17
 #: The columns an exported policy may read: what a runner knows of its own episode.
 RUNNER_COLUMNS = (SampleBatch.OBS, SampleBatch.ACTIONS, SampleBatch.REWARDS, SampleBatch.T)
@@ -250,4 +258,18 @@ def _onnx_bytes(module: nn.Module, args: tuple[torch.Tensor, ...], spec: Mapping
     proto = onnx.load_from_string(raw.getvalue())
     entry = proto.metadata_props.add()
     entry.key, entry.value = ONNX_SPEC_KEY, text
-    return io.BytesIO(proto.SerializeToString())
+    digest = proto.metadata_props.add()
+    digest.key, digest.value = ONNX_DIGEST_KEY, "0" * 64
+    return io.BytesIO(stamp_onnx(proto.SerializeToString()))
+
+
+def stamp_onnx(data: bytes) -> bytes:
+    """An ONNX file's bytes with its `ONNX_DIGEST_KEY` entry (64 "0"s) set to the sha256 of those bytes: what a
+    reader checks (``examples/serve_exported.py``: the digest's characters as "0"s again, hashed)."""
+    at = data.find(ONNX_DIGEST_PREFIX)
+    if at < 0 or data.find(ONNX_DIGEST_PREFIX, at + 1) >= 0:
+        raise ExportError(f"the ONNX file holds its {ONNX_DIGEST_KEY!r} entry {'twice' if at >= 0 else 'nowhere'}")
+    start = at + len(ONNX_DIGEST_PREFIX)
+    if data[start:start + 64] != b"0" * 64:
+        raise ExportError(f"the ONNX file's {ONNX_DIGEST_KEY!r} entry is not the placeholder")
+    return data[:start] + hashlib.sha256(data).hexdigest().encode() + data[start + 64:]

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 
 from .._extras import require
-from .._io import append_line, atomic_write, read_lines
+from .._io import append_line, atomic_write, open_regular, read_lines
 from ..errors import FileIntegrityError
 
 __all__ = ["METRIC_FIELDS", "REQUIRED_FIELDS", "append_metrics", "truncate_metrics", "read_metrics", "plot_learning_curve"]
@@ -63,14 +63,20 @@ def _csv_line(values: list) -> str:
     return buf.getvalue()
 
 
+#: Most bytes of a metrics file's header line (its column names: far fewer).
+_MAX_HEADER = 1 << 16
+
+
 def _csv_header(path: Path) -> list[str] | None:
     """A CSV metrics file's columns (its complete first line), or None: no file, or no complete first line (a
     run killed while writing it)."""
     try:
-        with open(path, "rb") as f:
-            first = f.readline()
+        with io.BufferedReader(open_regular(path)) as f:  # (a FIFO or device in its place: refused, unblocked)
+            first = f.readline(_MAX_HEADER + 1)
     except FileNotFoundError:
         return None
+    if len(first) > _MAX_HEADER:
+        raise FileIntegrityError(path, f"line 1 (the header) is longer than {_MAX_HEADER} bytes: not a metrics file")
     if not first.endswith(b"\n"):
         return None
     try:
@@ -195,5 +201,7 @@ def plot_learning_curve(rows: list[dict], path: str | Path, title: str, stop_rew
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    try:  # written whole or not at all, never through a link planted in its place (`atomic_write`)
+        atomic_write(path, lambda f: fig.savefig(f, dpi=100, format="png"))
+    finally:
+        plt.close(fig)
