@@ -75,8 +75,8 @@ class PolicyRunner:
 
     The views are built for the policy's ``view_requirements`` when the runner is made (after the pruning
     pass); a runner does not follow later changes to them (make a new one). Observation filters are not
-    applied: pass observations as the policy saw them in training (e.g. through ``worker.filter(obs,
-    update=False)``).
+    applied: pass observations as the policy saw them in training (e.g. through ``worker.filters["default_policy"](obs,
+    update=False)``, the worker's own filter, not updated).
     """
 
     def __init__(
