@@ -99,13 +99,20 @@ class ExportedPolicy:
     def __init__(self, path: str | Path) -> None:
         data = read_checked(path)  # (the bytes checked are the bytes loaded: nothing can swap the file in between)
         if not data.startswith(b"PK\x03\x04"):  # a TorchScript archive is a zip file; an ONNX model is not
-            import onnxruntime
+            try:
+                import onnxruntime
+            except ImportError:
+                raise ImportError(f"{path}: an ONNX file, which needs onnxruntime: pip install onnxruntime "
+                                  f"(or 'trajview[export]')") from None
 
             self._session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
             text = self._session.get_modelmeta().custom_metadata_map["view_spec"]
             self._run = self._run_onnx
         else:
-            import torch
+            try:
+                import torch
+            except ImportError:
+                raise ImportError(f"{path}: a TorchScript file, which needs torch: pip install torch") from None
 
             extra = {SPEC_FILE: ""}
             with warnings.catch_warnings():

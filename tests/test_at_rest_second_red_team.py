@@ -120,9 +120,10 @@ def test_report_and_resume_refuse_a_fifo_as_metrics(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     os.mkfifo(run / "metrics.csv")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    from train_runs import cli_env
+
     done = subprocess.run([sys.executable, "-m", "trajview", "report", str(run)], capture_output=True, text=True,
-                          timeout=60, env=env)
+                          timeout=60, env=cli_env())
     assert done.returncode != 0
     assert "expected a regular file, got a FIFO" in done.stderr
 

@@ -66,3 +66,28 @@ def boolean(name: str, value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name} must be a bool, got {value!r}")
     return bool(value)
+
+
+#: Ints beyond this do not all have a float64 (a reward column is float64 in the flat batches).
+MAX_EXACT_INT = 2**53
+
+
+def check_reward_array(arr: np.ndarray, shape: tuple[int, ...], who: str, rows: str = "rows", hint: str = "") -> None:
+    """A ValueError unless ``arr`` holds real rewards of ``shape``: an int or float dtype (not bool, object, string,
+    complex), ints float64 holds exactly, no NaN. ``who`` (``"the VectorEnv returned"``) and ``rows`` (what an
+    index of ``arr`` is) name the source; ``hint`` follows the NaN message."""
+    if arr.shape != shape or arr.dtype.kind not in "iuf":
+        raise ValueError(
+            f"column 'rewards': {who} rewards of dtype {arr.dtype} and shape {arr.shape}, "
+            f"expected real numbers (an int or float dtype) of shape {shape}"
+        )
+    if arr.dtype.kind in "iu" and arr.size and int(np.abs(arr).max()) > MAX_EXACT_INT:
+        raise ValueError(
+            f"column 'rewards': {who} int rewards up to {int(np.abs(arr).max())}, which float64 "
+            f"cannot hold exactly (expected |reward| <= 2**53)"
+        )
+    if arr.dtype.kind == "f" and np.isnan(arr).any():
+        raise ValueError(
+            f"column 'rewards': {who} NaN rewards for {rows} {np.flatnonzero(np.isnan(arr).reshape(-1)).tolist()}"
+            f"{hint}, expected real numbers"
+        )

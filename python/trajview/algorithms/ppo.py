@@ -30,6 +30,7 @@ from .postprocessing import Postprocessing, compute_gae_for_sample_batch
 from .schedules import SCHEDULED, check_schedule, scheduled_value
 from ..views.sample_batch import SampleBatch
 from ..policy.torch_policy import TorchPolicy, clip_grad_norm
+from .ppo_settings import check_ppo_settings
 
 __all__ = ["PPOPolicy", "PPO_DEFAULTS", "PROX_LOGP", "minibatches"]
 
@@ -135,7 +136,8 @@ class PPOPolicy(TorchPolicy):
         cfg = {**PPO_DEFAULTS, **(config or {})}
         unknown = sorted(set(cfg) - set(PPO_DEFAULTS) - {"device"})
         if unknown:
-            raise ValueError(f"PPOPolicy: unknown config keys {unknown}; known: {sorted(PPO_DEFAULTS)}")
+            raise ValueError(f"PPOPolicy: unknown config keys {unknown}; known: {sorted([*PPO_DEFAULTS, 'device'])}")
+        check_ppo_settings(cfg, lambda key: f"PPOPolicy config {key!r}")
         if model is None:
             model = make_model(cfg["model"], observation_space, action_space, **dict(cfg["model_config"]))
         if getattr(model, "action_dist", None) is None:

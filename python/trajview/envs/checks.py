@@ -29,7 +29,7 @@ __all__ = [
     "step_result_error",
 ]
 
-_MAX_EXACT_INT = 2**53  # ints beyond this do not all have a float64
+from .._validate import MAX_EXACT_INT as _MAX_EXACT_INT, check_reward_array  # noqa: F401 (the rule's home)
 
 
 def _where(env_index: int, agent: Any) -> str:
@@ -113,26 +113,6 @@ def check_vector_rewards(value: Any, num_envs: int) -> np.ndarray:
                        " (a reward of None becomes NaN in a VectorEnv's float array)")
     return arr.astype(np.float64, copy=False)
 
-
-def check_reward_array(arr: np.ndarray, shape: tuple[int, ...], who: str, rows: str = "rows", hint: str = "") -> None:
-    """A ValueError unless ``arr`` holds real rewards of ``shape``: an int or float dtype (not bool, object, string,
-    complex), ints float64 holds exactly, no NaN. ``who`` (``"the VectorEnv returned"``) and ``rows`` (what an
-    index of ``arr`` is) name the source; ``hint`` follows the NaN message."""
-    if arr.shape != shape or arr.dtype.kind not in "iuf":
-        raise ValueError(
-            f"column 'rewards': {who} rewards of dtype {arr.dtype} and shape {arr.shape}, "
-            f"expected real numbers (an int or float dtype) of shape {shape}"
-        )
-    if arr.dtype.kind in "iu" and arr.size and int(np.abs(arr).max()) > _MAX_EXACT_INT:
-        raise ValueError(
-            f"column 'rewards': {who} int rewards up to {int(np.abs(arr).max())}, which float64 "
-            f"cannot hold exactly (expected |reward| <= 2**53)"
-        )
-    if arr.dtype.kind == "f" and np.isnan(arr).any():
-        raise ValueError(
-            f"column 'rewards': {who} NaN rewards for {rows} {np.flatnonzero(np.isnan(arr).reshape(-1)).tolist()}"
-            f"{hint}, expected real numbers"
-        )
 
 
 def check_vector_flags(value: Any, name: str, num_envs: int) -> np.ndarray:

@@ -80,9 +80,11 @@ class GymEnvList(VectorEnvAdapter):
         col, obs_dtype, obs_shape = self._leaves[k]
         a = o if type(o) is np.ndarray else np.asarray(o)
         if a.shape != obs_shape or not np.can_cast(a.dtype, obs_dtype, "safe"):
+            why = ("another shape than the observation space's" if a.shape != obs_shape else
+                   f"casting {a.dtype} to the observation space's {obs_dtype} could lose data")
             raise ValueError(
                 f"column {col!r}: env {i} returned an observation of dtype {a.dtype} and shape {a.shape}, expected "
-                f"dtype {obs_dtype} and shape {obs_shape} (the observation space; casting would lose data)"
+                f"dtype {obs_dtype} and shape {obs_shape} ({why})"
             )
         try:
             return cast_exactly(col, a, obs_dtype)  # what the row assignment would otherwise round

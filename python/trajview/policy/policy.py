@@ -5,6 +5,8 @@ The view-pruning pass that trims those requirements is `prune_views` (in `policy
 
 from __future__ import annotations
 
+import copy
+
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -169,14 +171,41 @@ class Policy:
             if info is not None:
                 input_dict[SampleBatch.INFOS] = info
         batched = {k: _add_batch_axis(v) for k, v in input_dict.items()}
-        actions, state_outs, extra = self.compute_actions_from_input_dict(
-            SampleBatch(batched), explore=explore, timestep=timestep, episodes=[episode] if episode else None, **kwargs
-        )
+        try:
+            actions, state_outs, extra = self.compute_actions_from_input_dict(
+                SampleBatch(batched), explore=explore, timestep=timestep, episodes=[episode] if episode else None,
+                **kwargs
+            )
+        except KeyError as e:  # a view the policy reads that the call did not pass: say which, and how to pass it
+            key = e.args[0] if len(e.args) == 1 else None
+            if not (isinstance(key, str) and key not in batched and key in self.view_requirements):
+                raise
+            reads = self._views_read_to_act()
+            states = sum(1 for k in reads if k.startswith("state_in_"))
+            raise ValueError(
+                f"compute_single_action: the policy reads {key!r}, which this call did not pass. With input_dict=, "
+                f"state= or prev_action= the caller carries the history: pass every view it reads to act, {reads}"
+                + (f" (state=: a list of {states} arrays, as get_initial_state() gives)" if states else "")
+                + f"; got {sorted(batched)}. Or pass obs alone (with prev_reward=) and the policy builds them for "
+                f"one implicit episode"
+            ) from None
         return (
             _first_row(actions),
             [_first_row(s) for s in state_outs],
             {k: _first_row(v) for k, v in dict(extra).items()},
         )
+
+    def _views_read_to_act(self) -> list[str]:
+        """The views this policy's action computation reads (the pruning pass's finding, run on a copy when it has
+        not run here: an error message's, which leaves the policy as it was)."""
+        probe = self
+        if not self._views_initialized:
+            try:
+                probe = copy.deepcopy(self)
+                prune_views(probe)
+            except Exception:  # (the pass itself fails: every view the policy declares)
+                probe = self
+        return [k for k, vr in probe.view_requirements.items() if vr.used_for_compute_actions]
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickling and copying leave out `compute_single_action`'s implicit episode (a C++ store): a copy

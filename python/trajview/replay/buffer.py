@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from .. import _core, _io
-from .._validate import positive_int
+from .._validate import check_reward_array, positive_int
 from ..views import MultiAgentBatch, SampleBatch, ViewRequirement
 from ..views.columns import column_specs
 from ..views.nest import expand_views, is_nested_value
@@ -234,7 +234,11 @@ class ReplayBuffer:
                 t = np.asarray(batch["t"])
                 if t.shape != (n,) or not np.issubdtype(t.dtype, np.integer):
                     raise ValueError(f"column 't' must be a 1-D int array of {n} rows, got shape {t.shape} dtype {t.dtype}")
+            if "rewards" in data:  # (the worker's and the runner's rule)
+                check_reward_array(data["rewards"], data["rewards"].shape, "add got")
             uses_key = tk.uses_traj_key(batch, s.traj_key)
+            if t is not None:
+                tk.check_steps(keys, t, done, s.traj_key or "eps_id")
             open_after = tk.check_writers(keys, t, done, s.traj_key or "eps_id") if uses_key and t is not None else None
             first = tk.first_kept_row(keys, done, self._capacity, has_next)
             if first:  # one add larger than the buffer: the newest rows that fit, as TorchRL's extend

@@ -83,6 +83,25 @@ class TrajectoryKeys:
             first += 1
         return n
 
+    @staticmethod
+    def check_steps(keys: np.ndarray, t: np.ndarray, done: np.ndarray, key_name: str) -> None:
+        """Refuses a batch whose ``t`` does not go up by one along each of its trajectory pieces (the rows of one
+        trajectory id between ends): its steps would be stored as one trajectory in an order they were not
+        taken in, and every view across them would be wrong."""
+        starts = _core.trajectory_pieces(keys, done)
+        step = np.diff(t)
+        bad = np.flatnonzero(step != 1)
+        if not len(bad):
+            return
+        inside = np.setdiff1d(bad + 1, starts)  # a jump where a piece does not start
+        if len(inside):
+            r = int(inside[0])
+            raise ValueError(
+                f"add: column 't' goes from {int(t[r - 1])} to {int(t[r])} at rows {r - 1}-{r}, within one trajectory "
+                f"(column {key_name!r} = {int(keys[r])}, no end between): a trajectory's steps must have t = t0, "
+                f"t0 + 1, ... in order"
+            )
+
     def check_writers(self, keys: np.ndarray, t: np.ndarray, done: np.ndarray, key_name: str) -> dict[int, tuple[int, int]]:
         """Refuses a trajectory id that two writers use at once (their steps would be glued into one trajectory).
 

@@ -205,6 +205,22 @@ class PolicyColumns:
         return arr
 
     @staticmethod
+    def note_nan_inputs(e: BaseException, inputs: Mapping[str, Any] | None) -> None:
+        """A failed action computation (its error ``e``: a NaN output, or the policy's own error, such as torch's
+        "probability tensor contains ... nan") gets a note naming the float input columns holding NaN and their rows,
+        if any: where the NaN came from (an env's observation, a reward), not only where it showed."""
+        if inputs is None or not hasattr(e, "add_note"):
+            return
+        found = []
+        for k, v in dict.items(inputs) if isinstance(inputs, dict) else inputs.items():
+            if isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.ndim and _has_nan(v):
+                rows = np.flatnonzero(np.isnan(v).reshape(len(v), -1).any(axis=1)).tolist()
+                found.append(f"{k!r} (rows {rows[:8]}{' ...' if len(rows) > 8 else ''})")
+        if found:
+            e.add_note(f"The policy's inputs hold NaN: {', '.join(found)}; NaN in gives NaN out (an env's "
+                       f"observation or reward?)")
+
+    @staticmethod
     def _check_nans(floats: list[tuple[str, np.ndarray]], n: int) -> None:
         """The NaN check of the float columns ``floats`` ((name, array) in column order): the first one holding NaN
         is the error. First all of them in one scan (`_core.any_nan`: float32 / float64 arrays, C-contiguous, as a

@@ -109,6 +109,7 @@ class PolicyRunner:
         specs = policy.column_specs()
         #: Each observation column's shape without the batch axis (what `act` takes).
         self._obs_shapes = {c: tuple(specs[c][1]) for c in self._obs_nest.names(_OBS) if c in specs}
+        self._obs_dtypes = {c: np.dtype(specs[c][0]) for c in self._obs_shapes}
         # What an episode's next step stores besides the observation, reward and ends: the policy's outputs (actions,
         # state_out_i, extra fetches) of its previous step, per slot.
         env_columns = {*self._obs_nest.names(_OBS), _REWARDS, _TERMINATEDS, _TRUNCATEDS}
@@ -338,6 +339,7 @@ class PolicyRunner:
             data = self._columns.check_outputs(actions, state_outs, extra, n)
         except BaseException as e:
             self._last_keys = None
+            PolicyColumns.note_nan_inputs(e, lane.fed if lane is not None else inputs)
             self._fail(keys, e)
             raise
         if lane is None and self._lanes is not None and _CAFID not in self.policy.__dict__:
@@ -376,6 +378,13 @@ class PolicyRunner:
                 raise ValueError(
                     f"PolicyRunner.act: column {c!r}: expected one observation of shape {expected} (no batch axis; "
                     f"act_many takes a batch), got shape {a.shape}"
+                )
+            want = self._obs_dtypes.get(c)
+            if want is not None and not isinstance(v, np.ndarray) and not np.can_cast(a.dtype, want, "safe"):
+                raise ValueError(
+                    f"PolicyRunner.act: column {c!r}: got a {type(v).__name__}, which numpy reads as {a.dtype}; the "
+                    f"observation space's dtype is {want}, and a cast that could change values is not made: pass "
+                    f"np.asarray(obs, np.{want.name})"
                 )
             out[c] = a[None]
         return out

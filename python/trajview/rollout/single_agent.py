@@ -261,10 +261,14 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
             inputs[SampleBatch.AGENT_INDEX] = np.zeros(n, np.int64)
         if self.adapter.saw_f32_rewards and self._columns.reward_input_keys:
             cast_rewards(inputs, self._columns.reward_input_keys, self.adapter.reward_dtype)
-        actions, state_outs, extra = self.policy.compute_actions_from_input_dict(
-            inputs, explore=self.explore, timestep=self._timestep
-        )
-        data = self._columns.check_outputs(actions, state_outs, extra, n)
+        try:
+            actions, state_outs, extra = self.policy.compute_actions_from_input_dict(
+                inputs, explore=self.explore, timestep=self._timestep
+            )
+            data = self._columns.check_outputs(actions, state_outs, extra, n)
+        except Exception as e:
+            PolicyColumns.note_nan_inputs(e, inputs)
+            raise
         return data, (data[_ACTIONS] if not self._act_cols else {c: data[c] for c in self._act_cols})
 
     def _step_envs(self, actions: Any, slots: np.ndarray, ids: np.ndarray | None) -> tuple:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .._validate import boolean, finite_number, int_at_least
+from ..algorithms.ppo_settings import check_ppo_settings
 from ..algorithms.schedules import SCHEDULED, check_schedule
 
 __all__ = ["RunConfig", "TrainConfig", "MODEL_PRESETS", "IMAGE_MODEL_PRESETS", "PRESET_KEYS", "BACKENDS", "FLAGS",
@@ -229,18 +230,16 @@ class TrainConfig(RunConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("workers", "envs_per_worker", "train_batch_size", "sgd_minibatch_size", "num_sgd_iter"):
+        for name in ("workers", "envs_per_worker", "train_batch_size"):
             int_at_least(setting(name), getattr(self, name), 1)
-        finite_number(setting("lambda_"), self.lambda_, 0, 1)
-        finite_number(setting("clip_param"), self.clip_param, 0, lo_open=True)
-        finite_number(setting("vf_loss_coeff"), self.vf_loss_coeff, 0)
-        finite_number(setting("entropy_coeff"), self.entropy_coeff, 0)
+        # The PPO settings, by PPOPolicy's rules (`PPO_RULES`); None grad_clip: no clip.
+        check_ppo_settings({"sgd_minibatch_size": self.sgd_minibatch_size, "num_sgd_iter": self.num_sgd_iter,
+                            "lambda": self.lambda_, "clip_param": self.clip_param, "vf_loss_coeff": self.vf_loss_coeff,
+                            "entropy_coeff": self.entropy_coeff, "grad_clip": self.grad_clip,
+                            "adam_fused": self.adam_fused}, lambda key: setting("lambda_" if key == "lambda" else key))
         for name in SCHEDULED.values():
             check_schedule(setting(name), getattr(self, name))
-        if self.grad_clip is not None:
-            finite_number(setting("grad_clip"), self.grad_clip, 0, lo_open=True)  # None: no clip
-        for name in ("adam_fused", "tensorboard"):
-            boolean(name, getattr(self, name))
+        boolean("tensorboard", self.tensorboard)
         if not isinstance(self.model_config, dict):
             raise ValueError(f"{setting('model_config')} must be a JSON object (a dict of the model's keyword "
                              f"arguments), got {type(self.model_config).__name__} {self.model_config!r}")

@@ -88,6 +88,13 @@ def to_tensordict(columns: Mapping[str, Any], count: int, seq_keys: Collection[s
         return t.unsqueeze(-1)
 
     cols = dict(columns)
+    for k in cols:  # a column and one below it ("obs", "obs.x"): a TensorDict key is a tensor or a node, not both
+        parts = k.split(SEP)
+        for i in range(1, len(parts)):
+            above = SEP.join(parts[:i])
+            if above in cols and parts[0] != INFOS:
+                raise ValueError(f"to_tensordict: columns {above!r} and {k!r}: in a TensorDict {above!r} would be "
+                                 f"both a tensor and the node above {k!r}; rename one of them")
     # Nested leaves (``new_obs.image``, ``actions.a``): nested keys under the column's TorchRL name.
     nested: list[tuple[tuple[str, ...], Any]] = []
     renamed = {NEXT_OBS: ("next", obs_key), ACTIONS: ("action",), OBS: (obs_key,)}

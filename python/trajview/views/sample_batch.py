@@ -495,7 +495,9 @@ class SampleBatch(dict):
         if dict.__contains__(self, SampleBatch.SEQ_LENS) or self._seq_keys:
             raise ValueError(
                 "SampleBatch.shuffle is not possible when the batch has `seq_lens` (recurrent sequences); "
-                "shuffle whole sequences instead (e.g. batch.timeslices() of the sequences, then shuffle the list)"
+                "shuffle whole sequences instead: slice the batch at the sequence bounds (b = np.cumsum([0, "
+                "*batch['seq_lens']]); [batch[b[i]:b[i + 1]] for i in range(len(b) - 1)]), shuffle that list, then "
+                "tv.concat_samples(it)"
             )
         rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         perm = rng.permutation(self.count)
