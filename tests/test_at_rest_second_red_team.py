@@ -20,6 +20,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -155,11 +156,15 @@ def test_a_killed_writers_temporary_manifest_goes_at_the_next_commit(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True).stdout.strip()
     left = tmp_path / f".{_io.MANIFEST}.tmp-{dead}-0badc0de"
-    left.write_bytes(b"{")
+    recent = tmp_path / f".{_io.MANIFEST}.tmp-{dead}-00c0ffee"  # (dead here, but written just now: kept)
     mine = tmp_path / f".{_io.MANIFEST}.tmp-{os.getppid()}-00000000"  # (a live process's: kept)
-    mine.write_bytes(b"{")
+    for p in (left, recent, mine):
+        p.write_bytes(b"{")
+    hour_ago = time.time() - 2 * 3600
+    for p in (left, mine):
+        os.utime(p, (hour_ago, hour_ago))
     _commit(tmp_path, {"n": 2})
-    assert not left.exists() and mine.exists()
+    assert not left.exists() and recent.exists() and mine.exists()
 
 
 def test_a_killed_loads_staged_rings_go_when_a_buffer_takes_the_folder(tmp_path):
@@ -303,6 +308,106 @@ def test_a_huge_npy_header_is_refused_naming_the_file(tmp_path):
     (d / _io.MANIFEST).write_bytes(_io.manifest_bytes(body))
     with pytest.raises(FileIntegrityError, match="torchrl.slot_row.npy"):
         TrajviewStorage(32).loads(d)
+
+
+def _set_next_ikey_to_an_open_key(meta: dict) -> None:
+    meta["next_ikey"] = meta["open"][0][1]
+
+
+def _open_first_row_mid_trajectory(meta: dict) -> None:
+    meta["open"][0][3] += 1
+
+
+def _infinite_fallback(meta: dict) -> None:
+    meta["fallback"] = float("inf")
+
+
+@pytest.mark.parametrize("edit, match", [
+    (_set_next_ikey_to_an_open_key, "next_ikey .* must be >= 0 and above every open trajectory's store key"),
+    (_open_first_row_mid_trajectory, "an open trajectory's first row is not the first step"),
+    (_infinite_fallback, "malformed meta \\(OverflowError"),
+])
+def test_crafted_trajectory_bookkeeping_is_refused(tmp_path, edit, match):
+    """The reviewer's cases: a next store key equal to an open trajectory's (the next write was joined onto it), an
+    open trajectory starting mid-trajectory, an infinite counter (an OverflowError escaped)."""
+    pytest.importorskip("torchrl")
+    from test_torchrl_storage import episode_data
+    from trajview.torchrl import TrajviewStorage
+
+    a = TrajviewStorage(32)
+    data = episode_data([8, 12])
+    data["next", "done"][-1] = False  # the second trajectory stays open
+    data["next", "terminated"][-1] = False
+    a.set(range(20), data)
+    d = tmp_path / "d"
+    a.dumps(d)
+    assert json.loads((d / _io.MANIFEST).read_text())["meta"]["torchrl"]["open"]
+    _edit_manifest(d, edit)
+    with pytest.raises(FileIntegrityError, match=match):
+        TrajviewStorage(32).loads(d)
+
+
+def test_a_held_slots_first_row_must_be_its_trajectorys_first(tmp_path):
+    from trajview.torchrl import TrajviewStorage
+
+    d, _ = _storage_dump(tmp_path)
+    _slot_array(d, "slot_first", _later_first)
+    with pytest.raises(FileIntegrityError, match="slot_first must name the first step"):
+        TrajviewStorage(32).loads(d)
+
+
+def _later_first(a):
+    a[10:20] += 1  # (slots 10-19 hold the second trajectory: its first row moved on by one, still inside it)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_storage_written_at_random_loads_back_whole(tmp_path, seed):
+    """Random writes (1-3 envs interleaved, episodes of random length continuing across writes, the ring wrapping):
+    after every write, its state dict loads into a fresh storage with the same steps, and every few writes its dump
+    loads too, in memory and memory-mapped: the checks above never refuse what a storage wrote."""
+    pytest.importorskip("torchrl")
+    torch = pytest.importorskip("torch")
+    from tensordict import TensorDict
+    from trajview.torchrl import TrajviewStorage
+
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(8, 48))
+    nenv = int(rng.integers(1, 4))
+    st = TrajviewStorage(size, extra_rows=int(rng.integers(size // 2 + 4, 2 * size + 8)))
+    envs = [{"tid": i, "T": int(rng.integers(1, 30)), "t": 0, "o": float(i * 10**6)} for i in range(nenv)]
+    next_tid, cursor = nenv, 0
+    for w in range(24):
+        rows = []
+        for e in envs:
+            for _ in range(int(rng.integers(1, max(2, size // nenv)))):
+                e["t"] += 1
+                done = e["t"] >= e["T"]
+                rows.append((e["o"], e["o"] + 1, done, e["tid"]))
+                e["o"] += 1
+                if done:
+                    e.update(tid=next_tid, T=int(rng.integers(1, 30)), t=0)
+                    next_tid += 1
+        d_ = torch.tensor([r[2] for r in rows])[:, None]
+        td = TensorDict({"observation": torch.tensor([r[0] for r in rows])[:, None].float(),
+                         "next": {"observation": torch.tensor([r[1] for r in rows])[:, None].float(),
+                                  "reward": torch.ones(len(rows), 1), "done": d_, "terminated": d_.clone(),
+                                  "truncated": torch.zeros_like(d_)},
+                         "collector": {"traj_ids": torch.tensor([r[3] for r in rows])}}, batch_size=[len(rows)])
+        try:
+            st.set(np.arange(cursor, cursor + len(rows)) % size, td)
+        except ValueError as e:
+            assert "extra_rows" in str(e)
+            continue
+        cursor = (cursor + len(rows)) % size
+        twin = TrajviewStorage(size, extra_rows=st.extra_rows)
+        twin.load_state_dict(st.state_dict())
+        assert (twin[: len(st)]["observation"] == st[: len(st)]["observation"]).all()
+        if w % 8 == 7:
+            st.dumps(tmp_path / f"d{w}")
+            for kw in ({}, {"storage": "memmap", "path": tmp_path / f"m{w}"}):
+                back = TrajviewStorage(size, extra_rows=st.extra_rows, **kw)
+                back.loads(tmp_path / f"d{w}")
+                assert (back[: len(st)]["next", "observation"] == st[: len(st)]["next", "observation"]).all()
 
 
 def test_a_refused_load_leaves_a_memory_mapped_storage_as_it_was(tmp_path):

@@ -205,3 +205,24 @@ def test_an_observation_of_another_shape_says_so_not_casting():
     with pytest.raises(ValueError, match=r"shape \(3,\), expected dtype float32 and shape \(2,\) \(another shape than "
                                          r"the observation space's\)"):
         tv.RolloutWorker(lambda cfg: _WrongShapeEnv(), tv.PPOPolicy, num_envs=1, rollout_fragment_length=4).sample()
+
+
+def test_a_refused_first_add_leaves_the_buffer_without_columns():
+    """The first add fixes the columns; refused (NaN rewards), it fixes nothing: a good batch of other shapes is
+    taken next (before: refused for the columns of the batch that was refused)."""
+    rb = tv.ReplayBuffer(16)
+    with pytest.raises(ValueError, match="NaN rewards"):
+        rb.add(_steps([1.0, np.nan, 1.0], [0, 1, 2]))
+    good = _steps([1.0, 2.0], [0, 1])
+    good["obs"] = np.zeros((2, 5), np.float32)
+    assert rb.add(good) == 2
+    assert rb.sample(2)["obs"].shape == (2, 5)
+
+
+def test_the_learning_curve_takes_the_format_of_its_suffix(tmp_path):
+    pytest.importorskip("matplotlib")
+    from trajview.train.metrics import plot_learning_curve
+
+    rows = [{"env_steps": 100 * i, "episode_return_mean": float(i)} for i in range(1, 4)]
+    plot_learning_curve(rows, tmp_path / "curve.pdf", "t")
+    assert (tmp_path / "curve.pdf").read_bytes().startswith(b"%PDF")

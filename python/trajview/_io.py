@@ -28,6 +28,7 @@ import os
 import secrets
 import shutil
 import stat
+import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -506,6 +507,10 @@ def commit_folder(
     return man
 
 
+#: Seconds since its last write after which a dead writer's temporary manifest is removed.
+_DEAD_TMP_AGE = 3600.0
+
+
 def _drop_dead_tmp(path: Path) -> None:
     """The temporary siblings of ``path`` (`_tmp_sibling`) that writers killed before their rename left: those
     of processes no longer running go (a live writer's stays)."""
@@ -518,7 +523,10 @@ def _drop_dead_tmp(path: Path) -> None:
             if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
                 continue
             with contextlib.suppress(OSError):
-                if stat.S_ISREG(os.lstat(p).st_mode):
+                st = os.lstat(p)
+                # An hour old too: a writer in another pid namespace or on another host sharing the folder looks
+                # dead here, but a manifest is written in well under a second.
+                if stat.S_ISREG(st.st_mode) and time.time() - st.st_mtime > _DEAD_TMP_AGE:
                     p.unlink()
 
 

@@ -196,68 +196,80 @@ class ReplayBuffer:
         if not isinstance(batch, SampleBatch) and any(is_nested_value(v) for k, v in batch.items() if k != "infos"):
             batch = SampleBatch(batch)  # nested values: stored by leaf
         with self._lock:
-            if self._impl is None:
-                self._specs = schema.infer_specs(batch, self._explicit_columns, self._next_obs)
-                self._create()
-            assert self._impl is not None and self._specs is not None
-            n = len(batch) if isinstance(batch, SampleBatch) else None
-            data: dict[str, np.ndarray] = {}
-            for k, (dt, shape) in self._specs.items():
-                if k not in batch:
-                    raise ValueError(f"add: missing column {k!r}; expected every stored column {list(self._specs)}")
-                data[k] = schema.convert(k, batch[k], dt, shape, n)
-                n = len(data[k])
-            if self._explicit_columns is None:
-                schema.check_unstored(batch, self._specs, self._next_obs)
-            assert n is not None
-            next_obs: dict[str, np.ndarray] = {}
-            have = [o for o, nxt in self._next_obs.items() if o in self._specs and nxt in batch]
-            want = [o for o in self._next_obs if o in self._specs]
-            has_next = self._has_next
-            if self._impl.rows_written() == 0 and not has_next:
-                has_next = bool(want) and len(have) == len(want)
-            if has_next:
-                for o in want:
-                    nxt = self._next_obs[o]
-                    if nxt not in batch:
-                        raise ValueError(f"add: missing column {nxt!r} (the next observations of {o!r}), "
-                                         f"which earlier batches carried")
-                    dt, shape = self._specs[o]
-                    next_obs[o] = schema.convert(nxt, batch[nxt], dt, shape, n)
-            s, tk = self.sampler, self._traj_keys
-            keys, done = tk.keys(batch, n, s.traj_key, s.end_key)
-            ends = int(done.sum())  # synthetic ids advance past every end of the batch, kept or not
-            if n == 0:
-                return 0
-            t = None
-            if "t" in batch:
-                t = np.asarray(batch["t"])
-                if t.shape != (n,) or not np.issubdtype(t.dtype, np.integer):
-                    raise ValueError(f"column 't' must be a 1-D int array of {n} rows, got shape {t.shape} dtype {t.dtype}")
-            if "rewards" in data:  # (the worker's and the runner's rule)
-                check_reward_array(data["rewards"], data["rewards"].shape, "add got")
-            uses_key = tk.uses_traj_key(batch, s.traj_key)
-            if t is not None:
-                tk.check_steps(keys, t, done, s.traj_key or "eps_id")
-            open_after = tk.check_writers(keys, t, done, s.traj_key or "eps_id") if uses_key and t is not None else None
-            first = tk.first_kept_row(keys, done, self._capacity, has_next)
-            if first:  # one add larger than the buffer: the newest rows that fit, as TorchRL's extend
-                data = {k: v[first:] for k, v in data.items()}
-                keys, done = keys[first:], done[first:]
-                t = None if t is None else t[first:]
-                if has_next:
-                    next_obs = {k: v[first:] for k, v in next_obs.items()}
-                n -= first
-            # Set before the rows become visible: a sampler thread must never see rows with final observations
-            # and build samples without the default new_obs view.
-            was_next, self._has_next = self._has_next, has_next
+            # The first add fixes the columns from its batch; one that is refused leaves the buffer without them.
+            before = (self._specs, self._next_obs, self._views, self._rings) if self._impl is None else None
             try:
-                self._impl.add(data, next_obs, keys, t, done)
+                return self._add_locked(batch)
             except BaseException:
-                self._has_next = was_next
+                if before is not None:
+                    self._specs, self._next_obs, self._views, self._rings = before
+                    self._impl = None
                 raise
-            tk.commit(open_after, ends, uses_key)
-            return n
+
+    def _add_locked(self, batch: Mapping[str, Any]) -> int:
+        """`add`'s work, under the buffer's lock."""
+        if self._impl is None:
+            self._specs = schema.infer_specs(batch, self._explicit_columns, self._next_obs)
+            self._create()
+        assert self._impl is not None and self._specs is not None
+        n = len(batch) if isinstance(batch, SampleBatch) else None
+        data: dict[str, np.ndarray] = {}
+        for k, (dt, shape) in self._specs.items():
+            if k not in batch:
+                raise ValueError(f"add: missing column {k!r}; expected every stored column {list(self._specs)}")
+            data[k] = schema.convert(k, batch[k], dt, shape, n)
+            n = len(data[k])
+        if self._explicit_columns is None:
+            schema.check_unstored(batch, self._specs, self._next_obs)
+        assert n is not None
+        next_obs: dict[str, np.ndarray] = {}
+        have = [o for o, nxt in self._next_obs.items() if o in self._specs and nxt in batch]
+        want = [o for o in self._next_obs if o in self._specs]
+        has_next = self._has_next
+        if self._impl.rows_written() == 0 and not has_next:
+            has_next = bool(want) and len(have) == len(want)
+        if has_next:
+            for o in want:
+                nxt = self._next_obs[o]
+                if nxt not in batch:
+                    raise ValueError(f"add: missing column {nxt!r} (the next observations of {o!r}), "
+                                     f"which earlier batches carried")
+                dt, shape = self._specs[o]
+                next_obs[o] = schema.convert(nxt, batch[nxt], dt, shape, n)
+        s, tk = self.sampler, self._traj_keys
+        keys, done = tk.keys(batch, n, s.traj_key, s.end_key)
+        ends = int(done.sum())  # synthetic ids advance past every end of the batch, kept or not
+        if n == 0:
+            return 0
+        t = None
+        if "t" in batch:
+            t = np.asarray(batch["t"])
+            if t.shape != (n,) or not np.issubdtype(t.dtype, np.integer):
+                raise ValueError(f"column 't' must be a 1-D int array of {n} rows, got shape {t.shape} dtype {t.dtype}")
+        if "rewards" in data:  # (the worker's and the runner's rule)
+            check_reward_array(data["rewards"], data["rewards"].shape, "add got")
+        uses_key = tk.uses_traj_key(batch, s.traj_key)
+        if t is not None:
+            tk.check_steps(keys, t, done, s.traj_key or "eps_id")
+        open_after = tk.check_writers(keys, t, done, s.traj_key or "eps_id") if uses_key and t is not None else None
+        first = tk.first_kept_row(keys, done, self._capacity, has_next)
+        if first:  # one add larger than the buffer: the newest rows that fit, as TorchRL's extend
+            data = {k: v[first:] for k, v in data.items()}
+            keys, done = keys[first:], done[first:]
+            t = None if t is None else t[first:]
+            if has_next:
+                next_obs = {k: v[first:] for k, v in next_obs.items()}
+            n -= first
+        # Set before the rows become visible: a sampler thread must never see rows with final observations
+        # and build samples without the default new_obs view.
+        was_next, self._has_next = self._has_next, has_next
+        try:
+            self._impl.add(data, next_obs, keys, t, done)
+        except BaseException:
+            self._has_next = was_next
+            raise
+        tk.commit(open_after, ends, uses_key)
+        return n
 
     extend = add  # TorchRL's name
 

@@ -205,14 +205,14 @@ def check_config(st: Any, saved: Any) -> int:
     where = "TrajviewStorage state"
     if not isinstance(saved, Mapping):
         raise ValueError(f"{where}: 'meta' must be a dict")
-    if saved.get("max_size") != st.max_size:
+    if type(saved.get("max_size")) is not int or saved.get("max_size") != st.max_size:
         raise ValueError(f"{where}: max_size is {saved.get('max_size')!r}, this storage's is {st.max_size}")
     want = st.extra_rows
     if st.extra_rows_given is None and st._rb is None:  # the default, for the rows the state holds
         try:
             stored = {str(n): (np.dtype(str(dt)), tuple(int(d) for d in shape)) for n, _, dt, shape in saved["schema"]}
             next_cols = {str(n) for n in dict(saved["shared"]).values()}
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, OverflowError) as e:
             raise ValueError(f"{where}: malformed meta ({type(e).__name__}: {e})") from None
         specs = {n: v for n, v in stored.items() if n not in next_cols}
         want = default_extra_rows(st.max_size, stored_row_bytes(specs) if specs else None)
@@ -249,8 +249,17 @@ class _State:
             self.next_ikey, self.fallback = int(meta["next_ikey"]), int(meta["fallback"])
             last_cursor = meta["last_cursor"]
             self.last_cursor = None if last_cursor is None else int(last_cursor)
-        except (KeyError, TypeError, ValueError, IndexError) as e:
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError) as e:
             raise ValueError(f"{where}: malformed meta ({type(e).__name__}: {e})") from None
+        ikeys = [v[0] for v in self.open.values()]
+        if self.next_ikey < 0 or self.fallback < 0 or any(not 0 <= k < self.next_ikey for k in ikeys):
+            raise ValueError(f"{where}: next_ikey {self.next_ikey} must be >= 0 and above every open trajectory's "
+                             f"store key {sorted(ikeys)}; fallback {self.fallback} >= 0")
+        if len(set(ikeys)) != len(ikeys) or any(v[1] < 1 for v in self.open.values()):
+            raise ValueError(f"{where}: open trajectories must have store keys of their own and at least one step")
+        if self.last_cursor is not None and not -1 <= self.last_cursor < st.max_size:
+            raise ValueError(f"{where}: last_cursor must be None or an int in [-1, {st.max_size}), got "
+                             f"{self.last_cursor}")
         for name, (key, dt, shape) in schema.items():
             try:
                 flat = flat_key(key) if key else None
@@ -312,20 +321,27 @@ class _State:
             raise ValueError(f"{where}: the store's rows and the schema do not go together")
         rows, first = self.arrays["slot_row"], self.arrays["slot_first"]
         pk = self.arrays["pending_keys"]
-        if len(np.unique(pk)) != len(pk):
-            raise ValueError(f"{where}: pending_keys holds a key twice")
+        if len(np.unique(pk)) != len(pk) or not set(pk.tolist()) <= {v[0] for v in self.open.values()}:
+            raise ValueError(f"{where}: pending_keys must name open trajectories' store keys, each once")
         held = rows >= 0
         if held[self.length:].any():
             raise ValueError(f"{where}: a slot at or past len {self.length} holds a step")
         if rb is None:
-            if held.any():
-                raise ValueError(f"{where}: slots hold steps, but the state has no store")
+            if held.any() or self.open:
+                raise ValueError(f"{where}: slots hold steps or trajectories are open, but the state has no store")
             return
         specs = {name: (dt, shape) for name, (_, dt, shape) in self.schema.items() if name not in self.shared.values()}
         got = {name: (np.dtype(dt), tuple(shape)) for name, (dt, shape) in (rb._specs or {}).items()}
         if got != specs or dict(rb._next_obs) != self.shared:
             raise ValueError(f"{where}: the store's columns {sorted(got)} (next observations {dict(rb._next_obs)}) "
                              f"differ from the schema's {sorted(specs)} ({self.shared})")
+        assert rb._impl is not None
+        if self.open:  # each open trajectory's first row: step 0 of a trajectory in the store
+            firsts = np.asarray([v[2] for v in self.open.values()], np.int64)
+            oloc = np.asarray(rb._impl.locate(np.ascontiguousarray(firsts)), np.int64).reshape(-1, 3)
+            if (oloc[:, 0] < 0).any() or (oloc[:, 1] != 0).any():
+                raise ValueError(f"{where}: an open trajectory's first row is not the first step of a trajectory in "
+                                 f"the store")
         if not held.any():
             return
         r, f = rows[held], first[held]
@@ -333,13 +349,12 @@ class _State:
             raise ValueError(f"{where}: slot_row names a row for two slots")
         if (f < 0).any() or (f > r).any():
             raise ValueError(f"{where}: slot_first must be a row at or before each held slot's row")
-        assert rb._impl is not None
         loc = np.asarray(rb._impl.locate(np.ascontiguousarray(r)), np.int64).reshape(-1, 3)
         if (loc[:, 0] < 0).any():
             raise ValueError(f"{where}: slot_row names rows that hold no step in the store")
         floc = np.asarray(rb._impl.locate(np.ascontiguousarray(f)), np.int64).reshape(-1, 3)
-        if (floc[:, 0] != loc[:, 0]).any():
-            raise ValueError(f"{where}: slot_first names rows outside the held slots' trajectories")
+        if (floc[:, 0] != loc[:, 0]).any() or (floc[:, 1] != 0).any():
+            raise ValueError(f"{where}: slot_first must name the first step of each held slot's trajectory")
 
     def apply(self, rb: ReplayBuffer | None, extra: int) -> None:
         """Swaps the checked state in (``rb``: the buffer holding its rows, already loaded)."""

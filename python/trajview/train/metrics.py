@@ -202,6 +202,9 @@ def plot_learning_curve(rows: list[dict], path: str | Path, title: str, stop_rew
     ax.legend(loc="upper left")
     fig.tight_layout()
     try:  # written whole or not at all, never through a link planted in its place (`atomic_write`)
-        atomic_write(path, lambda f: fig.savefig(f, dpi=100, format="png"))
+        fmt = Path(path).suffix[1:].lower() or "png"  # (savefig's rule for a path: its suffix names the format)
+        out = io.BytesIO()  # (PDF and SVG writers seek and tell: rendered in memory, then written whole)
+        fig.savefig(out, dpi=100, format=fmt)
+        atomic_write(path, out.getvalue())
     finally:
         plt.close(fig)
