@@ -103,7 +103,7 @@ def test_ppo_policy_refuses_a_setting_outside_its_rule_naming_it(key, value):
 
 
 def test_ppo_policy_takes_settings_inside_their_rules():
-    from trajview.algorithms.ppo_settings import PPO_RULES
+    from trajview.algorithms.settings import PPO_RULES
 
     ok = {"gamma": 1.0, "lambda": 0.0, "clip_param": 0.1, "lr": 1e-5, "entropy_coeff": 0.0, "vf_loss_coeff": 0.0,
           "grad_clip": None, "num_sgd_iter": 1, "sgd_minibatch_size": 1, "explore": False, "adam_fused": False,
@@ -226,3 +226,16 @@ def test_the_learning_curve_takes_the_format_of_its_suffix(tmp_path):
     rows = [{"env_steps": 100 * i, "episode_return_mean": float(i)} for i in range(1, 4)]
     plot_learning_curve(rows, tmp_path / "curve.pdf", "t")
     assert (tmp_path / "curve.pdf").read_bytes().startswith(b"%PDF")
+
+
+@pytest.mark.parametrize("key, value", [("num_frames", 1), ("hidden", 0), ("lr", -1.0), ("gamma", 1.5),
+                                        ("grad_clip", 0), ("target_update_interval", 0), ("seed", -1),
+                                        ("adam_fused", "yes"), ("dueling", 1)])
+def test_dqn_policy_refuses_a_setting_outside_its_rule_naming_it(key, value):
+    with pytest.raises(ValueError, match=f"^{key} must be"):
+        tv.DQNPolicy(gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2), {key: value})
+
+
+def test_dqn_policy_refuses_an_unknown_setting():
+    with pytest.raises(ValueError, match=r"DQNPolicy: unknown config keys \['gama'\]"):
+        tv.DQNPolicy(gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2), {"gama": 0.9})

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._validate import boolean
+from .settings import check_dqn_settings
 from ..policy import Policy
 from ..policy.torch_policy import clip_grad_norm, numpy_state
 from ..views import SampleBatch, ViewRequirement
@@ -72,12 +72,12 @@ class DQNPolicy(Policy):
 
     def __init__(self, observation_space: Any, action_space: Any, config: dict | None = None) -> None:
         cfg = {**DEFAULT_DQN_CONFIG, **(config or {})}
+        unknown = sorted(set(cfg) - set(DEFAULT_DQN_CONFIG))
+        if unknown:
+            raise ValueError(f"DQNPolicy: unknown config keys {unknown}; known: {sorted(DEFAULT_DQN_CONFIG)}")
+        check_dqn_settings(cfg, str)  # (errors name the key: "num_frames must be an int >= 2, got 1")
         super().__init__(observation_space, action_space, cfg)
         k = int(cfg["num_frames"])
-        if k < 2:
-            raise ValueError(f"num_frames must be >= 2, got {k}")
-        for name in ("dueling", "double_q"):
-            boolean(name, cfg[name])
         if not hasattr(action_space, "n"):
             raise ValueError(f"DQN needs a Discrete action space, got {action_space}")
         self.num_frames = k

@@ -30,7 +30,7 @@ from .postprocessing import Postprocessing, compute_gae_for_sample_batch
 from .schedules import SCHEDULED, check_schedule, scheduled_value
 from ..views.sample_batch import SampleBatch
 from ..policy.torch_policy import TorchPolicy, clip_grad_norm
-from .ppo_settings import check_ppo_settings
+from .settings import check_ppo_settings
 
 __all__ = ["PPOPolicy", "PPO_DEFAULTS", "PROX_LOGP", "minibatches"]
 

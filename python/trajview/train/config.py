@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .._validate import boolean, finite_number, int_at_least
-from ..algorithms.ppo_settings import check_ppo_settings
+from ..algorithms.settings import check_ppo_settings
 from ..algorithms.schedules import SCHEDULED, check_schedule
 
 __all__ = ["RunConfig", "TrainConfig", "MODEL_PRESETS", "IMAGE_MODEL_PRESETS", "PRESET_KEYS", "BACKENDS", "FLAGS",

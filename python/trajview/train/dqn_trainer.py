@@ -21,6 +21,7 @@ from .. import envs as _envs  # noqa: F401  (registers trajview's gymnasium ids)
 from .._io import atomic_write
 from .._validate import boolean, finite_number, int_at_least
 from ..algorithms.dqn import DQNPolicy
+from ..algorithms.settings import check_dqn_settings
 from ..errors import FileIntegrityError
 from ..replay import PrioritizedSampler, RandomSampler, ReplayBuffer, Sampler
 from ..replay.persistence import dump_parts, load_parts
@@ -84,10 +85,11 @@ class DQNConfig(RunConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("envs", "rollout_fragment_length", "buffer_size", "batch_size", "hidden", "gradient_steps",
-                     "iteration_steps", "target_update_interval"):
+        for name in ("envs", "rollout_fragment_length", "buffer_size", "batch_size", "gradient_steps",
+                     "iteration_steps"):
             int_at_least(setting(name), getattr(self, name), 1)
-        int_at_least(setting("num_frames"), self.num_frames, 2)
+        # The policy's settings, by DQNPolicy's rules (`DQN_RULES`).
+        check_dqn_settings({k: getattr(self, k) for k in ("num_frames", "hidden", "target_update_interval")}, setting)
         int_at_least(setting("learning_starts"), self.learning_starts, 0)
         int_at_least(setting("eps_steps"), self.eps_steps, 0)
         if self.batch_size > self.buffer_size:
@@ -96,7 +98,8 @@ class DQNConfig(RunConfig):
         finite_number(setting("eps_end"), self.eps_end, 0, 1)
         finite_number(setting("per_alpha"), self.per_alpha, 0)
         finite_number(setting("per_beta"), self.per_beta, 0, 1)
-        for name in ("dueling", "double_q", "random_warmup", "prioritized"):
+        check_dqn_settings({"dueling": self.dueling, "double_q": self.double_q}, str)
+        for name in ("random_warmup", "prioritized"):
             boolean(name, getattr(self, name))
 
     def policy_config(self) -> dict:
