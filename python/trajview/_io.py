@@ -269,21 +269,8 @@ def append_line(path: str | os.PathLike[str], line: str, sync: bool = True) -> N
     mid-write leaves at most a partial last line, which `read_lines` drops. A file whose last line was left
     partial gets a newline first."""
     path = Path(path)
-    # Opened non-blocking, then its kind checked on the open file: a FIFO, device or folder in the file's place is a
-    # `FileIntegrityError` naming it, refused without blocking or writing into it.
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o666)
-    except IsADirectoryError:
-        check_regular(path)
-        raise
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise _not_regular(path, mode)
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
+    # A FIFO, device or folder in the file's place: refused without blocking or writing into it (`open_regular`'s rule).
+    fd = _open_regular_fd(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
     with open(fd, "a+b") as f:
         f.seek(0, os.SEEK_END)
         if f.tell() > 0:
@@ -339,12 +326,17 @@ def open_regular(path: str | os.PathLike[str]) -> io.FileIO:
     device or socket in a file's place is a `FileIntegrityError` naming it, refused without blocking or reading
     (opened non-blocking; its kind is the open file's own, so nothing can swap it in between). FileNotFoundError
     when there is none."""
-    path = Path(path)
+    return io.FileIO(_open_regular_fd(Path(path), os.O_RDONLY), "rb", closefd=True)
+
+
+def _open_regular_fd(path: Path, flags: int) -> int:
+    """`open_regular`'s rule for any ``flags`` (e.g. appending, creating): a descriptor of ``path``, blocking, if the
+    open file is a regular one; else a `FileIntegrityError` naming it, refused without blocking."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, flags | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o666)
     except FileNotFoundError:
         raise
-    except OSError as e:  # (a socket cannot be opened: ENXIO)
+    except OSError as e:  # (a socket cannot be opened: ENXIO; a folder opened for writing: EISDIR)
         check_regular(path)
         raise FileIntegrityError(path, f"cannot be opened ({e.strerror})") from None
     try:
@@ -352,7 +344,7 @@ def open_regular(path: str | os.PathLike[str]) -> io.FileIO:
         if not stat.S_ISREG(mode):
             raise _not_regular(path, mode)
         os.set_blocking(fd, True)
-        return io.FileIO(fd, "rb", closefd=True)
+        return fd
     except BaseException:
         os.close(fd)
         raise
