@@ -549,7 +549,7 @@ def manifest_bytes(body: Mapping[str, Any]) -> bytes:
     checksum of the rest (`_body_crc`), which `read_manifest` checks: a changed byte anywhere in the manifest (its
     metadata included: a checkpoint's settings and counters) is refused, not read as other values."""
     plain = json.loads(json.dumps({k: v for k, v in body.items() if k != "crc32"}))  # (as a reader parses it)
-    plain["crc32"] = _body_crc(plain)
+    plain["crc32"] = f"{_body_crc(plain):08x}"  # (fixed width: a manifest's size does not vary with its checksum)
     return json.dumps(plain, indent=1, sort_keys=True).encode()
 
 
@@ -577,8 +577,8 @@ def read_manifest(folder: str | os.PathLike[str], fmt: str, versions: tuple[int,
     if unknown:  # (a changed byte in a key's name: "crc32" read as "crc33" would otherwise skip the check)
         raise FileIntegrityError(mpath, f"unknown entries {unknown} (damaged, or of a newer trajview)")
     crc = body.get("crc32", _NO_CRC)  # (none: a manifest of a trajview before 2026-11-26's, read as before)
-    if crc is not _NO_CRC and (not isinstance(crc, int) or isinstance(crc, bool) or crc != _body_crc(body)):
-        raise FileIntegrityError(mpath, f"crc32 of its entries {_body_crc(body):#010x} differs from the one it records "
+    if crc is not _NO_CRC and crc != f"{_body_crc(body):08x}":
+        raise FileIntegrityError(mpath, f"crc32 of its entries {_body_crc(body):08x} differs from the one it records "
                                         f"({crc!r}): the manifest is damaged")
     if body.get("format") != fmt:
         raise FileIntegrityError(mpath, f"format is {body.get('format')!r}, expected {fmt!r}")
