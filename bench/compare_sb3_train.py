@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """PPO and DQN on Stateless CartPole at rl-baselines3-zoo's settings: SB3 and sb3-contrib next to ``trajview train``.
 
-    PYTHONPATH=python .venv-compare/bin/python bench/compare_sb3_train.py                  # 6 systems, seeds 0-4
+    PYTHONPATH=python .venv-compare/bin/python bench/compare_sb3_train.py                  # 7 systems, seeds 0-4
     PYTHONPATH=python .venv-compare/bin/python bench/compare_sb3_train.py --systems sb3-dqn trajview-dqn
     PYTHONPATH=python .venv-compare/bin/python bench/compare_sb3_train.py --systems sb3-framestack \\
         trajview-framestack --seeds 0 1 2 --budget 100000
     PYTHONPATH=python .venv-compare/bin/python bench/compare_sb3_train.py --quick          # smoke: seed 0, 1,024 steps
     PYTHONPATH=python .venv-compare/bin/python bench/compare_sb3_train.py --table-from bench/out/sb3_train/results.json
 
-The experiment of issue 25. Six systems, each run a fresh subprocess of this
+The experiment of issue 25. Seven systems, each run a fresh subprocess of this
 script, one at a time (seed by seed, the systems in turn within a seed, so a
 machine whose load drifts touches every system alike):
 
@@ -19,6 +19,11 @@ machine whose load drifts touches every system alike):
   frames of the observation alone (``prev_actions`` / ``prev_rewards``
   false: 2 x 16 inputs, as SB3's) and 64x64 tanh policy and value MLPs: the
   same networks.
+* ``trajview-framestack-torch``: the same with ``--learner torch``: its SGD
+  steps by eager torch (autograd and ``torch.optim.Adam``), where
+  ``trajview-framestack`` takes them with the numpy learner
+  (``trajview.algorithms.mlp_learner``, the default for this model since
+  issue 25): the same arithmetic, up to float32 rounding.
 * ``sb3-lstm``: sb3-contrib ``RecurrentPPO("MlpLstmPolicy")``: an actor LSTM
   and a critic LSTM of ``--lstm-cell`` (256) over the observation, then 64x64
   tanh MLPs (SB3's default ``net_arch``) to the heads.
@@ -164,7 +169,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-SYSTEMS = ("sb3-framestack", "trajview-framestack", "sb3-lstm", "trajview-lstm", "sb3-dqn", "trajview-dqn")
+SYSTEMS = ("sb3-framestack", "trajview-framestack", "trajview-framestack-torch", "sb3-lstm", "trajview-lstm", "sb3-dqn", "trajview-dqn")
 DQN_SYSTEMS = ("sb3-dqn", "trajview-dqn")
 ENV_ID = "trajview/StatelessCartPole-v1"
 TARGET = 150.0
@@ -188,6 +193,8 @@ NEEDS = {
     "sb3-lstm": [("stable_baselines3", "stable-baselines3"), ("sb3_contrib", "sb3-contrib"), ("torch", "torch")],
     "trajview-framestack": [("trajview.train", "trajview (PYTHONPATH=python, with its built _core)"),
                             ("torch", "torch")],
+    "trajview-framestack-torch": [("trajview.train", "trajview (PYTHONPATH=python, with its built _core)"),
+                                  ("torch", "torch")],
     "trajview-lstm": [("trajview.train", "trajview (PYTHONPATH=python, with its built _core)"), ("torch", "torch")],
     "sb3-dqn": [("stable_baselines3", "stable-baselines3"), ("torch", "torch")],
     "trajview-dqn": [("trajview.train", "trajview (PYTHONPATH=python, with its built _core)"), ("torch", "torch")],
@@ -337,7 +344,7 @@ def trajview_config(system: str, seed: int, budget: int, run_to_budget: bool, ls
     from trajview.train import TrainConfig
 
     z = ZOO
-    if system == "trajview-framestack":
+    if system.startswith("trajview-framestack"):
         model, model_config = "framestack", {"num_frames": NUM_FRAMES, "hidden": [64, 64], "prev_actions": False,
                                              "prev_rewards": False}
     else:
@@ -350,7 +357,7 @@ def trajview_config(system: str, seed: int, budget: int, run_to_budget: bool, ls
         clip_schedule="linear", entropy_coeff=z["ent_coef"], gamma=z["gamma"], lambda_=z["gae_lambda"],
         vf_loss_coeff=z["vf_coef"], grad_clip=z["max_grad_norm"], adam_fused=True,
         stop_reward=None if run_to_budget else TARGET, smoothing_episodes=WINDOW, threads=threads, out_dir=out_dir,
-        device=device,
+        device=device, learner="torch" if system.endswith("-torch") else "auto",
     )
 
 
@@ -364,7 +371,7 @@ def trajview_command(config) -> str:
             f"{c.clip_schedule} --entropy-coeff {c.entropy_coeff:g} --gamma {c.gamma:g} --lambda {c.lambda_:g} "
             f"--vf-loss-coeff {c.vf_loss_coeff:g} --grad-clip {c.grad_clip:g} --stop-reward "
             f"{'none' if c.stop_reward is None else f'{c.stop_reward:g}'} --threads {c.threads} --device {c.device} "
-            "--out RUN")
+            f"--learner {c.learner} --out RUN")
 
 
 def trajview_dqn_config(seed: int, budget: int, run_to_budget: bool, threads: int, out_dir: str,

@@ -90,6 +90,7 @@ _BAD = {
     "explore": ["no", 0],
     "adam_fused": [1],
     "decoupled_clip": ["yes"],
+    "learner": ["jax", None, 1],
 }
 
 
@@ -107,7 +108,7 @@ def test_ppo_policy_takes_settings_inside_their_rules():
 
     ok = {"gamma": 1.0, "lambda": 0.0, "clip_param": 0.1, "lr": 1e-5, "entropy_coeff": 0.0, "vf_loss_coeff": 0.0,
           "grad_clip": None, "num_sgd_iter": 1, "sgd_minibatch_size": 1, "explore": False, "adam_fused": False,
-          "decoupled_clip": True}
+          "decoupled_clip": True, "learner": "torch"}
     assert set(ok) == set(PPO_RULES)
     policy = tv.PPOPolicy(gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2), ok)
     assert policy.config["grad_clip"] is None

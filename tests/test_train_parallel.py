@@ -420,7 +420,10 @@ def test_a_failed_worker_is_replaced_and_the_run_goes_on(tmp_path, monkeypatch, 
     else:
         assert steps == [200, 500, 700, 900]
     restarts = [int(r["worker_restarts"]) for r in rows]
-    assert restarts[0] == 0 and restarts[-1] == 1 and restarts == sorted(restarts)
+    assert restarts[-1] == 1 and restarts == sorted(restarts)
+    # Synchronous: the failure comes in the second iteration. Async: it may come in the first, when one worker's
+    # second sample (which fails) starts before the first iteration has its 200 steps (a slow second worker).
+    assert restarts[0] == 0 or "--async" in flags
     assert (tmp_path / "failed-once").exists()
     why = {"raise": "RuntimeError: FailingEnv: the env failed on purpose", "exit": "died: exited with exit code 3",
            "hang": "gave no answer within sample_timeout_s=2 s (killed)"}[how]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import warnings
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -31,6 +31,7 @@ from .schedules import SCHEDULED, check_schedule, scheduled_value
 from ..views.sample_batch import SampleBatch
 from ..policy.torch_policy import TorchPolicy, clip_grad_norm
 from .settings import check_ppo_settings
+from .mlp_learner import MLPActor, MLPLearner, model_supported as mlp_acts, supported as mlp_supported
 
 __all__ = ["PPOPolicy", "PPO_DEFAULTS", "PROX_LOGP", "minibatches"]
 
@@ -63,6 +64,11 @@ PPO_DEFAULTS: dict[str, Any] = {
     "lr_schedule": "constant",
     "clip_schedule": "constant",
     "entropy_schedule": "constant",
+    #: Who takes the SGD steps: "numpy" (`trajview.algorithms.mlp_learner.MLPLearner`: the same step in numpy on
+    #: the parameters' memory, several times faster than eager torch for the small MLP models on the CPU), "torch",
+    #: or "auto": numpy where `mlp_learner.supported` takes the policy (an MLP or frame-stack model over vector
+    #: observations, a Discrete action space, the CPU), torch elsewhere.
+    "learner": "auto",
 }
 
 #: The column `PPOPolicy.learn_on_batch` adds with ``decoupled_clip``: each row's action logp under the
@@ -149,6 +155,9 @@ class PPOPolicy(TorchPolicy):
         #: The run's progress remaining (`trajview.algorithms.schedules.progress_remaining`) that the scheduled
         #: settings are at (`scheduled`): 1 until the trainer sets it before an update.
         self.progress_remaining = 1.0
+        self._mlp_learner: MLPLearner | None = None
+        self._mlp_actor: MLPActor | None | Literal[False] = None  # None: not checked yet; False: torch acts
+        self._mlp_checked_for: torch.optim.Optimizer | None = None  # the optimizer "auto" last checked numpy for
 
     def scheduled(self, name: str) -> float:
         """The value of ``name`` ("lr", "clip_param" or "entropy_coeff") now: its config value following its
@@ -158,8 +167,21 @@ class PPOPolicy(TorchPolicy):
 
     # -- acting ---------------------------------------------------------------
 
+    def numpy_actor(self) -> MLPActor | None:
+        """The `MLPActor` that computes this policy's actions (config "learner" "numpy", or "auto" where
+        `mlp_learner.model_supported` takes the model), or None where torch computes them."""
+        actor = self._mlp_actor
+        if actor is None or (isinstance(actor, MLPActor) and (actor.policy is not self or actor.model is not self.model)):
+            mode = self.config["learner"]
+            self._mlp_actor = (MLPActor(self, PPOPolicy) if mode == "numpy" or (
+                mode == "auto" and mlp_acts(self, PPOPolicy) is None) else False)
+        return self._mlp_actor or None
+
     def action_sampler(self, input_dict, explore):
         explore = self.config["explore"] if explore is None else explore
+        actor = self.numpy_actor()
+        if actor is not None:
+            return actor.act(input_dict, bool(explore))
         dist_inputs, value, state_outs = self.model.forward_step(input_dict)
         dist = self.model.action_dist(dist_inputs)
         actions = dist.sample() if explore else dist.deterministic()
@@ -230,10 +252,35 @@ class PPOPolicy(TorchPolicy):
             dist_inputs, _ = self.model.forward_train(tensors)
             return self.model.action_dist(dist_inputs).logp(tensors[SampleBatch.ACTIONS]).float()
 
+    def numpy_learner(self) -> MLPLearner | None:
+        """The `MLPLearner` that takes this policy's SGD steps (config "learner"), or None where torch takes them.
+        Config "numpy" on a policy it cannot train raises a `ValueError` saying why."""
+        mode = self.config["learner"]
+        if mode == "torch":
+            return None
+        opt = self.get_optimizer()
+        if self._mlp_learner is not None:
+            # (a policy changed since, e.g. by a new optimizer, that it no longer supports: "auto" goes to torch,
+            # "numpy" raises at its next step)
+            if mode == "numpy" or self._mlp_learner.is_bound() or mlp_supported(self, PPOPolicy) is None:
+                return self._mlp_learner
+            self._mlp_learner = None
+        if mode == "auto" and self._mlp_checked_for is opt:
+            return None
+        self._mlp_checked_for = opt
+        if mode == "numpy" or mlp_supported(self, PPOPolicy) is None:
+            self._mlp_learner = MLPLearner(self, PPOPolicy)
+        return self._mlp_learner
+
     def learn_on_batch(self, train_batch: SampleBatch) -> dict:
-        """``num_sgd_iter`` epochs of shuffled minibatches (whole sequences for recurrent models)."""
+        """``num_sgd_iter`` epochs of shuffled minibatches (whole sequences for recurrent models), by torch or by
+        `numpy_learner` (config "learner")."""
         if self._optimizer is None:
             self._optimizer = self.optimizer()
+        learner = self.numpy_learner()
+        if learner is not None:
+            means = learner.learn_on_batch(train_batch)
+            return {} if means is None else dict(zip(STATS, means.tolist()))
         for g in self._optimizer.param_groups:
             g["lr"] = self.scheduled("lr")
         tensors = self.model.prepare_train(dict(self._to_torch(train_batch).items()))

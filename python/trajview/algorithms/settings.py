@@ -8,10 +8,10 @@ from typing import Any
 
 from .._validate import boolean, finite_number, int_at_least
 
-__all__ = ["DQN_RULES", "PPO_RULES", "check_dqn_settings", "check_ppo_settings", "check_settings"]
+__all__ = ["CHOICES", "DQN_RULES", "PPO_RULES", "check_dqn_settings", "check_ppo_settings", "check_settings"]
 
 #: A setting's rule: ``(kind, low, high, low excluded)``; kinds "number" (a finite real number), "number_or_none" (or
-#: None: off), "int", "bool".
+#: None: off), "int", "bool", "choice" (one of `CHOICES`' values for its key).
 Rule = tuple[str, float | None, float | None, bool]
 
 #: The rule of each PPO setting that has one: `check_ppo_settings` applies them (`PPOPolicy`'s config, `trajview
@@ -29,6 +29,14 @@ PPO_RULES: dict[str, Rule] = {
     "explore": ("bool", None, None, False),
     "adam_fused": ("bool", None, None, False),
     "decoupled_clip": ("bool", None, None, False),
+    "learner": ("choice", None, None, False),
+}
+
+#: The values a "choice" setting takes.
+CHOICES: dict[str, tuple[str, ...]] = {
+    #: PPO's SGD: "numpy" (`trajview.algorithms.mlp_learner`, for the MLP models it supports), "torch", or "auto"
+    #: (numpy where it is supported).
+    "learner": ("auto", "numpy", "torch"),
 }
 
 
@@ -56,6 +64,9 @@ def check_settings(rules: Mapping[str, Rule], values: Mapping[str, Any], name: C
         kind, lo, hi, lo_open = rules[key]
         if kind == "bool":
             boolean(name(key), value)
+        elif kind == "choice":
+            if not isinstance(value, str) or value not in CHOICES[key]:
+                raise ValueError(f"{name(key)} must be one of {list(CHOICES[key])}, got {value!r}")
         elif kind == "int":
             int_at_least(name(key), value, int(lo if lo is not None else 0))
         elif not (kind == "number_or_none" and value is None):

@@ -14,8 +14,11 @@ from typing import Any
 from .._extras import extra_hint, install_hint
 from ..errors import WorkerError
 from ..algorithms.schedules import SCHEDULES
+from ..algorithms.settings import CHOICES
 from .config import DEVICES, MAX_SEED, MODEL_PRESETS, TrainConfig
 from .metrics import read_metrics
+
+LEARNERS = CHOICES["learner"]
 
 __all__ = ["main", "build_parser"]
 
@@ -202,6 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "rollout workers act on the CPU (a copy of the policy, its weights synced after each "
                         "update); checkpoints hold CPU tensors, so a run resumes on either (with --resume: this "
                         "session's device, default the run's). default: cpu")
+    t.add_argument("--learner", choices=LEARNERS, default=None,
+                   help="who takes PPO's SGD steps: numpy (the same step, several times faster for the MLP and "
+                        "frame-stack models over vector observations with a Discrete action space, on the CPU), "
+                        "torch, or auto (numpy where it can, torch elsewhere; with --resume: this session's choice, "
+                        "default the run's). default: auto")
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its checkpoint (its settings; --timesteps may be raised, "
                         "above the env steps the checkpoint holds)")
@@ -287,7 +295,7 @@ PPO_ONLY = (("--workers", "workers"), ("--backend", "backend"), ("--async", "asy
             ("--num-sgd-iter", "num_sgd_iter"), ("--entropy-coeff", "entropy_coeff"), ("--lambda", "lambda_"),
             ("--clip-param", "clip_param"), ("--vf-loss-coeff", "vf_loss_coeff"), ("--grad-clip", "grad_clip"),
             ("--lr-schedule", "lr_schedule"), ("--clip-schedule", "clip_schedule"),
-            ("--entropy-schedule", "entropy_schedule"), ("--model-config", "model_config"))
+            ("--entropy-schedule", "entropy_schedule"), ("--model-config", "model_config"), ("--learner", "learner"))
 
 
 def _given(args: argparse.Namespace, parser_defaults: dict, dests: tuple[tuple[str, str], ...]) -> list[str]:
@@ -335,6 +343,7 @@ def _ppo_config(args: argparse.Namespace, out: str, metrics_format: str, tensorb
         tensorboard=tensorboard,
         threads=args.threads,
         device=args.device or d.device,
+        learner=args.learner or d.learner,
     )
 
 
@@ -355,6 +364,8 @@ def _resumed_ppo_config(args: argparse.Namespace, ck: Any, out: str) -> TrainCon
         saved["sample_timeout_s"] = args.sample_timeout_s
     if args.device is not None:  # where this session trains (a GPU run may resume on a CPU, and the other way)
         saved["device"] = args.device
+    if args.learner is not None:  # who takes the SGD steps (the same arithmetic either way)
+        saved["learner"] = args.learner
     if args.stop_reward is not UNSET:  # a run that reached its stop reward continues with another (or none)
         saved["stop_reward"] = args.stop_reward
     return config_from(TrainConfig, ck, out, args.timesteps, saved)

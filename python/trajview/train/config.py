@@ -212,6 +212,9 @@ class TrainConfig(RunConfig):
     threads: int = 1
     #: The learner's device (`DEVICES`); acting stays on the CPU (small batches: a CPU copy with synced weights).
     device: str = "cpu"
+    #: PPOPolicy's "learner" (``--learner``): who takes the SGD steps, "auto" (numpy for the MLP models it
+    #: supports on the CPU, `trajview.algorithms.mlp_learner`), "numpy" or "torch".
+    learner: str = "auto"
 
     @classmethod
     def with_model_presets(cls, **given: Any) -> "TrainConfig":
@@ -236,7 +239,7 @@ class TrainConfig(RunConfig):
         check_ppo_settings({"sgd_minibatch_size": self.sgd_minibatch_size, "num_sgd_iter": self.num_sgd_iter,
                             "lambda": self.lambda_, "clip_param": self.clip_param, "vf_loss_coeff": self.vf_loss_coeff,
                             "entropy_coeff": self.entropy_coeff, "grad_clip": self.grad_clip,
-                            "adam_fused": self.adam_fused}, lambda key: setting("lambda_" if key == "lambda" else key))
+                            "adam_fused": self.adam_fused, "learner": self.learner}, lambda key: setting("lambda_" if key == "lambda" else key))
         for name in SCHEDULED.values():
             check_schedule(setting(name), getattr(self, name))
         boolean("tensorboard", self.tensorboard)
@@ -310,6 +313,7 @@ class TrainConfig(RunConfig):
             "sgd_minibatch_size": self.sgd_minibatch_size,
             "grad_clip": self.grad_clip,
             "adam_fused": self.adam_fused,
+            "learner": self.learner,
             # Stale batches (--async): clipped against the learner's weights, importance-weighted to the sampler's.
             "decoupled_clip": self.async_sampling,
         }

@@ -1,0 +1,294 @@
+"""PPO's SGD for the MLP models, in numpy on the parameters' own memory (issue 25).
+
+At the sizes small-model RL trains at (two 64x64 tanh MLPs, minibatches of 256 rows), an SGD step of eager
+torch on the CPU is bound by the cost of each op, not by its arithmetic: about 1.3 ms a step, of which the
+matrix products are about 0.2 (``bench/learner_profile.py``; ``bench/fused_step.py`` found fusing the two
+networks' ops into half as many gains 6%). `MLPLearner` takes the same step (forward, the PPO loss,
+backward, the gradient clip, Adam) as a few dozen numpy calls on one flat buffer of the parameters: the
+models' `torch.nn.Linear` weights are views of it, so acting, `get_weights`, checkpoints and export see the
+weights it trains, and the optimizer's moments are views of two more, so that ``optimizer.state_dict()``
+is torch's own Adam state (a checkpoint resumes under either learner).
+
+It is the same arithmetic as `PPOPolicy.loss` under autograd and torch's Adam, up to float32 rounding
+(``tests/test_mlp_learner.py`` checks gradients, updates and statistics against torch on random networks
+and settings). `supported` says which policies it takes: `PPOPolicy` itself (not a subclass that changes
+its loss or its learning), an `MLPModel` or `FrameStackModel` whose inputs have no weights (vector and
+discrete observations), a Discrete action space, the CPU, float32, `torch.optim.Adam` without weight
+decay, and the standard (not ``decoupled_clip``) objective. Elsewhere PPO trains with torch
+(``config["learner"]``: "auto" picks this one where it is supported, "torch" never, "numpy" or an error
+saying why not).
+
+Its matrix products run on numpy's BLAS with as many threads as torch's intra-op pool
+(``torch.get_num_threads()``, which ``trajview train --threads`` sets), through threadpoolctl when it is
+installed.
+"""
+
+from __future__ import annotations
+
+
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from ..views.sample_batch import SampleBatch
+from .models.distributions import _CategoricalHead
+from .models.framestack import FrameStackModel
+from .models.mlp import MLPModel
+from .numpy_nets import Dense, FlatAdam, adam_unsupported, blas_limit, dense_layers
+from .postprocessing import Postprocessing
+
+__all__ = ["MLPActor", "MLPLearner", "model_supported", "supported"]
+
+_F32 = np.float32
+
+
+def _layers(net: Any) -> list[tuple[torch.nn.Linear, str | None]] | None:
+    """``net``'s layers where it is ``Linear, Tanh, ..., Linear`` (`_mlp`'s shape), else None."""
+    layers = dense_layers(list(net)) if type(net) is torch.nn.Sequential else None
+    if not layers or layers[-1][1] is not None or any(act != "tanh" for _, act in layers[:-1]):
+        return None
+    return layers
+
+
+def model_supported(policy: Any, base: Any) -> str | None:
+    """None where `MLPActor` can act for ``policy`` (the module docstring, less the optimizer), a ``base``
+    (`PPOPolicy`) that does not change ``base``'s acting; else why not."""
+    cls = type(policy)
+    if cls.action_sampler is not base.action_sampler:
+        return f"{cls.__name__} changes PPOPolicy's action_sampler"
+    model = policy.model
+    if type(model) not in (MLPModel, FrameStackModel):
+        return f"the model is a {type(model).__name__}, not an MLPModel or FrameStackModel"
+    if model.pi_enc is not model.vf_enc or any(True for _ in model.pi_enc.parameters()):
+        return "the model's observation encoder has weights (an image or another learned encoding)"
+    if isinstance(model, FrameStackModel) and model.act_enc is not None and any(True for _ in model.act_enc.parameters()):
+        return "the model's action encoder has weights"
+    if type(model.action_dist) is not _CategoricalHead:
+        return "the action space is not Discrete"
+    if _layers(model.pi) is None or _layers(model.vf) is None:
+        return "the model's policy or value network is not a tanh MLP (Linear, Tanh, ..., Linear)"
+    params = _params(model)
+    if {id(p) for p in model.parameters()} != {id(p) for p in params}:
+        return "the model has parameters outside its two MLPs"
+    if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in params):
+        return "the model's parameters are not float32 tensors on the CPU"
+    return None
+
+
+def supported(policy: Any, base: Any) -> str | None:
+    """None where `MLPLearner` can train ``policy`` (the module docstring), a ``base`` (`PPOPolicy`) that does not
+    change ``base``'s learning; else why not, in a sentence."""
+    cls = type(policy)
+    if cls.loss is not base.loss or cls.learn_on_batch is not base.learn_on_batch:
+        return f"{cls.__name__} changes PPOPolicy's loss or learn_on_batch"
+    if policy.config.get("decoupled_clip"):
+        return "the decoupled objective (config 'decoupled_clip') is torch's alone"
+    why = model_supported(policy, base)
+    if why is not None:
+        return why
+    return adam_unsupported(policy.get_optimizer(), _params(policy.model))
+
+
+def _params(model: Any) -> list[torch.Tensor]:
+    """The two MLPs' weights and biases, layer by layer, the policy's first."""
+    return [p for net in (model.pi, model.vf) for m, _ in _layers(net) or () for p in (m.weight, m.bias)]
+
+
+def _flat_key(model: Any) -> str | None:
+    """The one view the model's input rows flatten, where they are that alone (a Box observation, not an image, and
+    no previous actions or rewards in a frame stack): the encoder's `_Flat` rule, floats flattened per row."""
+    from .models.encoders import image_layout
+
+    space = model.obs_space
+    if type(space) is not gym.spaces.Box or image_layout(space) is not None:
+        return None
+    if isinstance(model, FrameStackModel):
+        return "prev_n_obs" if model.act_enc is None and not model.prev_rewards else None
+    return "obs"
+
+
+def _inputs(model: Any, d: Mapping[str, Any], flat_key: str | None = None) -> np.ndarray:
+    """The rows both MLPs read (no weights make them: `model_supported`), as float32 numpy: the view ``flat_key``
+    flattened (`_flat_key`), else the model's own encoding."""
+    if flat_key is not None:
+        v = d[flat_key]
+        v = v.numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
+        return np.ascontiguousarray(v.reshape(len(v), -1), dtype=_F32)
+    with torch.no_grad():
+        if isinstance(model, FrameStackModel):
+            x, _ = model._inputs(d)
+        else:
+            from .models.spaces import get_nested
+
+            x = model.pi_enc(get_nested(d, "obs", model.obs_space))
+    return np.ascontiguousarray(x.numpy(), dtype=_F32)
+
+
+def _categorical(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(log-probabilities, probabilities) of the categoricals over ``logits`` rows."""
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    e = np.exp(shifted)
+    total = e.sum(axis=1, keepdims=True)
+    return shifted - np.log(total), e / total
+
+
+def _nets(model: Any, grads: dict[int, np.ndarray] | None = None) -> tuple[Dense, Dense]:
+    """The policy's and the value function's `Dense` networks (views of their parameters, and of their gradients
+    in ``grads``: `FlatAdam.grads`)."""
+    return Dense.of(_layers(model.pi) or [], grads), Dense.of(_layers(model.vf) or [], grads)
+
+
+class MLPActor:
+    """`PPOPolicy.action_sampler` for a policy `model_supported` takes, in numpy: the two MLPs' forward on the
+    model's input rows, the categorical's probabilities, and the draw by ``torch.multinomial`` (torch's generator,
+    as the torch path draws), on views of the parameters (so always their current values)."""
+
+    def __init__(self, policy: Any, base: Any) -> None:
+        why = model_supported(policy, base)
+        if why is not None:
+            raise ValueError(f"PPOPolicy config 'learner': 'numpy' cannot act for this policy: {why}")
+        self.policy = policy
+        self.model = policy.model
+        self._params = _params(self.model)
+        self._flat_key = _flat_key(self.model)
+        self._ptrs: list[int] = []
+        self._nets: tuple[Dense, Dense] | None = None
+
+    def _views(self) -> tuple[Dense, Dense]:
+        ptrs = [p.data_ptr() for p in self._params]
+        if ptrs != self._ptrs or self._nets is None:  # (new parameter tensors: `MLPLearner` binds them to its buffer)
+            self._nets = _nets(self.model)
+            self._ptrs = ptrs
+        return self._nets
+
+    def act(self, input_dict: Mapping[str, Any], explore: bool) -> tuple[torch.Tensor, list, dict[str, torch.Tensor]]:
+        pi, vf = self._views()
+        model = self.model
+        x = _inputs(model, input_dict, self._flat_key)
+        logp_all, probs = _categorical(pi.forward(x)[-1])
+        values = vf.forward(x)[-1][:, 0]
+        if explore:
+            idx = torch.multinomial(torch.from_numpy(probs), 1, True)[:, 0]
+        else:
+            idx = torch.from_numpy(np.argmax(logp_all, axis=1))
+        logp = logp_all[np.arange(len(x)), idx.numpy()]
+        head = model.action_dist
+        actions = (idx + head.start if head.start else idx).to(head.dtype)
+        return actions, [], {SampleBatch.ACTION_LOGP: torch.from_numpy(logp),
+                             SampleBatch.VF_PREDS: torch.from_numpy(np.ascontiguousarray(values))}
+
+
+class MLPLearner:
+    """`PPOPolicy.learn_on_batch` for a policy `supported` takes, in numpy (the module docstring)."""
+
+    def __init__(self, policy: Any, base: Any) -> None:
+        why = supported(policy, base)
+        if why is not None:
+            raise ValueError(f"PPOPolicy config 'learner': 'numpy' cannot train this policy: {why}")
+        self.policy = policy
+        self.base = base
+        self.flat = FlatAdam(_params(policy.model), policy.get_optimizer)
+        self.pi, self.vf = _nets(policy.model, self.flat.grads)
+
+    def is_bound(self) -> bool:
+        """Whether the parameters and the optimizer's moments are still `FlatAdam`'s views."""
+        return self.flat.is_bound()
+
+    # -- learning ----------------------------------------------------------------------------------------------
+
+    def learn_on_batch(self, train_batch: SampleBatch) -> np.ndarray | None:
+        """``num_sgd_iter`` epochs of shuffled minibatches, as `PPOPolicy.learn_on_batch` (the same shuffles:
+        ``torch.randperm``); returns the loss terms' means over the minibatches (`PPOPolicy`'s ``STATS``; None
+        without a minibatch) and sets ``last_stats_tensor`` to the last minibatch's."""
+        policy = self.policy
+        if not self.flat.is_bound():
+            why = supported(policy, self.base)
+            if why is not None:
+                raise ValueError(f"PPOPolicy config 'learner': the numpy learner cannot train this policy any more: {why}")
+            self.flat = FlatAdam(_params(policy.model), policy.get_optimizer)
+            self.pi, self.vf = _nets(policy.model, self.flat.grads)
+        with blas_limit():
+            return self._learn(train_batch)
+
+    def _learn(self, train_batch: SampleBatch) -> np.ndarray | None:
+        policy = self.policy
+        cols = self._columns(train_batch)
+        cfg = policy.config
+        size = int(cfg["sgd_minibatch_size"])
+        n_rows = len(cols["actions"])
+        group = policy.get_optimizer().param_groups[0]
+        lr = float(policy.scheduled("lr"))
+        group["lr"] = lr
+        clip = float(policy.scheduled("clip_param"))
+        ent = float(policy.scheduled("entropy_coeff"))
+        grad_clip = cfg.get("grad_clip")
+        sums = np.zeros(6)
+        n = 0
+        stats = np.zeros(6)
+        for _ in range(int(cfg["num_sgd_iter"])):
+            if n_rows <= size:  # one minibatch of every row, unshuffled (as `minibatches`)
+                batches = [cols]
+            else:
+                perm = torch.randperm(n_rows).numpy()
+                shuffled = {k: v[perm] for k, v in cols.items()}
+                batches = [{k: v[a : a + size] for k, v in shuffled.items()} for a in range(0, n_rows, size)]
+            for mb in batches:
+                stats = self._step(mb, clip, float(cfg["vf_loss_coeff"]), ent, grad_clip)
+                sums += stats
+                n += 1
+        policy.last_stats_tensor = torch.tensor(stats, dtype=torch.float32)
+        return None if n == 0 else sums / n
+
+    def _columns(self, train_batch: SampleBatch) -> dict[str, np.ndarray]:
+        """The arrays a step reads: the MLPs' input rows, actions (from 0), old logps, advantages, value targets."""
+        policy = self.policy
+        model = policy.model
+        x = _inputs(model, policy._to_torch(train_batch), _flat_key(model))
+        actions = np.asarray(train_batch[SampleBatch.ACTIONS]).astype(np.int64).reshape(-1)
+        start = model.action_dist.start
+        return {
+            "x": x,
+            "actions": actions - start if start else actions,
+            "old_logp": np.asarray(train_batch[SampleBatch.ACTION_LOGP], dtype=_F32).reshape(-1),
+            "adv": np.asarray(train_batch[Postprocessing.ADVANTAGES], dtype=_F32).reshape(-1),
+            "targets": np.asarray(train_batch[Postprocessing.VALUE_TARGETS], dtype=_F32).reshape(-1),
+        }
+
+    def _step(self, mb: Mapping[str, np.ndarray], clip: float, vf_coef: float, ent: float, grad_clip: Any) -> np.ndarray:
+        """One minibatch's SGD step; returns its ``STATS`` (policy loss, vf loss, entropy, kl, clip fraction, total)."""
+        x, a = mb["x"], mb["actions"]
+        rows = np.arange(len(a))
+        b = _F32(len(a))
+        pi_acts, vf_acts = self.pi.forward(x), self.vf.forward(x)
+        logits, values = pi_acts[-1], vf_acts[-1][:, 0]
+        logp_all, probs = _categorical(logits)
+        logp = logp_all[rows, a]
+        adv = mb["adv"]
+        adv = (adv - adv.mean()) / (adv.std() + _F32(1e-8))
+        ratio = np.exp(logp - mb["old_logp"])
+        s1 = ratio * adv
+        s2 = np.clip(ratio, _F32(1 - clip), _F32(1 + clip)) * adv
+        take1 = s1 <= s2  # where the unclipped term is the min (ties: both carry half, together the whole)
+        entropy = -(logp_all * probs).sum(axis=1)
+        diff = values - mb["targets"]
+        policy_loss = -float(np.minimum(s1, s2).mean())
+        vf_loss = float(np.mean(diff * diff))
+        mean_entropy = float(entropy.mean())
+        total = policy_loss + vf_coef * vf_loss - (ent * mean_entropy if ent else 0.0)
+        stats = np.array([policy_loss, vf_loss, mean_entropy, float(np.mean(mb["old_logp"] - logp)),
+                          float(np.mean(np.abs(ratio - 1) > clip)), total])
+        # d loss / d logp, then / d logits: (one-hot - probs) per row; the entropy term's: probs * (logp + H).
+        d_logp = np.where(take1, adv * ratio, _F32(0)) * (_F32(-1) / b)
+        d_logits = probs * (-d_logp)[:, None]
+        d_logits[rows, a] += d_logp
+        if ent:
+            d_logits += probs * (logp_all + entropy[:, None]) * _F32(ent / float(b))
+        d_values = diff * _F32(2 * vf_coef / float(b))
+        self.pi.backward(pi_acts, d_logits)
+        self.vf.backward(vf_acts, d_values[:, None])
+        self.flat.clip(grad_clip)
+        self.flat.step()
+        return stats

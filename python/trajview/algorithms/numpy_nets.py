@@ -1,0 +1,219 @@
+"""Small MLPs trained in numpy on the memory of torch parameters: what the numpy learners share (issue 25).
+
+At the sizes small-model RL trains at (MLPs of 64-256 units, minibatches of 64-256 rows), an SGD step of eager
+torch on the CPU is bound by the cost of each op (dispatch, autograd's graph, the optimizer's Python), not by its
+arithmetic. The numpy learners (`trajview.algorithms.mlp_learner` for PPO, `DQNPolicy`'s ``"learner"``) take the
+same step as a few dozen numpy calls:
+
+* `FlatAdam` moves a module's parameters, their gradients and torch Adam's moments into flat float32 buffers: the
+  parameters become views of one (so acting, ``state_dict``, checkpoints and export see what it trains), the
+  optimizer's ``exp_avg`` / ``exp_avg_sq`` / ``step`` views of the others (so ``optimizer.state_dict()`` stays
+  torch's Adam state, and a checkpoint resumes under either learner). It clips the gradient's norm as
+  ``torch.nn.utils.clip_grad_norm_`` and steps by torch's Adam arithmetic, over the whole buffer at once.
+* `Dense`: an MLP's forward (keeping each layer's output) and backward (writing each layer's gradients into
+  `FlatAdam`'s buffer) for tanh and ReLU layers.
+* `blas_limit`: numpy's BLAS on torch's intra-op thread count (threadpoolctl's; a no-op without it).
+
+The arithmetic is torch's up to float32 rounding: ``tests/test_mlp_learner.py`` and ``tests/test_dqn.py`` check
+weights, moments and statistics against the torch learners on random networks and settings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["ADAM_PLAIN", "Dense", "FlatAdam", "adam_unsupported", "blas_limit", "dense_layers"]
+
+F32 = np.float32
+#: What the numpy learners need of a torch Adam: these keys at these values (torch's defaults).
+ADAM_PLAIN = {"weight_decay": 0, "amsgrad": False, "maximize": False, "capturable": False, "differentiable": False}
+_ACTIVATIONS = {torch.nn.Tanh: "tanh", torch.nn.ReLU: "relu"}
+
+
+def dense_layers(modules: Sequence[torch.nn.Module]) -> list[tuple[torch.nn.Linear, str | None]] | None:
+    """``modules`` (e.g. a ``Sequential``'s) as ``[(Linear, activation after it or None), ...]`` where they are
+    Linear layers each followed by at most one Tanh or ReLU; None for anything else."""
+    out: list[tuple[torch.nn.Linear, str | None]] = []
+    for m in modules:
+        if type(m) is torch.nn.Linear:
+            out.append((m, None))
+        elif type(m) in _ACTIVATIONS and out and out[-1][1] is None:
+            out[-1] = (out[-1][0], _ACTIVATIONS[type(m)])
+        else:
+            return None
+    return out
+
+
+def adam_unsupported(opt: Any, params: Sequence[torch.Tensor]) -> str | None:
+    """None where ``opt`` is one torch Adam param group over exactly ``params`` with `ADAM_PLAIN`'s settings (what
+    `FlatAdam` steps); else why not, in a sentence."""
+    if type(opt) is not torch.optim.Adam or len(opt.param_groups) != 1:
+        return f"the optimizer is a {type(opt).__name__} (one torch.optim.Adam param group is supported)"
+    group = opt.param_groups[0]
+    if {id(p) for p in group["params"]} != {id(p) for p in params}:
+        return "the optimizer does not train exactly the model's parameters"
+    for key, plain in ADAM_PLAIN.items():
+        if group.get(key, plain) != plain:
+            return f"the optimizer's {key!r} is {group[key]!r} (supported: {plain!r})"
+    if any(p.device.type != "cpu" or p.dtype != torch.float32 or not p.requires_grad for p in params):
+        return "the parameters are not trainable float32 tensors on the CPU"
+    return None
+
+
+class Dense:
+    """An MLP's layers as numpy arrays: per layer ``(weight [out, in], bias, weight grad, bias grad, activation)``
+    (the gradients' arrays empty where the network only acts)."""
+
+    def __init__(self, layers: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str | None]]) -> None:
+        self.layers = layers
+
+    @classmethod
+    def of(cls, layers: Sequence[tuple[torch.nn.Linear, str | None]], grads: dict[int, np.ndarray] | None = None) -> "Dense":
+        """Views of ``layers``' (`dense_layers`) parameters, and of their gradients in ``grads`` (by the
+        parameter's id, `FlatAdam.grads`)."""
+        none = np.empty(0, F32)
+        g = grads or {}
+        return cls([(m.weight.detach().numpy(), m.bias.detach().numpy(), g.get(id(m.weight), none),
+                     g.get(id(m.bias), none), act) for m, act in layers])
+
+    def forward(self, x: np.ndarray) -> list[np.ndarray]:
+        """Each layer's input, then the output: ``[x, h1, ..., out]`` (after each layer's activation)."""
+        acts = [x]
+        for w, b, _, _, act in self.layers:
+            z = acts[-1] @ w.T
+            z += b
+            if act == "tanh":
+                np.tanh(z, out=z)
+            elif act == "relu":
+                np.maximum(z, 0, out=z)
+            acts.append(z)
+        return acts
+
+    def backward(self, acts: list[np.ndarray], d_out: np.ndarray) -> np.ndarray | None:
+        """Writes each layer's gradients, from the loss's gradient by the output ``d_out`` (before the last layer's
+        activation is applied to it here); returns None."""
+        d = d_out
+        for i in range(len(self.layers) - 1, -1, -1):
+            w, _, gw, gb, act = self.layers[i]
+            out = acts[i + 1]
+            if act == "tanh":
+                d = d * (1 - out * out)  # tanh' from its output
+            elif act == "relu":
+                d = d * (out > 0)
+            np.matmul(d.T, acts[i], out=gw)
+            np.sum(d, axis=0, out=gb)
+            if i:
+                d = d @ w
+        return None
+
+
+class FlatAdam:
+    """``params`` and the Adam state of the optimizer ``get_optimizer()`` returns, in flat buffers (the module
+    docstring). `is_bound` says whether they still are (a loaded optimizer state dict replaces the moments,
+    ``param.data = ...`` a parameter); `bind` moves them again, their values kept."""
+
+    def __init__(self, params: Sequence[torch.Tensor], get_optimizer: Callable[[], torch.optim.Optimizer]) -> None:
+        self.params = list(params)
+        self.get_optimizer = get_optimizer
+        self._bound: tuple[Any, ...] = ()
+        self.bind()
+
+    def is_bound(self) -> bool:
+        opt = self.get_optimizer()
+        if not self._bound or self._bound[0] is not opt:
+            return False
+        _, ptrs, m_views, v_views = self._bound
+        for p, ptr, m, v in zip(self.params, ptrs, m_views, v_views):
+            st = opt.state.get(p)
+            if p.data_ptr() != ptr or st is None or st.get("exp_avg") is not m or st.get("exp_avg_sq") is not v:
+                return False
+        return True
+
+    def bind(self) -> None:
+        opt = self.get_optimizer()
+        params = self.params
+        sizes = [p.numel() for p in params]
+        n = sum(sizes)
+        flat = {k: np.zeros(n, F32) for k in ("param", "grad", "m", "v")}
+        steps = np.zeros(len(params), F32)
+        views: dict[str, list[torch.Tensor]] = {k: [] for k in flat}
+        off = 0
+        for i, (p, k) in enumerate(zip(params, sizes)):
+            st = opt.state.get(p) or {}
+            for key, src in (("param", p.detach()), ("m", st.get("exp_avg")), ("v", st.get("exp_avg_sq")), ("grad", None)):
+                view = torch.from_numpy(flat[key][off : off + k]).view(p.shape)
+                if src is not None:
+                    view.copy_(src.detach().reshape(p.shape))
+                views[key].append(view)
+            if "step" in st:
+                steps[i] = float(st["step"])
+            off += k
+        if len(set(steps.tolist())) > 1:
+            raise ValueError(f"the optimizer's parameters have taken different numbers of steps "
+                             f"({sorted(set(steps.tolist()))}): the numpy learner steps them together")
+        step_views = torch.from_numpy(steps)
+        for i, (p, pv, m, v) in enumerate(zip(params, views["param"], views["m"], views["v"])):
+            p.data = pv
+            opt.state[p] = {"step": step_views[i], "exp_avg": m, "exp_avg_sq": v}
+        self.flat, self.steps = flat, steps
+        #: Each parameter's gradient array, by the parameter's id (`Dense.of`).
+        self.grads = {id(p): g.numpy() for p, g in zip(params, views["grad"])}
+        self._bound = (opt, [p.data_ptr() for p in params], views["m"], views["v"])
+
+    def clip(self, max_norm: float | None) -> None:
+        """``torch.nn.utils.clip_grad_norm_``: the gradient scaled by ``max_norm / (norm + 1e-6)`` where that is
+        below 1."""
+        if max_norm is None:
+            return
+        g = self.flat["grad"]
+        coef = float(max_norm) / (float(np.sqrt(np.dot(g, g))) + 1e-6)
+        if coef < 1.0:
+            g *= F32(coef)
+
+    def step(self) -> None:
+        """torch's Adam (its single-tensor arithmetic) over the buffers, with the optimizer's param group's lr,
+        betas and eps."""
+        group = self.get_optimizer().param_groups[0]
+        beta1, beta2 = group["betas"]
+        eps, lr = float(group["eps"]), float(group["lr"])
+        self.steps += 1
+        step = float(self.steps[0])
+        g, m, v, p = self.flat["grad"], self.flat["m"], self.flat["v"], self.flat["param"]
+        tmp = g - m
+        tmp *= F32(1 - beta1)
+        m += tmp  # m.lerp_(g, 1 - beta1)
+        v *= F32(beta2)
+        np.multiply(g, g, out=tmp)
+        tmp *= F32(1 - beta2)
+        v += tmp
+        np.sqrt(v, out=tmp)
+        tmp *= F32(1 / math.sqrt(1 - beta2**step))
+        tmp += F32(eps)
+        np.divide(m, tmp, out=tmp)
+        tmp *= F32(lr / (1 - beta1**step))
+        p -= tmp
+
+
+_CONTROLLER: Any = None  # threadpoolctl's ThreadpoolController once made; False without threadpoolctl
+
+
+def blas_limit() -> Any:
+    """A context in which numpy's BLAS runs on ``torch.get_num_threads()`` threads (threadpoolctl's, which the
+    ``torch`` and ``train`` extras bring; without it a no-op: numpy's BLAS keeps its own count)."""
+    global _CONTROLLER
+    if _CONTROLLER is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:
+            _CONTROLLER = False
+        else:
+            _CONTROLLER = ThreadpoolController()
+    if _CONTROLLER is False:
+        return contextlib.nullcontext()
+    return _CONTROLLER.limit(limits=torch.get_num_threads(), user_api="blas")

@@ -1,0 +1,229 @@
+"""The numpy learner and actor of the MLP models (`trajview.algorithms.mlp_learner`, config "learner") against
+their reference: the same `PPOPolicy` with ``learner: "torch"`` (its loss under autograd, torch's Adam, its
+``action_sampler`` through the model's torch forward), on random networks, spaces, batches and settings."""
+
+from __future__ import annotations
+
+import io
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+torch = pytest.importorskip("torch")
+
+from trajview.algorithms.mlp_learner import MLPActor, MLPLearner, model_supported, supported  # noqa: E402
+from trajview.algorithms.ppo import STATS, PPOPolicy  # noqa: E402
+from trajview.views.sample_batch import SampleBatch  # noqa: E402
+
+TOL = dict(rtol=2e-4, atol=2e-6)
+
+
+def twins(obs_space, action_space, config: dict, model: str = "framestack", model_config: dict | None = None):
+    """The same policy twice (the same initial weights): learner "torch" and learner "numpy"."""
+    cfg = {"model": model, "model_config": model_config or {}, **config}
+    ref = PPOPolicy(obs_space, action_space, {**cfg, "learner": "torch"})
+    fast = PPOPolicy(obs_space, action_space, {**cfg, "learner": "numpy"})
+    fast.model.load_state_dict(ref.model.state_dict())
+    return ref, fast
+
+
+def random_batch(rng: np.random.Generator, n: int, obs_space, action_space, model: str, frames: int) -> dict:
+    obs = np.stack([obs_space.sample() for _ in range(n * (frames if model == "framestack" else 1))])
+    batch = {
+        "actions": np.array([action_space.sample() for _ in range(n)]),
+        "action_logp": (np.log(1.0 / action_space.n) + 0.3 * rng.standard_normal(n)).astype(np.float32),
+        "advantages": rng.standard_normal(n).astype(np.float32) * float(rng.uniform(0.1, 10)),
+        "value_targets": rng.standard_normal(n).astype(np.float32),
+    }
+    if model == "framestack":
+        batch["prev_n_obs"] = obs.reshape(n, frames, *obs.shape[1:])
+    else:
+        batch["obs"] = obs
+    return batch
+
+
+def assert_same_state(ref: PPOPolicy, fast: PPOPolicy) -> None:
+    for (k, a), b in zip(ref.model.state_dict().items(), fast.model.state_dict().values()):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), err_msg=k, **TOL)
+    o_ref, o_fast = ref.get_optimizer().state_dict(), fast.get_optimizer().state_dict()
+    assert o_ref["state"].keys() == o_fast["state"].keys()
+    for i, st_ref in o_ref["state"].items():
+        assert float(o_fast["state"][i]["step"]) == float(st_ref["step"])
+        for key in ("exp_avg", "exp_avg_sq"):
+            np.testing.assert_allclose(o_fast["state"][i][key].numpy(), st_ref[key].numpy(), rtol=1e-3, atol=1e-7,
+                                       err_msg=f"{i} {key}")
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    model=st.sampled_from(["framestack", "mlp"]),
+    hidden=st.lists(st.integers(1, 24), min_size=0, max_size=3),
+    obs_dim=st.integers(1, 5),
+    discrete_obs=st.booleans(),
+    n_actions=st.integers(2, 5),
+    start=st.integers(-2, 2),
+    rows=st.integers(1, 90),
+    minibatch=st.integers(1, 64),
+    epochs=st.integers(1, 3),
+    clip=st.floats(0.01, 0.5),
+    vf=st.floats(0.0, 2.0),
+    entropy=st.sampled_from([0.0, 0.01, 0.3]),
+    grad_clip=st.sampled_from([None, 0.05, 0.5, 100.0]),
+    fused=st.booleans(),
+)
+def test_a_learn_on_batch_equals_torchs(seed, model, hidden, obs_dim, discrete_obs, n_actions, start, rows, minibatch,
+                                         epochs, clip, vf, entropy, grad_clip, fused):
+    """Weights, Adam's moments and steps, and the loss statistics after three ``learn_on_batch`` calls, shuffles
+    drawn from one torch seed, equal the torch learner's (float32 rounding apart)."""
+    rng = np.random.default_rng(seed)
+    obs_space = (gym.spaces.Discrete(obs_dim + 1, seed=seed) if discrete_obs
+                 else gym.spaces.Box(-3, 3, (obs_dim,), np.float32, seed=seed))
+    action_space = gym.spaces.Discrete(n_actions, start=start, seed=seed)
+    frames = 3
+    model_config = {"hidden": hidden, **({"num_frames": frames, "prev_actions": False, "prev_rewards": False}
+                                          if model == "framestack" else {})}
+    config = {"sgd_minibatch_size": minibatch, "num_sgd_iter": epochs, "clip_param": clip, "vf_loss_coeff": vf,
+              "entropy_coeff": entropy, "grad_clip": grad_clip, "adam_fused": fused, "lr": 1e-3}
+    torch.manual_seed(seed)
+    ref, fast = twins(obs_space, action_space, config, model, model_config)
+    assert isinstance(fast.numpy_learner(), MLPLearner)
+    for it in range(3):
+        batch = random_batch(rng, rows, obs_space, action_space, model, frames)
+        torch.manual_seed(seed + it)
+        s_ref = ref.learn_on_batch(SampleBatch(batch))
+        torch.manual_seed(seed + it)
+        s_fast = fast.learn_on_batch(SampleBatch(batch))
+        assert list(s_fast) == list(s_ref) == list(STATS)
+        for k in STATS:
+            assert s_fast[k] == pytest.approx(s_ref[k], rel=1e-3, abs=1e-5), k
+        np.testing.assert_allclose(fast.last_stats_tensor.numpy(), ref.last_stats_tensor.numpy(), rtol=1e-3, atol=1e-5)
+        assert_same_state(ref, fast)
+
+
+def test_the_zoo_frame_stack_with_prev_actions_and_rewards_learns_as_torchs():
+    """The frame stack with its previous actions (one-hot) and rewards in the input, the zoo's minibatch of every row."""
+    obs_space, action_space = gym.spaces.Box(-1, 1, (2,), np.float32, seed=0), gym.spaces.Discrete(2, seed=0)
+    ref, fast = twins(obs_space, action_space, {"sgd_minibatch_size": 256, "num_sgd_iter": 4},
+                      model_config={"num_frames": 4})
+    rng = np.random.default_rng(1)
+    batch = random_batch(rng, 256, obs_space, action_space, "framestack", 4)
+    batch["prev_n_actions"] = rng.integers(0, 2, (256, 4))
+    batch["prev_n_rewards"] = rng.standard_normal((256, 4)).astype(np.float32)
+    for _ in range(2):
+        ref.learn_on_batch(SampleBatch(batch))
+        fast.learn_on_batch(SampleBatch(batch))
+    assert_same_state(ref, fast)
+
+
+@pytest.mark.parametrize("explore", [False, True])
+@pytest.mark.parametrize("model", ["framestack", "mlp"])
+def test_acting_equals_torchs(model, explore):
+    """`MLPActor`: the same actions (the same draws of torch's generator), logps and value predictions as the
+    model's torch forward, including after the learner moved the weights into its buffer."""
+    obs_space, action_space = gym.spaces.Box(-2, 2, (3,), np.float32, seed=0), gym.spaces.Discrete(4, start=1, seed=0)
+    mc = {"num_frames": 2} if model == "framestack" else {}
+    ref, fast = twins(obs_space, action_space, {"sgd_minibatch_size": 16}, model, mc)
+    assert isinstance(fast.numpy_actor(), MLPActor) and ref.numpy_actor() is None
+    rng = np.random.default_rng(0)
+    for step in range(3):
+        inputs = random_batch(rng, 64, obs_space, action_space, model, 2)
+        inputs = {k: v for k, v in inputs.items() if k in ("obs", "prev_n_obs", "prev_n_actions", "prev_n_rewards")}
+        if model == "framestack":
+            inputs["prev_n_actions"] = rng.integers(1, 5, (64, 2))
+            inputs["prev_n_rewards"] = rng.standard_normal((64, 2)).astype(np.float32)
+        torch.manual_seed(step)
+        a_ref, _, x_ref = ref.compute_actions_from_input_dict(inputs, explore=explore)
+        torch.manual_seed(step)
+        a_fast, _, x_fast = fast.compute_actions_from_input_dict(inputs, explore=explore)
+        np.testing.assert_array_equal(a_fast, a_ref)
+        assert a_fast.dtype == a_ref.dtype and a_fast.min() >= 1
+        for k in x_ref:
+            np.testing.assert_allclose(x_fast[k], x_ref[k], **TOL, err_msg=k)
+        batch = random_batch(rng, 32, obs_space, action_space, model, 2)
+        if model == "framestack":
+            batch["prev_n_actions"] = rng.integers(1, 5, (32, 2))
+            batch["prev_n_rewards"] = rng.standard_normal((32, 2)).astype(np.float32)
+        torch.manual_seed(10 + step)
+        ref.learn_on_batch(SampleBatch(batch))
+        torch.manual_seed(10 + step)
+        fast.learn_on_batch(SampleBatch(batch))
+
+
+def test_a_checkpoint_resumes_under_either_learner():
+    """``get_state`` of the numpy learner is torch's Adam state: loaded into a torch-learner policy (and the other
+    way), training goes on as one learner would have; a ``set_state`` after the numpy learner bound its buffers is
+    picked up at its next step (the loaded moments, not the old views)."""
+    obs_space, action_space = gym.spaces.Box(-1, 1, (2,), np.float32, seed=0), gym.spaces.Discrete(2, seed=0)
+    cfg = {"sgd_minibatch_size": 32, "num_sgd_iter": 2}
+    mc = {"num_frames": 2, "prev_actions": False, "prev_rewards": False}
+    ref, fast = twins(obs_space, action_space, cfg, model_config=mc)
+    rng = np.random.default_rng(3)
+    batches = [random_batch(rng, 64, obs_space, action_space, "framestack", 2) for _ in range(4)]
+    for i in range(2):
+        torch.manual_seed(i)
+        ref.learn_on_batch(SampleBatch(batches[i]))
+        torch.manual_seed(i)
+        fast.learn_on_batch(SampleBatch(batches[i]))
+
+    def through_file(state):
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        buf.seek(0)
+        return torch.load(buf, weights_only=True)
+
+    # Swap: the numpy learner's state into a torch learner, the torch learner's into a numpy learner (one that has
+    # bound its buffers already).
+    torch_next = PPOPolicy(obs_space, action_space, {"model": "framestack", "model_config": mc, **cfg, "learner": "torch"})
+    torch_next.set_state(through_file(fast.get_state()))
+    fast.set_state(through_file(ref.get_state()))
+    assert fast.numpy_learner() is not None and not fast.numpy_learner().is_bound()
+    for i in range(2, 4):
+        for p in (ref, fast, torch_next):
+            torch.manual_seed(i)
+            p.learn_on_batch(SampleBatch(batches[i]))
+    assert fast.numpy_learner().is_bound()
+    assert_same_state(ref, fast)
+    assert_same_state(ref, torch_next)
+
+
+def test_what_the_numpy_learner_does_not_take_trains_with_torch_or_says_why():
+    box, disc = gym.spaces.Box(-1, 1, (2,), np.float32), gym.spaces.Discrete(2)
+    lstm = PPOPolicy(box, disc, {"model": "lstm"})
+    assert lstm.numpy_learner() is None and lstm.numpy_actor() is None  # "auto": torch
+    assert "LSTMModel" in supported(lstm, PPOPolicy)
+    gaussian = PPOPolicy(box, gym.spaces.Box(-1, 1, (1,), np.float32), {"model": "mlp"})
+    assert gaussian.numpy_learner() is None and "not Discrete" in model_supported(gaussian, PPOPolicy)
+    image = PPOPolicy(gym.spaces.Box(0, 255, (16, 16, 3), np.uint8), disc, {"model": "mlp"})
+    assert image.numpy_learner() is None and "encoder has weights" in supported(image, PPOPolicy)
+    decoupled = PPOPolicy(box, disc, {"model": "mlp", "decoupled_clip": True})
+    assert decoupled.numpy_learner() is None and decoupled.numpy_actor() is not None
+
+    class OwnLoss(PPOPolicy):
+        def loss(self, train_batch):
+            return super().loss(train_batch) * 2
+
+    own = OwnLoss(box, disc, {"model": "mlp"})
+    assert own.numpy_learner() is None and "changes PPOPolicy's loss" in supported(own, PPOPolicy)
+    with pytest.raises(ValueError, match=r"'learner': 'numpy' cannot (train|act for) this policy: the model is a LSTMModel"):
+        PPOPolicy(box, disc, {"model": "lstm", "learner": "numpy"}).learn_on_batch(SampleBatch(
+            random_batch(np.random.default_rng(0), 8, box, disc, "mlp", 1)))
+    with pytest.raises(ValueError, match=r"PPOPolicy config 'learner' must be one of \['auto', 'numpy', 'torch'\], got 'jax'"):
+        PPOPolicy(box, disc, {"model": "mlp", "learner": "jax"})
+
+
+def test_a_new_optimizer_that_the_numpy_learner_does_not_take_goes_to_torch():
+    """"auto" checks again when the optimizer changes (e.g. a subclass's or a user's optimizer with weight decay)."""
+    box, disc = gym.spaces.Box(-1, 1, (2,), np.float32, seed=0), gym.spaces.Discrete(2, seed=0)
+    p = PPOPolicy(box, disc, {"model": "mlp", "sgd_minibatch_size": 8, "num_sgd_iter": 1})
+    batch = SampleBatch(random_batch(np.random.default_rng(0), 8, box, disc, "mlp", 1))
+    p.learn_on_batch(batch)
+    assert p.numpy_learner() is not None
+    p._optimizer = torch.optim.Adam(p.model.parameters(), lr=1e-3, weight_decay=0.1)
+    assert p.numpy_learner() is None
+    before = [t.clone() for t in p.model.parameters()]
+    p.learn_on_batch(batch)
+    assert any(not torch.equal(a, b) for a, b in zip(before, p.model.parameters()))
+    assert all(q in p._optimizer.state for q in p.model.parameters())  # torch's Adam took the step
