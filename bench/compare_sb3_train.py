@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """PPO and DQN on Stateless CartPole at rl-baselines3-zoo's settings: SB3 and sb3-contrib next to ``trajview train``.
 
-    PYTHONPATH=python .venv-compare/bin/python bench/compare_sb3_train.py                  # 7 systems, seeds 0-4
+    PYTHONPATH=python .venv-compare/bin/python bench/compare_sb3_train.py                  # 8 systems, seeds 0-4
     PYTHONPATH=python .venv-compare/bin/python bench/compare_sb3_train.py --systems sb3-dqn trajview-dqn
     PYTHONPATH=python .venv-compare/bin/python bench/compare_sb3_train.py --systems sb3-framestack \\
         trajview-framestack --seeds 0 1 2 --budget 100000
     PYTHONPATH=python .venv-compare/bin/python bench/compare_sb3_train.py --quick          # smoke: seed 0, 1,024 steps
     PYTHONPATH=python .venv-compare/bin/python bench/compare_sb3_train.py --table-from bench/out/sb3_train/results.json
 
-The experiment of issue 25. Seven systems, each run a fresh subprocess of this
+The experiment of issue 25. Eight systems, each run a fresh subprocess of this
 script, one at a time (seed by seed, the systems in turn within a seed, so a
 machine whose load drifts touches every system alike):
 
@@ -33,6 +33,10 @@ machine whose load drifts touches every system alike):
   the head; an actor and a critic LSTM; no previous action in the input (SB3
   has none); sequences of up to 32 steps (SB3's: the 32-step rollout of each
   env, cut at episode starts).
+* ``trajview-dqn-torch``: the same with the torch learner (``learner="torch"``),
+  where ``trajview-dqn`` takes its gradient steps and greedy actions with the
+  numpy learner (``trajview.algorithms.dqn_learner``, the default since issue
+  25): the same arithmetic, up to float32 rounding.
 * ``sb3-dqn``: Stable-Baselines3 ``DQN("MlpPolicy")`` over
   ``VecFrameStack(DummyVecEnv(1 env), 16)``: a 256x256 ReLU Q-network
   (``net_arch=[256, 256]``) over the 2 x 16 inputs.
@@ -169,8 +173,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-SYSTEMS = ("sb3-framestack", "trajview-framestack", "trajview-framestack-torch", "sb3-lstm", "trajview-lstm", "sb3-dqn", "trajview-dqn")
-DQN_SYSTEMS = ("sb3-dqn", "trajview-dqn")
+SYSTEMS = ("sb3-framestack", "trajview-framestack", "trajview-framestack-torch", "sb3-lstm", "trajview-lstm", "sb3-dqn",
+           "trajview-dqn", "trajview-dqn-torch")
+DQN_SYSTEMS = ("sb3-dqn", "trajview-dqn", "trajview-dqn-torch")
 ENV_ID = "trajview/StatelessCartPole-v1"
 TARGET = 150.0
 WINDOW = 100  # episodes in the mean return
@@ -198,6 +203,7 @@ NEEDS = {
     "trajview-lstm": [("trajview.train", "trajview (PYTHONPATH=python, with its built _core)"), ("torch", "torch")],
     "sb3-dqn": [("stable_baselines3", "stable-baselines3"), ("torch", "torch")],
     "trajview-dqn": [("trajview.train", "trajview (PYTHONPATH=python, with its built _core)"), ("torch", "torch")],
+    "trajview-dqn-torch": [("trajview.train", "trajview (PYTHONPATH=python, with its built _core)"), ("torch", "torch")],
 }
 
 
@@ -375,7 +381,7 @@ def trajview_command(config) -> str:
 
 
 def trajview_dqn_config(seed: int, budget: int, run_to_budget: bool, threads: int, out_dir: str,
-                        device: str = "cpu"):
+                        device: str = "cpu", learner: str = "auto"):
     """The `DQNConfig` of the trajview DQN run: the zoo's settings (`ZOO_DQN`) in trajview's terms (the module's
     docs say how each maps)."""
     from trajview.train.dqn_trainer import DQNConfig
@@ -400,7 +406,7 @@ def trajview_dqn_config(seed: int, budget: int, run_to_budget: bool, threads: in
         eps_start=z["exploration_initial_eps"], eps_end=z["exploration_final_eps"],
         eps_steps=round(z["exploration_fraction"] * budget), random_warmup=True, prioritized=False,
         iteration_steps=z["n_envs"] * z["train_freq"], stop_reward=None if run_to_budget else TARGET,
-        smoothing_episodes=WINDOW, threads=threads, out_dir=out_dir, device=device,
+        smoothing_episodes=WINDOW, threads=threads, out_dir=out_dir, device=device, learner=learner,
     )
 
 
@@ -444,7 +450,8 @@ def run_trajview_dqn(system: str, seed: int, budget: int, run_to_budget: bool, t
     from trajview.train.dqn_trainer import DQNTrainer
 
     with tempfile.TemporaryDirectory(prefix="tv-sb3-") as tmp:
-        config = trajview_dqn_config(seed, budget, run_to_budget, threads, str(Path(tmp) / "run"), device)
+        config = trajview_dqn_config(seed, budget, run_to_budget, threads, str(Path(tmp) / "run"), device,
+                                     "torch" if system.endswith("-torch") else "auto")
         rows, wall = timed_train(DQNTrainer(config))
     curve, reached, iter_s, sgd = read_rows(rows)
     res = finish(system, seed, curve, reached, wall, {"sampling": iter_s - sgd, "sgd": sgd, "other": wall - iter_s})
@@ -456,7 +463,7 @@ def run_trajview(system: str, seed: int, budget: int, run_to_budget: bool, lstm_
                  threads: int, device: str = "cpu") -> dict[str, Any]:
     from trajview.train import PPOTrainer
 
-    if system == "trajview-dqn":
+    if system in DQN_SYSTEMS:
         return run_trajview_dqn(system, seed, budget, run_to_budget, threads, device)
 
     with tempfile.TemporaryDirectory(prefix="tv-sb3-") as tmp:

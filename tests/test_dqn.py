@@ -209,3 +209,117 @@ def test_dqn_epsilon_schedule_and_random_warmup(tmp_path, warmup):
     assert seen == pytest.approx([ref(t) for t in range(0, 150, 10)], abs=1e-12)
     with pytest.raises(ValueError, match="random_warmup"):
         DQNConfig(random_warmup="yes")  # type: ignore[arg-type]
+
+
+# -- the numpy learner (config "learner": `trajview.algorithms.dqn_learner`) against torch's ---------------------------
+
+
+def _dqn_twins(config: dict):
+    import gymnasium as gym
+
+    from trajview.algorithms.dqn import DQNPolicy
+
+    env = gym.make("trajview/StatelessCartPole-v1")
+    ref = DQNPolicy(env.observation_space, env.action_space, {**config, "learner": "torch"})
+    fast = DQNPolicy(env.observation_space, env.action_space, {**config, "learner": "numpy"})
+    fast.set_state(ref.get_state())
+    return ref, fast
+
+
+def _assert_same_dqn(ref, fast, tol=2e-4):
+    for net in ("q", "target"):
+        for (k, a), b in zip(getattr(ref, net).state_dict().items(), getattr(fast, net).state_dict().values()):
+            np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=tol, atol=1e-6, err_msg=f"{net}.{k}")
+    o_ref, o_fast = ref.optimizer.state_dict()["state"], fast.optimizer.state_dict()["state"]
+    assert o_ref.keys() == o_fast.keys()
+    for i in o_ref:
+        assert float(o_fast[i]["step"]) == float(o_ref[i]["step"])
+        for key in ("exp_avg", "exp_avg_sq"):
+            np.testing.assert_allclose(o_fast[i][key].numpy(), o_ref[i][key].numpy(), rtol=1e-3, atol=1e-7)
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**20), frames=st.integers(2, 5), hidden=st.integers(1, 40), dueling=st.booleans(),
+       double_q=st.booleans(), rows=st.integers(1, 70), weighted=st.booleans(), grad_clip=st.sampled_from([0.01, 10.0]),
+       fused=st.booleans(), target_every=st.integers(1, 3))
+def test_the_numpy_learner_steps_as_torchs(seed, frames, hidden, dueling, double_q, rows, weighted, grad_clip, fused,
+                                           target_every):
+    """Six gradient steps (with target copies between them) on random replay samples: the Q and target networks,
+    Adam's moments and steps, the loss, mean Q and TD errors, and the greedy actions equal the torch learner's."""
+    ref, fast = _dqn_twins({"num_frames": frames, "hidden": hidden, "dueling": dueling, "double_q": double_q,
+                            "seed": seed, "grad_clip": grad_clip, "adam_fused": fused, "lr": 3e-3,
+                            "target_update_interval": target_every})
+    assert fast.numpy_learner() is not None and ref.numpy_learner() is None
+    rng = np.random.default_rng(seed)
+    for _ in range(6):
+        batch = {"stack": rng.normal(size=(rows, frames, 2)).astype(np.float32),
+                 "next_stack": rng.normal(size=(rows, frames, 2)).astype(np.float32),
+                 "actions": rng.integers(0, 2, rows), "rewards": rng.normal(size=rows).astype(np.float32) * 3,
+                 "terminateds": rng.random(rows) < 0.2}
+        w = rng.uniform(0.1, 1, rows).astype(np.float32) if weighted else None
+        o_ref, o_fast = ref.learn_on_replay(batch, w), fast.learn_on_replay(batch, w)
+        assert o_fast["td_loss"] == pytest.approx(o_ref["td_loss"], rel=1e-4, abs=1e-6)
+        assert o_fast["q_mean"] == pytest.approx(o_ref["q_mean"], rel=1e-4, abs=1e-6)
+        np.testing.assert_allclose(o_fast["td_errors"], o_ref["td_errors"], rtol=1e-4, atol=1e-5)
+        assert o_fast["td_errors"].dtype == o_ref["td_errors"].dtype
+        _assert_same_dqn(ref, fast)
+        obs = {"stack": rng.normal(size=(16, frames, 2)).astype(np.float32)}
+        a_ref, _, _ = ref.compute_actions_from_input_dict(obs, explore=False)
+        a_fast, _, _ = fast.compute_actions_from_input_dict(obs, explore=False)
+        np.testing.assert_array_equal(a_fast, a_ref)
+        assert a_fast.dtype == a_ref.dtype
+
+
+def test_a_dqn_checkpoint_resumes_under_either_learner():
+    """The numpy learner's state (torch Adam's) loads into a torch-learner policy and the other way, including into
+    a numpy learner that has bound its buffers already: training goes on alike."""
+    cfg = {"num_frames": 3, "hidden": 16, "seed": 1, "target_update_interval": 2}
+    ref, fast = _dqn_twins(cfg)
+    rng = np.random.default_rng(2)
+    batches = [{"stack": rng.normal(size=(32, 3, 2)).astype(np.float32),
+                "next_stack": rng.normal(size=(32, 3, 2)).astype(np.float32), "actions": rng.integers(0, 2, 32),
+                "rewards": rng.normal(size=32).astype(np.float32), "terminateds": rng.random(32) < 0.2}
+               for _ in range(6)]
+    for b in batches[:3]:
+        ref.learn_on_replay(b)
+        fast.learn_on_replay(b)
+    import io
+
+    def through_file(state):
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        buf.seek(0)
+        return torch.load(buf, weights_only=False)  # (a test of our own bytes: the rng state is a dict of ints)
+
+    import gymnasium as gym
+
+    from trajview.algorithms.dqn import DQNPolicy
+
+    env = gym.make("trajview/StatelessCartPole-v1")
+    torch_next = DQNPolicy(env.observation_space, env.action_space, {**cfg, "learner": "torch"})
+    torch_next.set_state(through_file(fast.get_state()))
+    fast.set_state(through_file(ref.get_state()))
+    for b in batches[3:]:
+        for p in (ref, fast, torch_next):
+            p.learn_on_replay(b)
+    _assert_same_dqn(ref, fast)
+    _assert_same_dqn(ref, torch_next)
+
+
+def test_dqn_learner_setting_is_checked_and_the_cli_takes_it(tmp_path):
+    import gymnasium as gym
+
+    from trajview.algorithms.dqn import DQNPolicy
+
+    env = gym.make("trajview/StatelessCartPole-v1")
+    with pytest.raises(ValueError, match=r"learner must be one of \['auto', 'numpy', 'torch'\], got 'gpu'"):
+        DQNPolicy(env.observation_space, env.action_space, {"learner": "gpu"})
+    with pytest.raises(ValueError, match=r"learner \(--learner\) must be one of"):
+        DQNConfig(learner="fast")
+    out = tmp_path / "dqn"
+    assert main(["train", "--algo", "dqn", "--timesteps", "1200", "--out", str(out), "--no-progress", "--learner",
+                 "torch"]) == 0
+    assert read_checkpoint(out / "checkpoint", weights=False).config["learner"] == "torch"

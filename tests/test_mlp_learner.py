@@ -207,9 +207,10 @@ def test_what_the_numpy_learner_does_not_take_trains_with_torch_or_says_why():
 
     own = OwnLoss(box, disc, {"model": "mlp"})
     assert own.numpy_learner() is None and "changes PPOPolicy's loss" in supported(own, PPOPolicy)
-    with pytest.raises(ValueError, match=r"'learner': 'numpy' cannot (train|act for) this policy: the model is a LSTMModel"):
-        PPOPolicy(box, disc, {"model": "lstm", "learner": "numpy"}).learn_on_batch(SampleBatch(
-            random_batch(np.random.default_rng(0), 8, box, disc, "mlp", 1)))
+    with pytest.raises(ValueError, match=r"'learner': 'numpy' cannot train this policy: the model is a LSTMModel"):
+        PPOPolicy(box, disc, {"model": "lstm", "learner": "numpy"})
+    with pytest.raises(ValueError, match=r"'learner': 'numpy' cannot train this policy: the decoupled objective"):
+        PPOPolicy(box, disc, {"model": "mlp", "learner": "numpy", "decoupled_clip": True})
     with pytest.raises(ValueError, match=r"PPOPolicy config 'learner' must be one of \['auto', 'numpy', 'torch'\], got 'jax'"):
         PPOPolicy(box, disc, {"model": "mlp", "learner": "jax"})
 
@@ -227,3 +228,22 @@ def test_a_new_optimizer_that_the_numpy_learner_does_not_take_goes_to_torch():
     p.learn_on_batch(batch)
     assert any(not torch.equal(a, b) for a, b in zip(before, p.model.parameters()))
     assert all(q in p._optimizer.state for q in p.model.parameters())  # torch's Adam took the step
+
+
+def test_trajview_train_takes_learner_and_resume_may_change_it(tmp_path):
+    """``--learner`` is stored with the run; ``--resume --learner`` changes it for that session (the same arithmetic
+    either way), and the run goes on from its checkpoint."""
+    pytest.importorskip("matplotlib")
+    from trajview.train.checkpoint import read_checkpoint
+    from trajview.train.cli import main
+
+    out = tmp_path / "run"
+    common = ["--model", "framestack", "--train-batch-size", "256", "--envs-per-worker", "8", "--minibatch-size", "128",
+              "--num-sgd-iter", "2", "--no-progress", "--out", str(out)]
+    assert main(["train", "--timesteps", "512", "--learner", "numpy", *common]) == 0
+    assert read_checkpoint(out / "checkpoint", weights=False).config["learner"] == "numpy"
+    assert main(["train", "--resume", "--timesteps", "1024", "--learner", "torch", "--out", str(out), "--no-progress"]) == 0
+    ck = read_checkpoint(out / "checkpoint", weights=False)
+    assert ck.config["learner"] == "torch" and ck.counters["env_steps"] == 1024
+    assert main(["train", "--timesteps", "512", "--learner", "numpy", "--model", "lstm", "--out", str(tmp_path / "l"),
+                 "--no-progress"]) == 2  # a model the numpy learner does not take: a one-line error

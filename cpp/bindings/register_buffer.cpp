@@ -11,6 +11,10 @@
 #ifdef __linux__
 #include <fcntl.h>
 #endif
+#if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
+#include <xmmintrin.h>
+#define TRAJVIEW_MXCSR 1
+#endif
 #include <memory>
 #include <stdexcept>
 #include <vector>
@@ -23,6 +27,34 @@ namespace py = pybind11;
 namespace trajview::bindings {
 
 namespace {
+
+#ifdef TRAJVIEW_MXCSR
+// MXCSR's flush-to-zero (bit 15) and denormals-are-zero (bit 6): what torch.set_flush_denormal(True) sets.
+constexpr unsigned kFlushDenormals = 0x8040U;
+#endif
+
+// Sets (or clears) the calling thread's flush-denormals bits; returns the bits as they were, for
+// restore_flush_denormals. On a CPU without them: nothing, and -1.
+long long set_flush_denormals(bool on) {
+#ifdef TRAJVIEW_MXCSR
+  const unsigned csr = _mm_getcsr();
+  _mm_setcsr(on ? (csr | kFlushDenormals) : (csr & ~kFlushDenormals));
+  return static_cast<long long>(csr & kFlushDenormals);
+#else
+  (void)on;
+  return -1;
+#endif
+}
+
+void restore_flush_denormals(long long previous) {
+#ifdef TRAJVIEW_MXCSR
+  if (previous < 0) return;
+  const unsigned bits = static_cast<unsigned>(previous) & kFlushDenormals;
+  _mm_setcsr((_mm_getcsr() & ~kFlushDenormals) | bits);
+#else
+  (void)previous;
+#endif
+}
 
 template <class T>
 bool holds_nan(const void* data, std::size_t n) {
@@ -120,6 +152,12 @@ void register_buffer(py::module_& m) {
   m.def("any_nan", &any_nan, py::arg("arrays"),
         "Whether any array of the list holds a NaN, in one call: True / False where each is a C-contiguous float32 or "
         "float64 ndarray, None where one is not (check those another way). The GIL is released for large scans.");
+  m.def("set_flush_denormals", &set_flush_denormals, py::arg("on"),
+        "Sets (True) or clears the calling thread's flush-to-zero and denormals-are-zero modes (x86's MXCSR bits, "
+        "what torch.set_flush_denormal sets); returns the bits as they were, for restore_flush_denormals (-1 on a "
+        "CPU without them, where it does nothing).");
+  m.def("restore_flush_denormals", &restore_flush_denormals, py::arg("previous"),
+        "Puts back the flush-denormals bits set_flush_denormals returned.");
   m.def("crc32_accelerated", &crc32_accelerated,
         "Whether crc32 folds with carry-less multiplies on this CPU (else a byte table, slower than zlib's).");
 }

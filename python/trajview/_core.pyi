@@ -19,6 +19,10 @@ def _live_buffers() -> int: ...
 def crc32(data: Any, crc: int = 0) -> int:
     """zlib.crc32(data, crc) of a contiguous buffer (carry-less multiply folding where the CPU has it)."""
 def crc32_accelerated() -> bool: ...
+def set_flush_denormals(on: bool) -> int:
+    """Sets (True) or clears the calling thread's flush-to-zero / denormals-are-zero modes; returns the previous bits
+    (for `restore_flush_denormals`; -1 on a CPU without them, where it does nothing)."""
+def restore_flush_denormals(previous: int) -> None: ...
 def any_nan(arrays: list[Any]) -> bool | None:
     """Whether any array of the list holds a NaN, in one call: True / False where each is a C-contiguous float32
     or float64 ndarray, None where one is not (check those another way). The GIL is released for large scans."""

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .dqn_learner import DQNLearner, supported as numpy_supported
 from .settings import check_dqn_settings
 from ..policy import Policy
 from ..policy.torch_policy import clip_grad_norm, numpy_state
@@ -45,6 +46,10 @@ DEFAULT_DQN_CONFIG: dict[str, Any] = {
     "adam_fused": True,
     #: Where the networks live and learn ("cpu", "cuda", a torch device string); actions come back as numpy.
     "device": "cpu",
+    #: Who takes the gradient steps and picks the greedy actions: "numpy" (`trajview.algorithms.dqn_learner`: the
+    #: same step in numpy on the parameters' memory, several times faster than eager torch on the CPU), "torch",
+    #: or "auto": numpy where `dqn_learner.supported` takes the policy (on the CPU), torch elsewhere.
+    "learner": "auto",
 }
 
 
@@ -98,6 +103,25 @@ class DQNPolicy(Policy):
         self.epsilon = 1.0
         self.grad_steps = 0
         self._rng = np.random.default_rng(int(cfg["seed"]) + 1)
+        self._numpy: DQNLearner | None = None
+        self._numpy_checked_for: torch.optim.Optimizer | None = None  # the optimizer "auto" last checked numpy for
+        if cfg["learner"] == "numpy":
+            self.numpy_learner()  # (a ValueError now, saying why, where it cannot train this policy)
+
+    def numpy_learner(self) -> DQNLearner | None:
+        """The `DQNLearner` that takes this policy's gradient steps and greedy actions (config "learner"), or None
+        where torch does. Config "numpy" on a policy it cannot train raises a `ValueError` saying why."""
+        mode = self.config["learner"]
+        if mode == "torch":
+            return None
+        if self._numpy is not None:
+            return self._numpy
+        if mode == "auto" and self._numpy_checked_for is self.optimizer:
+            return None
+        self._numpy_checked_for = self.optimizer
+        if mode == "numpy" or numpy_supported(self, DQNPolicy) is None:
+            self._numpy = DQNLearner(self, DQNPolicy)
+        return self._numpy
 
     def _q_changed(self) -> None:
         """The Q-network's weights changed: a CPU copy that acts (a learner elsewhere) is refreshed before the next
@@ -113,12 +137,16 @@ class DQNPolicy(Policy):
     def compute_actions_from_input_dict(
         self, input_dict: Mapping[str, Any], explore: bool | None = None, timestep: int | None = None, **kwargs: Any
     ) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
-        stack = torch.as_tensor(np.asarray(input_dict["stack"], dtype=np.float32))
-        if self._actor_stale:
-            self._actor.load_state_dict(self.q.state_dict())
-            self._actor_stale = False
-        with torch.no_grad():
-            actions = self._actor(stack).argmax(dim=1).numpy().astype(np.int64)
+        learner = self.numpy_learner()
+        if learner is not None:
+            actions = learner.greedy(input_dict["stack"])
+        else:
+            stack = torch.as_tensor(np.asarray(input_dict["stack"], dtype=np.float32))
+            if self._actor_stale:
+                self._actor.load_state_dict(self.q.state_dict())
+                self._actor_stale = False
+            with torch.no_grad():
+                actions = self._actor(stack).argmax(dim=1).numpy().astype(np.int64)
         if explore is not False and self.epsilon > 0:
             rand = self._rng.random(len(actions)) < self.epsilon
             actions[rand] = self._rng.integers(0, self.num_actions, int(rand.sum()))
@@ -132,6 +160,16 @@ class DQNPolicy(Policy):
     def learn_on_replay(self, batch: Mapping[str, Any], weights: np.ndarray | None = None) -> dict[str, Any]:
         """One gradient step on a replay sample (``stack``, ``next_stack``, ``actions``, ``rewards``,
         ``terminateds``); returns the loss, mean Q and ``td_errors`` (for priorities)."""
+        learner = self.numpy_learner()
+        out = learner.learn(batch, weights) if learner is not None else self._learn_torch(batch, weights)
+        self._q_changed()
+        self.grad_steps += 1
+        if self.grad_steps % int(self.config["target_update_interval"]) == 0:
+            self.target.load_state_dict(self.q.state_dict())
+        return out
+
+    def _learn_torch(self, batch: Mapping[str, Any], weights: np.ndarray | None) -> dict[str, Any]:
+        """`learn_on_replay`'s gradient step by torch (autograd, the optimizer)."""
         def tensor(key: str, dtype: Any) -> torch.Tensor:
             return torch.from_numpy(np.asarray(batch[key], dtype=dtype)).to(self.device)
 
@@ -156,10 +194,6 @@ class DQNPolicy(Policy):
         loss.backward()
         clip_grad_norm(self._params, float(self.config["grad_clip"]))
         self.optimizer.step()
-        self._q_changed()
-        self.grad_steps += 1
-        if self.grad_steps % int(self.config["target_update_interval"]) == 0:
-            self.target.load_state_dict(self.q.state_dict())
         return {"td_loss": float(loss.detach()), "q_mean": float(q.detach().mean()),
                 "td_errors": td.detach().abs().cpu().numpy()}
 

@@ -37,7 +37,7 @@ from ..views.sample_batch import SampleBatch
 from .models.distributions import _CategoricalHead
 from .models.framestack import FrameStackModel
 from .models.mlp import MLPModel
-from .numpy_nets import Dense, FlatAdam, adam_unsupported, blas_limit, dense_layers
+from .numpy_nets import Dense, FlatAdam, adam_unsupported, blas_limit, dense_layers, flushed_denormals
 from .postprocessing import Postprocessing
 
 __all__ = ["MLPActor", "MLPLearner", "model_supported", "supported"]
@@ -210,7 +210,7 @@ class MLPLearner:
                 raise ValueError(f"PPOPolicy config 'learner': the numpy learner cannot train this policy any more: {why}")
             self.flat = FlatAdam(_params(policy.model), policy.get_optimizer)
             self.pi, self.vf = _nets(policy.model, self.flat.grads)
-        with blas_limit():
+        with blas_limit(), flushed_denormals():
             return self._learn(train_batch)
 
     def _learn(self, train_batch: SampleBatch) -> np.ndarray | None:

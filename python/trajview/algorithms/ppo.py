@@ -158,6 +158,11 @@ class PPOPolicy(TorchPolicy):
         self._mlp_learner: MLPLearner | None = None
         self._mlp_actor: MLPActor | None | Literal[False] = None  # None: not checked yet; False: torch acts
         self._mlp_checked_for: torch.optim.Optimizer | None = None  # the optimizer "auto" last checked numpy for
+        if cfg["learner"] == "numpy":  # what can be known now (the optimizer is checked at the first update)
+            why = mlp_acts(self, PPOPolicy) or ("the decoupled objective (config 'decoupled_clip') is torch's alone"
+                                                if cfg["decoupled_clip"] else None)
+            if why is not None:
+                raise ValueError(f"PPOPolicy config 'learner': 'numpy' cannot train this policy: {why}")
 
     def scheduled(self, name: str) -> float:
         """The value of ``name`` ("lr", "clip_param" or "entropy_coeff") now: its config value following its

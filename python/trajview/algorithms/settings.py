@@ -34,8 +34,8 @@ PPO_RULES: dict[str, Rule] = {
 
 #: The values a "choice" setting takes.
 CHOICES: dict[str, tuple[str, ...]] = {
-    #: PPO's SGD: "numpy" (`trajview.algorithms.mlp_learner`, for the MLP models it supports), "torch", or "auto"
-    #: (numpy where it is supported).
+    #: Who takes the gradient steps: "numpy" (`trajview.algorithms.mlp_learner` for PPO's MLP models,
+    #: `trajview.algorithms.dqn_learner` for DQN), "torch", or "auto" (numpy where it is supported).
     "learner": ("auto", "numpy", "torch"),
 }
 
@@ -52,6 +52,7 @@ DQN_RULES: dict[str, Rule] = {
     "target_update_interval": ("int", 1, None, False),
     "seed": ("int", 0, None, False),
     "adam_fused": ("bool", None, None, False),
+    "learner": ("choice", None, None, False),
 }
 
 

@@ -206,10 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "update); checkpoints hold CPU tensors, so a run resumes on either (with --resume: this "
                         "session's device, default the run's). default: cpu")
     t.add_argument("--learner", choices=LEARNERS, default=None,
-                   help="who takes PPO's SGD steps: numpy (the same step, several times faster for the MLP and "
-                        "frame-stack models over vector observations with a Discrete action space, on the CPU), "
-                        "torch, or auto (numpy where it can, torch elsewhere; with --resume: this session's choice, "
-                        "default the run's). default: auto")
+                   help="who takes the gradient steps: numpy (the same steps, several times faster on the CPU: PPO "
+                        "with the mlp and framestack models over vector observations and a Discrete action space, "
+                        "and DQN), torch, or auto (numpy where it can, torch elsewhere; with --resume: this "
+                        "session's choice, default the run's). default: auto")
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its checkpoint (its settings; --timesteps may be raised, "
                         "above the env steps the checkpoint holds)")
@@ -295,7 +295,7 @@ PPO_ONLY = (("--workers", "workers"), ("--backend", "backend"), ("--async", "asy
             ("--num-sgd-iter", "num_sgd_iter"), ("--entropy-coeff", "entropy_coeff"), ("--lambda", "lambda_"),
             ("--clip-param", "clip_param"), ("--vf-loss-coeff", "vf_loss_coeff"), ("--grad-clip", "grad_clip"),
             ("--lr-schedule", "lr_schedule"), ("--clip-schedule", "clip_schedule"),
-            ("--entropy-schedule", "entropy_schedule"), ("--model-config", "model_config"), ("--learner", "learner"))
+            ("--entropy-schedule", "entropy_schedule"), ("--model-config", "model_config"))
 
 
 def _given(args: argparse.Namespace, parser_defaults: dict, dests: tuple[tuple[str, str], ...]) -> list[str]:

@@ -68,7 +68,7 @@ FLAGS = {
     "grad_clip": "--grad-clip", "lr_schedule": "--lr-schedule", "clip_schedule": "--clip-schedule",
     "entropy_schedule": "--entropy-schedule", "stop_reward": "--stop-reward", "model_config": "--model-config",
     "out_dir": "--out",
-    "metrics_format": "--logger", "threads": "--threads", "device": "--device",
+    "metrics_format": "--logger", "threads": "--threads", "device": "--device", "learner": "--learner",
 }
 
 #: Where the learner's networks live (--device): "auto" is CUDA where torch sees a device, else the CPU.

@@ -82,6 +82,9 @@ class DQNConfig(RunConfig):
     threads: int = 1
     #: The learner's device (`DEVICES`); acting stays on the CPU (small batches: a CPU copy with synced weights).
     device: str = "cpu"
+    #: DQNPolicy's "learner" (``--learner``): who takes the gradient steps, "auto" (numpy on the CPU,
+    #: `trajview.algorithms.dqn_learner`), "numpy" or "torch".
+    learner: str = "auto"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -99,6 +102,7 @@ class DQNConfig(RunConfig):
         finite_number(setting("per_alpha"), self.per_alpha, 0)
         finite_number(setting("per_beta"), self.per_beta, 0, 1)
         check_dqn_settings({"dueling": self.dueling, "double_q": self.double_q}, str)
+        check_dqn_settings({"learner": self.learner}, setting)
         for name in ("random_warmup", "prioritized"):
             boolean(name, getattr(self, name))
 
@@ -106,7 +110,7 @@ class DQNConfig(RunConfig):
         return {"num_frames": self.num_frames, "hidden": self.hidden, "dueling": self.dueling, "double_q": self.double_q,
                 "lr": self.lr,
                 "gamma": self.gamma, "target_update_interval": self.target_update_interval, "seed": self.seed,
-                "device": self.resolved_device()}
+                "device": self.resolved_device(), "learner": self.learner}
 
 
 def dqn_policy(config: DQNConfig) -> DQNPolicy:
@@ -265,6 +269,8 @@ def dqn_config(args: argparse.Namespace, ck: Checkpoint | None, out: str, metric
     reward, out, metrics format, threads) over `DQNConfig`'s defaults."""
     if ck is not None:
         overrides: dict = {"device": args.device} if args.device else {}
+        if args.learner is not None:
+            overrides["learner"] = args.learner
         if stop_reward is not None:
             overrides["stop_reward"] = stop_reward[0]
         return config_from(DQNConfig, ck, out, timesteps, overrides)
@@ -275,6 +281,8 @@ def dqn_config(args: argparse.Namespace, ck: Checkpoint | None, out: str, metric
         kw["stop_reward"] = stop_reward[0]  # a number, or None ('none': never)
     if args.device is not None:
         kw["device"] = args.device
+    if args.learner is not None:
+        kw["learner"] = args.learner
     for name in ("lr", "gamma"):
         if getattr(args, name) is not None:
             kw[name] = getattr(args, name)
