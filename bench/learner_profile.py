@@ -168,6 +168,8 @@ ITERATIONS = {"framestack-zoo": 40, "framestack": 5, "lstm": 5, "attention": 3, 
 
 #: torch intra-op threads of every trainer (``trajview train --threads``, default 1; ``--threads`` here).
 THREADS = 1
+#: The learners' "learner" setting (``--learner``): "auto" (numpy where it applies, as trajview train), or "torch".
+LEARNER = "auto"
 
 #: The env the runs sample: trajview's Stateless CartPole inside `TimedEnv`.
 TIMED_ENV_ID = "trajview-bench/TimedStatelessCartPole-v1"
@@ -273,11 +275,12 @@ def make_trainer(name: str, out: str, seed: int, env: str = TIMED_ENV_ID, quick:
 
         extra: dict[str, Any] = {"iteration_steps": 256, "learning_starts": 128} if quick else {}
         return DQNTrainer(DQNConfig(env=env, seed=seed, timesteps=10**9, stop_reward=None, out_dir=out,
-                                    threads=THREADS, **_on_cpu(DQNConfig), **extra))
+                                    threads=THREADS, learner=LEARNER, **_on_cpu(DQNConfig), **extra))
     from trajview.train import PPOTrainer, TrainConfig
 
     cfg = TrainConfig.with_model_presets(env=env, seed=seed, timesteps=10**9, stop_reward=None, out_dir=out,
-                                         threads=THREADS, **_on_cpu(TrainConfig), **copy.deepcopy(PPO_SETTINGS[name]))
+                                         threads=THREADS, learner=LEARNER, **_on_cpu(TrainConfig),
+                                         **copy.deepcopy(PPO_SETTINGS[name]))
     return PPOTrainer(cfg)
 
 
@@ -695,8 +698,10 @@ def compute_timers(trainer: Any, clock: Clock) -> Iterator[None]:
 
     PPO: ``policy.action_sampler``, ``policy.loss``, ``model.forward_train`` / ``forward_step``, the optimizer's
     ``step``; DQN: the Q-network's and the target's ``forward``, the optimizer's ``step``; both:
-    ``torch.autograd.backward`` and ``torch.nn.utils.clip_grad_norm_``. A learner that routes its step through
-    other calls (a compiled step function) needs them added here, or the direct figure misses them."""
+    ``torch.autograd.backward`` and ``torch.nn.utils.clip_grad_norm_``; the numpy learners' steps (PPO's
+    ``MLPLearner._step``, acting through ``action_sampler``; DQN's ``DQNLearner._learn`` and ``greedy``). A learner
+    that routes its step through other calls (a compiled step function) needs them added here, or the direct figure
+    misses them. (The profiler's figure counts torch's ops only: not the numpy learners' arithmetic.)"""
     saved = (torch.autograd.backward, torch.nn.utils.clip_grad_norm_)
     torch.autograd.backward = timed(torch.autograd.backward, clock)
     torch.nn.utils.clip_grad_norm_ = timed(torch.nn.utils.clip_grad_norm_, clock)
@@ -719,10 +724,14 @@ def compute_timers(trainer: Any, clock: Clock) -> Iterator[None]:
         patch(policy, "loss")
         patch(policy.model, "forward_train")
         patch(policy.get_optimizer(), "step")
+        patch(policy.numpy_learner(), "_step")  # the numpy learner's step (forward, loss, backward, clip, Adam)
     else:  # DQN
         patch(policy.q, "forward")
         patch(policy.target, "forward")
         patch(policy.optimizer, "step")
+        learner = policy.numpy_learner()  # the numpy learner's step and greedy actions
+        patch(learner, "_learn")
+        patch(learner, "greedy")
     try:
         yield
     finally:
@@ -986,12 +995,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--top", type=int, default=15, help="cProfile rows per setting (0: no cProfile run)")
     p.add_argument("--quick", action="store_true", help="a smoke: 1 run, 2 iterations each, short DQN iterations")
     p.add_argument("--skip", choices=("a", "b"), action="append", default=[], help="leave out a part")
+    p.add_argument("--learner", choices=("auto", "torch"), default="auto",
+                   help="the learners' setting: auto (the numpy learners where they apply, as trajview train) or torch")
     args = p.parse_args(argv)
     reps = args.reps or (1 if args.quick else 5)
     sgd_reps = args.sgd_reps or (2 if args.quick else 7)
     print(f"# learner_profile: {machine()}")
-    global THREADS
-    THREADS = args.threads
+    global THREADS, LEARNER
+    THREADS, LEARNER = args.threads, args.learner
     torch.set_num_threads(THREADS)  # for the calibrations; each trainer sets its own (the same)
     timer_us = env_timer_cost_us(5_000, 3) if args.quick else env_timer_cost_us()
     event_us = profiler_cost_us(500, 3) if args.quick else profiler_cost_us()
