@@ -247,3 +247,31 @@ def test_trajview_train_takes_learner_and_resume_may_change_it(tmp_path):
     assert ck.config["learner"] == "torch" and ck.counters["env_steps"] == 1024
     assert main(["train", "--timesteps", "512", "--learner", "numpy", "--model", "lstm", "--out", str(tmp_path / "l"),
                  "--no-progress"]) == 2  # a model the numpy learner does not take: a one-line error
+
+
+@pytest.mark.parametrize("bad", [-1, 2, 7])
+def test_an_action_outside_the_space_is_refused_naming_the_column_and_nothing_changes(bad):
+    """numpy's indexing would read action -1 as the last one (torch's gather raises): the numpy learners refuse it,
+    naming the column and the space, before any step (PPO: the weights and Adam's state as they were)."""
+    box, disc = gym.spaces.Box(-1, 1, (2,), np.float32, seed=0), gym.spaces.Discrete(2, seed=0)
+    p = PPOPolicy(box, disc, {"model": "mlp", "sgd_minibatch_size": 8, "num_sgd_iter": 2, "learner": "numpy"})
+    batch = random_batch(np.random.default_rng(0), 8, box, disc, "mlp", 1)
+    p.learn_on_batch(SampleBatch(batch))
+    before = {k: v.clone() for k, v in p.model.state_dict().items()}
+    steps = float(p.get_optimizer().state_dict()["state"][0]["step"])
+    batch["actions"][3] = bad
+    with pytest.raises(ValueError, match=rf"column 'actions': a Discrete\(2, start=0\) action must be in \[0, 2\), got {bad}"):
+        p.learn_on_batch(SampleBatch(batch))
+    assert all(torch.equal(before[k], v) for k, v in p.model.state_dict().items())
+    assert float(p.get_optimizer().state_dict()["state"][0]["step"]) == steps
+
+    from trajview.algorithms.dqn import DQNPolicy
+
+    env = gym.make("trajview/StatelessCartPole-v1")
+    q = DQNPolicy(env.observation_space, env.action_space, {"num_frames": 2, "hidden": 8, "learner": "numpy"})
+    rng = np.random.default_rng(1)
+    replay = {"stack": rng.normal(size=(4, 2, 2)).astype(np.float32), "next_stack": rng.normal(size=(4, 2, 2)).astype(np.float32),
+              "actions": np.array([0, 1, bad, 0]), "rewards": np.ones(4, np.float32), "terminateds": np.zeros(4, bool)}
+    with pytest.raises(ValueError, match=r"column 'actions': a Discrete\(2, start=0\)"):
+        q.learn_on_replay(replay)
+    assert q.grad_steps == 0

@@ -20,7 +20,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from .numpy_nets import Dense, FlatAdam, adam_unsupported, blas_limit, dense_layers, flushed_denormals
+from .numpy_nets import Dense, FlatAdam, action_indices, adam_unsupported, blas_limit, dense_layers, flushed_denormals
 
 __all__ = ["DQNLearner", "supported"]
 
@@ -123,7 +123,7 @@ class DQNLearner:
     def _learn(self, batch: Mapping[str, Any], weights: np.ndarray | None) -> dict[str, Any]:
         cfg = self.policy.config
         s, s2 = _stack(batch, "stack"), _stack(batch, "next_stack")
-        a = np.asarray(batch["actions"]).astype(np.int64).reshape(-1)
+        a = action_indices(batch["actions"], 0, self.policy.num_actions, "actions")
         r = np.asarray(batch["rewards"], dtype=_F32).reshape(-1)
         term = np.asarray(batch["terminateds"], dtype=_F32).reshape(-1)
         rows = np.arange(len(a))

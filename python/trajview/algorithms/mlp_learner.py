@@ -37,7 +37,7 @@ from ..views.sample_batch import SampleBatch
 from .models.distributions import _CategoricalHead
 from .models.framestack import FrameStackModel
 from .models.mlp import MLPModel
-from .numpy_nets import Dense, FlatAdam, adam_unsupported, blas_limit, dense_layers, flushed_denormals
+from .numpy_nets import Dense, FlatAdam, action_indices, adam_unsupported, blas_limit, dense_layers, flushed_denormals
 from .postprocessing import Postprocessing
 
 __all__ = ["MLPActor", "MLPLearner", "model_supported", "supported"]
@@ -247,11 +247,10 @@ class MLPLearner:
         policy = self.policy
         model = policy.model
         x = _inputs(model, policy._to_torch(train_batch), _flat_key(model))
-        actions = np.asarray(train_batch[SampleBatch.ACTIONS]).astype(np.int64).reshape(-1)
-        start = model.action_dist.start
+        head = model.action_dist
         return {
             "x": x,
-            "actions": actions - start if start else actions,
+            "actions": action_indices(train_batch[SampleBatch.ACTIONS], head.start, head.num_inputs, SampleBatch.ACTIONS),
             "old_logp": np.asarray(train_batch[SampleBatch.ACTION_LOGP], dtype=_F32).reshape(-1),
             "adv": np.asarray(train_batch[Postprocessing.ADVANTAGES], dtype=_F32).reshape(-1),
             "targets": np.asarray(train_batch[Postprocessing.VALUE_TARGETS], dtype=_F32).reshape(-1),

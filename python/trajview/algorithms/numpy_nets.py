@@ -31,7 +31,7 @@ from torch.optim.adam import adam as torch_adam
 
 from .. import _core
 
-__all__ = ["ADAM_PLAIN", "Dense", "FlatAdam", "adam_unsupported", "blas_limit", "dense_layers", "flushed_denormals"]
+__all__ = ["ADAM_PLAIN", "Dense", "FlatAdam", "action_indices", "adam_unsupported", "blas_limit", "dense_layers", "flushed_denormals"]
 
 F32 = np.float32
 #: What the numpy learners need of a torch Adam: these keys at these values (torch's defaults).
@@ -67,6 +67,20 @@ def adam_unsupported(opt: Any, params: Sequence[torch.Tensor]) -> str | None:
     if any(p.device.type != "cpu" or p.dtype != torch.float32 or not p.requires_grad for p in params):
         return "the parameters are not trainable float32 tensors on the CPU"
     return None
+
+
+def action_indices(values: Any, start: int, n: int, column: str) -> np.ndarray:
+    """``values`` (a batch's Discrete actions) as int64 indices ``values - start`` in ``[0, n)``: a `ValueError`
+    naming ``column`` for one outside (numpy's indexing would wrap a negative one round where torch's ``gather``
+    raises)."""
+    a = np.asarray(values).astype(np.int64).reshape(-1)
+    if start:
+        a = a - start
+    if len(a) and (int(a.min()) < 0 or int(a.max()) >= n):
+        bad = int(a[(a < 0) | (a >= n)][0]) + start
+        raise ValueError(f"column {column!r}: a Discrete({n}, start={start}) action must be in [{start}, {start + n}), "
+                         f"got {bad}")
+    return a
 
 
 class Dense:
