@@ -361,3 +361,22 @@ def test_dqn_learner_setting_is_checked_and_the_cli_takes_it(tmp_path):
     assert main(["train", "--algo", "dqn", "--timesteps", "1200", "--out", str(out), "--no-progress", "--learner",
                  "torch"]) == 0
     assert read_checkpoint(out / "checkpoint", weights=False).config["learner"] == "torch"
+
+
+def test_a_new_dqn_optimizer_that_the_numpy_learner_does_not_take_goes_to_torch():
+    """"auto" checks again when the optimizer changes (as PPO's: one rule, `numpy_nets.LearnerChoice`)."""
+    import gymnasium as gym
+
+    from trajview.algorithms.dqn import DQNPolicy
+
+    env = gym.make("trajview/StatelessCartPole-v1")
+    fast = DQNPolicy(env.observation_space, env.action_space, {"num_frames": 2, "hidden": 8, "seed": 3})  # "auto"
+    rng = np.random.default_rng(0)
+    batch = {"stack": rng.normal(size=(8, 2, 2)).astype(np.float32), "next_stack": rng.normal(size=(8, 2, 2)).astype(np.float32),
+             "actions": rng.integers(0, 2, 8), "rewards": np.ones(8, np.float32), "terminateds": np.zeros(8, bool)}
+    fast.learn_on_replay(batch)
+    assert fast.numpy_learner() is not None
+    fast.optimizer = torch.optim.Adam(fast.q.parameters(), lr=1e-3, weight_decay=0.1)
+    assert fast.numpy_learner() is None
+    fast.learn_on_replay(batch)
+    assert all(q in fast.optimizer.state for q in fast.q.parameters())  # torch's Adam took the step

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from .dqn_learner import DQNLearner, supported as numpy_supported
+from .numpy_nets import LearnerChoice
 from .settings import check_dqn_settings
 from ..policy import Policy
 from ..policy.torch_policy import clip_grad_norm, numpy_state
@@ -103,25 +104,15 @@ class DQNPolicy(Policy):
         self.epsilon = 1.0
         self.grad_steps = 0
         self._rng = np.random.default_rng(int(cfg["seed"]) + 1)
-        self._numpy: DQNLearner | None = None
-        self._numpy_checked_for: torch.optim.Optimizer | None = None  # the optimizer "auto" last checked numpy for
+        self._learner_choice = LearnerChoice()
         if cfg["learner"] == "numpy":
             self.numpy_learner()  # (a ValueError now, saying why, where it cannot train this policy)
 
     def numpy_learner(self) -> DQNLearner | None:
         """The `DQNLearner` that takes this policy's gradient steps and greedy actions (config "learner"), or None
         where torch does. Config "numpy" on a policy it cannot train raises a `ValueError` saying why."""
-        mode = self.config["learner"]
-        if mode == "torch":
-            return None
-        if self._numpy is not None:
-            return self._numpy
-        if mode == "auto" and self._numpy_checked_for is self.optimizer:
-            return None
-        self._numpy_checked_for = self.optimizer
-        if mode == "numpy" or numpy_supported(self, DQNPolicy) is None:
-            self._numpy = DQNLearner(self, DQNPolicy)
-        return self._numpy
+        return self._learner_choice.get(self.config["learner"], self.optimizer,
+                                        lambda: numpy_supported(self, DQNPolicy), lambda: DQNLearner(self, DQNPolicy))
 
     def _q_changed(self) -> None:
         """The Q-network's weights changed: a CPU copy that acts (a learner elsewhere) is refreshed before the next

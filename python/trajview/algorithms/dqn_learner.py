@@ -96,6 +96,10 @@ class DQNLearner:
         self.online = _QNet(policy.q, self.flat.grads)
         self.target = _QNet(policy.target)
 
+    def is_bound(self) -> bool:
+        """Whether the Q-network's parameters and the optimizer's moments are still `FlatAdam`'s views."""
+        return self.flat.is_bound()
+
     def _check(self) -> None:
         """Binds again where the parameters or Adam's moments are no longer the buffers' views (a loaded state), and
         views the target network's tensors again where they changed."""

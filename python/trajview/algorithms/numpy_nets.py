@@ -31,7 +31,7 @@ from torch.optim.adam import adam as torch_adam
 
 from .. import _core
 
-__all__ = ["ADAM_PLAIN", "Dense", "FlatAdam", "action_indices", "adam_unsupported", "blas_limit", "dense_layers", "flushed_denormals"]
+__all__ = ["ADAM_PLAIN", "Dense", "FlatAdam", "LearnerChoice", "action_indices", "adam_unsupported", "blas_limit", "dense_layers", "flushed_denormals"]
 
 F32 = np.float32
 #: What the numpy learners need of a torch Adam: these keys at these values (torch's defaults).
@@ -221,6 +221,31 @@ def flushed_denormals() -> Iterator[None]:
         yield
     finally:
         _core.restore_flush_denormals(previous)
+
+
+class LearnerChoice:
+    """Which learner takes a policy's steps, by its config ``"learner"``: the numpy learner ``make()`` builds, or
+    None (torch). "torch": None. "numpy": the numpy learner (``make`` raises where it cannot train the policy).
+    "auto": the numpy learner where ``why_not()`` is None, checked again when the optimizer changes, and dropped
+    (torch from then on) when the policy changed under it so that it no longer applies."""
+
+    def __init__(self) -> None:
+        self.learner: Any = None
+        self._checked_for: Any = None  # the optimizer "auto" last checked for
+
+    def get(self, mode: str, optimizer: Any, why_not: Callable[[], str | None], make: Callable[[], Any]) -> Any:
+        if mode == "torch":
+            return None
+        if self.learner is not None:
+            if mode == "numpy" or self.learner.is_bound() or why_not() is None:
+                return self.learner  # ("numpy" on a policy it no longer takes: the learner raises at its step)
+            self.learner = None
+        if mode == "auto" and self._checked_for is optimizer:
+            return None
+        self._checked_for = optimizer
+        if mode == "numpy" or why_not() is None:
+            self.learner = make()
+        return self.learner
 
 
 _CONTROLLER: Any = None  # threadpoolctl's ThreadpoolController once made; False without threadpoolctl

@@ -32,6 +32,7 @@ from ..views.sample_batch import SampleBatch
 from ..policy.torch_policy import TorchPolicy, clip_grad_norm
 from .settings import check_ppo_settings
 from .mlp_learner import MLPActor, MLPLearner, model_supported as mlp_acts, supported as mlp_supported
+from .numpy_nets import LearnerChoice
 
 __all__ = ["PPOPolicy", "PPO_DEFAULTS", "PROX_LOGP", "minibatches"]
 
@@ -155,9 +156,8 @@ class PPOPolicy(TorchPolicy):
         #: The run's progress remaining (`trajview.algorithms.schedules.progress_remaining`) that the scheduled
         #: settings are at (`scheduled`): 1 until the trainer sets it before an update.
         self.progress_remaining = 1.0
-        self._mlp_learner: MLPLearner | None = None
+        self._learner_choice = LearnerChoice()
         self._mlp_actor: MLPActor | None | Literal[False] = None  # None: not checked yet; False: torch acts
-        self._mlp_checked_for: torch.optim.Optimizer | None = None  # the optimizer "auto" last checked numpy for
         if cfg["learner"] == "numpy":  # what can be known now (the optimizer is checked at the first update)
             why = mlp_acts(self, PPOPolicy) or ("the decoupled objective (config 'decoupled_clip') is torch's alone"
                                                 if cfg["decoupled_clip"] else None)
@@ -260,22 +260,8 @@ class PPOPolicy(TorchPolicy):
     def numpy_learner(self) -> MLPLearner | None:
         """The `MLPLearner` that takes this policy's SGD steps (config "learner"), or None where torch takes them.
         Config "numpy" on a policy it cannot train raises a `ValueError` saying why."""
-        mode = self.config["learner"]
-        if mode == "torch":
-            return None
-        opt = self.get_optimizer()
-        if self._mlp_learner is not None:
-            # (a policy changed since, e.g. by a new optimizer, that it no longer supports: "auto" goes to torch,
-            # "numpy" raises at its next step)
-            if mode == "numpy" or self._mlp_learner.is_bound() or mlp_supported(self, PPOPolicy) is None:
-                return self._mlp_learner
-            self._mlp_learner = None
-        if mode == "auto" and self._mlp_checked_for is opt:
-            return None
-        self._mlp_checked_for = opt
-        if mode == "numpy" or mlp_supported(self, PPOPolicy) is None:
-            self._mlp_learner = MLPLearner(self, PPOPolicy)
-        return self._mlp_learner
+        return self._learner_choice.get(self.config["learner"], self.get_optimizer(),
+                                        lambda: mlp_supported(self, PPOPolicy), lambda: MLPLearner(self, PPOPolicy))
 
     def learn_on_batch(self, train_batch: SampleBatch) -> dict:
         """``num_sgd_iter`` epochs of shuffled minibatches (whole sequences for recurrent models), by torch or by
