@@ -18,9 +18,8 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 import numpy as np
-import torch
 
-from .numpy_nets import Dense, FlatAdam, action_indices, adam_unsupported, blas_limit, dense_layers, flushed_denormals
+from .numpy_nets import Dense, FlatAdam, action_indices, adam_unsupported, blas_limit, dense_layers, flat_rows, flushed_denormals
 
 __all__ = ["DQNLearner", "supported"]
 
@@ -73,13 +72,6 @@ class _QNet:
         self.body.backward(h, cast(np.ndarray, d_h))
 
 
-def _stack(batch: Mapping[str, Any], key: str) -> np.ndarray:
-    """A frame stack's rows flattened, as float32 (what `QNetwork` reads: ``stack.flatten(1)``, as floats)."""
-    v = batch[key]
-    v = v.numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
-    return np.ascontiguousarray(v.reshape(len(v), -1), dtype=_F32)
-
-
 class DQNLearner:
     """`DQNPolicy.learn_on_replay` and its greedy actions, in numpy (the module docstring)."""
 
@@ -115,7 +107,7 @@ class DQNLearner:
         """The Q-network's argmax action of each row of ``stack`` (int64)."""
         if self.online.ptrs != [p.data_ptr() for p in self.flat.params]:  # (``param.data = ...``)
             self._check()
-        q, _ = self.online.forward(_stack({"stack": stack}, "stack"))
+        q, _ = self.online.forward(flat_rows(stack))
         return np.argmax(q, axis=1).astype(np.int64)
 
     def learn(self, batch: Mapping[str, Any], weights: np.ndarray | None) -> dict[str, Any]:
@@ -126,7 +118,7 @@ class DQNLearner:
 
     def _learn(self, batch: Mapping[str, Any], weights: np.ndarray | None) -> dict[str, Any]:
         cfg = self.policy.config
-        s, s2 = _stack(batch, "stack"), _stack(batch, "next_stack")
+        s, s2 = flat_rows(batch["stack"]), flat_rows(batch["next_stack"])
         a = action_indices(batch["actions"], 0, self.policy.num_actions, "actions")
         r = np.asarray(batch["rewards"], dtype=_F32).reshape(-1)
         term = np.asarray(batch["terminateds"], dtype=_F32).reshape(-1)

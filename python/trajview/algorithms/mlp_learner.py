@@ -37,7 +37,7 @@ from ..views.sample_batch import SampleBatch
 from .models.distributions import _CategoricalHead
 from .models.framestack import FrameStackModel
 from .models.mlp import MLPModel
-from .numpy_nets import Dense, FlatAdam, action_indices, adam_unsupported, blas_limit, dense_layers, flushed_denormals
+from .numpy_nets import Dense, FlatAdam, action_indices, adam_unsupported, blas_limit, dense_layers, flat_rows, flushed_denormals
 from .postprocessing import Postprocessing
 
 __all__ = ["MLPActor", "MLPLearner", "model_supported", "supported"]
@@ -114,9 +114,7 @@ def _inputs(model: Any, d: Mapping[str, Any], flat_key: str | None = None) -> np
     """The rows both MLPs read (no weights make them: `model_supported`), as float32 numpy: the view ``flat_key``
     flattened (`_flat_key`), else the model's own encoding."""
     if flat_key is not None:
-        v = d[flat_key]
-        v = v.numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
-        return np.ascontiguousarray(v.reshape(len(v), -1), dtype=_F32)
+        return flat_rows(d[flat_key])
     with torch.no_grad():
         if isinstance(model, FrameStackModel):
             x, _ = model._inputs(d)

@@ -31,7 +31,7 @@ from torch.optim.adam import adam as torch_adam
 
 from .. import _core
 
-__all__ = ["ADAM_PLAIN", "Dense", "FlatAdam", "LearnerChoice", "action_indices", "adam_unsupported", "blas_limit", "dense_layers", "flushed_denormals"]
+__all__ = ["ADAM_PLAIN", "Dense", "FlatAdam", "LearnerChoice", "action_indices", "adam_unsupported", "blas_limit", "dense_layers", "flat_rows", "flushed_denormals"]
 
 F32 = np.float32
 #: What the numpy learners need of a torch Adam: these keys at these values (torch's defaults).
@@ -67,6 +67,13 @@ def adam_unsupported(opt: Any, params: Sequence[torch.Tensor]) -> str | None:
     if any(p.device.type != "cpu" or p.dtype != torch.float32 or not p.requires_grad for p in params):
         return "the parameters are not trainable float32 tensors on the CPU"
     return None
+
+
+def flat_rows(value: Any) -> np.ndarray:
+    """A batch column (array or CPU tensor) with each row flattened, as C-contiguous float32: what the models'
+    vector encoders and `QNetwork` read (``x.float().flatten(1)``)."""
+    v = value.numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+    return np.ascontiguousarray(v.reshape(len(v), -1), dtype=F32)
 
 
 def action_indices(values: Any, start: int, n: int, column: str) -> np.ndarray:
