@@ -471,8 +471,11 @@ def test_an_env_that_keeps_failing_uses_up_the_restarts(tmp_path, monkeypatch, c
                                                       "seconds > 0, got 0.0"),
         (["--workers", "2", "--recreate-failed-workers", "--max-worker-restarts", "-1"],
          "max_worker_restarts (--max-worker-restarts) must be an int >= 0, got -1"),
+        (["--start-timeout", "5"], "start_timeout_s (--start-timeout) needs backend 'process' or 'ray'"),
+        (["--workers", "2", "--start-timeout", "-1"], "start_timeout_s (--start-timeout) must be None or a finite "
+                                                      "number of seconds > 0, got -1.0"),
     ],
-    ids=["recreate-local", "timeout-local", "timeout-zero", "restarts-negative"],
+    ids=["recreate-local", "timeout-local", "timeout-zero", "restarts-negative", "start-local", "start-negative"],
 )
 def test_bad_failure_settings_are_one_line_errors(tmp_path, capsys, flags, message):
     out = tmp_path / "run"

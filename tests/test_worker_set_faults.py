@@ -220,9 +220,55 @@ def test_workers_exit_when_the_driver_is_killed():
                 os.kill(p, signal.SIGKILL)
 
 
+def hang_while(flag: Path):
+    """An env creator that hangs (sleeps) while the file ``flag`` exists: a worker that cannot be built."""
+
+    def creator(cfg):
+        while flag.exists():
+            time.sleep(0.05)
+        return env_creator(cfg)
+
+    return creator
+
+
+def test_a_worker_not_built_within_start_timeout_s_is_killed_and_named(tmp_path):
+    import multiprocessing
+
+    flag = tmp_path / "hang"
+    flag.touch()
+    t0 = time.monotonic()
+    with pytest.raises(WorkerError, match=r"^rollout worker 1 was not ready within start_timeout_s=1 s \(building its "
+                                          r"envs and policy; killed\)") as e:
+        workers(creator=hang_while(flag), start_timeout_s=1, sample_timeout_s=30)
+    assert 1 <= time.monotonic() - t0 < 6  # bounded by start_timeout_s, not sample_timeout_s
+    assert (e.value.worker_index, e.value.reason) == (1, "timeout")
+    deadline = time.monotonic() + 5
+    while multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not multiprocessing.active_children()  # every worker killed and reaped
+    flag.unlink()
+    with workers(creator=hang_while(flag), start_timeout_s=30) as ws:  # built in time: samples as any
+        assert worker_indices(ws.sample()) == {1, 2}
+
+
+def test_a_replacement_not_built_within_start_timeout_s_counts_as_a_failed_restart(tmp_path):
+    flag = tmp_path / "hang"
+    with workers(creator=hang_while(flag), recreate_failed_workers=True, max_restarts=1, start_timeout_s=1) as ws:
+        ws.sample()
+        flag.touch()  # the replacement of worker 2 cannot be built
+        kill(ws.worker_pids()[1])
+        t0 = time.monotonic()
+        with pytest.raises(WorkerError, match=r"rollout worker 2 was not ready within start_timeout_s=1 s") as e:
+            ws.sample()
+        assert 1 <= time.monotonic() - t0 < 6
+        assert e.value.reason == "timeout" and e.value.restarts_used_up
+        assert ws.num_worker_restarts == 1 and ws.num_healthy_workers == 1
+
+
 def test_options_are_checked():
     for bad in (dict(max_restarts=-1), dict(max_restarts=True), dict(sample_timeout_s=0),
-                dict(sample_timeout_s="1"), dict(recreate_failed_workers=1)):
+                dict(sample_timeout_s="1"), dict(recreate_failed_workers=1), dict(start_timeout_s=0),
+                dict(start_timeout_s=float("inf")), dict(start_timeout_s=True), dict(start_timeout_s="5")):
         with pytest.raises(ValueError, match=next(iter(bad))):
             tv.WorkerSet(env_creator, ObsActionPolicy, **bad)
 

@@ -61,6 +61,17 @@ def finite_number(name: str, value: Any, lo: float | None = None, hi: float | No
     return float(value)
 
 
+def timeout_seconds(name: str, value: Any) -> float | None:
+    """A timeout setting (``sample_timeout_s``, ``start_timeout_s``): None (no limit), or ``value`` as a float if it
+    is a finite number of seconds > 0."""
+    if value is None:
+        return None
+    try:
+        return finite_number(name, value, 0, lo_open=True)
+    except ValueError:
+        raise ValueError(f"{name} must be None or a finite number of seconds > 0, got {value!r}") from None
+
+
 def boolean(name: str, value: Any) -> bool:
     """``value``, if it is a bool."""
     if not isinstance(value, (bool, np.bool_)):

@@ -12,7 +12,8 @@ class WorkerError(RuntimeError):
 
     ``worker_index``: the worker's index (``1..num_workers``). ``reason``:
     ``"died"`` (its process exited or was killed, or its Ray actor was lost),
-    ``"timeout"`` (no answer within ``sample_timeout_s``: it was killed) or
+    ``"timeout"`` (no answer within ``sample_timeout_s``, or not built within
+    ``start_timeout_s``, ``detail`` ``"starting"``: it was killed) or
     ``"raised"`` (its command raised: ``detail`` holds the worker's
     traceback). ``detail``: how it died, or the traceback. ``failure``: what
     happened, the message without its ``hint``, which says how to have failed

@@ -84,3 +84,4 @@ class WorkerSetOptions(_SamplingOptions, total=False):
     recreate_failed_workers: bool
     max_restarts: int
     sample_timeout_s: float | None
+    start_timeout_s: float | None

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, cast, overload
 
 import numpy as np
 
-from .._validate import positive_int
+from .._validate import positive_int, timeout_seconds
 from ..envs.make import as_env_creator
 from ..errors import WorkerError
 from ..policy.policy import Policy
@@ -28,18 +28,27 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trajview.rollout")
 
-__all__ = ["AsyncBatch", "WorkerSet", "worker_failure"]
+__all__ = ["AsyncBatch", "STARTING", "WorkerSet", "worker_failure"]
 
 #: How long `WorkerSet.stop` waits for a worker to close its envs before it is killed.
 _STOP_TIMEOUT_S = 5.0
 
 
-def worker_failure(index: int, reason: str, detail: str, sample_timeout_s: float | None = None) -> str:
+#: `WorkerFailed.detail` of a ``"timeout"`` while a new worker builds its envs and policy (``start_timeout_s``).
+STARTING = "starting"
+
+
+def worker_failure(index: int, reason: str, detail: str, sample_timeout_s: float | None = None,
+                   start_timeout_s: float | None = None) -> str:
     """What a failed rollout worker's `WorkerError` says (its ``failure``): worker ``index`` (1-based) ``died``
-    (``detail``: how), gave no answer within ``sample_timeout_s`` (``timeout``), or ``raised`` (``detail``: its
-    traceback). `WorkerSet` and ``trajview train``'s local backend say it alike."""
+    (``detail``: how), gave no answer within ``sample_timeout_s`` (``timeout``; with ``detail`` `STARTING`: was not
+    built within ``start_timeout_s``), or ``raised`` (``detail``: its traceback). `WorkerSet` and ``trajview
+    train``'s local backend say it alike."""
     if reason == "died":
         return f"rollout worker {index} died: {detail}"
+    if reason == "timeout" and detail == STARTING:
+        return (f"rollout worker {index} was not ready within start_timeout_s={start_timeout_s:g} s (building its "
+                f"envs and policy; killed)")
     if reason == "timeout":
         return f"rollout worker {index} gave no answer within sample_timeout_s={sample_timeout_s:g} s (killed)"
     return f"rollout worker {index} failed:\n{detail.rstrip()}"
@@ -122,8 +131,14 @@ class WorkerSet(Generic[BatchT]):
     none is lost.
 
     * Errors while the workers are first built are always raised. Building a
-      worker (the first ones, and replacements) is not bounded by
-      ``sample_timeout_s``.
+      worker (the first ones, and each replacement: its envs, its policy, and
+      for a replacement the weights and filters it is given) is bounded by
+      ``start_timeout_s`` seconds (default ``None``: no limit), not by
+      ``sample_timeout_s``: a worker not ready by then is killed, and is a
+      `WorkerError` with reason ``"timeout"`` (``"rollout worker 2 was not
+      ready within start_timeout_s=..."``); a replacement that is not ready in
+      time counts as a failed restart (replaced again while restarts are left;
+      RLlib's ``env_runner_restore_timeout_s``).
     * A replacement's ``eps_id`` s count from its worker's first again, and
       with ``seed`` given its envs are seeded as its predecessor's were; its
       global RNGs are seeded apart.
@@ -171,6 +186,7 @@ class WorkerSet(Generic[BatchT]):
         recreate_failed_workers: bool = False,
         max_restarts: int = 1000,
         sample_timeout_s: float | None = None,
+        start_timeout_s: float | None = None,
         **worker_kwargs: Any,
     ) -> None:
         self.num_workers = positive_int("num_workers", num_workers)
@@ -182,17 +198,13 @@ class WorkerSet(Generic[BatchT]):
             raise ValueError(f"recreate_failed_workers must be a bool, got {recreate_failed_workers!r}")
         if isinstance(max_restarts, (bool, np.bool_)) or not isinstance(max_restarts, (int, np.integer)) or max_restarts < 0:
             raise ValueError(f"max_restarts must be an int >= 0, got {max_restarts!r}")
-        if sample_timeout_s is not None and (
-            isinstance(sample_timeout_s, (bool, np.bool_))
-            or not isinstance(sample_timeout_s, (int, float, np.integer, np.floating))
-            or not (0 < sample_timeout_s < math.inf)
-        ):
-            raise ValueError(f"sample_timeout_s must be None or a number of seconds > 0, got {sample_timeout_s!r}")
+        self.sample_timeout_s = timeout_seconds("sample_timeout_s", sample_timeout_s)
+        #: Seconds a new worker may take to be built and answer (None: no limit).
+        self.start_timeout_s = timeout_seconds("start_timeout_s", start_timeout_s)
         env_creator = as_env_creator(env_creator)  # an env id: checked here, a picklable creator for the workers
         self.backend = backend
         self.recreate_failed_workers = bool(recreate_failed_workers)
         self.max_restarts = int(max_restarts)
-        self.sample_timeout_s = None if sample_timeout_s is None else float(sample_timeout_s)
         #: Workers replaced so far (RLlib's ``num_remote_worker_restarts``).
         self.num_worker_restarts = 0
         self._backend: Backend
@@ -214,7 +226,7 @@ class WorkerSet(Generic[BatchT]):
         try:
             for i in range(self.num_workers):
                 self._workers[i] = self._backend.start(i + 1, overrides=self._seed_kwargs(i, 0))
-            _, failed = self._exchange(range(self.num_workers), "pid", None, timeout=None)
+            failed = self._started(range(self.num_workers))
             if failed:
                 i = min(failed)
                 raise self._error(i, failed[i], hint=False)
@@ -313,7 +325,7 @@ class WorkerSet(Generic[BatchT]):
         restores a recreated worker from the local worker's state); those that failed (killed)."""
         if not positions:
             return {}
-        _, failed = self._exchange(positions, "pid", None, timeout=None)
+        failed = self._started(positions)
         commands: list[tuple[str, Any]] = [("set_weights", (policy_id, weights)) for policy_id, weights in self._weights.items()]
         if self.filters:
             commands.append(("sync_filters", self._driver_filters()))
@@ -323,6 +335,12 @@ class WorkerSet(Generic[BatchT]):
         for i in failed:
             self._kill(i)
         return failed
+
+    def _started(self, positions: Iterable[int]) -> dict[int, WorkerFailed]:
+        """Waits (up to ``start_timeout_s``) for the new workers at ``positions`` to be built and answer; those that
+        failed (a timeout's detail: `STARTING`)."""
+        _, failed = self._exchange(positions, "pid", None, timeout=self.start_timeout_s)
+        return {i: WorkerFailed("timeout", STARTING) if f.reason == "timeout" else f for i, f in failed.items()}
 
     def _seed_kwargs(self, i: int, restarts: int) -> dict[str, Any]:
         """Worker ``i``'s env seed: ``seed + i * num_envs`` (its envs' seeds follow on), moved apart for a
@@ -350,7 +368,7 @@ class WorkerSet(Generic[BatchT]):
                     self._eps_next[i] = max(self._eps_next[i], n)
 
     def _error(self, i: int, f: WorkerFailed, hint: bool = True) -> WorkerError:
-        msg = worker_failure(i + 1, f.reason, f.detail, self.sample_timeout_s)
+        msg = worker_failure(i + 1, f.reason, f.detail, self.sample_timeout_s, self.start_timeout_s)
         note = ""
         if hint and not self.recreate_failed_workers:
             note = "(WorkerSet(..., recreate_failed_workers=True) replaces a failed worker and goes on)"

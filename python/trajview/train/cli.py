@@ -13,6 +13,7 @@ from typing import Any
 
 from .._extras import extra_hint, install_hint
 from ..errors import WorkerError
+from ..rollout.worker_set import STARTING
 from ..algorithms.schedules import SCHEDULES
 from ..algorithms.settings import CHOICES
 from .config import DEVICES, MAX_SEED, MODEL_PRESETS, TrainConfig
@@ -165,6 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--sample-timeout", type=float, default=None, metavar="S", dest="sample_timeout_s",
                    help="process or ray backend: a worker with no batch after S seconds of one sample counts as "
                         "hung and is killed (then replaced with --recreate-failed-workers); default: no limit")
+    t.add_argument("--start-timeout", type=float, default=None, metavar="S", dest="start_timeout_s",
+                   help="process or ray backend: a new worker not ready after S seconds of building its envs and "
+                        "policy counts as hung and is killed (a replacement is then replaced again with "
+                        "--recreate-failed-workers); default: no limit")
     t.add_argument("--envs-per-worker", type=int, default=None, help=PRESET_HELP % d.envs_per_worker)
     t.add_argument("--train-batch-size", type=int, default=None, help=PRESET_HELP % d.train_batch_size)
     t.add_argument("--minibatch-size", type=int, default=None, help=PRESET_HELP % d.sgd_minibatch_size)
@@ -274,6 +279,8 @@ def _worker_failure(e: WorkerError, trainer: Any, config: Any) -> str:
 
     msg = e.failure.rstrip()  # without the library's hint, in WorkerSet's terms: the flags' follows
     where = where_it_stopped(trainer, config)
+    if e.reason == "timeout" and e.detail == STARTING and getattr(config, "start_timeout_s", None) is not None:
+        where += f"; --start-timeout above {config.start_timeout_s:g} gives a new worker longer to build its envs"
     if e.restarts_used_up:
         where += (f"; all {config.max_worker_restarts} worker restarts allowed are used up: raise "
                   f"--max-worker-restarts for more")
@@ -281,6 +288,8 @@ def _worker_failure(e: WorkerError, trainer: Any, config: Any) -> str:
         pass  # DQN: one worker in the trainer's process, never replaced
     elif config is not None and config.backend == "local":
         where += "; --backend process --recreate-failed-workers replaces a failed worker and goes on"
+    elif trainer is None:
+        pass  # the first workers failed to start: a replacement would not be made (WorkerSet raises those)
     elif config is None or not config.recreate_failed_workers:
         where += "; --recreate-failed-workers replaces a failed worker and goes on"
     return f"trajview train: error: {msg}\n{where}"
@@ -290,6 +299,7 @@ def _worker_failure(e: WorkerError, trainer: Any, config: Any) -> str:
 PPO_ONLY = (("--workers", "workers"), ("--backend", "backend"), ("--async", "async_sampling"),
             ("--ray-address", "ray_address"), ("--recreate-failed-workers", "recreate_failed_workers"),
             ("--max-worker-restarts", "max_worker_restarts"), ("--sample-timeout", "sample_timeout_s"),
+            ("--start-timeout", "start_timeout_s"),
             ("--max-staleness", "max_staleness"), ("--drop-obs-keys", "drop_obs_keys"), ("--model", "model"), ("--envs-per-worker", "envs_per_worker"),
             ("--train-batch-size", "train_batch_size"), ("--minibatch-size", "minibatch_size"),
             ("--num-sgd-iter", "num_sgd_iter"), ("--entropy-coeff", "entropy_coeff"), ("--lambda", "lambda_"),
@@ -322,6 +332,7 @@ def _ppo_config(args: argparse.Namespace, out: str, metrics_format: str, tensorb
         max_worker_restarts=(d.max_worker_restarts if args.max_worker_restarts is None
                              else args.max_worker_restarts),
         sample_timeout_s=args.sample_timeout_s,
+        start_timeout_s=args.start_timeout_s,
         envs_per_worker=args.envs_per_worker,
         train_batch_size=args.train_batch_size,
         sgd_minibatch_size=args.minibatch_size,
@@ -362,6 +373,8 @@ def _resumed_ppo_config(args: argparse.Namespace, ck: Any, out: str) -> TrainCon
         saved["max_worker_restarts"] = args.max_worker_restarts
     if args.sample_timeout_s is not None:
         saved["sample_timeout_s"] = args.sample_timeout_s
+    if args.start_timeout_s is not None:
+        saved["start_timeout_s"] = args.start_timeout_s
     if args.device is not None:  # where this session trains (a GPU run may resume on a CPU, and the other way)
         saved["device"] = args.device
     if args.learner is not None:  # who takes the SGD steps (the same arithmetic either way)

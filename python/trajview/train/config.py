@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from .._validate import boolean, finite_number, int_at_least
+from .._validate import boolean, finite_number, int_at_least, timeout_seconds
 from ..algorithms.settings import check_ppo_settings
 from ..algorithms.schedules import SCHEDULED, check_schedule
 
@@ -61,7 +61,7 @@ FLAGS = {
     "seed": "--seed", "timesteps": "--timesteps", "workers": "--workers", "backend": "--backend",
     "ray_address": "--ray-address", "async_sampling": "--async", "max_staleness": "--max-staleness",
     "recreate_failed_workers": "--recreate-failed-workers", "max_worker_restarts": "--max-worker-restarts",
-    "sample_timeout_s": "--sample-timeout", "envs_per_worker": "--envs-per-worker",
+    "sample_timeout_s": "--sample-timeout", "start_timeout_s": "--start-timeout", "envs_per_worker": "--envs-per-worker",
     "train_batch_size": "--train-batch-size", "sgd_minibatch_size": "--minibatch-size",
     "num_sgd_iter": "--num-sgd-iter", "lr": "--lr", "gamma": "--gamma", "lambda_": "--lambda",
     "clip_param": "--clip-param", "vf_loss_coeff": "--vf-loss-coeff", "entropy_coeff": "--entropy-coeff",
@@ -184,6 +184,9 @@ class TrainConfig(RunConfig):
     #: Seconds a worker may take for one sample before it counts as hung and is killed (``--sample-timeout``);
     #: None: no limit.
     sample_timeout_s: float | None = None
+    #: Seconds a new rollout worker (the first ones and each replacement) may take to build its envs and policy
+    #: before it counts as hung and is killed (``--start-timeout``); None: no limit.
+    start_timeout_s: float | None = None
     envs_per_worker: int = 8
     train_batch_size: int = 2000
     sgd_minibatch_size: int = 250
@@ -267,13 +270,11 @@ class TrainConfig(RunConfig):
         if (isinstance(self.max_worker_restarts, bool) or not isinstance(self.max_worker_restarts, int)
                 or self.max_worker_restarts < 0):
             raise ValueError(f"{setting('max_worker_restarts')} must be an int >= 0, got {self.max_worker_restarts!r}")
-        if self.sample_timeout_s is not None and (
-                isinstance(self.sample_timeout_s, bool) or not isinstance(self.sample_timeout_s, (int, float))
-                or not self.sample_timeout_s > 0 or self.sample_timeout_s == float("inf")):
-            raise ValueError(f"{setting('sample_timeout_s')} must be None or a finite number of seconds > 0, "
-                             f"got {self.sample_timeout_s!r}")
+        timeout_seconds(setting("sample_timeout_s"), self.sample_timeout_s)
+        timeout_seconds(setting("start_timeout_s"), self.start_timeout_s)
         for name, flag, given in (("recreate_failed_workers", "--recreate-failed-workers", self.recreate_failed_workers),
-                                  ("sample_timeout_s", "--sample-timeout", self.sample_timeout_s is not None)):
+                                  ("sample_timeout_s", "--sample-timeout", self.sample_timeout_s is not None),
+                                  ("start_timeout_s", "--start-timeout", self.start_timeout_s is not None)):
             if given and self.backend == "local":
                 raise ValueError(f"{name} ({flag}) needs backend 'process' or 'ray' (the local backend's workers "
                                  f"run in the trainer's process: their failure is the trainer's), got 'local'")

@@ -262,6 +262,7 @@ class ParallelRollouts:
                 recreate_failed_workers=config.recreate_failed_workers,
                 max_restarts=config.max_worker_restarts,
                 sample_timeout_s=config.sample_timeout_s,
+                start_timeout_s=config.start_timeout_s,
             )
         except BaseException:
             self._shutdown_ray()
