@@ -131,10 +131,10 @@ class WorkerSet(Generic[BatchT]):
     none is lost.
 
     * Errors while the workers are first built are always raised. Building a
-      worker (the first ones, and each replacement: its envs, its policy, and
-      for a replacement the weights and filters it is given) is bounded by
-      ``start_timeout_s`` seconds (default ``None``: no limit), not by
-      ``sample_timeout_s``: a worker not ready by then is killed, and is a
+      worker (the first ones, and each replacement: its envs and its policy)
+      is bounded by ``start_timeout_s`` seconds (default ``None``: no limit),
+      not by ``sample_timeout_s`` (which bounds the weights and filters a
+      replacement is then given): a worker not ready by then is killed, and is a
       `WorkerError` with reason ``"timeout"`` (``"rollout worker 2 was not
       ready within start_timeout_s=..."``); a replacement that is not ready in
       time counts as a failed restart (replaced again while restarts are left;
