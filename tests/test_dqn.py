@@ -215,14 +215,15 @@ def test_dqn_epsilon_schedule_and_random_warmup(tmp_path, warmup):
 # -- the numpy learner (config "learner": `trajview.algorithms.dqn_learner`) against torch's ---------------------------
 
 
-def _dqn_twins(config: dict):
+def _dqn_twins(config: dict, action_space=None):
     import gymnasium as gym
 
     from trajview.algorithms.dqn import DQNPolicy
 
     env = gym.make("trajview/StatelessCartPole-v1")
-    ref = DQNPolicy(env.observation_space, env.action_space, {**config, "learner": "torch"})
-    fast = DQNPolicy(env.observation_space, env.action_space, {**config, "learner": "numpy"})
+    actions = env.action_space if action_space is None else action_space
+    ref = DQNPolicy(env.observation_space, actions, {**config, "learner": "torch"})
+    fast = DQNPolicy(env.observation_space, actions, {**config, "learner": "numpy"})
     fast.set_state(ref.get_state())
     return ref, fast
 
@@ -380,3 +381,49 @@ def test_a_new_dqn_optimizer_that_the_numpy_learner_does_not_take_goes_to_torch(
     assert fast.numpy_learner() is None
     fast.learn_on_replay(batch)
     assert all(q in fast.optimizer.state for q in fast.q.parameters())  # torch's Adam took the step
+
+
+@pytest.mark.parametrize("start", [-2, 5])
+def test_dqn_acts_and_learns_in_a_discrete_space_that_does_not_start_at_zero(start):
+    """``Discrete(n, start=k)``: the Q-network's output i is action k + i, greedy and random; learning reads the
+    actions back the same way (both learners alike); an action outside the space is refused naming the column."""
+    import gymnasium as gym
+
+    ref, fast = _dqn_twins({"num_frames": 3, "hidden": 8, "lr": 1e-4}, gym.spaces.Discrete(3, start=start))
+    rng = np.random.default_rng(0)
+    for p in (ref, fast):
+        for eps in (0.0, 1.0):
+            p.epsilon = eps
+            a, _, _ = p.compute_actions_from_input_dict({"stack": rng.normal(size=(200, 3, 2)).astype(np.float32)})
+            assert set(a.tolist()) <= set(range(start, start + 3)) and (eps == 0.0 or len(set(a.tolist())) == 3)
+    batch = {"stack": rng.normal(size=(16, 3, 2)).astype(np.float32),
+             "next_stack": rng.normal(size=(16, 3, 2)).astype(np.float32),
+             "actions": rng.integers(start, start + 3, 16), "rewards": np.ones(16, np.float32),
+             "terminateds": np.zeros(16, bool)}
+    for _ in range(3):
+        assert fast.learn_on_replay(batch)["td_loss"] == pytest.approx(ref.learn_on_replay(batch)["td_loss"], rel=1e-3)
+    _assert_same_dqn(ref, fast)
+    batch["actions"] = np.full(16, start + 3)
+    for p in (ref, fast):
+        with pytest.raises(ValueError, match=rf"column 'actions': a Discrete\(3, start={start}\) action must be in"):
+            p.learn_on_replay(batch)
+
+
+def test_a_dqn_parameter_frozen_under_a_bound_learner_goes_to_torch_or_says_why():
+    ref, fast = _dqn_twins({"num_frames": 3, "hidden": 8, "lr": 1e-3})
+    rng = np.random.default_rng(0)
+    batch = {"stack": rng.normal(size=(16, 3, 2)).astype(np.float32),
+             "next_stack": rng.normal(size=(16, 3, 2)).astype(np.float32), "actions": rng.integers(0, 2, 16),
+             "rewards": np.ones(16, np.float32), "terminateds": np.zeros(16, bool)}
+    ref.learn_on_replay(batch)
+    fast.learn_on_replay(batch)
+    for p in (ref, fast):
+        next(iter(p.q.parameters())).requires_grad_(False)
+    with pytest.raises(ValueError, match="the numpy learner cannot train this policy any more: the parameters"):
+        fast.learn_on_replay(batch)
+    fast.config["learner"] = "auto"
+    frozen = next(iter(fast.q.parameters())).detach().clone()
+    ref.learn_on_replay(batch)
+    fast.learn_on_replay(batch)
+    assert fast.numpy_learner() is None and torch.equal(next(iter(fast.q.parameters())), frozen)
+    _assert_same_dqn(ref, fast)

@@ -246,3 +246,51 @@ def test_bootstrap_of_nested_observations_is_the_next_steps_value(model, obs):
         assert policy.value_of_next_step(seg) == pytest.approx(float(second["vf_preds"][nxt[0]]), abs=2e-4)
         compared += 1
     assert compared >= 1
+
+
+def test_one_hot_refuses_values_outside_the_space_and_reads_zero_padding_as_no_value():
+    """A Discrete / MultiDiscrete value outside the space is a ValueError naming the space (a MultiDiscrete one set a
+    bit of the next component's block); 0 where the space does not hold it is the views' padding before an
+    episode's first step: all zeros."""
+    enc = SpaceEncoder(S.Discrete(3, start=5))
+    np.testing.assert_array_equal(enc(torch.tensor([5, 7, 0])).numpy(), [[1, 0, 0], [0, 0, 1], [0, 0, 0]])
+    for bad in (4, 8, -1):
+        with pytest.raises(ValueError, match=rf"Discrete\(3, start=5\) one-hot encoder: got {bad}, outside the space"):
+            enc(torch.tensor([5, bad]))
+    stack = SpaceEncoder(S.Discrete(3, start=5), frames=2)  # prev_n_actions of a frame stack: [B, K]
+    np.testing.assert_array_equal(stack(torch.tensor([[0, 6]])).numpy(), [[0, 0, 0, 0, 1, 0]])
+    md = SpaceEncoder(S.MultiDiscrete([3, 2], start=[1, 4]))
+    np.testing.assert_array_equal(md(torch.tensor([[1, 5], [3, 4], [0, 0]])).numpy(),
+                                  [[1, 0, 0, 0, 1], [0, 0, 1, 1, 0], [0, 0, 0, 0, 0]])
+    with pytest.raises(ValueError, match=r"MultiDiscrete\(\[3 2\], start=\[1 4\]\) one-hot encoder: got 4"):
+        md(torch.tensor([[4, 4]]))  # (4 + shift would have set the second component's first bit)
+    plain = SpaceEncoder(S.MultiDiscrete([3, 2]))
+    with pytest.raises(ValueError, match="got 3, outside the space"):
+        plain(torch.tensor([[3, 0]]))
+
+
+@pytest.mark.parametrize("model", ["framestack", "lstm", "attention"])
+def test_models_with_previous_actions_act_in_a_discrete_space_that_does_not_hold_zero(model):
+    """``Discrete(3, start=5)``: the previous actions before an episode's first step are the views' zeros, outside
+    the space; the models read them as no action, and act and train."""
+
+    class Env(gym.Env):
+        observation_space = S.Box(-1, 1, (2,), np.float32)
+        action_space = S.Discrete(3, start=5)
+
+        def reset(self, seed=None, options=None):
+            self.t = 0
+            return np.zeros(2, np.float32), {}
+
+        def step(self, a):
+            assert a in self.action_space, a
+            self.t += 1
+            return np.full(2, 0.1 * a, np.float32), 1.0, self.t >= 5, False, {}
+
+    policy = PPOPolicy(Env.observation_space, Env.action_space, {"model": model, "sgd_minibatch_size": 16,
+                                                                 "num_sgd_iter": 1})
+    worker = tv.RolloutWorker(lambda cfg: Env(), policy, num_envs=2, rollout_fragment_length=20)
+    batch = worker.sample()
+    assert set(np.asarray(batch["actions"]).tolist()) <= {5, 6, 7}
+    assert policy.learn_on_batch(batch)  # (the worker's batch is postprocessed: advantages, value targets)
+    assert policy.compute_single_action(np.zeros(2, np.float32))[0] in (5, 6, 7)

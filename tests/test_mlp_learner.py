@@ -322,3 +322,104 @@ def test_an_action_outside_the_space_is_refused_naming_the_column_and_nothing_ch
     with pytest.raises(ValueError, match=r"column 'actions': a Discrete\(2, start=0\)"):
         q.learn_on_replay(replay)
     assert q.grad_steps == 0
+
+
+def _mlp_twins(config: dict | None = None):
+    box, disc = gym.spaces.Box(-1, 1, (3,), np.float32, seed=0), gym.spaces.Discrete(3, seed=0)
+    ref, fast = twins(box, disc, {"sgd_minibatch_size": 16, "num_sgd_iter": 2, **(config or {})}, model="mlp")
+    batches = [SampleBatch(random_batch(np.random.default_rng(i), 32, box, disc, "mlp", 1)) for i in range(3)]
+    return ref, fast, batches
+
+
+def _auto(fast: PPOPolicy) -> PPOPolicy:
+    fast.config["learner"] = "auto"
+    return fast
+
+
+def _learn(p: PPOPolicy, batch: SampleBatch, seed: int) -> None:
+    """``p.learn_on_batch(batch)`` with torch's generator seeded (the minibatches' shuffles: the same for twins)."""
+    torch.manual_seed(seed)
+    p.learn_on_batch(batch)
+
+
+@pytest.mark.parametrize("change", ["freeze", "weight_decay", "maximize", "decoupled_clip"])
+def test_what_changes_under_a_bound_learner_goes_to_torch_or_says_why(change):
+    """A parameter frozen, the optimizer's settings or the config changed after the numpy learner bound its buffers:
+    "auto" trains with torch from then on (what torch does, exactly), "numpy" refuses saying why."""
+    def apply(p: PPOPolicy) -> None:
+        if change == "freeze":
+            next(iter(p.model.pi.parameters())).requires_grad_(False)
+        elif change == "decoupled_clip":
+            p.config["decoupled_clip"] = True
+        else:
+            p.get_optimizer().param_groups[0][change] = 0.5 if change == "weight_decay" else True
+
+    for mode in ("auto", "numpy"):
+        ref, fast, batches = _mlp_twins()
+        fast.config["learner"] = mode
+        for p in (ref, fast):
+            _learn(p, batches[0], 0)
+            apply(p)
+        assert fast.numpy_learner() is not None and fast.numpy_learner().is_bound()
+        frozen = next(iter(fast.model.pi.parameters())).detach().clone()
+        _learn(ref, batches[1], 1)
+        if mode == "numpy":
+            with pytest.raises(ValueError, match="the numpy learner cannot train this policy any more: the "):
+                _learn(fast, batches[1], 1)
+            continue
+        _learn(fast, batches[1], 1)
+        assert fast.numpy_learner() is None
+        assert_same_state(ref, fast)
+        if change == "freeze":
+            assert torch.equal(next(iter(fast.model.pi.parameters())), frozen)
+
+
+def test_adams_step_count_goes_on_across_a_switch_of_learner():
+    """Torch's Adam steps the bound buffers' step views in place: numpy, then torch, then numpy again takes the
+    bias correction of the steps taken in all (as torch all along does)."""
+    ref, fast, batches = _mlp_twins()
+    for i, (mode, b) in enumerate(zip(("numpy", "torch", "numpy"), batches)):
+        fast.config["learner"] = mode
+        _learn(fast, b, i)
+        _learn(ref, b, i)
+    assert_same_state(ref, fast)
+    steps = {float(s["step"]) for s in fast.get_optimizer().state_dict()["state"].values()}
+    assert steps == {3 * 2 * 2.0}  # 3 batches x 2 epochs x 2 minibatches
+
+
+def test_adam_steps_that_differ_between_parameters_train_with_torch_or_say_why():
+    """A checkpoint of a torch run that had some parameters frozen for a while: Adam's step counts differ, which the
+    numpy learner (one count for all) cannot step: "auto" takes torch, "numpy" says why."""
+    ref, fast, batches = _mlp_twins()
+    fast.config["learner"] = "torch"
+    first = next(iter(fast.model.pi.parameters()))
+    for p in (ref, fast):
+        next(iter(p.model.pi.parameters())).requires_grad_(False)
+        _learn(p, batches[0], 0)
+        next(iter(p.model.pi.parameters())).requires_grad_(True)
+        _learn(p, batches[1], 1)
+    assert first in fast.get_optimizer().state and len({float(s["step"]) for s in
+                                                         fast.get_optimizer().state_dict()["state"].values()}) == 2
+    _learn(_auto(fast), batches[2], 2)
+    _learn(ref, batches[2], 2)
+    assert fast.numpy_learner() is None
+    assert_same_state(ref, fast)
+    fast.config["learner"] = "numpy"
+    with pytest.raises(ValueError, match="different numbers of steps"):
+        _learn(fast, batches[2], 2)
+
+
+def test_a_batch_of_whole_sequences_trains_with_torch_or_is_refused():
+    """A batch with seq_lens is minibatched in whole sequences (`minibatches`): "auto" takes torch for it, "numpy"
+    refuses it, saying so (it takes random rows)."""
+    ref, fast, batches = _mlp_twins()
+    cols = dict(batches[0].items())
+    cols["seq_lens"] = np.array([10, 12, 10], np.int32)
+    torch.manual_seed(3)
+    ref.learn_on_batch(SampleBatch(cols))
+    torch.manual_seed(3)
+    _auto(fast).learn_on_batch(SampleBatch(cols))
+    assert_same_state(ref, fast)
+    fast.config["learner"] = "numpy"
+    with pytest.raises(ValueError, match="this batch has seq_lens"):
+        fast.learn_on_batch(SampleBatch(cols))

@@ -617,6 +617,26 @@ def test_bad_calls_change_nothing():
     assert len(runner) == 0
 
 
+def test_a_call_whose_policy_raised_leaves_the_rewards_dtype_as_it_was():
+    """The rewards' dtype a runner hands the policy follows the rewards it was given (float32 only: float32, as a
+    worker): a call that raised in the policy, given float64 rewards, does not change it for the other episodes."""
+    p, runner = echo_runner(2)
+    obs = np.zeros((2, 2), np.float32)
+    runner.act_many(obs, ["a", "b"])
+    runner.act_many(obs, ["a", "b"], rewards=np.float32([1, 2]))
+    assert p.seen[-1]["prev_rewards"].dtype == np.float32
+
+    def boom(d, **kw):
+        raise RuntimeError("injected")
+
+    p.compute_actions_from_input_dict = boom
+    with pytest.raises(RuntimeError, match="injected"):
+        runner.act(obs[0], "a", reward=1.5)  # (a Python float: float64)
+    del p.compute_actions_from_input_dict
+    runner.act(obs[0], "b", reward=np.float32(3))
+    assert runner.episodes == ["b"] and p.seen[-1]["prev_rewards"].dtype == np.float32
+
+
 def test_episode_keys_are_checked_wherever_they_stand():
     """An unhashable key (a list, an array, a tuple holding one) is the runner's TypeError naming it, in any
     position, with or without episode_start; None is refused (reset(None) means every episode)."""

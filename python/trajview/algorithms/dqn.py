@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from .dqn_learner import DQNLearner, supported as numpy_supported
-from .numpy_nets import LearnerChoice
+from .numpy_nets import LearnerChoice, action_indices
 from .settings import check_dqn_settings
 from ..policy import Policy
 from ..policy.torch_policy import clip_grad_norm, numpy_state
@@ -88,6 +88,8 @@ class DQNPolicy(Policy):
             raise ValueError(f"DQN needs a Discrete action space, got {action_space}")
         self.num_frames = k
         self.num_actions = int(action_space.n)
+        #: The first action (``Discrete(n, start=k)``): the Q-network's output i is action ``start + i``.
+        self.action_start = int(getattr(action_space, "start", 0))
         self.view_requirements["stack"] = ViewRequirement("obs", shift=f"-{k - 1}:0")
         in_features = k * int(np.prod(observation_space.shape))
         torch.manual_seed(int(cfg["seed"]))
@@ -108,11 +110,13 @@ class DQNPolicy(Policy):
         if cfg["learner"] == "numpy":
             self.numpy_learner()  # (a ValueError now, saying why, where it cannot train this policy)
 
-    def numpy_learner(self) -> DQNLearner | None:
+    def numpy_learner(self, learning: bool = False) -> DQNLearner | None:
         """The `DQNLearner` that takes this policy's gradient steps and greedy actions (config "learner"), or None
-        where torch does. Config "numpy" on a policy it cannot train raises a `ValueError` saying why."""
+        where torch does (``learning``: checked again for a gradient step, `LearnerChoice`). Config "numpy" on a
+        policy it cannot train raises a `ValueError` saying why."""
         return self._learner_choice.get(self.config["learner"], self.optimizer,
-                                        lambda: numpy_supported(self, DQNPolicy), lambda: DQNLearner(self, DQNPolicy))
+                                        lambda: numpy_supported(self, DQNPolicy), lambda: DQNLearner(self, DQNPolicy),
+                                        learning)
 
     def _q_changed(self) -> None:
         """The Q-network's weights changed: a CPU copy that acts (a learner elsewhere) is refreshed before the next
@@ -141,6 +145,8 @@ class DQNPolicy(Policy):
         if explore is not False and self.epsilon > 0:
             rand = self._rng.random(len(actions)) < self.epsilon
             actions[rand] = self._rng.integers(0, self.num_actions, int(rand.sum()))
+        if self.action_start:
+            actions += self.action_start
         return actions, [], {}
 
     def loss(self, train_batch: SampleBatch) -> Any:
@@ -151,7 +157,7 @@ class DQNPolicy(Policy):
     def learn_on_replay(self, batch: Mapping[str, Any], weights: np.ndarray | None = None) -> dict[str, Any]:
         """One gradient step on a replay sample (``stack``, ``next_stack``, ``actions``, ``rewards``,
         ``terminateds``); returns the loss, mean Q and ``td_errors`` (for priorities)."""
-        learner = self.numpy_learner()
+        learner = self.numpy_learner(learning=True)
         out = learner.learn(batch, weights) if learner is not None else self._learn_torch(batch, weights)
         self._q_changed()
         self.grad_steps += 1
@@ -165,7 +171,8 @@ class DQNPolicy(Policy):
             return torch.from_numpy(np.asarray(batch[key], dtype=dtype)).to(self.device)
 
         s, s2 = tensor("stack", np.float32), tensor("next_stack", np.float32)
-        a, r = tensor("actions", np.int64), tensor("rewards", np.float32)
+        a = torch.from_numpy(action_indices(batch["actions"], self.action_start, self.num_actions, "actions"))
+        a, r = a.to(self.device), tensor("rewards", np.float32)
         term = tensor("terminateds", np.float32)
         gamma = float(self.config["gamma"])
         q = self.q(s).gather(1, a[:, None]).squeeze(1)

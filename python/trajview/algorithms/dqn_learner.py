@@ -95,10 +95,10 @@ class DQNLearner:
     def _check(self) -> None:
         """Binds again where the parameters or Adam's moments are no longer the buffers' views (a loaded state), and
         views the target network's tensors again where they changed."""
+        why = supported(self.policy, self.base)  # (a parameter frozen, the optimizer's settings changed, ... since)
+        if why is not None:
+            raise ValueError(f"DQNPolicy config 'learner': the numpy learner cannot train this policy any more: {why}")
         if not self.flat.is_bound():
-            why = supported(self.policy, self.base)
-            if why is not None:
-                raise ValueError(f"DQNPolicy config 'learner': the numpy learner cannot train this policy any more: {why}")
             self._bind()
         if self.target.ptrs != [p.data_ptr() for p in self.policy.target.parameters()]:
             self.target = _QNet(self.policy.target)
@@ -119,7 +119,7 @@ class DQNLearner:
     def _learn(self, batch: Mapping[str, Any], weights: np.ndarray | None) -> dict[str, Any]:
         cfg = self.policy.config
         s, s2 = flat_rows(batch["stack"]), flat_rows(batch["next_stack"])
-        a = action_indices(batch["actions"], 0, self.policy.num_actions, "actions")
+        a = action_indices(batch["actions"], self.policy.action_start, self.policy.num_actions, "actions")
         r = np.asarray(batch["rewards"], dtype=_F32).reshape(-1)
         term = np.asarray(batch["terminateds"], dtype=_F32).reshape(-1)
         rows = np.arange(len(a))

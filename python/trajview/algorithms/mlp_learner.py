@@ -202,10 +202,14 @@ class MLPLearner:
         ``torch.randperm``); returns the loss terms' means over the minibatches (`PPOPolicy`'s ``STATS``; None
         without a minibatch) and sets ``last_stats_tensor`` to the last minibatch's."""
         policy = self.policy
+        why = supported(policy, self.base)  # (a parameter frozen, the optimizer's settings changed, ... since)
+        if why is not None:
+            raise ValueError(f"PPOPolicy config 'learner': the numpy learner cannot train this policy any more: {why}")
+        if SampleBatch.SEQ_LENS in train_batch:
+            raise ValueError("PPOPolicy config 'learner': the numpy learner takes minibatches of random rows; this "
+                             "batch has seq_lens (minibatches of whole sequences): config 'learner' 'auto' or "
+                             "'torch' trains on it")
         if not self.flat.is_bound():
-            why = supported(policy, self.base)
-            if why is not None:
-                raise ValueError(f"PPOPolicy config 'learner': the numpy learner cannot train this policy any more: {why}")
             self.flat = FlatAdam(_params(policy.model), policy.get_optimizer)
             self.pi, self.vf = _nets(policy.model, self.flat.grads)
         with blas_limit(), flushed_denormals():

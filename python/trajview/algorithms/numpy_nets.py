@@ -66,7 +66,20 @@ def adam_unsupported(opt: Any, params: Sequence[torch.Tensor]) -> str | None:
             return f"the optimizer's {key!r} is {group[key]!r} (supported: {plain!r})"
     if any(p.device.type != "cpu" or p.dtype != torch.float32 or not p.requires_grad for p in params):
         return "the parameters are not trainable float32 tensors on the CPU"
+    steps = adam_steps(opt, params)
+    if len(set(steps)) > 1:  # (a torch run that had some parameters frozen for a while)
+        return (f"the optimizer's parameters have taken different numbers of steps ({sorted(set(steps))}): the numpy "
+                f"learner steps them together")
     return None
+
+
+def adam_steps(opt: Any, params: Sequence[torch.Tensor]) -> list[float]:
+    """Each parameter's Adam ``step`` in ``opt``'s state (0 where it has none yet)."""
+    out = []
+    for p in params:
+        st = opt.state.get(p)
+        out.append(float(st["step"]) if st and "step" in st else 0.0)
+    return out
 
 
 def flat_rows(value: Any) -> np.ndarray:
@@ -165,7 +178,9 @@ class FlatAdam:
         sizes = [p.numel() for p in params]
         n = sum(sizes)
         flat = {k: np.zeros(n, F32) for k in ("param", "grad", "m", "v")}
-        steps = np.zeros(len(params), F32)
+        steps = np.asarray(adam_steps(opt, params), F32)
+        if len(set(steps.tolist())) > 1:
+            raise ValueError(adam_unsupported(opt, params))
         views: dict[str, list[torch.Tensor]] = {k: [] for k in flat}
         off = 0
         for i, (p, k) in enumerate(zip(params, sizes)):
@@ -175,19 +190,14 @@ class FlatAdam:
                 if src is not None:
                     view.copy_(src.detach().reshape(p.shape))
                 views[key].append(view)
-            if "step" in st:
-                steps[i] = float(st["step"])
             off += k
-        if len(set(steps.tolist())) > 1:
-            raise ValueError(f"the optimizer's parameters have taken different numbers of steps "
-                             f"({sorted(set(steps.tolist()))}): the numpy learner steps them together")
         step_views = torch.from_numpy(steps)
         for i, (p, pv, m, v) in enumerate(zip(params, views["param"], views["m"], views["v"])):
             p.data = pv
             opt.state[p] = {"step": step_views[i], "exp_avg": m, "exp_avg_sq": v}
         self.flat, self.steps = flat, steps
         self.tensors = {k: torch.from_numpy(v) for k, v in flat.items()}
-        self._step = torch.tensor(float(steps[0]) if len(steps) else 0.0)
+        self._step = torch.zeros(())
         #: Each parameter's gradient array, by the parameter's id (`Dense.of`).
         self.grads = {id(p): g.numpy() for p, g in zip(params, views["grad"])}
         self._bound = (opt, [p.data_ptr() for p in params], views["m"], views["v"])
@@ -208,6 +218,9 @@ class FlatAdam:
         group = self.get_optimizer().param_groups[0]
         beta1, beta2 = group["betas"]
         t = self.tensors
+        # The count the parameters' ``step`` views hold (torch's Adam steps them in place too, when the learner was
+        # "torch" for a while): the learners check first that they are all equal (`adam_unsupported`).
+        self._step.fill_(float(self.steps[0]) if len(self.steps) else 0.0)
         torch_adam([t["param"]], [t["grad"]], [t["m"]], [t["v"]], [], [self._step], fused=True, amsgrad=False,
                    beta1=float(beta1), beta2=float(beta2), lr=float(group["lr"]), weight_decay=0.0,
                    eps=float(group["eps"]), maximize=False, grad_scale=None, found_inf=None)
@@ -233,18 +246,21 @@ def flushed_denormals() -> Iterator[None]:
 class LearnerChoice:
     """Which learner takes a policy's steps, by its config ``"learner"``: the numpy learner ``make()`` builds, or
     None (torch). "torch": None. "numpy": the numpy learner (``make`` raises where it cannot train the policy).
-    "auto": the numpy learner where ``why_not()`` is None, checked again when the optimizer changes, and dropped
-    (torch from then on) when the policy changed under it so that it no longer applies."""
+    "auto": the numpy learner where ``why_not()`` is None, checked again when the optimizer changes and before each
+    learning step (``learning``: a parameter frozen, the optimizer's settings or the config changed since), and
+    dropped (torch from then on) when the policy changed under it so that it no longer applies. (Acting does not
+    check again: what it reads cannot change under a bound learner but the weights, which it reads as they are.)"""
 
     def __init__(self) -> None:
         self.learner: Any = None
         self._checked_for: Any = None  # the optimizer "auto" last checked for
 
-    def get(self, mode: str, optimizer: Any, why_not: Callable[[], str | None], make: Callable[[], Any]) -> Any:
+    def get(self, mode: str, optimizer: Any, why_not: Callable[[], str | None], make: Callable[[], Any],
+            learning: bool = False) -> Any:
         if mode == "torch":
             return None
         if self.learner is not None:
-            if mode == "numpy" or self.learner.is_bound() or why_not() is None:
+            if mode == "numpy" or (self.learner.is_bound() and not learning) or why_not() is None:
                 return self.learner  # ("numpy" on a policy it no longer takes: the learner raises at its step)
             self.learner = None
         if mode == "auto" and self._checked_for is optimizer:

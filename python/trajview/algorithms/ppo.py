@@ -257,18 +257,22 @@ class PPOPolicy(TorchPolicy):
             dist_inputs, _ = self.model.forward_train(tensors)
             return self.model.action_dist(dist_inputs).logp(tensors[SampleBatch.ACTIONS]).float()
 
-    def numpy_learner(self) -> MLPLearner | None:
-        """The `MLPLearner` that takes this policy's SGD steps (config "learner"), or None where torch takes them.
-        Config "numpy" on a policy it cannot train raises a `ValueError` saying why."""
+    def numpy_learner(self, learning: bool = False) -> MLPLearner | None:
+        """The `MLPLearner` that takes this policy's SGD steps (config "learner"), or None where torch takes them
+        (``learning``: checked again for an update, `LearnerChoice`). Config "numpy" on a policy it cannot train
+        raises a `ValueError` saying why."""
         return self._learner_choice.get(self.config["learner"], self.get_optimizer(),
-                                        lambda: mlp_supported(self, PPOPolicy), lambda: MLPLearner(self, PPOPolicy))
+                                        lambda: mlp_supported(self, PPOPolicy), lambda: MLPLearner(self, PPOPolicy),
+                                        learning)
 
     def learn_on_batch(self, train_batch: SampleBatch) -> dict:
         """``num_sgd_iter`` epochs of shuffled minibatches (whole sequences for recurrent models), by torch or by
         `numpy_learner` (config "learner")."""
         if self._optimizer is None:
             self._optimizer = self.optimizer()
-        learner = self.numpy_learner()
+        learner = self.numpy_learner(learning=True)
+        if learner is not None and SampleBatch.SEQ_LENS in train_batch and self.config["learner"] == "auto":
+            learner = None  # (minibatches of whole sequences: torch's `minibatches`)
         if learner is not None:
             means = learner.learn_on_batch(train_batch)
             return {} if means is None else dict(zip(STATS, means.tolist()))

@@ -71,7 +71,11 @@ class PolicyRunner:
     Input arrays are reused: a `TorchPolicy` (whose ``compute_actions_from_input_dict`` is its class's own) is
     called on tensors made once per row count, which the store refills in place at every call; a model must
     therefore not keep its input tensors past a call (copy what it keeps). A ``compute_actions_from_input_dict``
-    set on the policy instance (a wrapper) is called instead, with new arrays at every call.
+    set on the policy instance (a wrapper) is called instead, with new arrays at every call. The outputs the
+    policy returns (actions, ``state_out_i``, extra fetches) are kept as they are until each episode's next call
+    stores them with its step, as a worker keeps them until the env has stepped: a policy must return arrays of
+    its own each call, not buffers it fills again (another runner or `compute_single_action` on the same policy
+    would overwrite them in between).
 
     The views are built for the policy's ``view_requirements`` when the runner is made (after the pruning
     pass); a runner does not follow later changes to them (make a new one). Observation filters are not
@@ -310,6 +314,7 @@ class PolicyRunner:
             self._write_back()
             slots, inputs = self._store_step(obs_cols, keys, rewards, starts, out)
             c_slots = None if n == self.max_episodes and bool((slots == self._all).all()) else slots
+        saw = self._saw_f32, self._saw_other  # (put back when the call fails: it leaves the runner as it was)
         if rewards is not None and stepped:  # the rewards' dtype, by the adapters' rule (`EnvAdapter.reward_dtype`)
             if rewards.dtype.type is np.float32 or rewards.dtype.type is np.float16:
                 self._saw_f32 = True
@@ -339,6 +344,7 @@ class PolicyRunner:
             data = self._columns.check_outputs(actions, state_outs, extra, n)
         except BaseException as e:
             self._last_keys = None
+            self._saw_f32, self._saw_other = saw
             PolicyColumns.note_nan_inputs(e, lane.fed if lane is not None else inputs)
             self._fail(keys, e)
             raise

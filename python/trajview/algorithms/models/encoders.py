@@ -119,6 +119,10 @@ class _Flat(nn.Module):
 class _OneHot(nn.Module):
     """Discrete and MultiDiscrete leaves: one-hot per component (offset by the space's ``start``), concatenated."""
 
+    shift: Tensor
+    low: Tensor
+    high: Tensor
+
     def __init__(self, space: Any, frames: int | None) -> None:
         super().__init__()
         if isinstance(space, gym.spaces.Discrete):
@@ -129,6 +133,7 @@ class _OneHot(nn.Module):
             self.discrete = False
             nvec = np.asarray(space.nvec, dtype=np.int64).reshape(-1)
             start = np.asarray(getattr(space, "start", np.zeros_like(space.nvec)), dtype=np.int64).reshape(-1)
+        self.space = space
         self.n = int(nvec[0])
         self.start0 = int(start[0])
         self.components = len(nvec)
@@ -136,17 +141,46 @@ class _OneHot(nn.Module):
         # Per component: where its one-hot block begins, minus its start (the index of value v is v + shift).
         shift = np.concatenate([[0], np.cumsum(nvec)[:-1]]) - start
         self.register_buffer("shift", torch.as_tensor(shift, dtype=torch.long), persistent=False)
+        self.register_buffer("low", torch.as_tensor(start, dtype=torch.long), persistent=False)
+        self.register_buffer("high", torch.as_tensor(start + nvec, dtype=torch.long), persistent=False)
         self.width = int(nvec.sum())
+
+    def _valid(self, x: Tensor, low: Any, high: Any) -> Tensor | None:
+        """None where every value of ``x`` lies in ``[low, high)``; else the mask of those that do. A 0 where the
+        space does not hold 0 is the views' padding before an episode's first step (zeros, whatever the space):
+        it encodes as no value (all zeros). Any other value outside the space is a ValueError naming the space
+        (one-hot would raise torch's bare error, or for a MultiDiscrete set a bit of another component's block)."""
+        inside = (x >= low) & (x < high)
+        if bool(inside.all()):
+            return None
+        bad = ~inside & (x != 0)
+        if bool(bad.any()):
+            raise ValueError(f"{self.space} one-hot encoder: got {int(x[bad][0])}, outside the space (a Discrete "
+                             f"value must be in [start, start + n), each MultiDiscrete component in [start, start + "
+                             f"nvec); 0 stands for the padding before an episode's first step)")
+        return inside
 
     def forward(self, x: Any) -> Tensor:
         x = torch.as_tensor(x).long()
         if self.discrete:  # [B] or [B, K]
+            inside = None
+            if x.numel():
+                lo, hi = torch.aminmax(x)
+                if int(lo) < self.start0 or int(hi) >= self.start0 + self.n:
+                    inside = self._valid(x, self.start0, self.start0 + self.n)
+            if inside is not None:  # (padding: no value)
+                return (nn.functional.one_hot((x - self.start0).clamp(0, self.n - 1), self.n)
+                        * inside[..., None]).float().flatten(1)
             if self.start0:
                 x = x - self.start0
             return nn.functional.one_hot(x, self.n).float().flatten(1)
-        idx = x.reshape(x.shape[0], -1, self.components) + self.shift  # [B, frames or 1, components]
+        x = x.reshape(x.shape[0], -1, self.components)  # [B, frames or 1, components]
+        inside = self._valid(x, self.low, self.high)
+        if inside is not None:  # (padding: no value; its index points at the component's first bit, not set)
+            x = torch.where(inside, x, self.low)
+        idx = x + self.shift
         out = torch.zeros(*idx.shape[:-1], self.width, device=idx.device)
-        out.scatter_(-1, idx, 1.0)
+        out.scatter_(-1, idx, 1.0 if inside is None else inside.float())
         return out.flatten(1)
 
 
