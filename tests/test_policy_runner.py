@@ -846,3 +846,17 @@ def test_episodes_that_sit_out_a_call_keep_their_last_outputs():
     assert seen["prev_actions"][1] == acts[1] and seen["prev_rewards"][1] == 3.0
     np.testing.assert_array_equal(seen["state_in_0"][1], states[0][1])
     assert seen["stack"][1].tolist() == [[0, 0], [2, 2], [32, 32]]
+
+
+@pytest.mark.parametrize("model, says", [
+    ("lstm", "(state=: a list of 4 arrays, as get_initial_state() gives)"),
+    ("attention", "(state=: a list of 2 arrays, each the last 6 state_out rows of its index stacked, zeros before "
+                  "the episode's first step: [steps, ...], not get_initial_state()'s single rows)"),
+])
+def test_a_call_that_carries_the_history_is_told_what_state_holds(model, says):
+    """RLlib's stateless call (the caller passes the views): a missing one is named, with what ``state=`` holds: a
+    row per state for the LSTM, a window of the last state_outs per state for the attention model's memory."""
+    p = ppo(model, BOX, S.Discrete(3), **MODELS[model])
+    with pytest.raises(ValueError, match="the policy reads .* which this call did not pass") as e:
+        p.compute_single_action(np.zeros(3, np.float32), state=p.get_initial_state())
+    assert says in str(e.value)

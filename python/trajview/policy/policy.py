@@ -181,19 +181,31 @@ class Policy:
             if not (isinstance(key, str) and key not in batched and key in self.view_requirements):
                 raise
             reads = self._views_read_to_act()
-            states = sum(1 for k in reads if k.startswith("state_in_"))
             raise ValueError(
                 f"compute_single_action: the policy reads {key!r}, which this call did not pass. With input_dict=, "
                 f"state= or prev_action= the caller carries the history: pass every view it reads to act, {reads}"
-                + (f" (state=: a list of {states} arrays, as get_initial_state() gives)" if states else "")
-                + f"; got {sorted(batched)}. Or pass obs alone (with prev_reward=) and the policy builds them for "
-                f"one implicit episode"
+                + self._state_hint(reads) + f"; got {sorted(batched)}. Or pass obs alone (with prev_reward=) and "
+                f"the policy builds them for one implicit episode"
             ) from None
         return (
             _first_row(actions),
             [_first_row(s) for s in state_outs],
             {k: _first_row(v) for k, v in dict(extra).items()},
         )
+
+    def _state_hint(self, reads: list[str]) -> str:
+        """What ``state=`` must hold for the ``state_in_i`` views among ``reads`` (an error message's): a single row
+        each (get_initial_state()'s, then the last state_out) or, for a view over several steps (attention memory),
+        a window of that many state_out rows."""
+        states = [k for k in reads if k.startswith("state_in_")]
+        if not states:
+            return ""
+        sizes = {len(self.view_requirements[k].shift_arr) for k in states}
+        if sizes == {1}:
+            return f" (state=: a list of {len(states)} arrays, as get_initial_state() gives)"
+        return (f" (state=: a list of {len(states)} arrays, each the last "
+                f"{' / '.join(str(n) for n in sorted(sizes))} state_out rows of its index stacked, zeros before the "
+                f"episode's first step: [steps, ...], not get_initial_state()'s single rows)")
 
     def _views_read_to_act(self) -> list[str]:
         """The views this policy's action computation reads (the pruning pass's finding, run on a copy when it has
