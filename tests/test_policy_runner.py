@@ -13,6 +13,8 @@ reference of the views.
 
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -857,6 +859,24 @@ def test_a_call_that_carries_the_history_is_told_what_state_holds(model, says):
     """RLlib's stateless call (the caller passes the views): a missing one is named, with what ``state=`` holds: a
     row per state for the LSTM, a window of the last state_outs per state for the attention model's memory."""
     p = ppo(model, BOX, S.Discrete(3), **MODELS[model])
+    steps = len(p.view_requirements["state_in_0"].shift_arr)
+    state = [np.zeros((steps, *s.shape), s.dtype) if steps > 1 else s for s in p.get_initial_state()]
     with pytest.raises(ValueError, match="the policy reads .* which this call did not pass") as e:
-        p.compute_single_action(np.zeros(3, np.float32), state=p.get_initial_state())
+        p.compute_single_action(np.zeros(3, np.float32), state=state)
     assert says in str(e.value)
+
+
+@pytest.mark.parametrize("model", ["lstm", "attention"])
+def test_a_state_of_the_wrong_shape_or_count_is_named(model):
+    """``state=`` on the call that carries its history: as many arrays as the policy's state, each one step's state
+    (LSTM) or the window of them its view reads (attention memory): anything else is named, with the shape wanted."""
+    p = ppo(model, BOX, S.Discrete(3), **MODELS[model])
+    init = p.get_initial_state()
+    steps = len(p.view_requirements["state_in_0"].shift_arr)
+    good = [np.zeros((steps, *s.shape), s.dtype) if steps > 1 else s for s in init]
+    want = good[0].shape
+    with pytest.raises(ValueError, match=rf"state= holds {len(init) + 1} arrays, this policy's state has {len(init)}"):
+        p.compute_single_action(np.zeros(3, np.float32), state=[*good, good[0]], prev_action=0, prev_reward=0.0)
+    with pytest.raises(ValueError, match=rf"state\[0\] \(state_in_0\) must have shape {re.escape(str(want))} .* got "
+                                         rf"{re.escape(str((1, *want)))}"):
+        p.compute_single_action(np.zeros(3, np.float32), state=[g[None] for g in good], prev_action=0, prev_reward=0.0)

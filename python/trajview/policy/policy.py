@@ -162,6 +162,8 @@ class Policy:
             )
         if input_dict is None:
             input_dict = {SampleBatch.OBS: obs}
+            if state is not None:
+                self._check_state(state)
             for i, s in enumerate(state or []):
                 input_dict[f"state_in_{i}"] = s
             if prev_action is not None:
@@ -192,6 +194,30 @@ class Policy:
             [_first_row(s) for s in state_outs],
             {k: _first_row(v) for k, v in dict(extra).items()},
         )
+
+    def _check_state(self, state: Any) -> None:
+        """``compute_single_action``'s ``state=``: at most as many arrays as `get_initial_state` gives, each of its shape
+        (one step's state), or for a ``state_in_i`` view over several steps (attention memory) that many of them
+        stacked; else a ValueError saying what was expected (the model would raise torch's own shape error)."""
+        init = self.get_initial_state()
+        if not init:
+            return
+        if isinstance(state, (str, bytes)) or not isinstance(state, (list, tuple)):
+            raise ValueError(f"compute_single_action: state= must be a list of {len(init)} arrays "
+                             f"(state_in_0..{len(init) - 1}), got {type(state).__name__}")
+        if len(state) > len(init):  # (fewer: the view it lacks is named when the policy reads it)
+            raise ValueError(f"compute_single_action: state= holds {len(state)} arrays, this policy's state has "
+                             f"{len(init)} (state_in_0..{len(init) - 1}, as get_initial_state() gives)")
+        for i, (s, s0) in enumerate(zip(state, init)):
+            vr = self.view_requirements.get(f"state_in_{i}")
+            steps = 1 if vr is None else len(vr.shift_arr)
+            want = tuple(np.shape(s0)) if steps == 1 else (steps, *np.shape(s0))
+            got = tuple(np.shape(s))
+            if got != want:
+                what = ("one step's state, as get_initial_state() gives, without a batch axis" if steps == 1 else
+                        f"the last {steps} state_out_{i} rows stacked")
+                raise ValueError(f"compute_single_action: state[{i}] (state_in_{i}) must have shape {want} ({what}), "
+                                 f"got {got}")
 
     def _state_hint(self, reads: list[str]) -> str:
         """What ``state=`` must hold for the ``state_in_i`` views among ``reads`` (an error message's): a single row
