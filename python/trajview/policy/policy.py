@@ -196,9 +196,9 @@ class Policy:
         )
 
     def _check_state(self, state: Any) -> None:
-        """``compute_single_action``'s ``state=``: at most as many arrays as `get_initial_state` gives, each of its shape
-        (one step's state), or for a ``state_in_i`` view over several steps (attention memory) that many of them
-        stacked; else a ValueError saying what was expected (the model would raise torch's own shape error)."""
+        """``compute_single_action``'s ``state=``: at most as many arrays as `get_initial_state` gives, each of its
+        shape (one step's state), or for a ``state_in_i`` view over several steps (attention memory) that many of
+        them stacked; else a ValueError saying what was expected (the model would raise torch's own shape error)."""
         init = self.get_initial_state()
         if not init:
             return
