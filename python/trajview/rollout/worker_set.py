@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, cast, overload
