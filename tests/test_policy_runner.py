@@ -790,9 +790,12 @@ def test_settings_are_checked():
 def test_a_long_episode_keeps_only_the_rows_its_views_read():
     """The runner frees emitted steps every 32 calls: a long episode holds a bounded store, its views intact."""
     p, runner = echo_runner(1)
+    sizes = []
     for t in range(300):
         runner.act(np.full(2, t, np.float32), reward=float(t))
         assert runner._collector.num_steps() <= 32
+        sizes.append(runner._collector.nbytes())
+    assert max(sizes[100:]) <= max(sizes[:100]), "the store keeps growing"
     assert p.seen[-1]["t"][0] == 299 and p.seen[-1]["stack"][0, :, 0].tolist() == [297, 298, 299]
     assert p.seen[-1]["prev_rewards"][0] == 299.0
 

@@ -278,6 +278,66 @@ def test_core_any_nan_is_numpys_isnan_over_the_list_or_none():
     check()
 
 
+def test_core_any_outside_is_numpys_bounds_check_or_none():
+    """`_core.any_outside(arr, lo, hi)` (the action bounds check of many rows) is numpy's ``((arr < lo) | (arr >
+    hi)).any()`` for C-contiguous int64 / int32 arrays, None for any other array (another dtype, strided, not an
+    array), never a wrong answer."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from trajview import _core
+
+    scanned = {np.dtype(np.int64), np.dtype(np.int32)}
+    big = 2**63 - 1
+
+    @st.composite
+    def cases(draw):
+        dtype = draw(st.sampled_from([np.int64, np.int32, np.int64, np.int32, np.int16, np.uint64, np.float64, ">i8"]))
+        n = draw(st.sampled_from([0, 1, 2, 16, 17, 64, 1000]))
+        lo = draw(st.integers(-(2**63), big))
+        hi = draw(st.integers(lo, big))
+        info = np.iinfo(np.dtype(dtype)) if np.dtype(dtype).kind in "iu" else np.iinfo(np.int32)
+        vals = draw(st.lists(st.integers(int(info.min), int(info.max)), min_size=1, max_size=4))
+        arr = np.resize(np.asarray(vals, dtype=np.dtype(dtype)), n)
+        if draw(st.booleans()) and n > 1:
+            arr = arr[::2]
+        return arr, lo, hi
+
+    @settings(max_examples=300, deadline=None)
+    @given(cases())
+    def check(case):
+        arr, lo, hi = case
+        got = _core.any_outside(arr, lo, hi)
+        if arr.dtype not in scanned or not arr.dtype.isnative or not arr.flags.c_contiguous:
+            assert got is None
+        else:
+            assert got is bool(((arr < lo) | (arr > hi)).any())
+
+    check()
+    assert _core.any_outside([0, 1], 0, 1) is None  # (not an array)
+
+
+@pytest.mark.parametrize("num_envs", [1, 17, 40])
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+@pytest.mark.parametrize("value", [5, -1])
+def test_an_action_outside_the_space_names_its_row_at_any_row_count(num_envs, dtype, value):
+    """One row's action outside Discrete(5), in a call of 1, 17 or 40 rows (the checks of few and of many rows), as
+    int64 or int32: the error names that row and its value; no env steps."""
+    row = num_envs - 1
+
+    def bad(a):
+        a = a.astype(dtype)
+        a[row] = value
+        return a
+
+    envs = make_envs(num_envs)
+    w = tv.RolloutWorker(creator_from(envs), policy_returning(actions=bad, state_outs=[], extra={}),
+                         num_envs=num_envs, rollout_fragment_length=4)
+    with pytest.raises(ValueError, match=rf"outside the action space Discrete\(5\) \(rows \[{row}\]: \[{value}\]\)"):
+        w.sample()
+    assert all(not e.actions for e in envs), "no env stepped"
+
+
 @pytest.mark.parametrize("num_envs", [1, 2])
 @pytest.mark.parametrize("nan_in, named", [((1,), "state_out_1"), ((2, 1), "state_out_1"), ((2,), "state_out_2"),
                                            ((0, 2), "state_out_0"), ((), None)])

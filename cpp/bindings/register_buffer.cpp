@@ -5,7 +5,6 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #ifdef __linux__
@@ -59,9 +58,11 @@ void restore_flush_denormals(long long previous) {
 template <class T>
 bool holds_nan(const void* data, std::size_t n) {
   const T* p = static_cast<const T*>(data);
-  bool any = false;
-  for (std::size_t i = 0; i < n; ++i) any |= std::isnan(p[i]);  // (no early exit: the loop vectorizes)
-  return any;
+  // NaN is the one value unequal to itself. A compare and an OR per value, no early exit, no call: the loop
+  // vectorizes (std::isnan's does not: 4x slower on a 16,384-value state).
+  unsigned any = 0;
+  for (std::size_t i = 0; i < n; ++i) any |= static_cast<unsigned>(!(p[i] == p[i]));
+  return any != 0;
 }
 
 // Whether any of `arrays` (a list) holds a NaN, in one call: True / False where every one is a C-contiguous
@@ -103,6 +104,28 @@ py::object any_nan(const py::list& arrays) {
     any = scan();
   }
   return py::bool_(any);
+}
+
+template <class T>
+bool holds_outside(const void* data, std::size_t n, std::int64_t lo, std::int64_t hi) {
+  const T* p = static_cast<const T*>(data);
+  unsigned bad = 0;  // (no early exit: the loop vectorizes)
+  for (std::size_t i = 0; i < n; ++i) bad |= static_cast<unsigned>(p[i] < lo) | static_cast<unsigned>(p[i] > hi);
+  return bad != 0;
+}
+
+// Whether any value of `array` lies outside [lo, hi]: True / False where it is a C-contiguous int64 or int32
+// ndarray; None for any other array (the caller checks it its own way).
+py::object any_outside(const py::handle& array, std::int64_t lo, std::int64_t hi) {
+  bool i64 = true;
+  if (!py::isinstance<py::array_t<std::int64_t, py::array::c_style>>(array)) {
+    if (!py::isinstance<py::array_t<std::int32_t, py::array::c_style>>(array)) return py::none();
+    i64 = false;
+  }
+  const auto a = py::reinterpret_borrow<py::array>(array);
+  const auto n = static_cast<std::size_t>(a.size());
+  return py::bool_(i64 ? holds_outside<std::int64_t>(a.data(), n, lo, hi)
+                       : holds_outside<std::int32_t>(a.data(), n, lo, hi));
 }
 
 }  // namespace
@@ -152,6 +175,9 @@ void register_buffer(py::module_& m) {
   m.def("any_nan", &any_nan, py::arg("arrays"),
         "Whether any array of the list holds a NaN, in one call: True / False where each is a C-contiguous float32 or "
         "float64 ndarray, None where one is not (check those another way). The GIL is released for large scans.");
+  m.def("any_outside", &any_outside, py::arg("array"), py::arg("lo"), py::arg("hi"),
+        "Whether any value of the array lies outside [lo, hi], in one pass: True / False where it is a C-contiguous "
+        "int64 or int32 ndarray, None for any other array (check it another way).");
   m.def("set_flush_denormals", &set_flush_denormals, py::arg("on"),
         "Sets (True) or clears the calling thread's flush-to-zero and denormals-are-zero modes (x86's MXCSR bits, "
         "what torch.set_flush_denormal sets); returns the bits as they were, for restore_flush_denormals (-1 on a "

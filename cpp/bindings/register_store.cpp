@@ -167,6 +167,12 @@ class PyStore {
     return py::make_tuple(cols, segs, seq_keys, batch.count, batch.num_seqs);
   }
 
+  void discard_steps() {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
+    store_.discard_steps();
+  }
+
   std::int64_t num_steps() {
     std::lock_guard<std::mutex> lock(mu_);
     return store_.num_steps();
@@ -509,6 +515,7 @@ void register_store(py::module_& m) {
       .def("step", &PyStore::step, py::arg("data"), py::arg("env_ids") = py::none(), py::arg("out") = py::none())
       .def("end_episodes", &PyStore::end_episodes, py::arg("env_ids"))
       .def("build_batch", &PyStore::build_batch, py::arg("complete_only"), py::arg("hold") = py::none())
+      .def("discard_steps", &PyStore::discard_steps)
       .def("num_steps", &PyStore::num_steps)
       .def("num_complete_steps", &PyStore::num_complete_steps)
       .def("nbytes", &PyStore::nbytes)

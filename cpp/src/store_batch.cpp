@@ -64,6 +64,8 @@ Batch TrajectoryStore::build_batch(bool complete_only, std::span<const std::int6
   return batch;
 }
 
+void TrajectoryStore::discard_steps() { free_emitted(false, emit_limits({})); }
+
 std::vector<std::int64_t> TrajectoryStore::emit_limits(std::span<const std::int64_t> hold) const {
   if (!hold.empty() && hold.size() != static_cast<std::size_t>(num_slots_))
     throw std::invalid_argument("build_batch: hold must have one count per env slot (" + std::to_string(num_slots_) +

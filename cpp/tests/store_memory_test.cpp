@@ -82,6 +82,42 @@ TEST(StoreMemory, FragmentCutFreesWhatNoViewReads) {
   EXPECT_EQ(values<float>(b, "new_obs"), (F32{2}));
 }
 
+TEST(StoreMemory, DiscardStepsFreesWhatBuildBatchFrees) {
+  // Two stores driven alike, one emitting batches, one discarding its steps: the same memory, and the views
+  // after each cut (a 4-frame stack and the previous action, reaching back across it) read the same rows.
+  auto views = basic_views();
+  views.push_back(view("stack", "obs", std::vector<std::int64_t>{-3, -2, -1, 0}));
+  TrajectoryStore a(2, basic_columns(), views, opts(4)), b(2, basic_columns(), views, opts(4));
+  for (TrajectoryStore* s : {&a, &b}) begin(*s, {0, 1}, {0, 100});
+  for (std::int64_t t = 1; t <= 30; ++t) {
+    const auto f = static_cast<float>(t);
+    for (TrajectoryStore* s : {&a, &b}) {
+      step(*s, {}, {f, 100 + f}, {t, 100 + t});
+      if (t == 17) {  // slot 1's episode ends; a new one begins at once
+        s->end_episodes(I64{1});
+        begin(*s, {1}, {-1});
+      }
+    }
+    if (t % 5 == 0) {
+      a.build_batch(false);
+      b.discard_steps();
+      EXPECT_EQ(b.num_steps(), 0) << t;
+      EXPECT_EQ(a.nbytes(), b.nbytes()) << t;
+    }
+    const Inference ia = infer(a), ib = infer(b);
+    EXPECT_EQ(ia.get<float>("stack"), ib.get<float>("stack")) << t;
+    EXPECT_EQ(ia.get<std::int64_t>("prev_actions"), ib.get<std::int64_t>("prev_actions")) << t;
+    EXPECT_EQ(ia.t, ib.t) << t;
+  }
+  const Inference r = infer(b);
+  EXPECT_EQ(r.get<float>("stack"), (F32{27, 28, 29, 30, 127, 128, 129, 130}));
+  EXPECT_EQ(r.get<std::int64_t>("prev_actions"), (I64{30, 130}));
+  EXPECT_EQ(r.t, (I64{30, 13}));
+  // Nothing is emitted afterwards but the steps taken since.
+  step(b, {}, {31, 131}, {31, 131});
+  EXPECT_EQ(b.build_batch(false).count, 2);
+}
+
 void run_vector_env(bool complete_only, bool restart_next_step) {
   // Three envs in lockstep with episodes of 7, 11 and 13 steps, a batch every
   // 10 steps: storage must reach a steady state, not grow with time.

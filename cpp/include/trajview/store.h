@@ -128,6 +128,11 @@ class TrajectoryStore {
   /// `hold` (empty, or one count per slot) keeps that slot's newest steps of
   /// its ongoing episode back for the next batch.
   Batch build_batch(bool complete_only, std::span<const std::int64_t> hold = {});
+  /// What build_batch(false) frees, without building the batch: every step
+  /// not emitted before counts as emitted, and only the rows a view can still
+  /// read stay (for a store whose steps nobody trains on: a policy acting
+  /// outside a worker).
+  void discard_steps();
 
   std::int64_t num_steps() const noexcept;
   std::int64_t num_complete_steps() const noexcept;

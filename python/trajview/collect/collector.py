@@ -279,6 +279,11 @@ class Collector:
         self.last_segments = segs
         return cols, segs, frozenset(seq_keys), num_seqs
 
+    def discard_steps(self) -> None:
+        """Drops every step not emitted yet, as `build_batch` would after emitting them, without building the batch:
+        the store keeps only the rows its views can still read (for steps nobody trains on, e.g. `PolicyRunner`'s)."""
+        self._impl.discard_steps()
+
     # -- introspection ----------------------------------------------------------
 
     def num_steps(self) -> int:

@@ -167,7 +167,16 @@ class PolicyColumns:
         self._lo = int(self._bounds[0]) if self._scalar_bounds and self._bounds is not None else 0
         self._hi = int(self._bounds[1]) if self._scalar_bounds and self._bounds is not None else 0
         self._flat_actions = self.action_nest.flat
+        #: Scalar bounds that int64 holds (`_core.any_outside` takes them).
+        self._int64_bounds = self._scalar_bounds and -(2**63) <= self._lo and self._hi < 2**63
         self._no_rest = not self.state_keys and not self.extra_keys  # no state_outs, no extra fetches
+        #: `_check_rest`'s common case: (the state_out_i, the extra fetches) as (key, spec), and per row count as
+        #: (key, dtype, shape, NaN-checked); None where a column has no spec (the general checks run).
+        self._rest_specs = (
+            ([(k, self.specs[k]) for k in self.state_keys], [(k, self.specs[k]) for k in self.extra_keys])
+            if all(k in self.specs for k in self.state_keys + self.extra_keys) else None
+        )
+        self._rest_shapes: dict[int, tuple[list[tuple[str, Any, tuple[int, ...], bool]], ...]] = {}
 
     def __bool__(self) -> bool:
         return bool(self.state_keys or self.extra_keys)
@@ -277,13 +286,9 @@ class PolicyColumns:
             if n == 1 and self._scalar_bounds:
                 a = acts.item()
                 out = a < self._lo or a > self._hi
-            elif n <= 16 and self._scalar_bounds:  # a Discrete space: Python's min/max beat numpy's on few rows
-                flat = acts.tolist()
-                out = min(flat) < self._lo or max(flat) > self._hi
-            elif self._scalar_bounds and self._lo == 0 and acts.dtype.kind == "i":
-                out = int(acts.view(acts.dtype.str.replace("i", "u")).max()) > self._hi  # negatives wrap to huge
-            else:
-                out = bool((acts < low).any() or (acts > high).any())
+            else:  # scalar bounds (Discrete) and int64 / int32 actions: one C++ pass (numpy takes two); else numpy
+                found = _core.any_outside(acts, self._lo, self._hi) if self._int64_bounds else None
+                out = bool((acts < low).any() or (acts > high).any()) if found is None else found
             if out:
                 bad = np.flatnonzero(((acts < low) | (acts > high)).reshape(n, -1).any(axis=1)).tolist()
                 raise ValueError(
@@ -298,6 +303,38 @@ class PolicyColumns:
         """Adds the checked ``state_out_i`` and extra-fetch columns to ``data``."""
         if not state_outs and not extra and not self.state_keys and not self.extra_keys:
             if type(state_outs) is list and type(extra) is dict:  # the common case: nothing else to check
+                return data
+        if (self._rest_specs is not None and type(state_outs) is list and type(extra) is dict
+                and len(state_outs) == len(self.state_keys) and len(extra) == len(self.extra_keys)):
+            # The common case: arrays of the dtypes and shapes expected, no NaN (one scan); anything else is
+            # checked below, column by column, to name what is wrong.
+            shapes = self._rest_shapes.get(n)
+            if shapes is None:
+                if len(self._rest_shapes) >= 64:  # (row counts vary in multi-agent calls: a bounded cache)
+                    self._rest_shapes.clear()
+                shapes = self._rest_shapes[n] = tuple(
+                    [(k, dt, (n, *shape), dt.kind in "fc" and self.check_nan) for k, (dt, shape) in part]
+                    for part in self._rest_specs
+                )
+            scan: list[np.ndarray] = []
+            ok = True
+            for (k, dt, shape, is_float), v in zip(shapes[0], state_outs):
+                if type(v) is not np.ndarray or v.dtype is not dt or v.shape != shape:
+                    ok = False
+                    break
+                data[k] = v
+                if is_float:
+                    scan.append(v)
+            if ok:
+                for k, dt, shape, is_float in shapes[1]:
+                    v = extra.get(k)
+                    if type(v) is not np.ndarray or v.dtype is not dt or v.shape != shape:
+                        ok = False
+                        break
+                    data[k] = v
+                    if is_float:
+                        scan.append(v)
+            if ok and (not scan or _core.any_nan(scan) is False):
                 return data
         if not isinstance(state_outs, (list, tuple)):
             raise ValueError(

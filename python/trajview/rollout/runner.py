@@ -6,8 +6,8 @@ observation begins it (``begin_episodes``), every later observation is stored wi
 outputs, extra fetches and reward (``add_step``, or ``step``: the step and the next input dict in one C++
 call), and the policy reads the store's compute-actions input dict (``input_dict``). Frame stacks, previous
 actions and rewards, recurrent state and attention memory are therefore exactly the worker's. Outputs are
-checked by the worker's `PolicyColumns`. Every 32 calls the store emits (and drops) its steps, keeping the rows
-the views look back at.
+checked by the worker's `PolicyColumns`. Every 32 calls the store drops its steps (`Collector.discard_steps`),
+keeping the rows the views look back at.
 
 `Policy.compute_single_action` without an explicit history (no ``input_dict``, ``state`` nor
 ``prev_action``) acts through a one-episode runner of the policy (`implicit_single_action`).
@@ -114,6 +114,9 @@ class PolicyRunner:
         #: Each observation column's shape without the batch axis (what `act` takes).
         self._obs_shapes = {c: tuple(specs[c][1]) for c in self._obs_nest.names(_OBS) if c in specs}
         self._obs_dtypes = {c: np.dtype(specs[c][0]) for c in self._obs_shapes}
+        # `_single_obs`'s common case (a flat space: None, else no ndarray matches it).
+        self._obs_shape = self._obs_shapes.get(_OBS) if self._flat_obs else None
+        self._obs_dtype = self._obs_dtypes.get(_OBS) if self._flat_obs else None
         # What an episode's next step stores besides the observation, reward and ends: the policy's outputs (actions,
         # state_out_i, extra fetches) of its previous step, per slot.
         env_columns = {*self._obs_nest.names(_OBS), _REWARDS, _TERMINATEDS, _TRUNCATEDS}
@@ -285,7 +288,8 @@ class PolicyRunner:
         them, the checked output columns: ``actions`` (or its leaves), ``state_out_i``, extra fetches). ``agent_index``:
         ``[n]``, or None for zeros."""
         n = len(keys)
-        _check_explore(explore)
+        if explore is not None and type(explore) is not bool:
+            _check_explore(explore)
         _check_keys(keys, "PolicyRunner")
         fast = keys == self._last_keys and not any(starts)
         # Whether an episode steps (a call that begins every one of its episodes has no reward to store).
@@ -375,6 +379,8 @@ class PolicyRunner:
     def _single_obs(self, obs: Any) -> dict[str, np.ndarray]:
         """``act``'s observation as batch-of-one columns; a shape other than the space's is a ValueError (in the
         shapes the caller passed, without the batch axis)."""
+        if type(obs) is np.ndarray and obs.dtype is self._obs_dtype and obs.shape == self._obs_shape:
+            return {_OBS: obs[None]}  # the common case: one observation of the flat space's dtype and shape
         cols = {_OBS: obs} if self._flat_obs else self._obs_nest.columns(_OBS, obs, "obs")
         out = {}
         for c, v in cols.items():
@@ -488,9 +494,9 @@ class PolicyRunner:
             e.add_note(f"PolicyRunner: the episodes of this call were reset: {mine!r}")
 
     def _free_rows(self) -> None:
-        """Emits (and drops) every stored step; the store keeps the rows the views look back at."""
+        """Drops every stored step; the store keeps the rows the views look back at."""
         self._calls = 0
-        self._collector.build_flat_batch()
+        self._collector.discard_steps()
 
 
 #: Calls between two frees of a runner's emitted rows (and the store's block size, in steps per episode).
