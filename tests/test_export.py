@@ -50,8 +50,31 @@ class DictObsEnv(gym.Env):
         return self._obs(), float(action == self.t % 3), self.t >= 12, False, {}
 
 
+class ImageObsEnv(gym.Env):
+    """A MiniGrid-like observation: a channels-last uint8 image (HxWxC) and a direction; 10-step episodes."""
+
+    observation_space = gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (7, 7, 3), np.uint8),
+                                         "direction": gym.spaces.Discrete(4)})
+    action_space = gym.spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def _obs(self):
+        return {"image": self.np_random.integers(0, 256, (7, 7, 3), dtype=np.uint8),
+                "direction": int(self.np_random.integers(4))}
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), float(action == self.t % 3), self.t >= 10, False, {}
+
+
 if "tvtest/DictObs-v0" not in gym.registry:
     gym.register("tvtest/DictObs-v0", entry_point=DictObsEnv)
+if "tvtest/ImageObs-v0" not in gym.registry:
+    gym.register("tvtest/ImageObs-v0", entry_point=ImageObsEnv)
 
 CASES = {
     "mlp": ("trajview/StatelessCartPole-v1", {"model": "mlp"}),
@@ -65,6 +88,8 @@ CASES = {
         "max_seq_len": 8, "hidden": 0, "post_hidden": [16, 16]}}),
     "lstm-dict-obs": ("tvtest/DictObs-v0", {"model": "lstm", "model_config": {"max_seq_len": 5, "prev_action": True,
                                                                                "prev_reward": True}}),
+    "mlp-image-dict-obs": ("tvtest/ImageObs-v0", {"model": "mlp"}),
+    "framestack-image-dict-obs": ("tvtest/ImageObs-v0", {"model": "framestack", "model_config": {"num_frames": 2}}),
     "dqn": ("CartPole-v1", None),
 }
 

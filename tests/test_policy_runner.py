@@ -619,6 +619,73 @@ def test_bad_calls_change_nothing():
     assert len(runner) == 0
 
 
+@pytest.mark.parametrize("bad", ["no", "False", 0.0, 2, -1, np.float32(1), None, [True]])
+def test_episode_start_is_a_bool_or_an_int_0_or_1_nothing_read_as_one(bad):
+    """``episode_start`` is read as a bool only when it is one (numpy's too) or an int 0 / 1: ``"no"`` (which
+    ``bool()`` reads as True) is a ValueError naming it, in act, act_many and compute_single_action alike, and the
+    refused call changes nothing."""
+    p, runner = echo_runner(2)
+    runner.act(np.zeros(2, np.float32), "a")
+    runner.act(np.ones(2, np.float32), "a", reward=1.0)
+    if bad is None:  # (None means False in act_many; in act it is not a bool)
+        with pytest.raises(ValueError, match=r"PolicyRunner.act: episode_start must be a bool \(or an int 0 / 1\)"):
+            runner.act(np.ones(2, np.float32), "a", reward=1.0, episode_start=bad)
+    elif isinstance(bad, list):
+        with pytest.raises(ValueError, match=r"episode_start must be one value or 2 values"):
+            runner.act_many(np.ones((2, 2), np.float32), ["a", "b"], rewards=[1.0, 1.0], episode_start=bad)
+    else:
+        with pytest.raises(ValueError, match=r"PolicyRunner.act: episode_start must be a bool \(or an int 0 / 1\), "
+                                             rf"got {type(bad).__name__}"):
+            runner.act(np.ones(2, np.float32), "a", reward=1.0, episode_start=bad)
+        with pytest.raises(ValueError, match=r"PolicyRunner.act_many: episode_start must be a bool or one per "
+                                             r"episode"):
+            runner.act_many(np.ones((2, 2), np.float32), ["a", "b"], rewards=[1.0, 1.0], episode_start=[bad, bad])
+        q = Echo(S.Box(-100.0, 100.0, (2,), np.float32), S.Discrete(4))
+        q.compute_single_action(np.zeros(2, np.float32))
+        with pytest.raises(ValueError, match=r"compute_single_action: episode_start must be a bool"):
+            q.compute_single_action(np.zeros(2, np.float32), prev_reward=1.0, episode_start=bad)
+        q.compute_single_action(np.ones(2, np.float32), prev_reward=1.0)
+        assert q.seen[-1]["t"][0] == 1, "the refused call neither restarted nor stepped the episode"
+    assert runner.episodes == ["a"]
+    runner.act(np.full(2, 2, np.float32), "a", reward=1.0)
+    assert p.seen[-1]["t"][0] == 2 and p.seen[-1]["stack"][0, :, 0].tolist() == [0, 1, 2]
+    # What is accepted: bools (numpy's too) and ints 0 / 1, one or one per episode.
+    runner.act(np.zeros(2, np.float32), "a", episode_start=np.bool_(True))
+    assert p.seen[-1]["t"][0] == 0
+    runner.act_many(np.zeros((2, 2), np.float32), ["a", "b"], rewards=[1.0, 1.0], episode_start=np.array([0, 1]))
+    assert p.seen[-1]["t"].tolist() == [1, 0]
+    runner.act(np.zeros(2, np.float32), "b", reward=1.0, episode_start=1)
+    assert p.seen[-1]["t"][0] == 0
+
+
+def test_compute_single_action_errors_name_it_and_its_arguments():
+    """The implicit episode's errors name compute_single_action and its prev_reward, not the runner it acts
+    through."""
+    p = Echo(S.Box(-100.0, 100.0, (2,), np.float32), S.Discrete(4))
+    p.compute_single_action(np.zeros(2, np.float32))
+    with pytest.raises(ValueError, match=r"^compute_single_action: the policy reads rewards .*\(compute_single_action"
+                                         r"\(obs, prev_reward=r\)\)$"):
+        p.compute_single_action(np.zeros(2, np.float32))
+    with pytest.raises(ValueError, match=r"^compute_single_action: column 'obs': expected one observation of shape "
+                                         r"\(2,\) \(no batch axis\), got shape \(1, 2\)$"):
+        p.compute_single_action(np.zeros((1, 2), np.float32), prev_reward=1.0)
+    with pytest.raises(ValueError, match=r"^column 'rewards': compute_single_action got rewards of dtype <U1"):
+        p.compute_single_action(np.zeros(2, np.float32), prev_reward="x")
+    with pytest.raises(ValueError, match=r"^compute_single_action: explore must be a bool or None, got str"):
+        p.compute_single_action(np.zeros(2, np.float32), prev_reward=1.0, explore="yes")
+
+    def boom(d, **kw):
+        raise RuntimeError("injected")
+
+    p.compute_actions_from_input_dict = boom
+    with pytest.raises(RuntimeError, match="injected") as info:
+        p.compute_single_action(np.zeros(2, np.float32), prev_reward=1.0)
+    assert info.value.__notes__ == ["compute_single_action: its episode was reset (the next call begins a new one)"]
+    del p.compute_actions_from_input_dict
+    p.compute_single_action(np.ones(2, np.float32))
+    assert p.seen[-1]["t"][0] == 0
+
+
 def test_a_call_whose_policy_raised_leaves_the_rewards_dtype_as_it_was():
     """The rewards' dtype a runner hands the policy follows the rewards it was given (float32 only: float32, as a
     worker): a call that raised in the policy, given float64 rewards, does not change it for the other episodes."""

@@ -206,6 +206,28 @@ def test_keep_views_keeps_views_the_loss_does_not_read():
         prune_views(p3)
 
 
+def test_keep_views_may_name_an_extra_fetch():
+    """An extra fetch becomes a view in the pruning pass: keep_views may name it (it is in the batch either way),
+    and a name that is neither a view nor an extra fetch is still refused, the extra fetches listed among the
+    views."""
+
+    class Fetches(_ObsActionLoss):
+        def compute_actions_from_input_dict(self, input_dict, explore=None, timestep=None, **kwargs):
+            a, s, _ = super().compute_actions_from_input_dict(input_dict, explore, timestep)
+            return a, s, {"foo": np.ones(len(a), np.float32)}
+
+    spaces = (gym.spaces.Box(-1.0, 1.0, (2,), np.float32), gym.spaces.Discrete(5))
+    p = Fetches(*spaces)
+    p.keep_views = {"foo", "new_obs"}
+    prune_views(p)
+    assert p.view_requirements["foo"].used_for_training and p.view_requirements["new_obs"].used_for_training
+    p2 = Fetches(*spaces)
+    p2.keep_views = {"foo", "nope"}
+    with pytest.raises(ValueError, match=r"keep_views names \['nope'\], which are not views of the policy \(its "
+                                         r"views: \[.*'foo'"):
+        prune_views(p2)
+
+
 class _Cells(tv.Policy):
     """Samples a legal cell from the board game's action mask (the PettingZoo classic pattern)."""
 

@@ -189,17 +189,22 @@ def _read(key: str, keys: set[str]) -> bool:
     return key in keys or any(k.startswith(key + SEP) for k in keys)
 
 
-def _keep_views(policy: Any, vrs: Mapping[str, ViewRequirement]) -> frozenset[str]:
-    """``policy.keep_views`` (the views the pass must not prune for training), checked: names of views."""
+def _keep_views(policy: Any) -> frozenset[str]:
+    """``policy.keep_views`` (the views the pass must not prune for training), checked: a set of names (that each
+    is a view: `_check_kept`, once the pass knows the extra fetches)."""
     keep = getattr(policy, "keep_views", ())
     if isinstance(keep, str) or not isinstance(keep, Iterable):
         raise TypeError(f"{type(policy).__name__}.keep_views must be a set of view names, got {keep!r}")
-    keep = frozenset(keep)
-    unknown = sorted(k for k in keep if k not in vrs)
+    return frozenset(keep)
+
+
+def _check_kept(policy: Any, keep: frozenset[str], vrs: Mapping[str, ViewRequirement], extra: Mapping) -> None:
+    """Each name in ``keep`` is a view of the policy: one of ``vrs`` or an extra fetch (``extra``: which the pass
+    makes views next); else a ValueError naming it and the views there are."""
+    unknown = sorted(k for k in keep if k not in vrs and k not in extra)
     if unknown:
         raise ValueError(f"{type(policy).__name__}.keep_views names {unknown}, which are not views of the policy "
-                         f"(its views: {sorted(vrs)})")
-    return keep
+                         f"(its views: {sorted({*vrs, *extra})})")
 
 
 def prune_views(policy: PrunablePolicy) -> None:
@@ -223,7 +228,7 @@ def prune_views(policy: PrunablePolicy) -> None:
     for i, s in enumerate(init):
         specs[f"{STATE_OUT_PREFIX}{i}"] = (s.dtype, s.shape)
     vrs = policy.view_requirements
-    keep = _keep_views(policy, vrs)
+    keep = _keep_views(policy)
     samples = _Samples(policy, vrs)
     # The recurrent-state views come from get_initial_state() before anything runs (as RLlib does), so that
     # the dummy compute-actions input already holds state_in_i.
@@ -298,6 +303,7 @@ def prune_views(policy: PrunablePolicy) -> None:
         _check_extra_name(k, vrs)
         _check_storable(f"extra fetch {k!r}", v.dtype, "compute_actions_from_input_dict")
         policy.extra_fetch_columns[k] = (v.dtype, tuple(v.shape[1:]))
+    _check_kept(policy, keep, vrs, policy.extra_fetch_columns)
     for i in range(len(init)):
         vrs.setdefault(f"{STATE_IN_PREFIX}{i}", VR(f"{STATE_OUT_PREFIX}{i}", shift=-1))
         vrs.setdefault(f"{STATE_OUT_PREFIX}{i}", VR(used_for_compute_actions=False))

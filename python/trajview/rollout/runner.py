@@ -16,6 +16,7 @@ keeping the rows the views look back at.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,26 @@ from .emit import F32, cast_rewards
 from .plan import PolicyColumns, make_collector
 
 __all__ = ["PolicyRunner"]
+
+
+@dataclass(frozen=True)
+class _Names:
+    """How a runner's errors name the call the user made: `PolicyRunner`'s own methods, or `compute_single_action`
+    (whose implicit episode a runner keeps)."""
+
+    name: str  # the prefix of the errors of every call
+    act: str  # of one observation's errors
+    batch_hint: str  # after "no batch axis" in a shape error
+    reward_hint: str  # how to pass the reward the policy reads
+    reset_note: str  # the note of an error after which the call's episodes were forgotten ({} : their keys)
+
+
+_RUNNER = _Names("PolicyRunner", "PolicyRunner.act", "; act_many takes a batch",
+                 "pass the reward that each episode's previous action earned (act(..., reward=r) / act_many(..., "
+                 "rewards=[...]))", "PolicyRunner: the episodes of this call were reset: {}")
+_SINGLE = _Names("compute_single_action", "compute_single_action", "",
+                 "pass the reward the previous action earned (compute_single_action(obs, prev_reward=r))",
+                 "compute_single_action: its episode was reset (the next call begins a new one)")
 
 _OBS, _REWARDS = SampleBatch.OBS, SampleBatch.REWARDS
 _TERMINATEDS, _TRUNCATEDS = SampleBatch.TERMINATEDS, SampleBatch.TRUNCATEDS
@@ -145,6 +166,7 @@ class PolicyRunner:
         self._saw_f32 = False
         self._saw_other = False
         self._timestep = 0
+        self._names = _RUNNER  # (`implicit_single_action`'s runner: `_SINGLE`)
 
     # -- episodes ---------------------------------------------------------------
 
@@ -198,10 +220,11 @@ class PolicyRunner:
         observation (the old one under this key is forgotten first; SB3's ``episode_start``). ``full_fetch``:
         return ``(action, state_outs, extra_fetches)`` instead of the action alone.
         """
-        keys, starts = [episode], [bool(episode_start)]
+        keys = [episode]
+        starts = [episode_start] if type(episode_start) is bool else _starts(episode_start, 1, self._names.act)
         try:
             obs_cols = self._single_obs(obs)
-            rewards = None if reward is None else _single_reward(reward)
+            rewards = None if reward is None else _single_reward(reward, self._names.act)
             # agent_index as an array unless it is the default (then zeros, where the policy reads it).
             idx = None if type(agent_index) is int and agent_index == 0 else _agent_indices(agent_index, 1, "act")
             actions, data = self._act_columns(obs_cols, keys, rewards, starts, idx, explore, timestep)
@@ -245,7 +268,7 @@ class PolicyRunner:
         n = len(keys)
         if not n:
             raise ValueError("PolicyRunner.act_many: episodes is empty; pass at least one episode key")
-        starts = [False] * n if episode_start is None else _starts(episode_start, n)
+        starts = [False] * n if episode_start is None else _starts(episode_start, n, "PolicyRunner.act_many")
         try:
             if self._flat_obs:
                 obs_cols = {_OBS: np.asarray(obs)}
@@ -289,7 +312,7 @@ class PolicyRunner:
         ``[n]``, or None for zeros."""
         n = len(keys)
         if explore is not None and type(explore) is not bool:
-            _check_explore(explore)
+            _check_explore(explore, self._names.name)
         _check_keys(keys, "PolicyRunner")
         fast = keys == self._last_keys and not any(starts)
         # Whether an episode steps (a call that begins every one of its episodes has no reward to store).
@@ -297,9 +320,8 @@ class PolicyRunner:
         if rewards is None and self._columns.reward_input_keys:
             if stepped:
                 raise ValueError(
-                    f"PolicyRunner: the policy reads rewards (views {self._columns.reward_input_keys}): pass the "
-                    f"reward that each episode's previous action earned (act(..., reward=r) / act_many(..., "
-                    f"rewards=[...]))"
+                    f"{self._names.name}: the policy reads rewards (views {self._columns.reward_input_keys}): "
+                    f"{self._names.reward_hint}"
                 )
         coll = self._collector
         lanes = self._lanes
@@ -388,13 +410,13 @@ class PolicyRunner:
             expected = self._obs_shapes.get(c)
             if expected is not None and a.shape != expected:
                 raise ValueError(
-                    f"PolicyRunner.act: column {c!r}: expected one observation of shape {expected} (no batch axis; "
-                    f"act_many takes a batch), got shape {a.shape}"
+                    f"{self._names.act}: column {c!r}: expected one observation of shape {expected} (no batch axis"
+                    f"{self._names.batch_hint}), got shape {a.shape}"
                 )
             want = self._obs_dtypes.get(c)
             if want is not None and not isinstance(v, np.ndarray) and not np.can_cast(a.dtype, want, "safe"):
                 raise ValueError(
-                    f"PolicyRunner.act: column {c!r}: got a {type(v).__name__}, which numpy reads as {a.dtype}; the "
+                    f"{self._names.act}: column {c!r}: got a {type(v).__name__}, which numpy reads as {a.dtype}; the "
                     f"observation space's dtype is {want}, and a cast that could change values is not made: pass "
                     f"np.asarray(obs, np.{want.name})"
                 )
@@ -491,7 +513,7 @@ class PolicyRunner:
         mine = [k for k in keys if k in self._slots]
         self._end(mine)
         if hasattr(e, "add_note"):
-            e.add_note(f"PolicyRunner: the episodes of this call were reset: {mine!r}")
+            e.add_note(self._names.reset_note.format(repr(mine)))
 
     def _free_rows(self) -> None:
         """Drops every stored step; the store keeps the rows the views look back at."""
@@ -559,18 +581,9 @@ class _Lane:
         return self._run(explore, timestep)  # type: ignore[no-any-return]
 
 
-def _per_episode(name: str, value: Any, n: int, dtype: Any) -> np.ndarray:
-    """``value`` (one for every episode, or ``[n]``) as ``[n]`` of ``dtype``; else a ValueError naming it."""
-    arr = np.asarray(value)
-    if arr.ndim > 1 or (arr.ndim == 1 and len(arr) != n):
-        raise ValueError(f"PolicyRunner.act_many: {name} must be one value or {n} values (one per episode), got "
-                         f"shape {arr.shape}")
-    return np.broadcast_to(arr.astype(dtype, copy=False), (n,))
-
-
-def _check_explore(explore: Any) -> None:
+def _check_explore(explore: Any, where: str = "PolicyRunner") -> None:
     if explore is not None and not isinstance(explore, (bool, np.bool_)):
-        raise ValueError(f"PolicyRunner: explore must be a bool or None, got {type(explore).__name__} {explore!r}")
+        raise ValueError(f"{where}: explore must be a bool or None, got {type(explore).__name__} {explore!r}")
 
 
 def _check_keys(keys: list[Any], where: str) -> None:
@@ -593,12 +606,12 @@ def _hashable(key: Any) -> bool:
     return True
 
 
-def _single_reward(reward: Any) -> np.ndarray:
+def _single_reward(reward: Any, where: str) -> np.ndarray:
     """``act``'s reward as a batch of one, if it is one real number (`check_reward_array`'s rule)."""
     r = np.asarray(reward)
     t = type(reward)
     if not ((t is float or t is np.float64 or t is np.float32) and reward == reward):  # (else nothing to check)
-        check_reward_array(r, (), "PolicyRunner.act got")
+        check_reward_array(r, (), f"{where} got")
     return r[None]
 
 
@@ -617,12 +630,20 @@ def _agent_indices(value: Any, n: int, where: str) -> np.ndarray:
     return np.full(n, arr, np.int64) if arr.ndim == 0 else arr.astype(np.int64)
 
 
-def _starts(value: Any, n: int) -> list[bool]:
-    """``episode_start`` (one bool for every episode, or ``[n]``) as a list of ``n`` bools (`_per_episode`'s rule)."""
+def _starts(value: Any, n: int, where: str) -> list[bool]:
+    """``episode_start`` (one for every episode, or ``[n]``) as a list of ``n`` bools. Only bools are read as bools
+    (numpy's too), and ints 0 / 1 (a done flag held as an int): anything else is a ValueError naming it, since
+    ``bool("no")`` would restart the episode."""
     arr = np.asarray(value)
-    if arr.ndim == 1 and len(arr) == n:
-        return (arr if arr.dtype.type is np.bool_ else arr.astype(bool)).tolist()
-    return _per_episode("episode_start", arr, n, bool).tolist()
+    if arr.dtype.type is not np.bool_ and not (
+        arr.dtype.kind in "iu" and (not arr.size or (int(arr.min()) >= 0 and int(arr.max()) <= 1))
+    ):
+        raise ValueError(f"{where}: episode_start must be a bool{' or one per episode' if n > 1 else ''} (or an int "
+                         f"0 / 1), got {type(value).__name__} {value!r:.80}")
+    if arr.ndim > 1 or (arr.ndim == 1 and len(arr) != n):
+        raise ValueError(f"{where}: episode_start must be one value or {n} values (one per episode), got shape "
+                         f"{arr.shape}")
+    return [bool(arr)] * n if arr.ndim == 0 else arr.astype(bool, copy=False).tolist()
 
 
 def _row(column: np.ndarray) -> Any:
@@ -647,6 +668,7 @@ def implicit_single_action(policy: Policy, obs: Any, reward: Any, episode_start:
     runner = getattr(policy, "_single_action_runner", None)
     if runner is None:
         runner = PolicyRunner(policy, max_episodes=1)
+        runner._names = _SINGLE
         policy._single_action_runner = runner  # type: ignore[attr-defined]
     return runner.act(obs, 0, reward=reward, episode_start=episode_start, explore=explore, timestep=timestep,
                       full_fetch=True)

@@ -215,7 +215,10 @@ class _Image(nn.Module):
         if self.grey:
             x = x[..., ::k, ::k].unsqueeze(-3)  # [..., 1, H, W]
         elif self.channels_last:
-            x = x[..., ::k, ::k, :].movedim(-1, -3)  # [..., C, H, W]
+            # Dims counted from the front: ONNX's exporter writes movedim(-1, -3) as a Transpose with negative
+            # entries, which onnxruntime refuses.
+            d = x.dim()
+            x = x[..., ::k, ::k, :].movedim(d - 1, d - 3)  # [..., C, H, W]
         else:
             x = x[..., ::k, ::k]
         x = x.reshape(x.shape[0], -1, *self.hw)  # frames: [B, K, C, H, W] -> [B, K * C, H, W]
