@@ -27,6 +27,7 @@ longer too, and the comparison is the one a user's loop sees.
     python bench/act_latency.py               # 5 rounds of 400 calls
     python bench/act_latency.py --env-step    # the same, an env step before each call
     python bench/act_latency.py --split       # where the runner's time goes (see `split`)
+    python bench/act_latency.py --parts       # the runner's own parts alone, in tight loops (see `parts`)
     python bench/act_latency.py --quick       # a smoke run (timings meaningless)
 """
 
@@ -222,6 +223,50 @@ def split(model: str, n: int, rounds: int = 5, calls: int = 400) -> dict[str, li
     return out
 
 
+def parts(model: str, number: int = 3000, repeat: int = 7) -> dict[str, float]:
+    """Microseconds of three parts of the runner's work for 64 episodes, each alone in a tight loop (the best of
+    ``repeat`` loops of ``number``: `timeit`'s rule, the least disturbed loop): ``check`` (the output checks of one
+    `act_many` call's outputs, `PolicyColumns.check_outputs`), ``nan_scan`` (`_core.any_nan` over the state_outs
+    and float extra fetches of that call) and ``drop`` (the store dropping 32 calls' steps, as the runner does
+    every 32 calls; median of 15). Run with one trajview, then another (e.g. an older wheel), to compare them."""
+    import timeit
+
+    from trajview import _core
+
+    case = Case(model, EPISODES, 3 * 32 * 16)
+    for i in range(40):
+        case.act(i)
+    runner = case.runner
+    assert runner is not None
+    lane = runner._lanes[EPISODES]  # type: ignore[index]
+    outs = lane.run(None, False, 0)
+    floats = [a for a in [*outs[1], *outs[2].values()] if a.dtype.kind == "f"]
+    check = runner._columns.check_outputs
+
+    def best(fn: Any) -> float:
+        return min(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e6
+
+    def drop() -> float:
+        for i in range(32):
+            case.act(i)
+        t0 = time.perf_counter()
+        runner._free_rows()
+        return (time.perf_counter() - t0) * 1e6
+
+    return {"check": best(lambda: check(*outs, EPISODES)), "nan_scan": best(lambda: _core.any_nan(floats)),
+            "nan_values": float(sum(a.size for a in floats)), "drop": statistics.median(drop() for _ in range(15))}
+
+
+def print_parts() -> None:
+    print(f"the runner's parts for {EPISODES} episodes, each alone in a tight loop (microseconds; best of 7 loops, "
+          f"the drop: median of 15)\n")
+    print("| model | output checks | NaN scan (values) | dropping 32 calls' steps |")
+    print("|---|---|---|---|")
+    for model in MODELS:
+        m = parts(model)
+        print(f"| {model} | {m['check']:.2f} | {m['nan_scan']:.2f} ({m['nan_values']:.0f}) | {m['drop']:.1f} |")
+
+
 def print_split(rounds: int, calls: int) -> None:
     print(f"per-call microseconds, medians; {rounds} rounds x {calls} calls, 1 torch thread; parts timed inside the "
           f"runner's calls, and alone in a tight loop\n")
@@ -262,10 +307,14 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="1 round of 20 calls (a smoke run)")
     ap.add_argument("--env-step", action="store_true", help="an untimed env step before each call (see above)")
     ap.add_argument("--split", action="store_true", help="where the runner's time goes, part by part (`split`)")
+    ap.add_argument("--parts", action="store_true", help="the runner's own parts alone, in tight loops (`parts`)")
     args = ap.parse_args()
     rounds, calls = (1, 20) if args.quick else (args.rounds, args.calls)
     if args.split:
         print_split(rounds, calls)
+        return
+    if args.parts:
+        print_parts()
         return
     rows = run(rounds, calls, args.env_step)
 

@@ -66,3 +66,13 @@ def test_the_split_times_every_part_and_restores_the_runner(capsys, monkeypatch)
     act_latency.main()
     out = capsys.readouterr().out
     assert out.count("| framestack |") == 2 and out.count("| lstm |") == 2 and "lane over model" in out
+
+
+def test_the_parts_time_the_runners_own_work(monkeypatch):
+    from trajview.rollout import runner as runner_mod
+
+    lane_run = runner_mod._Lane.run
+    m = act_latency.parts("lstm", number=3, repeat=1)
+    assert set(m) == {"check", "nan_scan", "nan_values", "drop"} and min(m.values()) > 0
+    assert m["nan_values"] == act_latency.EPISODES * (4 * 64 + 2)  # the LSTM's 4 states of 64, logp and value
+    assert runner_mod._Lane.run is lane_run
