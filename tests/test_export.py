@@ -36,6 +36,7 @@ class DictObsEnv(gym.Env):
     observation_space = gym.spaces.Dict({"pos": gym.spaces.Box(-1.0, 1.0, (3,), np.float32),
                                          "room": gym.spaces.Discrete(4)})
     action_space = gym.spaces.Discrete(3)
+    length = 12
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -47,28 +48,19 @@ class DictObsEnv(gym.Env):
 
     def step(self, action):
         self.t += 1
-        return self._obs(), float(action == self.t % 3), self.t >= 12, False, {}
+        return self._obs(), float(action == self.t % 3), self.t >= self.length, False, {}
 
 
-class ImageObsEnv(gym.Env):
+class ImageObsEnv(DictObsEnv):
     """A MiniGrid-like observation: a channels-last uint8 image (HxWxC) and a direction; 10-step episodes."""
 
     observation_space = gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (7, 7, 3), np.uint8),
                                          "direction": gym.spaces.Discrete(4)})
-    action_space = gym.spaces.Discrete(3)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self._obs(), {}
+    length = 10
 
     def _obs(self):
         return {"image": self.np_random.integers(0, 256, (7, 7, 3), dtype=np.uint8),
                 "direction": int(self.np_random.integers(4))}
-
-    def step(self, action):
-        self.t += 1
-        return self._obs(), float(action == self.t % 3), self.t >= 10, False, {}
 
 
 if "tvtest/DictObs-v0" not in gym.registry:

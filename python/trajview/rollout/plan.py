@@ -170,13 +170,11 @@ class PolicyColumns:
         #: Scalar bounds that int64 holds (`_core.any_outside` takes them).
         self._int64_bounds = self._scalar_bounds and -(2**63) <= self._lo and self._hi < 2**63
         self._no_rest = not self.state_keys and not self.extra_keys  # no state_outs, no extra fetches
-        #: `_check_rest`'s common case: (the state_out_i, the extra fetches) as (key, spec), and per row count as
+        #: `_check_rest`'s common case: the state_out_i then the extra fetches as (key, spec), and per row count as
         #: (key, dtype, shape, NaN-checked); None where a column has no spec (the general checks run).
-        self._rest_specs = (
-            ([(k, self.specs[k]) for k in self.state_keys], [(k, self.specs[k]) for k in self.extra_keys])
-            if all(k in self.specs for k in self.state_keys + self.extra_keys) else None
-        )
-        self._rest_shapes: dict[int, tuple[list[tuple[str, Any, tuple[int, ...], bool]], ...]] = {}
+        rest = self.state_keys + self.extra_keys
+        self._rest_specs = [(k, self.specs[k]) for k in rest] if all(k in self.specs for k in rest) else None
+        self._rest_shapes: dict[int, list[tuple[str, Any, tuple[int, ...], bool]]] = {}
 
     def __bool__(self) -> bool:
         return bool(self.state_keys or self.extra_keys)
@@ -312,30 +310,18 @@ class PolicyColumns:
             if shapes is None:
                 if len(self._rest_shapes) >= 64:  # (row counts vary in multi-agent calls: a bounded cache)
                     self._rest_shapes.clear()
-                shapes = self._rest_shapes[n] = tuple(
-                    [(k, dt, (n, *shape), dt.kind in "fc" and self.check_nan) for k, (dt, shape) in part]
-                    for part in self._rest_specs
-                )
+                shapes = self._rest_shapes[n] = [(k, dt, (n, *shape), dt.kind in "fc" and self.check_nan)
+                                                 for k, (dt, shape) in self._rest_specs]
             scan: list[np.ndarray] = []
-            ok = True
-            for (k, dt, shape, is_float), v in zip(shapes[0], state_outs):
+            for (k, dt, shape, is_float), v in zip(shapes, [*state_outs, *map(extra.get, self.extra_keys)]):
                 if type(v) is not np.ndarray or v.dtype is not dt or v.shape != shape:
-                    ok = False
                     break
                 data[k] = v
                 if is_float:
                     scan.append(v)
-            if ok:
-                for k, dt, shape, is_float in shapes[1]:
-                    v = extra.get(k)
-                    if type(v) is not np.ndarray or v.dtype is not dt or v.shape != shape:
-                        ok = False
-                        break
-                    data[k] = v
-                    if is_float:
-                        scan.append(v)
-            if ok and (not scan or _core.any_nan(scan) is False):
-                return data
+            else:
+                if not scan or _core.any_nan(scan) is False:
+                    return data
         if not isinstance(state_outs, (list, tuple)):
             raise ValueError(
                 f"state_outs: compute_actions_from_input_dict must return a list of arrays (one per "
