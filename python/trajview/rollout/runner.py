@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validate import int_at_least
 from ..collect.collector import Collector
 from ..envs.checks import check_reward_array
 from ..policy import policy as _policy_module
@@ -314,7 +315,7 @@ class PolicyRunner:
         if explore is not None and type(explore) is not bool:
             _check_explore(explore, self._names.name)
         if timestep is not None and (type(timestep) is not int or timestep < 0):
-            timestep = _timestep(timestep, self._names.name)
+            timestep = int_at_least(f"{self._names.name}: timestep (None or an int)", timestep, 0)
         _check_keys(keys, "PolicyRunner")
         fast = keys == self._last_keys and not any(starts)
         # Whether an episode steps (a call that begins every one of its episodes has no reward to store).
@@ -586,14 +587,6 @@ class _Lane:
 def _check_explore(explore: Any, where: str = "PolicyRunner") -> None:
     if explore is not None and not isinstance(explore, (bool, np.bool_)):
         raise ValueError(f"{where}: explore must be a bool or None, got {type(explore).__name__} {explore!r}")
-
-
-def _timestep(value: Any, where: str) -> int:
-    """``timestep`` (what the policy's exploration schedule reads) as an int, if it is a non-negative int (numpy's
-    too; not a bool); else a ValueError naming it."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"{where}: timestep must be None or a non-negative int, got {type(value).__name__} {value!r}")
-    return int(value)
 
 
 def _check_keys(keys: list[Any], where: str) -> None:
