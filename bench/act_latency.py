@@ -17,7 +17,8 @@ It prints the median and the spread (25th-75th percentile) per call in microseco
 over each baseline. The goal (issue 26): the runner's median at most 20% over ``model`` in every row (the view
 bookkeeping, the conversions and the output checks together at most 20% on top of the torch model on prebuilt
 inputs); the ``policy`` column shows how much of that is `compute_actions_from_input_dict`'s. Episodes restart
-every 200 steps.
+every 200 steps. Each call's arguments (observation rows, rewards, ``episode_start`` flags) are made before the
+timed rounds, so that a timed region holds the call alone, as the model's does.
 
 ``--env-step``: before each timed call (of every variant), untimed, the envs step as in an acting loop (one
 ``trajview/StatelessCartPole-v1`` step for a single call, a 64-env ``SyncVectorEnv`` step for ``act_many``). A
@@ -72,6 +73,11 @@ class Case:
         rng = np.random.default_rng(seed)
         self.obs = rng.uniform(-1, 1, (calls, n, 4)).astype(np.float32)
         self.rewards = rng.uniform(0, 1, (calls, n))
+        # Each call's arguments, made beforehand: the timed region holds the call alone (the model's call indexes
+        # nothing either). Single calls take a row and a float64 scalar, as an env returns them.
+        self.obs_args = [self.obs[i, 0] if n == 1 else self.obs[i] for i in range(calls)]
+        self.reward_args = [self.rewards[i, 0] if n == 1 else self.rewards[i] for i in range(calls)]
+        self.starts = {flag: np.full(n, flag) for flag in (False, True)}
         self.t = 0
         if n == 1:
             self.runner = None
@@ -99,10 +105,11 @@ class Case:
         start = self.t % EPISODE_LEN == 0
         self.t += 1
         if self.runner is None:
-            return self.policy.compute_single_action(self.obs[i, 0], prev_reward=None if start else self.rewards[i, 0],
-                                                     explore=False, episode_start=start)[0]
-        return self.runner.act_many(self.obs[i], self.keys, rewards=self.rewards[i], explore=False,
-                                    episode_start=np.full(self.n, start))
+            reward = None if start else self.reward_args[i]
+            return self.policy.compute_single_action(self.obs_args[i], prev_reward=reward, explore=False,
+                                                     episode_start=start)[0]
+        return self.runner.act_many(self.obs_args[i], self.keys, rewards=self.reward_args[i], explore=False,
+                                    episode_start=self.starts[start])
 
     def policy_call(self, i: int) -> Any:
         return self.policy.compute_actions_from_input_dict(self.inputs, explore=False)[0]

@@ -251,6 +251,65 @@ def test_out_arrays_are_the_input_dict():
     pair.check()
 
 
+
+class _Sub(np.ndarray):
+    """An ndarray subclass (the store reads numpy's ndarray itself directly, anything else through numpy)."""
+
+
+#: One step's columns as a caller may hold them: each must be stored as its values (the store reads a C-contiguous
+#: ndarray of the column's own dtype object directly; every other layout goes through numpy's conversion).
+LAYOUTS = {
+    "contiguous": lambda a: a,
+    "strided": lambda a: np.stack([a, a], axis=0)[0] if a.ndim == 0 else np.repeat(a, 2, axis=0)[::2],
+    "fortran": np.asfortranarray,
+    "an equal dtype object": lambda a: a.view(a.dtype.newbyteorder("=")),
+    "byte-swapped, where a safe cast": lambda a: (a.astype(a.dtype.newbyteorder()) if a.dtype.itemsize > 1
+                                                  and a.dtype.kind != "b" else a),
+    "a subclass": lambda a: a.view(_Sub),
+    "read-only": lambda a: _read_only(a),
+}
+
+
+def _read_only(a):
+    a = a.copy()
+    a.setflags(write=False)
+    return a
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_step_columns_of_any_layout_are_stored_as_their_values(layout, fused):
+    """A step's columns strided, Fortran-ordered, of an equal but distinct dtype object, byte-swapped, an ndarray
+    subclass or read-only: stored as their values, the input dicts and batches the reference's (the store's direct
+    read of the common case must not take any of them for it)."""
+    pair = Pair()
+    out = _out_arrays(pair)
+    for _ in range(3):
+        data = step_rows(2, pair.t)
+        changed = {k: LAYOUTS[layout](v) for k, v in data.items()}
+        pair.t += 1
+        if fused:
+            got = pair.cpp.step(changed, np.array([0, 1]), out=out)
+            assert_same(got, pair.ref.step(data, np.array([0, 1])))
+        else:
+            pair.cpp.add_step(changed, np.array([0, 1]))
+            pair.ref.add_step(data, np.array([0, 1]))
+    pair.check()
+
+
+def test_out_arrays_of_an_equal_dtype_object_are_written():
+    """``out=`` arrays whose dtype objects are equal to the input dict's but not numpy's own (the store checks
+    the common case by the object): accepted, and they hold the input dict."""
+    pair = Pair()
+    out = {k: v.view(v.dtype.newbyteorder("=")) for k, v in _out_arrays(pair).items()}
+    assert all(v.dtype is not np.dtype(v.dtype.name) and v.dtype == np.dtype(v.dtype.name) for v in out.values())
+    data = step_rows(2, pair.t)
+    pair.t += 1
+    got = pair.cpp.step(data, np.array([0, 1]), out=out)
+    assert got is out
+    assert_same(got, pair.ref.step(data, np.array([0, 1])))
+    pair.check()
+
 def test_missing_column():
     pair = Pair()
     data = step_rows(2, pair.t)

@@ -279,6 +279,16 @@ class PyStore {
 
   ArrayIn convert(std::size_t c, py::handle h, std::vector<py::array>& keep) {
     const auto& col = store_.columns()[c];
+    // The common case read off the array itself (numpy's conversion is the larger part of a small step's cost):
+    // an ndarray of the column's own dtype object, C-contiguous.
+    if (reinterpret_cast<PyObject*>(Py_TYPE(h.ptr())) == array_type_) {
+      const auto* a = py::detail::array_proxy(h.ptr());
+      if (a->descr == col_dtypes_[c].ptr() && (a->flags & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_) != 0) {
+        keep.push_back(py::reinterpret_borrow<py::array>(h));
+        return ArrayIn{a->data, col.dtype,
+                       {reinterpret_cast<const std::int64_t*>(a->dimensions), static_cast<std::size_t>(a->nd)}};
+      }
+    }
     py::array arr = py::array::ensure(h);
     if (!arr) {
       PyErr_Clear();
@@ -399,17 +409,36 @@ class PyStore {
     const auto expected = inf_names_.size() + keys.size();
     std::vector<std::byte*> ptrs;
     ptrs.reserve(expected);
-    auto check = [&](const py::str& name, const py::dtype& dtype, std::vector<py::ssize_t> shape) {
-      shape[0] = n;
+    auto check = [&](const py::str& name, const py::dtype& dtype, const std::vector<py::ssize_t>& want) {
       // (Messages are made only for an error: this runs at every call of a caller that reuses arrays.)
+      auto shape = [&] {
+        std::vector<py::ssize_t> s = want;
+        s[0] = n;
+        return s;
+      };
       auto column = [&] { return std::string(where) + ": out column '" + std::string(name) + "'"; };
       auto expected_kind = [&] {
-        return std::string(py::str(dtype)) + " of shape " + std::string(py::str(py::cast(shape)));
+        return std::string(py::str(dtype)) + " of shape " + std::string(py::str(py::cast(shape())));
       };
       PyObject* found = PyDict_GetItem(out.ptr(), name.ptr());
       if (found == nullptr)
         throw py::value_error(std::string(where) + ": out has no column '" + std::string(name) + "' (expected " +
                               expected_kind() + ")");
+      // The common case read off the array itself: an ndarray of the dtype object, the shape, writeable, C-contiguous
+      // and aligned (each of these is checked again below, for the error, when any is not).
+      if (reinterpret_cast<PyObject*>(Py_TYPE(found)) == array_type_) {
+        auto* a = py::detail::array_proxy(found);
+        constexpr int kFlags = py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_ | py::detail::npy_api::NPY_ARRAY_ALIGNED_ |
+                               py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+        bool same = a->descr == dtype.ptr() && (a->flags & kFlags) == kFlags &&
+                    static_cast<std::size_t>(a->nd) == want.size() && a->dimensions[0] == n;
+        for (std::size_t d = 1; same && d < want.size(); ++d) same = a->dimensions[d] == want[d];
+        if (same) {
+          held.push_back(py::reinterpret_borrow<py::array>(found));
+          ptrs.push_back(reinterpret_cast<std::byte*>(a->data));
+          return static_cast<std::size_t>(held.back().nbytes());
+        }
+      }
       const auto h = py::reinterpret_borrow<py::object>(found);  // held at once: nothing ran since the lookup
       if (!py::isinstance<py::array>(h))
         throw py::type_error(column() + " must be a numpy array (" + expected_kind() + "), got " +
@@ -419,8 +448,8 @@ class PyStore {
       if (!a.dtype().is(dtype) && !a.dtype().equal(dtype))
         throw py::value_error(column() + " must have dtype " + std::string(py::str(dtype)) + ", got " +
                               std::string(py::str(a.dtype())));
-      if (got != shape)
-        throw py::value_error(column() + " must have shape " + std::string(py::str(py::cast(shape))) + ", got " +
+      if (got != shape())
+        throw py::value_error(column() + " must have shape " + std::string(py::str(py::cast(shape()))) + ", got " +
                               std::string(py::str(py::cast(got))));
       std::string bad;
       if (!a.writeable()) bad = "writeable, got a read-only array";
@@ -486,6 +515,7 @@ class PyStore {
   TrajectoryStore store_;
   std::mutex mu_;
   py::object can_cast_;
+  PyObject* array_type_ = reinterpret_cast<PyObject*>(py::detail::npy_api::get().PyArray_Type_);  // numpy's ndarray
   std::vector<py::str> col_names_;
   std::vector<py::dtype> col_dtypes_;
   std::vector<py::str> inf_names_;

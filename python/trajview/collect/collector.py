@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -225,6 +225,14 @@ class Collector:
             return self._impl.step(self._flat(data), env_ids, out)
         d = self._impl.step(self._flat(data), env_ids)
         return self.as_input_dict(d, self.num_envs if env_ids is None else len(env_ids))
+
+    def step_into(self) -> Callable[[dict[str, Any], Any, dict[str, np.ndarray]], dict[str, np.ndarray]]:
+        """``step(data, env_ids, out)`` as one function of those three, for a caller that passes a new dict as
+        ``data`` at every call and always an ``out`` (the store's own method where no column is nested: it reads
+        ``data`` without keeping it)."""
+        if self.nested:
+            return lambda data, env_ids, out: self._impl.step(self._flat(data), env_ids, out)
+        return self._impl.step  # type: ignore[no-any-return]
 
     def staged_rows(self, column: str) -> np.ndarray | None:
         """The rows the next ``add_step`` will store ``column`` in, ``[num_envs, *shape]``; None if it cannot.

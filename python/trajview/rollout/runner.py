@@ -128,6 +128,7 @@ class PolicyRunner:
         self.max_episodes = int(max_episodes)
         self.explore = None if explore is None else bool(explore)
         self._collector: Collector = make_collector(policy, self.max_episodes, config, 0, inference_only=True)
+        self._step_into = self._collector.step_into()
         self._columns = PolicyColumns(policy, config)
         self._obs_nest = Nest.from_space(policy.observation_space, "observation_space")
         self._nested_actions = not self._columns.action_nest.flat
@@ -224,7 +225,10 @@ class PolicyRunner:
         keys = [episode]
         starts = [episode_start] if type(episode_start) is bool else _starts(episode_start, 1, self._names.act)
         try:
-            obs_cols = self._single_obs(obs)
+            if type(obs) is np.ndarray and obs.dtype is self._obs_dtype and obs.shape == self._obs_shape:
+                obs_cols = {_OBS: obs[None]}  # the common case: one observation of the flat space's dtype and shape
+            else:
+                obs_cols = self._single_obs(obs)
             rewards = None if reward is None else _single_reward(reward, self._names.act)
             # agent_index as an array unless it is the default (then zeros, where the policy reads it).
             idx = None if type(agent_index) is int and agent_index == 0 else _agent_indices(agent_index, 1, "act")
@@ -337,8 +341,9 @@ class PolicyRunner:
             data = dict(self._last_data)
             data.update(obs_cols)
             data[_REWARDS] = self._zeros[:n] if rewards is None else rewards
-            data[_TERMINATEDS] = data[_TRUNCATEDS] = self._false[:n]
-            inputs = coll.step(data, env_ids=c_slots, out=out)  # (the store writes nothing when it refuses a step)
+            data[_TERMINATEDS] = data[_TRUNCATEDS] = self._false if n == self.max_episodes else self._false[:n]
+            # (the store writes nothing when it refuses a step)
+            inputs = coll.step(data, env_ids=c_slots) if out is None else self._step_into(data, c_slots, out)
         else:
             self._write_back()
             slots, inputs = self._store_step(obs_cols, keys, rewards, starts, out)
@@ -403,9 +408,7 @@ class PolicyRunner:
 
     def _single_obs(self, obs: Any) -> dict[str, np.ndarray]:
         """``act``'s observation as batch-of-one columns; a shape other than the space's is a ValueError (in the
-        shapes the caller passed, without the batch axis)."""
-        if type(obs) is np.ndarray and obs.dtype is self._obs_dtype and obs.shape == self._obs_shape:
-            return {_OBS: obs[None]}  # the common case: one observation of the flat space's dtype and shape
+        shapes the caller passed, without the batch axis). (`act` takes the common case itself.)"""
         cols = {_OBS: obs} if self._flat_obs else self._obs_nest.columns(_OBS, obs, "obs")
         out = {}
         for c, v in cols.items():
