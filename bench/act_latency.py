@@ -189,17 +189,10 @@ def split(model: str, n: int, rounds: int = 5, calls: int = 400) -> dict[str, li
 
         return call
 
-    coll = runner._collector
-
-    class TimedStore:  # the runner's store, its step timed
-        step = staticmethod(timed(coll.step, "step"))
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(coll, name)
-
     columns = runner._columns
     check, lane_run = columns.check_outputs, runner_mod._Lane.run
-    runner._collector = TimedStore()
+    step_into = runner._step_into
+    runner._step_into = timed(step_into, "step")
     columns.check_outputs = timed(check, "check")
     runner_mod._Lane.run = timed(lane_run, "lane")  # type: ignore[method-assign]
     try:
@@ -213,7 +206,7 @@ def split(model: str, n: int, rounds: int = 5, calls: int = 400) -> dict[str, li
                 case.model_call(i)
                 out["model_only"].append(clock() - t0)
     finally:
-        runner._collector = coll
+        runner._step_into = step_into
         del columns.check_outputs
         runner_mod._Lane.run = lane_run  # type: ignore[method-assign]
     lane = runner._lanes[n]
@@ -231,11 +224,13 @@ def split(model: str, n: int, rounds: int = 5, calls: int = 400) -> dict[str, li
 
 
 def parts(model: str, number: int = 3000, repeat: int = 7) -> dict[str, float]:
-    """Microseconds of three parts of the runner's work for 64 episodes, each alone in a tight loop (the best of
+    """Microseconds of four parts of the runner's work for 64 episodes, each alone in a tight loop (the best of
     ``repeat`` loops of ``number``: `timeit`'s rule, the least disturbed loop): ``check`` (the output checks of one
     `act_many` call's outputs, `PolicyColumns.check_outputs`), ``nan_scan`` (`_core.any_nan` over the state_outs
-    and float extra fetches of that call) and ``drop`` (the store dropping 32 calls' steps, as the runner does
-    every 32 calls; median of 15). Run with one trajview, then another (e.g. an older wheel), to compare them."""
+    and float extra fetches of that call), ``drop`` (the store dropping 32 calls' steps, as the runner does
+    every 32 calls; median of 15) and ``step`` (the store's step of one call into the reused input arrays; the
+    best of ``30 * repeat`` loops of 32). Run with one trajview, then another (e.g. an older wheel), to compare
+    them."""
     import timeit
 
     from trajview import _core
@@ -260,18 +255,34 @@ def parts(model: str, number: int = 3000, repeat: int = 7) -> dict[str, float]:
         runner._free_rows()
         return (time.perf_counter() - t0) * 1e6
 
+    # One call's step (the last call's outputs, the next observations and rewards) into the lane's arrays, 32 at a
+    # time (the store then drops them, untimed, as the runner does every 32 calls).
+    data = {**runner._last_data, "obs": case.obs_args[0], "rewards": case.reward_args[0],
+            "terminateds": case.starts[False], "truncateds": case.starts[False]}
+    step_into, out = runner._step_into, lane.out
+
+    def steps() -> float:
+        t0 = time.perf_counter()
+        for _ in range(32):
+            step_into(data, None, out)
+        t = time.perf_counter() - t0
+        runner._free_rows()
+        return t / 32 * 1e6
+
     return {"check": best(lambda: check(*outs, EPISODES)), "nan_scan": best(lambda: _core.any_nan(floats)),
-            "nan_values": float(sum(a.size for a in floats)), "drop": statistics.median(drop() for _ in range(15))}
+            "nan_values": float(sum(a.size for a in floats)), "drop": statistics.median(drop() for _ in range(15)),
+            "step": min(steps() for _ in range(max(repeat, 1) * 30))}
 
 
 def print_parts() -> None:
     print(f"the runner's parts for {EPISODES} episodes, each alone in a tight loop (microseconds; best of 7 loops, "
-          f"the drop: median of 15)\n")
-    print("| model | output checks | NaN scan (values) | dropping 32 calls' steps |")
-    print("|---|---|---|---|")
+          f"the step: of 210 loops of 32, the drop: median of 15)\n")
+    print("| model | the store's step | output checks | NaN scan (values) | dropping 32 calls' steps |")
+    print("|---|---|---|---|---|")
     for model in MODELS:
         m = parts(model)
-        print(f"| {model} | {m['check']:.2f} | {m['nan_scan']:.2f} ({m['nan_values']:.0f}) | {m['drop']:.1f} |")
+        print(f"| {model} | {m['step']:.2f} | {m['check']:.2f} | {m['nan_scan']:.2f} ({m['nan_values']:.0f}) | "
+              f"{m['drop']:.1f} |")
 
 
 def print_split(rounds: int, calls: int) -> None:

@@ -73,6 +73,6 @@ def test_the_parts_time_the_runners_own_work(monkeypatch):
 
     lane_run = runner_mod._Lane.run
     m = act_latency.parts("lstm", number=3, repeat=1)
-    assert set(m) == {"check", "nan_scan", "nan_values", "drop"} and min(m.values()) > 0
+    assert set(m) == {"check", "nan_scan", "nan_values", "drop", "step"} and min(m.values()) > 0
     assert m["nan_values"] == act_latency.EPISODES * (4 * 64 + 2)  # the LSTM's 4 states of 64, logp and value
     assert runner_mod._Lane.run is lane_run

@@ -492,7 +492,7 @@ class PolicyRunner:
                 data[_REWARDS] = self._zeros[: len(cs)] if rewards is None else (rewards if c is None else rewards[c])
                 data[_TERMINATEDS] = data[_TRUNCATEDS] = self._false[: len(cs)]
                 if c is None:
-                    return slots, coll.step(data, env_ids=slots, out=out)
+                    return slots, (coll.step(data, env_ids=slots) if out is None else self._step_into(data, slots, out))
                 coll.add_step(data, env_ids=cs)
         except BaseException:
             self._end(fresh)  # the episodes this call began (or restarted) are not kept
