@@ -10,7 +10,7 @@ trajectories, slices and every output array.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Context, Decimal, localcontext
 from typing import Any
@@ -327,6 +327,12 @@ class ReferencePriorities:
         with localcontext(_EXACT):
             p_min = min(v for v in self.exact.values() if v > 0)
             return float((self.exact[g] / p_min) ** Decimal(-self.beta))
+
+    def weights(self, rows: Iterable[int]) -> list[float]:
+        """`weight` of each of ``rows`` (each row once: a draw of many samples repeats rows)."""
+        rows = [int(g) for g in rows]
+        memo = {g: self.weight(g) for g in set(rows)}
+        return [memo[g] for g in rows]
 
 
 #: Decimal arithmetic for the exact priorities: 60 digits, exponents far beyond any double's.
