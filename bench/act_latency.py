@@ -29,6 +29,7 @@ longer too, and the comparison is the one a user's loop sees.
     python bench/act_latency.py --env-step    # the same, an env step before each call
     python bench/act_latency.py --split       # where the runner's time goes (see `split`)
     python bench/act_latency.py --parts       # the runner's own parts alone, in tight loops (see `parts`)
+    python bench/act_latency.py --cold        # single operations right after a model call, and again (see `cold`)
     python bench/act_latency.py --quick       # a smoke run (timings meaningless)
 """
 
@@ -274,6 +275,62 @@ def parts(model: str, number: int = 3000, repeat: int = 7) -> dict[str, float]:
             "step": min(steps() for _ in range(max(repeat, 1) * 30))}
 
 
+def cold(model: str, reps: int = 300) -> dict[str, tuple[float, float]]:
+    """Microseconds of single operations of a runner's call (the frame stack's or LSTM's single call), each timed
+    once right after a call of the model on prebuilt tensors and then at once again: (median first, median second)
+    over ``reps`` rounds. The first is what the operation costs inside a runner's call (its code and data come back
+    from memory the model's call evicted); the second, in a tight loop. An operation's cost after the model is
+    mostly the code it runs, not its work: the runner's bookkeeping after the model costs several times what it
+    costs alone (``--split``)."""
+    from trajview import _core
+
+    case = Case(model, 1, 8)
+    for i in range(5):
+        case.act(i)
+    runner = case.policy._single_action_runner
+    lane = runner._lanes[1]
+    data = {**runner._last_data, "obs": case.obs[0], "rewards": case.rewards[0], "terminateds": np.zeros(1, bool),
+            "truncateds": np.zeros(1, bool)}
+    step_into, out = runner._step_into, lane.out
+    tensor = case.model_call(0)
+    obs, arr = case.obs[0, 0], np.zeros(3, np.float32)
+    ops = {
+        "a call into trajview's C++ doing nothing (_core.any_nan([]))": lambda: _core.any_nan([]),
+        "the store's step of one row into the reused arrays": lambda: step_into(data, None, out),
+        "np.asarray(1.0)": lambda: np.asarray(1.0),
+        "obs[None]": lambda: obs[None],
+        "tensor.numpy()": lambda: tensor.numpy(),
+        "array.item(0)": lambda: arr.item(0),
+        "dict(step data)": lambda: dict(data),
+        "a Python call doing nothing": lambda: None,
+    }
+    clock = time.perf_counter_ns
+    samples: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in ops}
+    for rep in range(reps):
+        for name, op in ops.items():
+            case.model_call(0)
+            t0 = clock()
+            op()
+            t1 = clock()
+            op()
+            t2 = clock()
+            samples[name][0].append((t1 - t0) / 1e3)
+            samples[name][1].append((t2 - t1) / 1e3)
+        if rep % 16 == 15:
+            runner._free_rows()  # (the steps above: dropped as the runner drops its own)
+    return {k: (statistics.median(a), statistics.median(b)) for k, (a, b) in samples.items()}
+
+
+def print_cold(reps: int) -> None:
+    print(f"single operations of a runner's call, right after a model call and then again at once (microseconds, "
+          f"medians of {reps})\n")
+    print("| model | operation | after the model | again at once | ratio |")
+    print("|---|---|---|---|---|")
+    for model in MODELS:
+        for name, (first, second) in cold(model, reps).items():
+            print(f"| {model} | {name} | {first:.2f} | {second:.2f} | {first / second:.1f}x |")
+
+
 def print_parts() -> None:
     print(f"the runner's parts for {EPISODES} episodes, each alone in a tight loop (microseconds; best of 7 loops, "
           f"the step: of 210 loops of 32, the drop: median of 15)\n")
@@ -326,10 +383,14 @@ def main() -> None:
     ap.add_argument("--env-step", action="store_true", help="an untimed env step before each call (see above)")
     ap.add_argument("--split", action="store_true", help="where the runner's time goes, part by part (`split`)")
     ap.add_argument("--parts", action="store_true", help="the runner's own parts alone, in tight loops (`parts`)")
+    ap.add_argument("--cold", action="store_true", help="single operations right after a model call (`cold`)")
     args = ap.parse_args()
     rounds, calls = (1, 20) if args.quick else (args.rounds, args.calls)
     if args.split:
         print_split(rounds, calls)
+        return
+    if args.cold:
+        print_cold(20 if args.quick else 300)
         return
     if args.parts:
         print_parts()

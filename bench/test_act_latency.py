@@ -76,3 +76,12 @@ def test_the_parts_time_the_runners_own_work(monkeypatch):
     assert set(m) == {"check", "nan_scan", "nan_values", "drop", "step"} and min(m.values()) > 0
     assert m["nan_values"] == act_latency.EPISODES * (4 * 64 + 2)  # the LSTM's 4 states of 64, logp and value
     assert runner_mod._Lane.run is lane_run
+
+
+def test_cold_times_each_operation_after_the_model_and_again(monkeypatch, capsys):
+    m = act_latency.cold("framestack", reps=3)
+    assert len(m) == 8 and all(a > 0 and b > 0 for a, b in m.values())
+    monkeypatch.setattr("sys.argv", ["act_latency.py", "--quick", "--cold"])
+    act_latency.main()
+    out = capsys.readouterr().out
+    assert out.count("| framestack |") == 8 and out.count("| lstm |") == 8 and "after the model" in out
