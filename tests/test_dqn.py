@@ -51,6 +51,29 @@ def test_dqn_train_writes_metrics_plot_checkpoint_and_resumes(tmp_path, capsys):
     assert buf2["store"]["head"] > buf["store"]["head"]
 
 
+
+def test_iteration_steps_set_how_often_dqn_writes_a_row_and_a_checkpoint(tmp_path, capsys):
+    """``--iteration-steps``: a metrics row and a checkpoint every so many env steps (whole samples of 8 envs x 4
+    steps); kept by ``--resume``, which refuses another value; PPO's option is ``--train-batch-size``."""
+    from trajview.train.metrics import read_metrics
+
+    out = tmp_path / "dqn"
+    assert main(["train", "--algo", "dqn", "--timesteps", "1100", "--iteration-steps", "300", "--out", str(out),
+                 "--stop-reward", "none", "--no-progress"]) == 0
+    rows = read_metrics(out / "metrics.csv")
+    assert [int(r["env_steps"]) for r in rows] == [320, 640, 960, 1120]  # the last stops at --timesteps
+    ck = read_checkpoint(out / "checkpoint")
+    assert ck.counters["iteration"] == 4 and ck.config["iteration_steps"] == 300
+    capsys.readouterr()
+    assert main(["train", "--resume", "--out", str(out), "--timesteps", "2000", "--iteration-steps", "500"]) == 2
+    assert "--iteration-steps 500 (the run's: 300)" in capsys.readouterr().err
+    assert main(["train", "--iteration-steps", "300", "--out", str(tmp_path / "ppo")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--iteration-steps is DQN's (--algo dqn)" in err and "--train-batch-size" in err
+    assert main(["train", "--algo", "dqn", "--iteration-steps", "0", "--out", str(tmp_path / "bad")]) == 2
+    assert "iteration_steps (--iteration-steps) must be an int >= 1, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "ppo").exists() and not (tmp_path / "bad").exists()
+
 def test_dqn_resume_restores_policy_buffer_and_counters_exactly(tmp_path):
     """A DQN run resumed from its checkpoint holds what the run held when it wrote it: the networks, optimizer,
     epsilon, gradient steps, exploration RNG, the replay buffer (its samples the same) and the counters."""

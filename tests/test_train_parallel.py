@@ -497,7 +497,7 @@ def test_metrics_appended_to_an_earlier_runs_file_keep_its_columns(tmp_path):
     assert all(v == "2" for v in rows[1].values())
 
 
-@pytest.mark.parametrize("algo", [["--workers", "2", *SMALL], ["--algo", "dqn", "--no-progress"]],
+@pytest.mark.parametrize("algo", [["--workers", "2", *SMALL], ["--algo", "dqn", "--iteration-steps", "500", "--no-progress"]],
                          ids=["ppo-2-workers", "dqn"])
 @pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
 def test_ctrl_c_and_sigterm_stop_the_workers_and_say_where_the_run_stands(tmp_path, algo, stop):
@@ -644,11 +644,11 @@ def test_an_env_that_raises_in_the_trainers_process_says_what_the_process_backen
         assert main(["train", "--timesteps", "800", "--out", str(out), *flags]) == 1
         where = (f"the run's checkpoint {out / 'checkpoint'} holds iteration 1 (200 env steps); --resume --out {out} "
                  f"continues it; --backend process --recreate-failed-workers replaces a failed worker and goes on")
-    else:  # DQN's iterations of 2,000 env steps: the failure in the second
-        monkeypatch.setenv("TV_FAIL_AT", "2100")
-        assert main(["train", "--algo", "dqn", "--env", "tvtest/Failing-v0", "--timesteps", "6000", "--out", str(out),
-                     "--no-progress"]) == 1
-        where = (f"the run's checkpoint {out / 'checkpoint'} holds iteration 1 (2016 env steps); --resume --out {out} "
+    else:  # DQN's iterations of 500 env steps (512: whole samples of 32): the failure in the second
+        monkeypatch.setenv("TV_FAIL_AT", "600")
+        assert main(["train", "--algo", "dqn", "--env", "tvtest/Failing-v0", "--timesteps", "1500", "--iteration-steps",
+                     "500", "--out", str(out), "--no-progress"]) == 1
+        where = (f"the run's checkpoint {out / 'checkpoint'} holds iteration 1 (512 env steps); --resume --out {out} "
                  f"continues it")
     err = capsys.readouterr().err.strip().splitlines()
     # As test_an_env_that_keeps_failing_uses_up_the_restarts (the process backend): the worker's failure with its

@@ -424,7 +424,7 @@ def test_every_setting_is_range_checked_naming_the_option(tmp_path, capsys, flag
     (DQNConfig, {"hidden": 0}, "hidden must be an int >= 1"),
     (DQNConfig, {"envs": 0}, "envs must be an int >= 1"),
     (DQNConfig, {"rollout_fragment_length": 0}, "rollout_fragment_length must be an int >= 1"),
-    (DQNConfig, {"iteration_steps": 0}, "iteration_steps must be an int >= 1"),
+    (DQNConfig, {"iteration_steps": 0}, "iteration_steps (--iteration-steps) must be an int >= 1"),
     (DQNConfig, {"dueling": "yes"}, "dueling must be a bool"),
     (DQNConfig, {"seed": 2**40}, "seed (--seed) must be an int in [0, 4294967295]"),
 ])

@@ -16,7 +16,7 @@ from ..errors import WorkerError
 from ..rollout.worker_set import STARTING
 from ..algorithms.schedules import SCHEDULES
 from ..algorithms.settings import CHOICES
-from .config import DEVICES, MAX_SEED, MODEL_PRESETS, TrainConfig
+from .config import DEVICES, DQN_ITERATION_STEPS, MAX_SEED, MODEL_PRESETS, TrainConfig
 from .metrics import read_metrics
 
 LEARNERS = CHOICES["learner"]
@@ -204,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where metrics go: a csv or jsonl file in --out (default csv), and with tensorboard also "
                    "TensorBoard event files in --out/tensorboard (needs the tensorboard package); repeat to combine, "
                    "e.g. --logger jsonl --logger tensorboard. --metrics-format is the old name")
+    t.add_argument("--iteration-steps", type=int, default=None,
+                   help=f"DQN: env steps per iteration (a metrics row and a checkpoint; PPO's iteration is "
+                        f"--train-batch-size); default: {DQN_ITERATION_STEPS}%(default).0s")
     t.add_argument("--threads", type=int, default=d.threads, help="torch intra-op threads")
     t.add_argument("--device", choices=DEVICES, default=None,
                    help="where the learner trains: cpu, cuda, or auto (cuda where torch sees a device). The "
@@ -399,7 +402,11 @@ RUN_SETTINGS = (
     ("--clip-schedule", "clip_schedule", "clip_schedule"),
     ("--entropy-schedule", "entropy_schedule", "entropy_schedule"), ("--grad-clip", "grad_clip", "grad_clip"),
     ("--model-config", "model_config", "model_config"), ("--threads", "threads", "threads"),
+    ("--iteration-steps", "iteration_steps", "iteration_steps"),
 )
+
+#: DQN's options, which PPO refuses when given: (flag, dest).
+DQN_ONLY = (("--iteration-steps", "iteration_steps"),)
 
 
 def _resume_conflicts(args: argparse.Namespace, saved: dict[str, Any], metrics_format: str,
@@ -480,6 +487,12 @@ def _train(args: argparse.Namespace) -> int:
                 print(f"trajview train: error: --algo dqn samples with one worker in the trainer's process and takes "
                       f"DQNConfig's settings; {', '.join(ppo_only)} {'is' if len(ppo_only) == 1 else 'are'} "
                       f"PPO's, got {' '.join(ppo_only)}", file=sys.stderr)
+                return 2
+        else:
+            dqn_only = _given(args, vars(build_parser().parse_args(["train"])), DQN_ONLY)
+            if dqn_only:
+                print(f"trajview train: error: {', '.join(dqn_only)} {'is' if len(dqn_only) == 1 else 'are'} "
+                      f"DQN's (--algo dqn); PPO's iteration is --train-batch-size env steps", file=sys.stderr)
                 return 2
         ck, given = folder.checkpoint, args.timesteps
         if ck is not None:

@@ -69,7 +69,12 @@ FLAGS = {
     "entropy_schedule": "--entropy-schedule", "stop_reward": "--stop-reward", "model_config": "--model-config",
     "out_dir": "--out",
     "metrics_format": "--logger", "threads": "--threads", "device": "--device", "learner": "--learner",
+    "iteration_steps": "--iteration-steps",
 }
+
+#: DQN's env steps per iteration (a metrics row and a checkpoint) by default (`DQNConfig.iteration_steps`; here for
+#: the command line's help, which does not import the DQN trainer).
+DQN_ITERATION_STEPS = 2_000
 
 #: Where the learner's networks live (--device): "auto" is CUDA where torch sees a device, else the CPU.
 DEVICES = ("cpu", "cuda", "auto")

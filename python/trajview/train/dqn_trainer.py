@@ -29,7 +29,7 @@ from ..rollout.worker import RolloutWorker
 from ..views import SampleBatch
 from .checkpoint import Checkpoint, fitting, optimizer_fits, tensor_state
 from .loop import RunCounters, run_loop, summarize
-from .config import RunConfig, setting
+from .config import DQN_ITERATION_STEPS, RunConfig, setting
 from .metrics import append_metrics
 from .runs import config_from
 from .sampling import sample_in_process
@@ -74,7 +74,7 @@ class DQNConfig(RunConfig):
     prioritized: bool = False
     per_alpha: float = 0.6
     per_beta: float = 0.4
-    iteration_steps: int = 2_000  # env steps per metrics row and checkpoint
+    iteration_steps: int = DQN_ITERATION_STEPS  # env steps per metrics row and checkpoint (--iteration-steps)
     stop_reward: float | None = 150.0
     smoothing_episodes: int = 100
     out_dir: str = "runs/dqn"
@@ -265,8 +265,8 @@ class DQNTrainer(RunCounters):
 def dqn_config(args: argparse.Namespace, ck: Checkpoint | None, out: str, metrics_format: str,
                timesteps: int | None, stop_reward: tuple[float | None] | None = None) -> DQNConfig:
     """``trajview train --algo dqn``'s settings: a resumed run's checkpoint's (``timesteps`` and ``stop_reward``,
-    a 1-tuple, when given), else the shared options that apply (env, seed, timesteps, lr and gamma when given, stop
-    reward, out, metrics format, threads) over `DQNConfig`'s defaults."""
+    a 1-tuple, when given), else the shared options that apply (env, seed, timesteps, lr, gamma and iteration steps
+    when given, stop reward, out, metrics format, threads) over `DQNConfig`'s defaults."""
     if ck is not None:
         overrides: dict = {"device": args.device} if args.device else {}
         if args.learner is not None:
@@ -283,7 +283,7 @@ def dqn_config(args: argparse.Namespace, ck: Checkpoint | None, out: str, metric
         kw["device"] = args.device
     if args.learner is not None:
         kw["learner"] = args.learner
-    for name in ("lr", "gamma"):
+    for name in ("lr", "gamma", "iteration_steps"):
         if getattr(args, name) is not None:
             kw[name] = getattr(args, name)
     return DQNConfig(**kw)
