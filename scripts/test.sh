@@ -36,7 +36,7 @@ VENV=${TRAJVIEW_VENV:-$ROOT/.venv}
 # The C++ test suites need nothing from Python but CMake and Ninja (requirements-dev.txt's pins): they build, plain
 # then under ASan/UBSan, while the rest of the environment installs (build/cpp-build.log, shown after).
 # shellcheck disable=SC2046
-python -m pip install -q $(grep -E '^(cmake|ninja)([^a-z_-]|$)' requirements-dev.txt)
+python -m pip install -q $(grep -E '^(cmake|ninja)([^a-z_-]|$)' requirements-dev.txt | sed 's/#.*//')
 mkdir -p build
 (cmake --preset test >/dev/null && cmake --build --preset test -j"$JOBS" &&
   cmake --preset asan >/dev/null && cmake --build --preset asan -j"$JOBS") >build/cpp-build.log 2>&1 &
