@@ -478,8 +478,8 @@ def _train(args: argparse.Namespace) -> int:
             print(f"trajview train: error: --out {out} holds a {algo.upper()} run (its checkpoint says so): --resume "
                   f"continues it as {algo.upper()}; leave out --algo {args.algo}", file=sys.stderr)
             return 2
+        parser_defaults = vars(build_parser().parse_args(["train"]))
         if algo == "dqn":
-            parser_defaults = vars(build_parser().parse_args(["train"]))
             ppo_only = _given(args, parser_defaults, PPO_ONLY)
             if tensorboard:
                 ppo_only.append("--logger tensorboard")
@@ -489,7 +489,7 @@ def _train(args: argparse.Namespace) -> int:
                       f"PPO's, got {' '.join(ppo_only)}", file=sys.stderr)
                 return 2
         else:
-            dqn_only = _given(args, vars(build_parser().parse_args(["train"])), DQN_ONLY)
+            dqn_only = _given(args, parser_defaults, DQN_ONLY)
             if dqn_only:
                 print(f"trajview train: error: {', '.join(dqn_only)} {'is' if len(dqn_only) == 1 else 'are'} "
                       f"DQN's (--algo dqn); PPO's iteration is --train-batch-size env steps", file=sys.stderr)
