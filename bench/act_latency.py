@@ -119,6 +119,13 @@ class Case:
         with self.torch.inference_mode():
             return self.policy.action_sampler(self.tensors, False)[0]
 
+    def step_data(self, runner: Any) -> dict[str, np.ndarray]:
+        """What ``runner``'s store steps with at its next call of the same episodes (its last outputs, the first
+        call's observations and rewards, no ends): for timing the step alone."""
+        ends = self.starts[False]
+        return {**runner._last_data, "obs": self.obs[0], "rewards": self.rewards[0], "terminateds": ends,
+                "truncateds": ends}
+
 
 def env_stepper(n: int) -> Any:
     """A function that steps ``n`` StatelessCartPole envs once (resetting those that ended): the work an acting
@@ -258,8 +265,7 @@ def parts(model: str, number: int = 3000, repeat: int = 7) -> dict[str, float]:
 
     # One call's step (the last call's outputs, the next observations and rewards) into the lane's arrays, 32 at a
     # time (the store then drops them, untimed, as the runner does every 32 calls).
-    data = {**runner._last_data, "obs": case.obs_args[0], "rewards": case.reward_args[0],
-            "terminateds": case.starts[False], "truncateds": case.starts[False]}
+    data = case.step_data(runner)
     step_into, out = runner._step_into, lane.out
 
     def steps() -> float:
@@ -289,8 +295,7 @@ def cold(model: str, reps: int = 300) -> dict[str, tuple[float, float]]:
         case.act(i)
     runner = case.policy._single_action_runner
     lane = runner._lanes[1]
-    data = {**runner._last_data, "obs": case.obs[0], "rewards": case.rewards[0], "terminateds": np.zeros(1, bool),
-            "truncateds": np.zeros(1, bool)}
+    data = case.step_data(runner)
     step_into, out = runner._step_into, lane.out
     tensor = case.model_call(0)
     obs, arr = case.obs[0, 0], np.zeros(3, np.float32)
