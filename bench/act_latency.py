@@ -1,7 +1,8 @@
 """Per-call latency of acting outside a worker (issue 26): the view bookkeeping on top of the model.
 
 For the frame-stack and the LSTM PPO models (their default sizes, CartPole's spaces, one torch thread),
-each call is timed on its own (``time.perf_counter``), in alternating rounds, for:
+each call is timed on its own (``time.perf_counter``), in alternating rounds (``--interleave``: the variants in
+turn call by call; see `measure`), for:
 
 * ``single``: ``policy.compute_single_action(obs, prev_reward=r, explore=False)``, one implicit episode
   (the views built by a one-episode `PolicyRunner`);
@@ -26,6 +27,7 @@ call right after other work runs with colder caches than one in a tight loop: th
 longer too, and the comparison is the one a user's loop sees.
 
     python bench/act_latency.py               # 5 rounds of 400 calls
+    python bench/act_latency.py --interleave  # the same, the variants call by call
     python bench/act_latency.py --env-step    # the same, an env step before each call
     python bench/act_latency.py --split       # where the runner's time goes (see `split`)
     python bench/act_latency.py --parts       # the runner's own parts alone, in tight loops (see `parts`)
@@ -145,23 +147,30 @@ def env_stepper(n: int) -> Any:
     return lambda: envs.step(envs.action_space.sample())  # (the vector env resets ended envs itself)
 
 
-def measure(model: str, n: int, rounds: int = 5, calls: int = 400, env_step: bool = False) -> dict[str, list[float]]:
-    """Per-call seconds of ``runner`` / ``policy`` / ``model_only`` calls, alternating rounds of ``calls`` calls;
-    with ``env_step``, an untimed step of ``n`` envs before each call."""
+def measure(model: str, n: int, rounds: int = 5, calls: int = 400, env_step: bool = False,
+            interleave: bool = False) -> dict[str, list[float]]:
+    """Per-call seconds of ``runner`` / ``policy`` / ``model_only`` calls: ``rounds`` of ``calls`` calls each, each
+    round ``calls`` calls of one variant, then of the next; with ``interleave``, the three variants in turn call by
+    call (runner, policy, model, runner, ...). With ``env_step``, an untimed step of ``n`` envs before each call.
+
+    Interleaved, each variant's calls are spread over the same stretch of time, so a machine whose speed drifts (a
+    shared VM: the model alone took 190 to 340 us a call within minutes) slows all three alike, and the model alone
+    runs after another variant's call rather than in a tight loop of its own calls."""
     case = Case(model, n, calls)
     out: dict[str, list[float]] = {"runner": [], "policy": [], "model_only": []}
     fns = {"runner": case.act, "policy": case.policy_call, "model_only": case.model_call}
     between = env_stepper(n) if env_step else None
     clock = time.perf_counter
+    order = ([(name, i) for i in range(calls) for name in fns] if interleave
+             else [(name, i) for name in fns for i in range(calls)])
     for _ in range(rounds):
-        for name, fn in fns.items():
-            samples = out[name]
-            for i in range(calls):
-                if between is not None:
-                    between()
-                t0 = clock()
-                fn(i)
-                samples.append(clock() - t0)
+        for name, i in order:
+            if between is not None:
+                between()
+            fn = fns[name]
+            t0 = clock()
+            fn(i)
+            out[name].append(clock() - t0)
     return out
 
 
@@ -368,11 +377,11 @@ def summary(samples: list[float]) -> tuple[float, float, float]:
     return statistics.median(samples) * 1e6, q[0] * 1e6, q[2] * 1e6
 
 
-def run(rounds: int, calls: int, env_step: bool = False) -> list[dict[str, Any]]:
+def run(rounds: int, calls: int, env_step: bool = False, interleave: bool = False) -> list[dict[str, Any]]:
     rows = []
     for model in MODELS:
         for n, what in ((1, "compute_single_action"), (EPISODES, f"act_many x{EPISODES}")):
-            m = measure(model, n, rounds, calls, env_step)
+            m = measure(model, n, rounds, calls, env_step, interleave)
             s = {k: summary(v) for k, v in m.items()}
             rows.append({"model": model, "call": what, **s,
                          "over_policy": s["runner"][0] / s["policy"][0] - 1,
@@ -386,6 +395,8 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=400, help="calls per round and variant")
     ap.add_argument("--quick", action="store_true", help="1 round of 20 calls (a smoke run)")
     ap.add_argument("--env-step", action="store_true", help="an untimed env step before each call (see above)")
+    ap.add_argument("--interleave", action="store_true",
+                    help="the variants in turn call by call (default: each round, all calls of one, then the next)")
     ap.add_argument("--split", action="store_true", help="where the runner's time goes, part by part (`split`)")
     ap.add_argument("--parts", action="store_true", help="the runner's own parts alone, in tight loops (`parts`)")
     ap.add_argument("--cold", action="store_true", help="single operations right after a model call (`cold`)")
@@ -400,12 +411,13 @@ def main() -> None:
     if args.parts:
         print_parts()
         return
-    rows = run(rounds, calls, args.env_step)
+    rows = run(rounds, calls, args.env_step, args.interleave)
 
     def fmt(s: tuple[float, float, float]) -> str:
         return f"{s[0]:8.1f} ({s[1]:.1f}-{s[2]:.1f})"
 
-    print(f"per-call microseconds, median (25th-75th percentile); {rounds} rounds x {calls} calls, 1 torch thread"
+    print(f"per-call microseconds, median (25th-75th percentile); {rounds} rounds x {calls} calls, "
+          f"{'the variants call by call' if args.interleave else 'each variant in a block'}, 1 torch thread"
           f"{'; an untimed env step before each call' if args.env_step else ''}\n")
     print("| model | call | runner | policy on prebuilt inputs | model on prebuilt tensors | runner over policy "
           "| runner over model |")

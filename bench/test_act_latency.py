@@ -18,9 +18,10 @@ import act_latency  # noqa: E402
 @pytest.mark.parametrize("model", act_latency.MODELS)
 @pytest.mark.parametrize("n", [1, act_latency.EPISODES])
 def test_act_latency_workload(model, n):
-    m = act_latency.measure(model, n, rounds=1, calls=5)
-    assert set(m) == {"runner", "policy", "model_only"}
-    assert all(len(v) == 5 and min(v) > 0 for v in m.values())
+    for interleave in (False, True):
+        m = act_latency.measure(model, n, rounds=1, calls=5, interleave=interleave)
+        assert set(m) == {"runner", "policy", "model_only"}
+        assert all(len(v) == 5 and min(v) > 0 for v in m.values())
 
 
 @pytest.mark.parametrize("n", [1, 4])
@@ -46,10 +47,12 @@ def test_the_table_prints(capsys, monkeypatch):
     act_latency.main()
     out = capsys.readouterr().out
     assert out.count("| framestack |") == 2 and out.count("| lstm |") == 2
-    monkeypatch.setattr("sys.argv", ["act_latency.py", "--quick", "--env-step"])
+    assert "each variant in a block" in out
+    monkeypatch.setattr("sys.argv", ["act_latency.py", "--quick", "--env-step", "--interleave"])
     act_latency.main()
     out = capsys.readouterr().out
     assert "an untimed env step before each call" in out and out.count("| lstm |") == 2
+    assert "the variants call by call" in out
 
 
 def test_the_split_times_every_part_and_restores_the_runner(capsys, monkeypatch):

@@ -40,19 +40,17 @@ VENV=${TRAJVIEW_VENV:-$ROOT/.venv}
 . "$VENV/bin/activate"
 # The C++ test suites need nothing from Python but CMake and Ninja (requirements-dev.txt's pins): they build, plain
 # then under ASan/UBSan, while the rest of the environment installs (build/cpp-build.log, shown after).
-# --no-compile: no .pyc for the thousands of modules nothing here imports (torch's, ray's); Python compiles and keeps
-# the ones imported, at their first import (pip's compiling took about 40% of the install's time).
 # shellcheck disable=SC2046
-python -m pip install -q --no-compile $(grep -E '^(cmake|ninja)([^a-z_-]|$)' requirements-dev.txt | sed 's/#.*//')
+python -m pip install -q $(grep -E '^(cmake|ninja)([^a-z_-]|$)' requirements-dev.txt | sed 's/#.*//')
 mkdir -p build
 (cmake --preset test >/dev/null && cmake --build --preset test -j"$JOBS" &&
   cmake --preset asan >/dev/null && cmake --build --preset asan -j"$JOBS") >build/cpp-build.log 2>&1 &
 cpp_pid=$!
 trap 'pkill -TERM -P "$cpp_pid" 2>/dev/null; kill "$cpp_pid" 2>/dev/null || true' EXIT
-python -m pip install -q --no-compile torch==2.13.0          # torch first: the CPU build on disk
-python -m pip install -q --no-compile -r requirements-dev.txt
+python -m pip install -q torch==2.13.0          # torch first: the CPU build on disk
+python -m pip install -q -r requirements-dev.txt
 # envpool (optional, large): tests/test_envpool.py is skipped, with its reason, where it cannot install.
-python -m pip install -q --no-compile envpool ||
+python -m pip install -q envpool ||
   echo "== envpool cannot be installed here: tests/test_envpool.py will be skipped"
 
 phase "C++ tests (warnings as errors), then under ASan + UBSan: the builds"

@@ -517,6 +517,119 @@ def test_views_match_a_pure_python_reference(script):
         assert sorted(runner.episodes) == sorted(ref)
 
 
+class ReusingEcho(Echo):
+    """Echo run on the runner's reused input arrays (as a `TorchPolicy` is: `Policy._reused_inputs`), so that a runner
+    takes an episode's next step the short way; records each call's explore and timestep, and raises when told."""
+
+    def __init__(self, obs_space, action_space, config=None):
+        super().__init__(obs_space, action_space, config)
+        self.calls: list[tuple] = []
+        self.fail_next = False
+
+    def compute_actions_from_input_dict(self, d, explore=None, timestep=None, **kw):
+        self.calls.append((explore, timestep))
+        if self.fail_next:
+            self.fail_next = False
+            raise RuntimeError("injected")
+        return super().compute_actions_from_input_dict(d, explore=explore, timestep=timestep)
+
+    def _reused_inputs(self, inputs):
+        cls = type(self)
+        return lambda explore, timestep: cls.compute_actions_from_input_dict(self, inputs, explore, timestep)
+
+
+REWARD_KINDS = {"float": float, "f32": np.float32, "f64": np.float64, "int": lambda r: int(round(r))}
+# Each op: (kind, key, episode_start, reward kind, reward, explore). Mostly "act": the next step of the episode that
+# acted last, with a float reward (what the runner takes the short way); "reset" forgets ``key``'s episode, "raise"
+# makes the policy raise at its next call, "wrap" makes the next call go through a wrapper on the policy's instance.
+single_ops = st.lists(
+    st.tuples(st.sampled_from(["act"] * 12 + ["reset", "raise", "wrap"]), st.sampled_from([0, 0, 0, 1]),
+              st.sampled_from([False] * 5 + [True]), st.sampled_from(["float"] * 3 + sorted(REWARD_KINDS)),
+              st.floats(-5, 5, allow_nan=False, width=32), st.sampled_from([None, True, False])),
+    min_size=10, max_size=80,
+)
+
+
+@settings(max_examples=100)
+@given(single_ops)
+def test_single_acts_match_a_pure_python_reference(script):
+    """`act` one episode at a time, as `compute_single_action` does, whatever comes between two steps of an
+    episode: the other key's steps, restarts, resets, rewards of every type (float32 inputs while every reward
+    was float32), a policy that raised (its episode forgotten, the rewards' dtype and the timestep as they were), a
+    call through a wrapper on the policy; past the runner's periodic freeing of emitted rows."""
+    space = S.Box(-100.0, 100.0, (2,), np.float32)
+    p = ReusingEcho(space, S.Discrete(4))
+    runner = tv.PolicyRunner(p, max_episodes=2)
+    ref: dict[int, ReferenceEpisode] = {}
+    saw_f32 = saw_other = False
+    timestep = 0
+    for n_call, op in enumerate(script):
+        if op[0] == "reset":
+            if op[1] in ref:
+                runner.reset(op[1])
+                del ref[op[1]]
+            continue
+        if op[0] == "raise":
+            p.fail_next = True
+            continue
+        if op[0] == "wrap":
+            p.compute_actions_from_input_dict = lambda d, **kw: ReusingEcho.compute_actions_from_input_dict(p, d, **kw)
+            continue
+        _, k, start, kind, r, explore = op
+        reward = REWARD_KINDS[kind](r)
+        obs = np.array([n_call, k], np.float32)
+        steps = not start and k in ref
+        before = (saw_f32, saw_other, ref.get(k))
+        if steps:
+            saw_f32, saw_other = saw_f32 or kind == "f32", saw_other or kind != "f32"
+            episode = ref[k]
+            episode.obs.append(obs)
+            episode.rewards.append(float(reward))
+        else:
+            episode = ref[k] = ReferenceEpisode(obs)
+        p.seen.clear()
+        try:
+            if p.fail_next:
+                with pytest.raises(RuntimeError, match="injected"):
+                    runner.act(obs, k, reward=reward, episode_start=start, explore=explore)
+                saw_f32, saw_other = before[:2]  # (as they were)
+                del ref[k]  # the call's episode is forgotten
+                assert k not in runner.episodes
+                continue
+            action, states, _ = runner.act(obs, k, reward=reward, episode_start=start, explore=explore,
+                                           full_fetch=True)
+        finally:
+            p.__dict__.pop("compute_actions_from_input_dict", None)  # (a wrapper is on for one call)
+        assert p.calls[-1] == (explore, timestep)
+        timestep += 1
+        want = episode.inputs()
+        seen = p.seen[-1]
+        for col, v in want.items():
+            np.testing.assert_array_equal(seen[col][0], v, err_msg=f"{col} of episode {k} at call {n_call}")
+        assert seen["prev_rewards"].dtype == (np.float32 if saw_f32 and not saw_other else np.float64)
+        episode.actions.append(int(action))
+        episode.states.append(states[0])
+        assert sorted(runner.episodes) == sorted(ref)
+
+
+def test_an_episodes_next_step_on_its_lane_is_the_short_way():
+    """A call of one episode on a lane arms the runner's short way (`_act_steady`) for that episode's next step,
+    which the property test above holds to the reference; a call on no lane (a wrapper on the policy) disarms it."""
+    p = ReusingEcho(S.Box(-100.0, 100.0, (2,), np.float32), S.Discrete(4))
+    runner = tv.PolicyRunner(p, max_episodes=2)
+    obs = np.zeros(2, np.float32)
+    runner.act(obs, "a")  # (begins the episode; its lane is made after the call)
+    assert runner._steady is None
+    runner.act(obs, "a", reward=1.0)  # (on the lane)
+    assert runner._steady[0] == "a"
+    runner.act(obs, "a", reward=1.0)
+    runner.act(obs, "b")
+    assert runner._steady[0] == "b"
+    p.compute_actions_from_input_dict = lambda d, **kw: ReusingEcho.compute_actions_from_input_dict(p, d, **kw)
+    runner.act(obs, "b", reward=1.0)
+    assert runner._steady is None
+
+
 # -- compute_single_action -----------------------------------------------------------------------------------------
 
 

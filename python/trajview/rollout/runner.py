@@ -158,6 +158,11 @@ class PolicyRunner:
         self._last_slots = self._all
         self._last_ids: np.ndarray | None = None
         self._last_data: dict[str, np.ndarray] = {}
+        #: Set by a call of one episode that ran the policy on a lane (`_steady_after`): (its key, the lane, the reward
+        #: types a next call may pass without changing the rewards' dtype rule). `act` takes such a next call the
+        #: short way (`_act_steady`); anything else goes the general way, which clears it first.
+        self._steady: tuple[Hashable, _Lane, tuple[type, ...]] | None = None
+        self._false1 = self._false[:1]
         self._slots: dict[Hashable, int] = {}
         self._free = list(range(n - 1, -1, -1))  # pop() hands out the lowest slot first
         self._calls = 0  # calls since the store last freed emitted rows
@@ -222,6 +227,14 @@ class PolicyRunner:
         observation (the old one under this key is forgotten first; SB3's ``episode_start``). ``full_fetch``:
         return ``(action, state_outs, extra_fetches)`` instead of the action alone.
         """
+        steady = self._steady
+        if (steady is not None and episode_start is False and type(agent_index) is int and agent_index == 0
+                and timestep is None and (explore is None or type(explore) is bool)
+                and (episode is steady[0] or (type(episode) is int and episode == steady[0]))
+                and type(obs) is np.ndarray and obs.dtype is self._obs_dtype and obs.shape == self._obs_shape
+                and type(reward) in steady[2] and reward == reward
+                and _CAFID not in self.policy.__dict__ and getattr(type(self.policy), _CAFID) is steady[1].method):
+            return self._act_steady(obs, reward, steady, explore, full_fetch)
         keys = [episode]
         starts = [episode_start] if type(episode_start) is bool else _starts(episode_start, 1, self._names.act)
         try:
@@ -238,6 +251,40 @@ class PolicyRunner:
             raise
         # Copies: the arrays the policy returned are stored with the episode's next step.
         action = _copied(_first_row(actions)) if self._nested_actions else _row(data[SampleBatch.ACTIONS])
+        if not full_fetch:
+            return action
+        cols = self._columns
+        return action, [_row(data[k]) for k in cols.state_keys], {k: _row(data[k]) for k in cols.extra_keys}
+
+    def _act_steady(self, obs: np.ndarray, reward: Any, steady: tuple, explore: bool | None, full_fetch: bool) -> Any:
+        """`act`'s next step of the episode the last call acted in, on the lane it used, with nothing else changed
+        (the checks are `act`'s): what the general way does then, without its branches. (The observation is one of
+        the space's dtype and shape; the reward a float of a type that keeps the rewards' dtype rule, or None where
+        the policy reads no rewards; no ``episode_start``, ``agent_index`` nor ``timestep``.)"""
+        lane = steady[1]
+        data = dict(self._last_data)  # the last call's outputs, stored with this step
+        data[_OBS] = obs[None]
+        data[_REWARDS] = self._zeros[:1] if reward is None else np.asarray(reward)[None]
+        data[_TERMINATEDS] = data[_TRUNCATEDS] = self._false1
+        self._step_into(data, self._last_ids, lane.out)  # (the store writes nothing when it refuses a step)
+        saw = self._saw_f32
+        if type(reward) is np.float32:
+            self._saw_f32 = True
+        try:
+            actions, state_outs, extra = lane.run(None, self.explore if explore is None else explore, self._timestep)
+            data = self._columns.check_outputs(actions, state_outs, extra, 1)
+        except BaseException as e:
+            self._saw_f32 = saw
+            self._last_keys = self._steady = None
+            PolicyColumns.note_nan_inputs(e, lane.fed)
+            self._fail([steady[0]], e)
+            raise
+        self._last_data = {k: data[k] for k in self._pending}
+        self._timestep += 1
+        self._calls += 1
+        if self._calls >= _CHUNK:
+            self._free_rows()
+        action = _row(data[SampleBatch.ACTIONS])
         if not full_fetch:
             return action
         cols = self._columns
@@ -316,6 +363,7 @@ class PolicyRunner:
         them, the checked output columns: ``actions`` (or its leaves), ``state_out_i``, extra fetches). ``agent_index``:
         ``[n]``, or None for zeros."""
         n = len(keys)
+        self._steady = None
         if explore is not None and type(explore) is not bool:
             _check_explore(explore, self._names.name)
         if timestep is not None and (type(timestep) is not int or timestep < 0):
@@ -387,6 +435,8 @@ class PolicyRunner:
         # The outputs are stored with each episode's next step (kept here until the episodes change).
         self._last_keys, self._last_slots, self._last_ids = keys, slots, c_slots
         self._last_data = {k: data[k] for k in self._pending}
+        if n == 1 and lane is not None and agent_index is None and not self._nested_actions:
+            self._steady_after(keys[0], lane)
         self._timestep += n
         self._calls += 1
         if self._calls >= _CHUNK:
@@ -499,8 +549,25 @@ class PolicyRunner:
             raise
         return slots, None
 
+    def _steady_after(self, key: Hashable, lane: _Lane) -> None:
+        """Lets `act` take the next step of ``key``'s episode on ``lane`` the short way (`_act_steady`), with the
+        reward types that keep the rewards' dtype rule as it is now (`EnvAdapter.reward_dtype`: float32 inputs while
+        every reward was float32 (or float16); None where the policy reads no rewards)."""
+        if self._obs_shape is None:
+            return  # (a nested or unshaped observation space: the general way)
+        if self._saw_other:
+            types: tuple[type, ...] = (float, np.float64, np.float32)
+        elif self._saw_f32:
+            types = (np.float32,)
+        else:
+            types = ()  # (no reward yet: the first one sets the rule)
+        if not self._columns.reward_input_keys:
+            types = (*types, type(None))
+        self._steady = (key, lane, types)
+
     def _write_back(self) -> None:
         """The last call's outputs into the per-slot table (before the episodes acting change)."""
+        self._steady = None
         if self._last_keys is not None:
             slots = self._last_slots
             for k, v in self._pending.items():
@@ -542,7 +609,7 @@ class _Lane:
     reward views when ``cast`` (a worker's rule: see `cast_rewards`) and ``agent_index`` where the policy reads
     it."""
 
-    __slots__ = ("out", "fed", "cast", "_casts", "_agent_index", "_run", "_method")
+    __slots__ = ("out", "fed", "cast", "_casts", "_agent_index", "_run", "method")
 
     def __init__(self) -> None:
         self.out: dict[str, np.ndarray] = {}
@@ -551,7 +618,8 @@ class _Lane:
         self._casts: tuple[str, ...] = ()
         self._agent_index: np.ndarray | None = None
         self._run: Any = None
-        self._method: Any = None
+        #: The policy class's ``compute_actions_from_input_dict`` when the lane was made.
+        self.method: Any = None
 
     @classmethod
     def make(
@@ -567,7 +635,7 @@ class _Lane:
         if columns.agent_index_input:
             fed[SampleBatch.AGENT_INDEX] = lane._agent_index = np.zeros(n, np.int64)
         lane.fed, lane.cast = fed, cast
-        lane._method = getattr(type(policy), _CAFID)
+        lane.method = getattr(type(policy), _CAFID)
         lane._run = policy._reused_inputs(fed)
         return None if lane._run is None else lane
 
@@ -575,7 +643,7 @@ class _Lane:
         """Whether this call may run the policy on the lane: the rewards' dtype as when it was made, and the policy's
         ``compute_actions_from_input_dict`` still its class's own then (no wrapper on the instance, no patch of the
         class since: either is called instead)."""
-        return self.cast == cast and _CAFID not in policy.__dict__ and getattr(type(policy), _CAFID) is self._method
+        return self.cast == cast and _CAFID not in policy.__dict__ and getattr(type(policy), _CAFID) is self.method
 
     def run(self, agent_index: np.ndarray | None, explore: bool | None, timestep: int) -> tuple[Any, list, dict]:
         """The policy on the refilled arrays (``agent_index``: ``[n]``, or None for zeros)."""
