@@ -102,11 +102,10 @@ asan_pytest() {
     UBSAN_OPTIONS="print_stacktrace=1:log_path=$ROOT/build/asan-log/ubsan" PYTHONPATH="$ROOT/build/asan-pkg" \
     python -m pytest -p no:cacheprovider -q --ignore=tests/test_envpool.py "$@"
 }
-# The ASan pass takes longer than the plain one beside it: these files of it (about 200 s of it on CI's machine,
+# The ASan pass takes longer than the plain one beside it: these files of it (about 150 s of it on CI's machine,
 # mostly `trajview train` and example processes, each importing torch under the ASan runtime) run in the idle lane,
 # so that the two passes side by side end together.
-ASAN_IDLE=(tests/test_checkpoint_refusals.py tests/test_ppo_spaces.py tests/test_examples.py tests/test_cli.py
-  tests/test_dqn.py)
+ASAN_IDLE=(tests/test_checkpoint_refusals.py tests/test_ppo_spaces.py tests/test_examples.py tests/test_cli.py)
 asan_failed() {
   cat build/asan-log/* 2>/dev/null || true
   exit 1

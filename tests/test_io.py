@@ -189,6 +189,55 @@ def test_a_failed_fsync_commits_nothing(tmp_path, monkeypatch):
             [_io.MANIFEST, _io.read_manifest(tmp_path, FMT, (1,)).folder.name])
 
 
+@pytest.mark.parametrize("error", [KeyboardInterrupt, OSError])
+def test_an_error_at_any_step_of_a_commit_leaves_the_old_set_or_the_new_one(tmp_path, monkeypatch, error):
+    """Ctrl-C (KeyboardInterrupt, raised wherever the main thread is) or an I/O error at each step of a commit in
+    turn: each file's fsync (on the helper threads), the generation folder's, the manifest's rename, the folder's
+    fsync after it, each removal of an old generation. The folder then holds the old set or the new one, whole
+    (an error after the manifest's rename once removed the new generation the manifest named), and the next commit
+    leaves one generation."""
+    old, new = {"a": b"old"}, {"a": b"new", "b": b"new" * 1000}
+    steps = {"fsync": os.fsync, "fsync_dir": _io.fsync_dir, "replace": os.replace, "rmtree": _io.shutil.rmtree}
+    calls = []
+
+    def patch(countdown):
+        def wrap(name, fn):
+            def step(*args, **kwargs):
+                calls.append(name)
+                if len(calls) == countdown:
+                    raise error() if error is KeyboardInterrupt else OSError(5, "Input/output error")
+                return fn(*args, **kwargs)
+            return step
+
+        monkeypatch.setattr(os, "fsync", wrap("fsync", steps["fsync"]))
+        monkeypatch.setattr(_io, "fsync_dir", wrap("fsync_dir", steps["fsync_dir"]))
+        monkeypatch.setattr(os, "replace", wrap("replace", steps["replace"]))
+        monkeypatch.setattr(_io.shutil, "rmtree", wrap("rmtree", steps["rmtree"]))
+
+    folder = tmp_path / "count"
+    _io.commit_folder(folder, FMT, 1, _files(old))
+    _io.commit_folder(folder, FMT, 1, _files(old))  # (a commit that removes an older generation)
+    patch(0)
+    _io.commit_folder(folder, FMT, 1, _files(new))
+    monkeypatch.undo()
+    n = len(calls)
+    assert {"fsync", "fsync_dir", "replace", "rmtree"} <= set(calls), calls
+    for k in range(1, n + 1):
+        folder = tmp_path / f"k{k}"
+        _io.commit_folder(folder, FMT, 1, _files(old))
+        _io.commit_folder(folder, FMT, 1, _files(old))
+        calls.clear()
+        patch(k)
+        with pytest.raises(error):
+            _io.commit_folder(folder, FMT, 1, _files(new))
+        monkeypatch.undo()
+        assert _read_all(folder) in (old, new), f"an error at step {k} of {n} ({calls[-1]})"
+        _io.commit_folder(folder, FMT, 1, _files(new))
+        assert _read_all(folder) == new
+        assert sorted(p.name for p in folder.iterdir()) == sorted(
+            [_io.MANIFEST, _io.read_manifest(folder, FMT, (1,)).folder.name])
+
+
 _WRITER = textwrap.dedent("""
     import sys
     from trajview import _io

@@ -612,6 +612,84 @@ def test_single_acts_match_a_pure_python_reference(script):
         assert sorted(runner.episodes) == sorted(ref)
 
 
+ARRAY_REWARDS = {"f64": np.float64, "f32": np.float32, "int": np.int64, "list": None}
+KEY_GROUPS = [(0, 1), (0, 1), (0, 1), (1, 0), (0, 1, 2), (2,), (0,)]
+# Each op: (kind, key group, whether the group's first episode restarts, reward kind, rewards, explore).
+many_ops = st.lists(
+    st.tuples(st.sampled_from(["act"] * 12 + ["reset", "raise", "wrap"]), st.sampled_from(range(len(KEY_GROUPS))),
+              st.sampled_from([False] * 5 + [True]), st.sampled_from(["f64"] * 3 + sorted(ARRAY_REWARDS)),
+              st.lists(st.floats(-5, 5, allow_nan=False, width=32), min_size=3, max_size=3),
+              st.sampled_from([None, True, False])),
+    min_size=10, max_size=80,
+)
+
+
+@settings(max_examples=100)
+@given(many_ops)
+def test_calls_of_many_episodes_match_a_pure_python_reference(script):
+    """`act_many` over groups of episodes, the same group call after call (the runner's short way) or another one,
+    restarts, resets, rewards as arrays of every dtype or a list, a policy that raised (the call's episodes
+    forgotten), a call through a wrapper on the policy: each call's inputs are the reference's."""
+    space = S.Box(-100.0, 100.0, (2,), np.float32)
+    p = ReusingEcho(space, S.Discrete(4))
+    runner = tv.PolicyRunner(p, max_episodes=3)
+    ref: dict[int, ReferenceEpisode] = {}
+    saw_f32 = saw_other = False
+    timestep = 0
+    for n_call, (kind, group, start, rkind, rs, explore) in enumerate(script):
+        keys = list(KEY_GROUPS[group])
+        if kind == "reset":
+            if keys[0] in ref:
+                runner.reset(keys[0])
+                del ref[keys[0]]
+            continue
+        if kind == "raise":
+            p.fail_next = True
+            continue
+        if kind == "wrap":
+            p.compute_actions_from_input_dict = lambda d, **kw: ReusingEcho.compute_actions_from_input_dict(p, d, **kw)
+            continue
+        n = len(keys)
+        values = [round(r) for r in rs[:n]] if rkind == "int" else rs[:n]
+        rewards = list(values) if rkind == "list" else np.array(values, ARRAY_REWARDS[rkind])
+        starts = [start] + [False] * (n - 1)
+        obs = np.array([[n_call, k] for k in keys], np.float32)
+        before = (saw_f32, saw_other, dict(ref))
+        if any(not s and k in ref for k, s in zip(keys, starts)):  # (a call that steps an episode notes its rewards)
+            f32 = rkind == "f32"
+            saw_f32, saw_other = saw_f32 or f32, saw_other or not f32
+        for k, s, r in zip(keys, starts, values):
+            if s or k not in ref:
+                ref[k] = ReferenceEpisode(obs[keys.index(k)])
+            else:
+                ref[k].obs.append(obs[keys.index(k)])
+                ref[k].rewards.append(float(np.float32(r)) if rkind == "f32" else float(r))
+        p.seen.clear()
+        kwargs = {"rewards": rewards, "episode_start": starts if start else None, "explore": explore}
+        try:
+            if p.fail_next:
+                with pytest.raises(RuntimeError, match="injected"):
+                    runner.act_many(obs, keys, **kwargs)
+                saw_f32, saw_other, ref = before
+                for k in keys:  # the call's episodes are forgotten
+                    ref.pop(k, None)
+                assert sorted(runner.episodes) == sorted(ref)
+                continue
+            actions, states, _ = runner.act_many(obs, keys, full_fetch=True, **kwargs)
+        finally:
+            p.__dict__.pop("compute_actions_from_input_dict", None)  # (a wrapper is on for one call)
+        assert p.calls[-1] == (explore, timestep)
+        timestep += n
+        seen = p.seen[-1]
+        for j, k in enumerate(keys):
+            for col, v in ref[k].inputs().items():
+                np.testing.assert_array_equal(seen[col][j], v, err_msg=f"{col} of episode {k} at call {n_call}")
+            ref[k].actions.append(int(actions[j]))
+            ref[k].states.append(states[0][j])
+        assert seen["prev_rewards"].dtype == (np.float32 if saw_f32 and not saw_other else np.float64)
+        assert sorted(runner.episodes) == sorted(ref)
+
+
 def test_an_episodes_next_step_on_its_lane_is_the_short_way():
     """A call of one episode on a lane arms the runner's short way (`_act_steady`) for that episode's next step,
     which the property test above holds to the reference; a call on no lane (a wrapper on the policy) disarms it."""
@@ -621,10 +699,10 @@ def test_an_episodes_next_step_on_its_lane_is_the_short_way():
     runner.act(obs, "a")  # (begins the episode; its lane is made after the call)
     assert runner._steady is None
     runner.act(obs, "a", reward=1.0)  # (on the lane)
-    assert runner._steady[0] == "a"
+    assert runner._steady.key == "a"
     runner.act(obs, "a", reward=1.0)
     runner.act(obs, "b")
-    assert runner._steady[0] == "b"
+    assert runner._steady.key == "b"
     p.compute_actions_from_input_dict = lambda d, **kw: ReusingEcho.compute_actions_from_input_dict(p, d, **kw)
     runner.act(obs, "b", reward=1.0)
     assert runner._steady is None

@@ -233,7 +233,8 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | Callable[[Any], Non
     given) goes to a temporary sibling, which is fsynced and renamed over ``path``; then the folder is fsynced.
     ``before_rename`` (if given) runs once the sibling is fsynced, just before the rename (e.g. waits for other
     files to be durable); if it raises, nothing is renamed. Returns the file's ``(size, crc32)``. On any error
-    (a full disk: `OSError` naming ``path``) the temporary file is removed and ``path`` is as it was."""
+    before the rename (a full disk: `OSError` naming ``path``) the temporary file is removed and ``path`` is as it
+    was; an error after it (the folder's fsync, an interrupt) leaves ``path`` the new file."""
     path = Path(path)
     tmp = _tmp_sibling(path)
     try:
@@ -483,7 +484,10 @@ def commit_folder(
         if dir_synced is not None:
             with contextlib.suppress(BaseException):
                 dir_synced.result()
-        shutil.rmtree(gdir, ignore_errors=True)
+        # An error after the manifest's rename (the folder's fsync failing, or an interrupt: Ctrl-C) leaves the new
+        # set committed: its generation stays, or the manifest would name files that are gone.
+        if _named_generation(folder) != gen:
+            shutil.rmtree(gdir, ignore_errors=True)
         raise
     finally:
         fsyncer.shutdown(wait=True)
