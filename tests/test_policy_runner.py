@@ -518,8 +518,8 @@ def test_views_match_a_pure_python_reference(script):
 
 
 class ReusingEcho(Echo):
-    """Echo run on the runner's reused input arrays (as a `TorchPolicy` is: `Policy._reused_inputs`), so that a runner
-    takes an episode's next step the short way; records each call's explore and timestep, and raises when told."""
+    """Echo run on the runner's reused input arrays (as a `TorchPolicy` is: `Policy._reused_inputs`): the runner
+    refills the same arrays call after call; records each call's explore and timestep, and raises when told."""
 
     def __init__(self, obs_space, action_space, config=None):
         super().__init__(obs_space, action_space, config)
@@ -540,7 +540,7 @@ class ReusingEcho(Echo):
 
 REWARD_KINDS = {"float": float, "f32": np.float32, "f64": np.float64, "int": lambda r: int(round(r))}
 # Each op: (kind, key, episode_start, reward kind, reward, explore). Mostly "act": the next step of the episode that
-# acted last, with a float reward (what the runner takes the short way); "reset" forgets ``key``'s episode, "raise"
+# acted last, with a float reward (on the arrays the runner reuses); "reset" forgets ``key``'s episode, "raise"
 # makes the policy raise at its next call, "wrap" makes the next call go through a wrapper on the policy's instance.
 single_ops = st.lists(
     st.tuples(st.sampled_from(["act"] * 12 + ["reset", "raise", "wrap"]), st.sampled_from([0, 0, 0, 1]),
@@ -627,7 +627,7 @@ many_ops = st.lists(
 @settings(max_examples=100)
 @given(many_ops)
 def test_calls_of_many_episodes_match_a_pure_python_reference(script):
-    """`act_many` over groups of episodes, the same group call after call (the runner's short way) or another one,
+    """`act_many` over groups of episodes, the same group call after call (on the reused arrays) or another one,
     restarts, resets, rewards as arrays of every dtype or a list, a policy that raised (the call's episodes
     forgotten), a call through a wrapper on the policy: each call's inputs are the reference's."""
     space = S.Box(-100.0, 100.0, (2,), np.float32)
@@ -688,24 +688,6 @@ def test_calls_of_many_episodes_match_a_pure_python_reference(script):
             ref[k].states.append(states[0][j])
         assert seen["prev_rewards"].dtype == (np.float32 if saw_f32 and not saw_other else np.float64)
         assert sorted(runner.episodes) == sorted(ref)
-
-
-def test_an_episodes_next_step_on_its_lane_is_the_short_way():
-    """A call of one episode on a lane arms the runner's short way (`_act_steady`) for that episode's next step,
-    which the property test above holds to the reference; a call on no lane (a wrapper on the policy) disarms it."""
-    p = ReusingEcho(S.Box(-100.0, 100.0, (2,), np.float32), S.Discrete(4))
-    runner = tv.PolicyRunner(p, max_episodes=2)
-    obs = np.zeros(2, np.float32)
-    runner.act(obs, "a")  # (begins the episode; its lane is made after the call)
-    assert runner._steady is None
-    runner.act(obs, "a", reward=1.0)  # (on the lane)
-    assert runner._steady.key == "a"
-    runner.act(obs, "a", reward=1.0)
-    runner.act(obs, "b")
-    assert runner._steady.key == "b"
-    p.compute_actions_from_input_dict = lambda d, **kw: ReusingEcho.compute_actions_from_input_dict(p, d, **kw)
-    runner.act(obs, "b", reward=1.0)
-    assert runner._steady is None
 
 
 # -- compute_single_action -----------------------------------------------------------------------------------------

@@ -158,10 +158,6 @@ class PolicyRunner:
         self._last_slots = self._all
         self._last_ids: np.ndarray | None = None
         self._last_data: dict[str, np.ndarray] = {}
-        #: Set by a call that ran the policy on a lane (`_steady_after`): the next call of the same episodes with
-        #: nothing else changed goes the short way (`_act_steady`); any other call goes the general way, which
-        #: clears it first.
-        self._steady: _Steady | None = None
         self._slots: dict[Hashable, int] = {}
         self._free = list(range(n - 1, -1, -1))  # pop() hands out the lowest slot first
         self._calls = 0  # calls since the store last freed emitted rows
@@ -226,69 +222,26 @@ class PolicyRunner:
         observation (the old one under this key is forgotten first; SB3's ``episode_start``). ``full_fetch``:
         return ``(action, state_outs, extra_fetches)`` instead of the action alone.
         """
-        st = self._steady
-        if (st is not None and st.n == 1 and episode_start is False and type(agent_index) is int and agent_index == 0
-                and timestep is None and (explore is None or type(explore) is bool)
-                and (episode is st.key or (type(episode) is int and episode == st.key))
-                and type(obs) is np.ndarray and obs.dtype is self._obs_dtype and obs.shape == self._obs_shape
-                and type(reward) in st.reward_types and reward == reward  # (a float, not NaN: `_single_reward`)
-                and st.lane.usable_now(self.policy)):
-            actions, data = self._act_steady(obs[None], None if reward is None else np.asarray(reward)[None], st,
-                                             explore)
-        else:
-            keys = [episode]
-            starts = [episode_start] if type(episode_start) is bool else _starts(episode_start, 1, self._names.act)
-            try:
-                if type(obs) is np.ndarray and obs.dtype is self._obs_dtype and obs.shape == self._obs_shape:
-                    obs_cols = {_OBS: obs[None]}  # the common case: one observation of the flat space's dtype, shape
-                else:
-                    obs_cols = self._single_obs(obs)
-                rewards = None if reward is None else _single_reward(reward, self._names.act)
-                # agent_index as an array unless it is the default (then zeros, where the policy reads it).
-                idx = None if type(agent_index) is int and agent_index == 0 else _agent_indices(agent_index, 1, "act")
-                actions, data = self._act_columns(obs_cols, keys, rewards, starts, idx, explore, timestep)
-            except BaseException:
-                self._forget_restarts(keys, starts)
-                raise
+        keys = [episode]
+        starts = [episode_start] if type(episode_start) is bool else _starts(episode_start, 1, self._names.act)
+        try:
+            if type(obs) is np.ndarray and obs.dtype is self._obs_dtype and obs.shape == self._obs_shape:
+                obs_cols = {_OBS: obs[None]}  # the common case: one observation of the flat space's dtype and shape
+            else:
+                obs_cols = self._single_obs(obs)
+            rewards = None if reward is None else _single_reward(reward, self._names.act)
+            # agent_index as an array unless it is the default (then zeros, where the policy reads it).
+            idx = None if type(agent_index) is int and agent_index == 0 else _agent_indices(agent_index, 1, "act")
+            actions, data = self._act_columns(obs_cols, keys, rewards, starts, idx, explore, timestep)
+        except BaseException:
+            self._forget_restarts(keys, starts)
+            raise
         # Copies: the arrays the policy returned are stored with the episode's next step.
         action = _copied(_first_row(actions)) if self._nested_actions else _row(data[SampleBatch.ACTIONS])
         if not full_fetch:
             return action
         cols = self._columns
         return action, [_row(data[k]) for k in cols.state_keys], {k: _row(data[k]) for k in cols.extra_keys}
-
-    def _act_steady(
-        self, obs: np.ndarray, rewards: np.ndarray | None, st: _Steady, explore: bool | None
-    ) -> tuple[Any, dict[str, Any]]:
-        """`_act_columns` for the next step of the episodes the last call acted in, in the same order, on the lane it
-        used, with nothing else changed (no ``episode_start``, ``agent_index`` nor ``timestep``; the observations
-        ``[n, ...]`` of the space's dtype and shape; rewards ``[n]`` checked, of a dtype that keeps the rewards'
-        dtype rule, or None where the policy reads none: the callers' checks, `_steady_after`): the general way's
-        work without its branches."""
-        lane = st.lane
-        data = dict(self._last_data)  # the last call's outputs, stored with this step
-        data[_OBS] = obs
-        data[_REWARDS] = self._zeros[: st.n] if rewards is None else rewards
-        data[_TERMINATEDS] = data[_TRUNCATEDS] = st.ends
-        self._step_into(data, self._last_ids, lane.out)  # (the store writes nothing when it refuses a step)
-        saw = self._saw_f32, self._saw_other
-        if rewards is not None:
-            self._note_rewards(rewards)
-        try:
-            actions, state_outs, extra = lane.run(None, self.explore if explore is None else explore, self._timestep)
-            data = self._columns.check_outputs(actions, state_outs, extra, st.n)
-        except BaseException as e:
-            self._saw_f32, self._saw_other = saw
-            self._last_keys = self._steady = None
-            PolicyColumns.note_nan_inputs(e, lane.fed)
-            self._fail(st.keys, e)
-            raise
-        self._last_data = {k: data[k] for k in self._pending}
-        self._timestep += st.n
-        self._calls += 1
-        if self._calls >= _CHUNK:
-            self._free_rows()
-        return actions, data
 
     def act_many(
         self,
@@ -311,31 +264,6 @@ class PolicyRunner:
         ...]`` (a nested action space: its structure of such arrays), or with ``full_fetch`` ``(actions,
         state_outs, extra_fetches)``.
         """
-        st = self._steady
-        if (st is not None and episode_start is None and agent_index is None and timestep is None
-                and (explore is None or type(explore) is bool) and type(episodes) in (list, tuple, range)
-                and type(obs) is np.ndarray and obs.dtype is self._obs_dtype and obs.shape == st.obs_shape
-                and ((rewards is None and st.reward_free)
-                     or (type(rewards) is np.ndarray and rewards.shape == st.obs_shape[:1]
-                         and rewards.dtype.type in st.reward_dtypes))
-                and st.lane.usable_now(self.policy) and st.same_keys(episodes)):
-            if rewards is not None:
-                check_reward_array(rewards, st.obs_shape[:1], "PolicyRunner.act_many got")
-            actions, data = self._act_steady(obs, rewards, st, explore)
-        else:
-            actions, data = self._act_many_general(obs, episodes, rewards, episode_start, agent_index, explore,
-                                                   timestep)
-        # Copies: the arrays the policy returned are stored with the episodes' next steps.
-        if not full_fetch:
-            return _copied(actions)
-        cols = self._columns
-        return (_copied(actions), [np.array(data[k], copy=True) for k in cols.state_keys],
-                {k: np.array(data[k], copy=True) for k in cols.extra_keys})
-
-    def _act_many_general(self, obs: Any, episodes: Any, rewards: Any, episode_start: Any, agent_index: Any,
-                          explore: bool | None, timestep: int | None) -> tuple[Any, dict[str, Any]]:
-        """`act_many`'s arguments checked, then `_act_columns` (a call that raises forgets the episodes it was asked
-        to restart: the class doc)."""
         if isinstance(episodes, (str, bytes)) or not isinstance(episodes, Iterable):
             raise TypeError(
                 f"PolicyRunner.act_many: episodes must be a sequence of episode keys (one per row of obs), got "
@@ -363,10 +291,16 @@ class PolicyRunner:
                     raise ValueError(f"PolicyRunner.act_many: rewards must have shape ({n},), got {r.shape}")
                 check_reward_array(r, (n,), "PolicyRunner.act_many got")
             idx = None if agent_index is None else _agent_indices(agent_index, n, "act_many")
-            return self._act_columns(obs_cols, keys, r, starts, idx, explore, timestep)
+            actions, data = self._act_columns(obs_cols, keys, r, starts, idx, explore, timestep)
         except BaseException:
             self._forget_restarts(keys, starts)
             raise
+        # Copies: the arrays the policy returned are stored with the episodes' next steps.
+        if not full_fetch:
+            return _copied(actions)
+        cols = self._columns
+        return (_copied(actions), [np.array(data[k], copy=True) for k in cols.state_keys],
+                {k: np.array(data[k], copy=True) for k in cols.extra_keys})
 
     def _act_columns(
         self,
@@ -382,7 +316,6 @@ class PolicyRunner:
         them, the checked output columns: ``actions`` (or its leaves), ``state_out_i``, extra fetches). ``agent_index``:
         ``[n]``, or None for zeros."""
         n = len(keys)
-        self._steady = None
         if explore is not None and type(explore) is not bool:
             _check_explore(explore, self._names.name)
         if timestep is not None and (type(timestep) is not int or timestep < 0):
@@ -416,8 +349,11 @@ class PolicyRunner:
             slots, inputs = self._store_step(obs_cols, keys, rewards, starts, out)
             c_slots = None if n == self.max_episodes and bool((slots == self._all).all()) else slots
         saw = self._saw_f32, self._saw_other  # (put back when the call fails: it leaves the runner as it was)
-        if rewards is not None and stepped:
-            self._note_rewards(rewards)
+        if rewards is not None and stepped:  # the rewards' dtype, by the adapters' rule (`EnvAdapter.reward_dtype`)
+            if rewards.dtype.type is np.float32 or rewards.dtype.type is np.float16:
+                self._saw_f32 = True
+            else:
+                self._saw_other = True
         try:
             if inputs is None:
                 inputs = coll.input_dict(c_slots, out=out)
@@ -451,8 +387,6 @@ class PolicyRunner:
         # The outputs are stored with each episode's next step (kept here until the episodes change).
         self._last_keys, self._last_slots, self._last_ids = keys, slots, c_slots
         self._last_data = {k: data[k] for k in self._pending}
-        if lane is not None and agent_index is None and not self._nested_actions:
-            self._steady_after(keys, lane)
         self._timestep += n
         self._calls += 1
         if self._calls >= _CHUNK:
@@ -565,35 +499,8 @@ class PolicyRunner:
             raise
         return slots, None
 
-    def _note_rewards(self, rewards: np.ndarray) -> None:
-        """Notes the dtype of rewards a step stores: the policy's reward inputs are float32 while every reward was
-        float32 (or float16), float64 after any other (the adapters' rule, `EnvAdapter.reward_dtype`)."""
-        if rewards.dtype.type is np.float32 or rewards.dtype.type is np.float16:
-            self._saw_f32 = True
-        else:
-            self._saw_other = True
-
-    def _steady_after(self, keys: list[Hashable], lane: _Lane) -> None:
-        """Lets the next call of the episodes ``keys`` (in this order) on ``lane`` go the short way (`_act_steady`)
-        where nothing else changes, with rewards of the types that keep the rewards' dtype rule as it is
-        (`_note_rewards`)."""
-        if self._obs_shape is None:
-            return  # (a nested observation space: the general way)
-        if self._saw_other:  # (float64 inputs: any reward keeps them)
-            types: tuple[type, ...] = (float, np.float64, np.float32)
-            dtypes: tuple[type, ...] = (np.float64, np.float32, np.float16, np.int64, np.int32)
-        elif self._saw_f32:
-            types, dtypes = (np.float32,), (np.float32, np.float16)
-        else:
-            types = dtypes = ()  # (no reward yet: the first one sets the rule)
-        free = not self._columns.reward_input_keys
-        n = len(keys)
-        self._steady = _Steady(keys, lane, (*types, type(None)) if free else types, dtypes, free,
-                               (n, *self._obs_shape), self._false if n == self.max_episodes else self._false[:n])
-
     def _write_back(self) -> None:
         """The last call's outputs into the per-slot table (before the episodes acting change)."""
-        self._steady = None
         if self._last_keys is not None:
             slots = self._last_slots
             for k, v in self._pending.items():
@@ -635,7 +542,7 @@ class _Lane:
     reward views when ``cast`` (a worker's rule: see `cast_rewards`) and ``agent_index`` where the policy reads
     it."""
 
-    __slots__ = ("out", "fed", "cast", "_casts", "_agent_index", "_run", "method")
+    __slots__ = ("out", "fed", "cast", "_casts", "_agent_index", "_run", "_method")
 
     def __init__(self) -> None:
         self.out: dict[str, np.ndarray] = {}
@@ -644,8 +551,7 @@ class _Lane:
         self._casts: tuple[str, ...] = ()
         self._agent_index: np.ndarray | None = None
         self._run: Any = None
-        #: The policy class's ``compute_actions_from_input_dict`` when the lane was made.
-        self.method: Any = None
+        self._method: Any = None
 
     @classmethod
     def make(
@@ -661,7 +567,7 @@ class _Lane:
         if columns.agent_index_input:
             fed[SampleBatch.AGENT_INDEX] = lane._agent_index = np.zeros(n, np.int64)
         lane.fed, lane.cast = fed, cast
-        lane.method = getattr(type(policy), _CAFID)
+        lane._method = getattr(type(policy), _CAFID)
         lane._run = policy._reused_inputs(fed)
         return None if lane._run is None else lane
 
@@ -669,11 +575,7 @@ class _Lane:
         """Whether this call may run the policy on the lane: the rewards' dtype as when it was made, and the policy's
         ``compute_actions_from_input_dict`` still its class's own then (no wrapper on the instance, no patch of the
         class since: either is called instead)."""
-        return self.cast == cast and self.usable_now(policy)
-
-    def usable_now(self, policy: Policy) -> bool:
-        """`usable`, the rewards' dtype aside: no wrapper on the instance, no patch of the class since."""
-        return _CAFID not in policy.__dict__ and getattr(type(policy), _CAFID) is self.method
+        return self.cast == cast and _CAFID not in policy.__dict__ and getattr(type(policy), _CAFID) is self._method
 
     def run(self, agent_index: np.ndarray | None, explore: bool | None, timestep: int) -> tuple[Any, list, dict]:
         """The policy on the refilled arrays (``agent_index``: ``[n]``, or None for zeros)."""
@@ -683,31 +585,6 @@ class _Lane:
         if self._agent_index is not None:
             self._agent_index[:] = 0 if agent_index is None else agent_index
         return self._run(explore, timestep)  # type: ignore[no-any-return]
-
-
-class _Steady:
-    """What the next call of the same episodes needs to go the short way (`PolicyRunner._act_steady`): the episodes'
-    keys (``key``: the one of a single episode), the lane, the reward types (`act`: of a scalar, None where the
-    policy reads no rewards, ``reward_free``) and dtypes (`act_many`: of an array) that keep the rewards' dtype rule,
-    the observations' shape with the batch axis, and the ``terminateds`` / ``truncateds`` flags (all False)."""
-
-    __slots__ = ("keys", "key", "n", "lane", "reward_types", "reward_dtypes", "reward_free", "obs_shape", "ends")
-
-    def __init__(self, keys: list[Hashable], lane: _Lane, reward_types: tuple[type, ...],
-                 reward_dtypes: tuple[type, ...], reward_free: bool, obs_shape: tuple[int, ...],
-                 ends: np.ndarray) -> None:
-        self.keys, self.key, self.n, self.lane = keys, keys[0], len(keys), lane
-        self.reward_types, self.reward_dtypes, self.reward_free = reward_types, reward_dtypes, reward_free
-        self.obs_shape, self.ends = obs_shape, ends
-
-    def same_keys(self, episodes: Any) -> bool:
-        """Whether ``episodes`` are these episodes' keys, in this order (each hashable: `_check_keys`'s rule)."""
-        keys = list(episodes)
-        try:
-            hash(tuple(keys))
-        except TypeError:
-            return False  # (the general way names the key)
-        return keys == self.keys
 
 
 def _check_explore(explore: Any, where: str = "PolicyRunner") -> None:
