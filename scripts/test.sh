@@ -7,11 +7,6 @@
 # (lint-imports), then the docs: built strictly (mkdocs, warnings are errors) and the built site checked once in
 # headless Chromium (scripts/check_docs_site.py: the index renders, search works, no broken internal links).
 # Exits non-zero on any failure.
-#
-# Where the time goes (CI: 2 cores): every phase keeps both cores busy, except the timing tests, which run one
-# pass at a time and leave about a core idle; the checks that have no wall-clock limits of their own (the ASan
-# GoogleTests, some files of the ASan pytest pass, mypy, the import contracts) run then, at idle CPU priority,
-# where they take only what the timing tests leave (the "idle lane", below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -50,8 +45,7 @@ trap 'pkill -TERM -P "$cpp_pid" 2>/dev/null; kill "$cpp_pid" 2>/dev/null || true
 python -m pip install -q torch==2.13.0          # torch first: the CPU build on disk
 python -m pip install -q -r requirements-dev.txt
 # envpool (optional, large): tests/test_envpool.py is skipped, with its reason, where it cannot install.
-python -m pip install -q envpool ||
-  echo "== envpool cannot be installed here: tests/test_envpool.py will be skipped"
+python -m pip install -q envpool || echo "== envpool cannot be installed here: tests/test_envpool.py will be skipped"
 
 phase "C++ tests (warnings as errors), then under ASan + UBSan: the builds"
 cpp_rc=0
@@ -61,7 +55,8 @@ cat build/cpp-build.log
 ((cpp_rc == 0)) || exit "$cpp_rc"
 phase "C++ tests (warnings as errors)"
 ctest --preset test
-# (the same tests under ASan + UBSan: in the idle lane, below)
+phase "C++ tests under ASan + UBSan"
+ctest --preset asan
 
 phase "wheel"
 rm -rf dist
@@ -102,10 +97,9 @@ asan_pytest() {
     UBSAN_OPTIONS="print_stacktrace=1:log_path=$ROOT/build/asan-log/ubsan" PYTHONPATH="$ROOT/build/asan-pkg" \
     python -m pytest -p no:cacheprovider -q --ignore=tests/test_envpool.py "$@"
 }
-# The ASan pass takes longer than the plain one beside it: these files of it (about 150 s of it on CI's machine,
-# mostly `trajview train` and example processes, each importing torch under the ASan runtime) run in the idle lane,
-# so that the two passes side by side end together.
-ASAN_IDLE=(tests/test_checkpoint_refusals.py tests/test_ppo_spaces.py tests/test_examples.py tests/test_cli.py)
+# The ASan pass takes longer than the plain one beside it: these files of it run after the plain pass, on its core,
+# so that both cores work to the end (about a minute and a half of the ASan pass's time on CI's machine).
+ASAN_LATE=(tests/test_checkpoint_refusals.py tests/test_ppo_spaces.py)
 asan_failed() {
   cat build/asan-log/* 2>/dev/null || true
   exit 1
@@ -114,56 +108,40 @@ asan_failed() {
 phase "pytest, side by side: the wheel (here) and the ASan/UBSan build (build/asan-pytest.log, shown after)"
 # One torch/OpenMP thread per pass: two passes on two cores.
 ASAN_SIDE="not timing and not ray and not scale"
-OMP_NUM_THREADS=1 asan_pytest tests -m "$ASAN_SIDE" "${ASAN_IDLE[@]/#/--ignore=}" >build/asan-pytest.log 2>&1 &
+OMP_NUM_THREADS=1 asan_pytest tests -m "$ASAN_SIDE" "${ASAN_LATE[@]/#/--ignore=}" >build/asan-pytest.log 2>&1 &
 asan_pid=$!
 # The script stopped early (a failure, Ctrl-C): the background pass's pytest stops too (it ignores SIGINT, as a
 # background job of a script does).
 trap 'pkill -TERM -P "$asan_pid" 2>/dev/null; kill "$asan_pid" 2>/dev/null || true' EXIT
 plain_rc=0
 OMP_NUM_THREADS=1 plain_pytest -m "not timing and not ray" || plain_rc=$?
+late_rc=0
+if ((plain_rc == 0)); then
+  phase "pytest against the ASan/UBSan build, its late files (${ASAN_LATE[*]}), beside the rest of it"
+  OMP_NUM_THREADS=1 asan_pytest "${ASAN_LATE[@]}" -m "$ASAN_SIDE" || late_rc=$?
+fi
 asan_rc=0
 wait "$asan_pid" || asan_rc=$?
 trap - EXIT
 phase "pytest against the ASan/UBSan build (side by side with the ones above)"
 cat build/asan-pytest.log
 ((plain_rc == 0)) || exit "$plain_rc"
-((asan_rc == 0)) || asan_failed
+((asan_rc == 0 && late_rc == 0)) || asan_failed
 
-# The idle lane: checks without wall-clock limits of their own, at idle CPU priority (SCHED_IDLE; else nice 19)
-# beside the timing tests, which leave about a core idle and take back what they need at once. Each step's
-# output goes to build/idle-lane.log (shown after); the first failure stops the lane.
-idle_lane() {
-  chrt --idle -p 0 "$BASHPID" 2>/dev/null || renice -n 19 -p "$BASHPID" >/dev/null
-  echo "== C++ tests under ASan + UBSan (at ${SECONDS} s)"
-  ctest --preset asan
-  echo "== pytest against the ASan/UBSan build: ${ASAN_IDLE[*]} (at ${SECONDS} s)"
-  OMP_NUM_THREADS=1 asan_pytest "${ASAN_IDLE[@]}" -m "$ASAN_SIDE" || { echo "== ASan pytest failed"; return 1; }
-  echo "== mypy (at ${SECONDS} s)"
-  python -m mypy  # [tool.mypy] in pyproject.toml: python/trajview
-  echo "== mypy --strict over examples/: users' code, no casts for worker.sample() (at ${SECONDS} s)"
-  python -m mypy --strict examples
-  echo "== import contracts: layers, no cycles, torch optional (at ${SECONDS} s)"
-  lint-imports  # [tool.importlinter] in pyproject.toml
-  echo "== idle lane done (at ${SECONDS} s)"
-}
-(set -e; idle_lane) >build/idle-lane.log 2>&1 &
-idle_pid=$!
-trap 'pkill -TERM -P "$idle_pid" 2>/dev/null; kill "$idle_pid" 2>/dev/null || true' EXIT
-phase "pytest: the timing and Ray tests against the wheel (beside them: the idle lane, build/idle-lane.log)"
+phase "pytest: the timing and Ray tests against the wheel"
 plain_pytest -m "timing or ray"
 
 phase "pytest: the timing tests against the ASan/UBSan build"
 asan_pytest tests -m "timing and not ray" || asan_failed
 
-phase "the idle lane: the ASan GoogleTests, ${ASAN_IDLE[*]} under ASan, mypy, mypy --strict, import contracts"
-idle_rc=0
-wait "$idle_pid" || idle_rc=$?
-trap - EXIT
-cat build/idle-lane.log
-if ((idle_rc != 0)); then
-  grep -q "^== ASan pytest failed" build/idle-lane.log && asan_failed
-  exit "$idle_rc"
-fi
+phase "mypy"
+python -m mypy  # [tool.mypy] in pyproject.toml: python/trajview
+
+phase "mypy --strict over examples/ (users' code: no casts for worker.sample())"
+python -m mypy --strict examples
+
+phase "import contracts (layers, no cycles, torch optional)"
+lint-imports  # [tool.importlinter] in pyproject.toml
 
 phase "docs: strict build, then the site in headless Chromium"
 bash scripts/docs.sh --check
