@@ -537,6 +537,13 @@ class ReusingEcho(Echo):
         cls = type(self)
         return lambda explore, timestep: cls.compute_actions_from_input_dict(self, inputs, explore, timestep)
 
+    def wrap(self):
+        """A wrapper on the instance (the runner calls it instead, with new arrays), until `unwrap`."""
+        self.compute_actions_from_input_dict = lambda d, **kw: ReusingEcho.compute_actions_from_input_dict(self, d, **kw)
+
+    def unwrap(self):
+        self.__dict__.pop("compute_actions_from_input_dict", None)
+
 
 REWARD_KINDS = {"float": float, "f32": np.float32, "f64": np.float64, "int": lambda r: int(round(r))}
 # Each op: (kind, key, episode_start, reward kind, reward, explore). Mostly "act": the next step of the episode that
@@ -573,7 +580,7 @@ def test_single_acts_match_a_pure_python_reference(script):
             p.fail_next = True
             continue
         if op[0] == "wrap":
-            p.compute_actions_from_input_dict = lambda d, **kw: ReusingEcho.compute_actions_from_input_dict(p, d, **kw)
+            p.wrap()
             continue
         _, k, start, kind, r, explore = op
         reward = REWARD_KINDS[kind](r)
@@ -599,7 +606,7 @@ def test_single_acts_match_a_pure_python_reference(script):
             action, states, _ = runner.act(obs, k, reward=reward, episode_start=start, explore=explore,
                                            full_fetch=True)
         finally:
-            p.__dict__.pop("compute_actions_from_input_dict", None)  # (a wrapper is on for one call)
+            p.unwrap()  # (a wrapper is on for one call)
         assert p.calls[-1] == (explore, timestep)
         timestep += 1
         want = episode.inputs()
@@ -647,7 +654,7 @@ def test_calls_of_many_episodes_match_a_pure_python_reference(script):
             p.fail_next = True
             continue
         if kind == "wrap":
-            p.compute_actions_from_input_dict = lambda d, **kw: ReusingEcho.compute_actions_from_input_dict(p, d, **kw)
+            p.wrap()
             continue
         n = len(keys)
         values = [round(r) for r in rs[:n]] if rkind == "int" else rs[:n]
@@ -677,7 +684,7 @@ def test_calls_of_many_episodes_match_a_pure_python_reference(script):
                 continue
             actions, states, _ = runner.act_many(obs, keys, full_fetch=True, **kwargs)
         finally:
-            p.__dict__.pop("compute_actions_from_input_dict", None)  # (a wrapper is on for one call)
+            p.unwrap()  # (a wrapper is on for one call)
         assert p.calls[-1] == (explore, timestep)
         timestep += n
         seen = p.seen[-1]
