@@ -564,9 +564,7 @@ def test_single_acts_match_a_pure_python_reference(script):
     episode: the other key's steps, restarts, resets, rewards of every type (float32 inputs while every reward
     was float32), a policy that raised (its episode forgotten, the rewards' dtype and the timestep as they were), a
     call through a wrapper on the policy; past the runner's periodic freeing of emitted rows."""
-    space = S.Box(-100.0, 100.0, (2,), np.float32)
-    p = ReusingEcho(space, S.Discrete(4))
-    runner = tv.PolicyRunner(p, max_episodes=2)
+    p, runner = echo_runner(2, ReusingEcho)
     ref: dict[int, ReferenceEpisode] = {}
     saw_f32 = saw_other = False
     timestep = 0
@@ -637,9 +635,7 @@ def test_calls_of_many_episodes_match_a_pure_python_reference(script):
     """`act_many` over groups of episodes, the same group call after call (on the reused arrays) or another one,
     restarts, resets, rewards as arrays of every dtype or a list, a policy that raised (the call's episodes
     forgotten), a call through a wrapper on the policy: each call's inputs are the reference's."""
-    space = S.Box(-100.0, 100.0, (2,), np.float32)
-    p = ReusingEcho(space, S.Discrete(4))
-    runner = tv.PolicyRunner(p, max_episodes=3)
+    p, runner = echo_runner(3, ReusingEcho)
     ref: dict[int, ReferenceEpisode] = {}
     saw_f32 = saw_other = False
     timestep = 0
@@ -759,8 +755,8 @@ def test_compute_single_action_needs_the_reward_when_the_policy_reads_rewards():
 # -- errors leave the runner as it was ------------------------------------------------------------------------------
 
 
-def echo_runner(max_episodes=2):
-    p = Echo(S.Box(-100.0, 100.0, (2,), np.float32), S.Discrete(4))
+def echo_runner(max_episodes=2, cls=None):
+    p = (cls or Echo)(S.Box(-100.0, 100.0, (2,), np.float32), S.Discrete(4))
     return p, tv.PolicyRunner(p, max_episodes=max_episodes)
 
 
