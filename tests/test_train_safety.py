@@ -536,7 +536,8 @@ def test_a_failed_background_write_is_raised_and_the_last_checkpoint_stands(tmp_
         return real(folder, *a, **k)
 
     monkeypatch.setattr(checkpoint_module, "commit_folder", full_disk_on_the_third)
-    assert main(["train", "--timesteps", "1000", "--out", str(out), *SMALL]) == 1
+    # (after every iteration: the third write is iteration 3's, in the background while iteration 4 runs)
+    assert main(["train", "--timesteps", "1000", "--out", str(out), "--checkpoint-interval", "0", *SMALL]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-2] == f"trajview train: error: [Errno 28] No space left on device: writing {out / FOLDER}/gen-x/weights.pt"
     assert err[-1] == (f"the run's checkpoint {out / FOLDER} holds iteration 2 (200 env steps); --resume --out {out} "

@@ -207,6 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--iteration-steps", type=int, default=None,
                    help=f"DQN: env steps per iteration (a metrics row and a checkpoint; PPO's iteration is "
                         f"--train-batch-size); default: {DQN_ITERATION_STEPS}%(default).0s")
+    t.add_argument("--checkpoint-interval", type=float, default=None, metavar="S", dest="checkpoint_interval_s",
+                   help=f"PPO: seconds between the checkpoints written while the run goes; the last iteration's "
+                        f"state is written when the run ends or stops (Ctrl-C, SIGTERM, an error), so only a run "
+                        f"killed outright (SIGKILL, a power cut) loses up to S seconds; 0: after every iteration "
+                        f"(DQN writes after every iteration); default: {d.checkpoint_interval_s:g}%(default).0s")
     t.add_argument("--threads", type=int, default=d.threads, help="torch intra-op threads")
     t.add_argument("--device", choices=DEVICES, default=None,
                    help="where the learner trains: cpu, cuda, or auto (cuda where torch sees a device). The "
@@ -302,7 +307,7 @@ def _worker_failure(e: WorkerError, trainer: Any, config: Any) -> str:
 PPO_ONLY = (("--workers", "workers"), ("--backend", "backend"), ("--async", "async_sampling"),
             ("--ray-address", "ray_address"), ("--recreate-failed-workers", "recreate_failed_workers"),
             ("--max-worker-restarts", "max_worker_restarts"), ("--sample-timeout", "sample_timeout_s"),
-            ("--start-timeout", "start_timeout_s"),
+            ("--start-timeout", "start_timeout_s"), ("--checkpoint-interval", "checkpoint_interval_s"),
             ("--max-staleness", "max_staleness"), ("--drop-obs-keys", "drop_obs_keys"), ("--model", "model"), ("--envs-per-worker", "envs_per_worker"),
             ("--train-batch-size", "train_batch_size"), ("--minibatch-size", "minibatch_size"),
             ("--num-sgd-iter", "num_sgd_iter"), ("--entropy-coeff", "entropy_coeff"), ("--lambda", "lambda_"),
@@ -358,6 +363,7 @@ def _ppo_config(args: argparse.Namespace, out: str, metrics_format: str, tensorb
         threads=args.threads,
         device=args.device or d.device,
         learner=args.learner or d.learner,
+        checkpoint_interval_s=d.checkpoint_interval_s if args.checkpoint_interval_s is None else args.checkpoint_interval_s,
     )
 
 
@@ -382,6 +388,8 @@ def _resumed_ppo_config(args: argparse.Namespace, ck: Any, out: str) -> TrainCon
         saved["device"] = args.device
     if args.learner is not None:  # who takes the SGD steps (the same arithmetic either way)
         saved["learner"] = args.learner
+    if args.checkpoint_interval_s is not None:  # how often this session writes (the run's learning is the same)
+        saved["checkpoint_interval_s"] = args.checkpoint_interval_s
     if args.stop_reward is not UNSET:  # a run that reached its stop reward continues with another (or none)
         saved["stop_reward"] = args.stop_reward
     return config_from(TrainConfig, ck, out, args.timesteps, saved)

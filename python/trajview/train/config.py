@@ -69,7 +69,7 @@ FLAGS = {
     "entropy_schedule": "--entropy-schedule", "stop_reward": "--stop-reward", "model_config": "--model-config",
     "out_dir": "--out",
     "metrics_format": "--logger", "threads": "--threads", "device": "--device", "learner": "--learner",
-    "iteration_steps": "--iteration-steps",
+    "iteration_steps": "--iteration-steps", "checkpoint_interval_s": "--checkpoint-interval",
 }
 
 #: DQN's env steps per iteration (a metrics row and a checkpoint) by default (`DQNConfig.iteration_steps`; here for
@@ -220,6 +220,10 @@ class TrainConfig(RunConfig):
     threads: int = 1
     #: The learner's device (`DEVICES`); acting stays on the CPU (small batches: a CPU copy with synced weights).
     device: str = "cpu"
+    #: Seconds between two checkpoints written while the run goes (``--checkpoint-interval``): an iteration that ends
+    #: this long after the last one was taken is written; the state of the others is kept in memory, and the last
+    #: iteration's is written when the run ends or stops (Ctrl-C, SIGTERM, an error). 0: after every iteration.
+    checkpoint_interval_s: float = 1.0
     #: PPOPolicy's "learner" (``--learner``): who takes the SGD steps, "auto" (numpy for the MLP models it
     #: supports on the CPU, `trajview.algorithms.mlp_learner`), "numpy" or "torch".
     learner: str = "auto"
@@ -251,6 +255,7 @@ class TrainConfig(RunConfig):
         for name in SCHEDULED.values():
             check_schedule(setting(name), getattr(self, name))
         boolean("tensorboard", self.tensorboard)
+        finite_number(setting("checkpoint_interval_s"), self.checkpoint_interval_s, 0)
         if not isinstance(self.model_config, dict):
             raise ValueError(f"{setting('model_config')} must be a JSON object (a dict of the model's keyword "
                              f"arguments), got {type(self.model_config).__name__} {self.model_config!r}")

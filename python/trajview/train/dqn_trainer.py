@@ -237,12 +237,12 @@ class DQNTrainer(RunCounters):
             return True
         return c.stop_reward is not None and len(self.returns) > 0 and self.mean_return >= c.stop_reward
 
-    def save_checkpoint(self, background: bool = False) -> None:
+    def save_checkpoint(self, background: bool = False, defer: bool = False) -> None:
         """Commits the checkpoint (`trajview.train.checkpoint`) as one unit: the networks and optimizer, the
         settings and counters, epsilon, gradient steps and the exploration RNG, and the replay buffer's files
-        (`trajview.replay.persistence.dump_parts`). Always written before it returns (``background`` is not
-        taken: the replay files are written from the buffer's memory, under its lock, which the next iteration's
-        adds need)."""
+        (`trajview.replay.persistence.dump_parts`). Always written before it returns (``background`` and ``defer``
+        are not taken: the replay files are written from the buffer's memory, under its lock, which the next
+        iteration's adds need)."""
         p = self.policy.get_state()
         weights = {k: p[k] for k in ("q", "target", "optimizer")}
         extra = {"resumes": self.resumes, "policy": {"epsilon": float(p["epsilon"]), "grad_steps": int(p["grad_steps"]),

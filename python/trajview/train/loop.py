@@ -5,6 +5,7 @@ learning-curve plot), and what a run stopped early (Ctrl-C, SIGTERM, a failed wo
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import os
 import logging
@@ -12,6 +13,7 @@ import math
 import signal
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -46,8 +48,8 @@ class RunCounters:
     elapsed: float
     returns: deque[float]
     lengths: deque[int]
-    #: (iteration, env steps) of the run's checkpoint on disk: written by `run_loop` after each iteration, taken
-    #: back by `restore_counters`; None before the first.
+    #: (iteration, env steps) of the run's checkpoint on disk: written by `run_loop` (`commit_checkpoint`,
+    #: `flush_checkpoint`), taken back by `restore_counters`; None before the first.
     checkpointed: tuple[int, int] | None
 
     def start_counters(self, seed: int, threads: int, smoothing_episodes: int) -> None:
@@ -63,6 +65,8 @@ class RunCounters:
         self.checkpointed = None
         self._committing: tuple[threading.Thread, tuple[int, int]] | None = None
         self._commit_error: BaseException | None = None
+        #: The state of the last iteration, taken and not written yet (`commit_checkpoint` with ``defer``).
+        self._deferred: tuple[Callable[[], Callable[[], Any]], tuple[int, int]] | None = None
 
     def counters_state(self) -> dict[str, Any]:
         """The counters and the windows, for a checkpoint's JSON (torch's RNG state goes with the tensors:
@@ -91,15 +95,39 @@ class RunCounters:
 
     def commit_checkpoint(self, algo: str, weights: dict[str, Any], extra: dict[str, Any] | None = None,
                           files: dict[str, Callable[[Any], None]] | None = None,
-                          extra_meta: dict[str, Any] | None = None, background: bool = False) -> None:
+                          extra_meta: dict[str, Any] | None = None, background: bool = False,
+                          defer: bool = False) -> None:
         """Commits the run's checkpoint (`trajview.train.checkpoint.write_checkpoint`): the settings, the counters,
         ``weights`` with torch's RNG state, the trainer's ``extra`` JSON and ``files``. With ``background``, the
         state is taken now (serialized: ``files`` must not change after) and written by a thread while the run goes
-        on (its fsyncs off the iteration's path); `wait_checkpoint` waits for it, and the next commit first."""
+        on (its fsyncs off the iteration's path); `wait_checkpoint` waits for it, and the next commit first.
+
+        With ``defer``, nothing is written: the state is taken now (a copy in memory: the tensors cloned, the JSON
+        copied) and replaces the one deferred before; the next commit drops it, `flush_checkpoint` writes it. A
+        checkpoint with ``files`` (written from memory the next iteration changes) cannot be deferred."""
+        state = {**weights, "torch_rng": torch.get_rng_state()}
+        args = (self.config.checkpoint_path, algo, dataclasses.asdict(self.config), self.counters_state())
+        at = (self.iteration, self.env_steps)
+        if defer:
+            if files:
+                raise ValueError("commit_checkpoint: a checkpoint with files cannot be deferred")
+            state, extra, extra_meta = _cloned(state), copy.deepcopy(extra), copy.deepcopy(extra_meta)
+            self._deferred = (lambda: prepare_checkpoint(*args, state, extra, None, extra_meta), at)
+            return
+        self._deferred = None
         self.wait_checkpoint()
-        commit_folder = prepare_checkpoint(self.config.checkpoint_path, algo, dataclasses.asdict(self.config),
-                                           self.counters_state(), {**weights, "torch_rng": torch.get_rng_state()},
-                                           extra, files, extra_meta)
+        self._commit(prepare_checkpoint(*args, state, extra, files, extra_meta), at, background)
+
+    def flush_checkpoint(self) -> None:
+        """Waits for a checkpoint being written (`wait_checkpoint`), then writes the deferred one, if any (the state
+        of the last iteration, taken when it ended: `commit_checkpoint` with ``defer``)."""
+        self.wait_checkpoint()
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            prepare, at = deferred
+            self._commit(prepare(), at, background=False)
+
+    def _commit(self, commit_folder: Callable[[], Any], at: tuple[int, int], background: bool) -> None:
         metrics = self.config.metrics_path
 
         def commit() -> None:  # the metrics rows this checkpoint covers (appended unsynced) durable before it
@@ -107,7 +135,6 @@ class RunCounters:
                 fsync_file(metrics)
             commit_folder()
 
-        at = (self.iteration, self.env_steps)
         if not background:
             commit()
             self.checkpointed = at
@@ -181,9 +208,11 @@ class _Run(Protocol):
 
     def train_iteration(self) -> dict: ...
 
-    def save_checkpoint(self, background: bool = False) -> None: ...
+    def save_checkpoint(self, background: bool = False, defer: bool = False) -> None: ...
 
     def wait_checkpoint(self) -> None: ...
+
+    def flush_checkpoint(self) -> None: ...
 
 
 class NothingToTrain(ValueError):
@@ -210,9 +239,16 @@ def run_loop(
     on_iteration: Callable[[dict], None] | None,
     close: Callable[[], None],
 ) -> None:
-    """Iterations until ``run.done()``, a checkpoint after each (written while the next iteration runs, where the
-    trainer can: `RunCounters.commit_checkpoint`; waited for before the loop ends, however it ends); a progress
-    bar (or, without, ``log_line(row)`` logged per iteration); ``close()`` at the end, whatever happened."""
+    """Iterations until ``run.done()``; a progress bar (or, without, ``log_line(row)`` logged per iteration);
+    ``close()`` at the end, whatever happened.
+
+    Checkpoints (`RunCounters.commit_checkpoint`): an iteration that ends ``checkpoint_interval_s`` (PPO's
+    ``--checkpoint-interval``; a config without it: 0) or more seconds after the last checkpoint was taken, and the
+    last one, are written (while the next iteration runs, where the trainer can); the others' state is taken and
+    kept in memory (``defer``), and the last of them is written when the loop ends early, however it ends (Ctrl-C,
+    SIGTERM, an error: `RunCounters.flush_checkpoint`, which also waits for a write under way). So a run that stops
+    keeps its last complete iteration, and one killed outright (SIGKILL, a power cut) at most the interval's
+    seconds of iterations less."""
     tqdm = require("tqdm", "a training run's progress bar").tqdm
 
     c = run.config
@@ -221,12 +257,18 @@ def run_loop(
         raise NothingToTrain(_why_done(run))
     bar = tqdm(total=c.timesteps, initial=min(run.env_steps, c.timesteps), unit="step", disable=not progress,
                dynamic_ncols=True, desc=desc)
+    interval = getattr(c, "checkpoint_interval_s", 0.0)  # (DQN's config has none: its replay files are written
+    last = time.monotonic()  # from the buffer's memory, which the next iteration changes, so after each iteration)
     try:
         while not run.done():
             if _terminate_requested:  # a SIGTERM whose Terminated was swallowed (`_terminate_requested`)
                 raise Terminated()
             row = run.train_iteration()
-            run.save_checkpoint(background=True)  # written while the next iteration runs (PPO)
+            now = time.monotonic()
+            due = now - last >= interval or run.done()
+            run.save_checkpoint(background=True, defer=not due)  # written while the next iteration runs (PPO)
+            if due:
+                last = now
             bar.update(min(row["env_steps"], c.timesteps) - bar.n)
             post = {"ret": f"{row['episode_return_mean']:.1f}", "sps": f"{row['steps_per_s']:.0f}"}
             if "worker_steps_per_s" in row:  # PPO: each worker's sampling rate, the learner's wait for the batch
@@ -239,7 +281,7 @@ def run_loop(
                 log.info("%s", log_line(row))
     finally:
         try:
-            run.wait_checkpoint()  # the last iteration's checkpoint complete (or its error raised)
+            run.flush_checkpoint()  # the last iteration's checkpoint written and complete (or its error raised)
         finally:
             bar.close()
             close()
@@ -269,8 +311,9 @@ def summarize(run: _Run, title: str) -> dict[str, Any]:
 
 
 def where_it_stopped(trainer: Any, config: Any) -> str:
-    """Where a run that stopped early stands: the iteration its checkpoint holds (`RunCounters.checkpointed`:
-    written after every iteration, so an iteration cut short is not in it), and how to go on."""
+    """Where a run that stopped early stands: the iteration its checkpoint holds (`RunCounters.checkpointed`: the
+    last complete iteration, written when the loop stopped, so an iteration cut short is not in it), and how to go
+    on."""
     if config is None or not has_checkpoint(config.checkpoint_path):
         return "the run stopped before its first iteration (nothing written)"
     saved = getattr(trainer, "checkpointed", None)
@@ -284,6 +327,18 @@ def where_it_stopped(trainer: Any, config: Any) -> str:
     session = "" if iteration > getattr(trainer, "start_iteration", 0) else " (none of this session's)"
     return (f"the run's checkpoint {config.checkpoint_path} holds iteration {iteration} "
             f"({env_steps} env steps){session}; --resume --out {config.out_dir} continues it")
+
+
+def _cloned(value: Any) -> Any:
+    """``value`` (tensors in dicts, lists and tuples, and plain values) with every tensor cloned (detached): a
+    state that the next iteration's steps do not change."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: _cloned(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cloned(v) for v in value)
+    return copy.deepcopy(value)
 
 
 @contextlib.contextmanager

@@ -196,10 +196,11 @@ class PPOTrainer(RunCounters):
             return True
         return c.stop_reward is not None and bool(self.returns) and self.mean_return >= c.stop_reward
 
-    def save_checkpoint(self, background: bool = False) -> None:
+    def save_checkpoint(self, background: bool = False, defer: bool = False) -> None:
         """Commits the checkpoint (`trajview.train.checkpoint`): the model's and optimizer's state with the
-        settings and counters. ``background``: the state taken now, written by a thread (`wait_checkpoint`)."""
-        self.commit_checkpoint("ppo", {"policy": self.policy.get_state()}, background=background)
+        settings and counters. ``background``: the state taken now, written by a thread (`wait_checkpoint`);
+        ``defer``: the state taken now, written by `flush_checkpoint` unless a later checkpoint comes first."""
+        self.commit_checkpoint("ppo", {"policy": self.policy.get_state()}, background=background, defer=defer)
 
     def stop(self) -> None:
         """Ends the workers (their processes or Ray actors) and closes the TensorBoard writer; `train` does this
