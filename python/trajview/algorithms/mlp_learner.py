@@ -178,6 +178,11 @@ class MLPActor:
         return actions, [], {SampleBatch.ACTION_LOGP: torch.from_numpy(logp),
                              SampleBatch.VF_PREDS: torch.from_numpy(np.ascontiguousarray(values))}
 
+    def value(self, input_dict: Mapping[str, Any]) -> np.ndarray:
+        """The value function's output for each row of ``input_dict`` (the arithmetic of `act`'s ``vf_preds``)."""
+        _, vf = self._views()
+        return vf.forward(_inputs(self.model, input_dict, self._flat_key))[-1][:, 0]
+
 
 class MLPLearner:
     """`PPOPolicy.learn_on_batch` for a policy `supported` takes, in numpy (the module docstring)."""

@@ -195,8 +195,12 @@ class PPOPolicy(TorchPolicy):
     # -- postprocessing -----------------------------------------------------------
 
     def value_of_next_step(self, segment: SampleBatch) -> float:
-        """The critic's value of the step after ``segment``'s last step (its views built from the segment)."""
+        """The critic's value of the step after ``segment``'s last step (its views built from the segment): by the
+        arithmetic that gave the segment's ``vf_preds`` (the `MLPActor`'s where it acts, else the model's)."""
         inputs = self.model.bootstrap_input(segment)
+        actor = self.numpy_actor()
+        if actor is not None:
+            return float(actor.value(self._to_torch(inputs))[0])
         with torch.inference_mode():
             _, value, _ = self.model.forward_step(self._to_torch(inputs))
         return float(value[0])
