@@ -49,8 +49,10 @@ default 1, set by the trainer itself):
   - **trajview+Python %**: the rest (sampling, batch building, GAE, minibatch
     assembly, tensor conversion, metrics, checkpoints), from each torch figure
     (profiler: an upper bound; direct: a lower bound). Goal: under 10 %.
-  - **ckpt %**: of which the checkpoint written after each iteration (the
-    part in the loop's thread; PPO writes the files in a thread).
+  - **ckpt %**: of which the checkpoints, the part in the loop's thread
+    (DQN: written after each iteration; PPO: its state copied after each
+    iteration, written every ``--checkpoint-interval`` seconds, the files by
+    a thread).
 
   Then one run under ``cProfile``: its top functions by own time and its own
   time split by where the code lives (torch's C ops, torch's Python, the env,
@@ -134,6 +136,8 @@ lead measures on a quiet machine):
      pass over the batch, and the bootstrap values of all segments in one forward call.
   4. Checkpoints after every iteration (2-5 %; torch.save's pickling in the loop's thread, the fsyncs in a
      thread): the zoo settings' 256-step iterations write 40 per 10,000 steps. A time-based interval would cut it.
+     (Done: PPO's --checkpoint-interval, default 1 s; a checkpoint then cost about 10 ms of CPU, more than the
+     share in the loop's thread showed, and 200 zoo iterations took 11.3 s without them against 14.4-16.0 s.)
   5. The memory models' minibatches still index every column of the training batch per minibatch (ppo.py's
      dict comprehension in the sequence branch, 1.8 % of the LSTM run): keep only the columns the model and the
      loss read.
@@ -801,7 +805,7 @@ def top_level_op_seconds(prof: Any) -> tuple[float, int]:
 
 
 def one_run(name: str, iterations: int, seed: int, mode: str = "plain", quick: bool = False) -> dict[str, Any]:
-    """The trainer's loop (`run_loop`, a checkpoint per iteration) for ``iterations`` after one warm-up iteration;
+    """The trainer's loop (`run_loop`, with its checkpoints) for ``iterations`` after one warm-up iteration;
     ``mode``: "plain", "profiler" (under torch.profiler) or "cprofile" (under cProfile: its Stats in the result)."""
     from trajview.train.loop import run_loop
 

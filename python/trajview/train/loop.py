@@ -333,12 +333,17 @@ def _cloned(value: Any) -> Any:
     """``value`` (tensors in dicts, lists and tuples, and plain values) with every tensor cloned (detached): a
     state that the next iteration's steps do not change."""
     if isinstance(value, torch.Tensor):
-        return value.detach().clone()
+        return value.detach().clone() if value.requires_grad else value.clone()
     if isinstance(value, dict):
         return {k: _cloned(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(_cloned(v) for v in value)
+    if value is None or type(value) in _IMMUTABLE:
+        return value
     return copy.deepcopy(value)
+
+
+_IMMUTABLE = frozenset({bool, int, float, str, bytes})
 
 
 @contextlib.contextmanager
