@@ -158,7 +158,10 @@ class DQNPolicy(Policy):
         """One gradient step on a replay sample (``stack``, ``next_stack``, ``actions``, ``rewards``,
         ``terminateds``); returns the loss, mean Q and ``td_errors`` (for priorities)."""
         learner = self.numpy_learner(learning=True)
-        out = learner.learn(batch, weights) if learner is not None else self._learn_torch(batch, weights)
+        if learner is not None:
+            out = learner.learn(batch, weights, checked=self._learner_choice.checked)
+        else:
+            out = self._learn_torch(batch, weights)
         self._q_changed()
         self.grad_steps += 1
         if self.grad_steps % int(self.config["target_update_interval"]) == 0:

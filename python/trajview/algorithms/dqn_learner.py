@@ -92,10 +92,11 @@ class DQNLearner:
         """Whether the Q-network's parameters and the optimizer's moments are still `FlatAdam`'s views."""
         return self.flat.is_bound()
 
-    def _check(self) -> None:
+    def _check(self, checked: bool = False) -> None:
         """Binds again where the parameters or Adam's moments are no longer the buffers' views (a loaded state), and
-        views the target network's tensors again where they changed."""
-        why = supported(self.policy, self.base)  # (a parameter frozen, the optimizer's settings changed, ... since)
+        views the target network's tensors again where they changed. ``checked``: `supported` was found None just
+        now (`LearnerChoice.checked`), not asked again."""
+        why = None if checked else supported(self.policy, self.base)  # (a parameter frozen, the optimizer's ... since)
         if why is not None:
             raise ValueError(f"DQNPolicy config 'learner': the numpy learner cannot train this policy any more: {why}")
         if not self.flat.is_bound():
@@ -110,9 +111,10 @@ class DQNLearner:
         q, _ = self.online.forward(flat_rows(stack))
         return np.argmax(q, axis=1).astype(np.int64)
 
-    def learn(self, batch: Mapping[str, Any], weights: np.ndarray | None) -> dict[str, Any]:
-        """One gradient step (`DQNPolicy.learn_on_replay`'s); returns its loss, mean Q and absolute TD errors."""
-        self._check()
+    def learn(self, batch: Mapping[str, Any], weights: np.ndarray | None, checked: bool = False) -> dict[str, Any]:
+        """One gradient step (`DQNPolicy.learn_on_replay`'s); returns its loss, mean Q and absolute TD errors.
+        ``checked``: as `_check`'s."""
+        self._check(checked)
         with blas_limit(), flushed_denormals():
             return self._learn(batch, weights)
 

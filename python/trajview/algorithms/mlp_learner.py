@@ -202,12 +202,13 @@ class MLPLearner:
 
     # -- learning ----------------------------------------------------------------------------------------------
 
-    def learn_on_batch(self, train_batch: SampleBatch) -> np.ndarray | None:
+    def learn_on_batch(self, train_batch: SampleBatch, checked: bool = False) -> np.ndarray | None:
         """``num_sgd_iter`` epochs of shuffled minibatches, as `PPOPolicy.learn_on_batch` (the same shuffles:
         ``torch.randperm``); returns the loss terms' means over the minibatches (`PPOPolicy`'s ``STATS``; None
-        without a minibatch) and sets ``last_stats_tensor`` to the last minibatch's."""
+        without a minibatch) and sets ``last_stats_tensor`` to the last minibatch's. ``checked``: `supported` was
+        found None just now (`LearnerChoice.checked`), not asked again."""
         policy = self.policy
-        why = supported(policy, self.base)  # (a parameter frozen, the optimizer's settings changed, ... since)
+        why = None if checked else supported(policy, self.base)  # (a parameter frozen, the optimizer's ... since)
         if why is not None:
             raise ValueError(f"PPOPolicy config 'learner': the numpy learner cannot train this policy any more: {why}")
         if SampleBatch.SEQ_LENS in train_batch:

@@ -254,19 +254,26 @@ class LearnerChoice:
     def __init__(self) -> None:
         self.learner: Any = None
         self._checked_for: Any = None  # the optimizer "auto" last checked for
+        #: Whether the last `get` found ``why_not()`` None just now: the learner it returned need not check again.
+        self.checked = False
 
     def get(self, mode: str, optimizer: Any, why_not: Callable[[], str | None], make: Callable[[], Any],
             learning: bool = False) -> Any:
+        self.checked = False
         if mode == "torch":
             return None
         if self.learner is not None:
-            if mode == "numpy" or (self.learner.is_bound() and not learning) or why_not() is None:
+            if mode == "numpy" or (self.learner.is_bound() and not learning):
                 return self.learner  # ("numpy" on a policy it no longer takes: the learner raises at its step)
+            if why_not() is None:
+                self.checked = True
+                return self.learner
             self.learner = None
         if mode == "auto" and self._checked_for is optimizer:
             return None
         self._checked_for = optimizer
         if mode == "numpy" or why_not() is None:
+            self.checked = mode == "auto"
             self.learner = make()
         return self.learner
 

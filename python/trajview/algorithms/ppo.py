@@ -278,7 +278,7 @@ class PPOPolicy(TorchPolicy):
         if learner is not None and SampleBatch.SEQ_LENS in train_batch and self.config["learner"] == "auto":
             learner = None  # (minibatches of whole sequences: torch's `minibatches`)
         if learner is not None:
-            means = learner.learn_on_batch(train_batch)
+            means = learner.learn_on_batch(train_batch, checked=self._learner_choice.checked)
             return {} if means is None else dict(zip(STATS, means.tolist()))
         for g in self._optimizer.param_groups:
             g["lr"] = self.scheduled("lr")
