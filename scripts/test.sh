@@ -82,8 +82,8 @@ export HYPOTHESIS_PROFILE=ci
 # Sanitizer reports go to files (pytest captures stderr, and an aborted process never prints it): shown on failure.
 rm -rf build/asan-log && mkdir -p build/asan-log
 
-plain_pytest() {  # tests/ and bench/ against the installed wheel
-  python -m pytest tests bench -p no:cacheprovider --benchmark-disable -q "$@"
+plain_pytest() {  # tests/ and bench/ against the installed wheel (the slowest ones listed: where the time goes)
+  python -m pytest tests bench -p no:cacheprovider --benchmark-disable -q --durations=15 "$@"
 }
 asan_pytest() {
   # Tests marked `ray` run in the plain pass only: here Ray's own daemons (gcs_server, raylet) would inherit the
@@ -95,7 +95,7 @@ asan_pytest() {
   LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" \
     ASAN_OPTIONS="detect_leaks=0:log_path=$ROOT/build/asan-log/asan" \
     UBSAN_OPTIONS="print_stacktrace=1:log_path=$ROOT/build/asan-log/ubsan" PYTHONPATH="$ROOT/build/asan-pkg" \
-    python -m pytest -p no:cacheprovider -q --ignore=tests/test_envpool.py "$@"
+    python -m pytest -p no:cacheprovider -q --durations=15 --ignore=tests/test_envpool.py "$@"
 }
 # The ASan pass takes longer than the plain one beside it: these files of it run after the plain pass, on its core,
 # so that both cores work to the end (about a minute and a half of the ASan pass's time on CI's machine).
