@@ -149,6 +149,23 @@ def test_a_checkpoint_with_files_is_not_deferred(tmp_path):
     assert run._deferred is None and not (tmp_path / "checkpoint").exists()
 
 
+def test_a_deferred_state_is_a_copy_whatever_its_containers(tmp_path):
+    """Tensors inside a namedtuple, a list and a nested dict are copied too: the state written is the one taken."""
+    from collections import namedtuple
+
+    from trajview.train.loop import _cloned
+
+    Pair = namedtuple("Pair", "a b")
+    state = {"p": Pair(torch.zeros(2), 3), "l": [torch.ones(1), (torch.zeros(1), "x")], "n": None}
+    copied = _cloned(state)
+    state["p"].a.fill_(5.0)
+    state["l"][0].fill_(5.0)
+    state["l"][1][0].fill_(5.0)
+    assert type(copied["p"]) is Pair and copied["p"].b == 3 and torch.equal(copied["p"].a, torch.zeros(2))
+    assert torch.equal(copied["l"][0], torch.ones(1)) and torch.equal(copied["l"][1][0], torch.zeros(1))
+    assert copied["l"][1][1] == "x" and copied["n"] is None and type(copied["l"][1]) is tuple
+
+
 def test_a_new_checkpoint_drops_the_deferred_one(tmp_path):
     run = _Run(_Config(str(tmp_path), 30, 1.0), [0.0] * 3, _Clock())
     run.train_iteration()

@@ -336,11 +336,11 @@ def _cloned(value: Any) -> Any:
         return value.detach().clone() if value.requires_grad else value.clone()
     if isinstance(value, dict):
         return {k: _cloned(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
+    if type(value) in (list, tuple):  # (a subclass, e.g. a namedtuple, is not built from one iterable: deepcopy)
         return type(value)(_cloned(v) for v in value)
     if value is None or type(value) in _IMMUTABLE:
         return value
-    return copy.deepcopy(value)
+    return copy.deepcopy(value)  # (its tensors copied too)
 
 
 _IMMUTABLE = frozenset({bool, int, float, str, bytes})
