@@ -703,7 +703,8 @@ def compute_timers(trainer: Any, clock: Clock) -> Iterator[None]:
     PPO: ``policy.action_sampler``, ``policy.loss``, ``model.forward_train`` / ``forward_step``, the optimizer's
     ``step``; DQN: the Q-network's and the target's ``forward``, the optimizer's ``step``; both:
     ``torch.autograd.backward`` and ``torch.nn.utils.clip_grad_norm_``; the numpy learners' steps (PPO's
-    ``MLPLearner._step``, acting through ``action_sampler``; DQN's ``DQNLearner._learn`` and ``greedy``). A learner
+    ``MLPLearner._step``, acting through ``action_sampler``, the bootstrap value through ``MLPActor.value`` as the
+    torch path's through ``forward_step``; DQN's ``DQNLearner._learn`` and ``greedy``). A learner
     that routes its step through other calls (a compiled step function) needs them added here, or the direct figure
     misses them. (The profiler's figure counts torch's ops only: not the numpy learners' arithmetic.)"""
     saved = (torch.autograd.backward, torch.nn.utils.clip_grad_norm_)
@@ -729,6 +730,8 @@ def compute_timers(trainer: Any, clock: Clock) -> Iterator[None]:
         patch(policy.model, "forward_train")
         patch(policy.get_optimizer(), "step")
         patch(policy.numpy_learner(), "_step")  # the numpy learner's step (forward, loss, backward, clip, Adam)
+        for p in acting.values():  # the numpy actor's critic: the bootstrap value (the torch path's forward_step)
+            patch(p.numpy_actor(), "value")
     else:  # DQN
         patch(policy.q, "forward")
         patch(policy.target, "forward")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 
 import gymnasium as gym
 import numpy as np
@@ -163,6 +164,57 @@ def test_the_zoo_frame_stack_with_prev_actions_and_rewards_learns_as_torchs():
         ref.learn_on_batch(SampleBatch(batch))
         fast.learn_on_batch(SampleBatch(batch))
     assert_same_state(ref, fast)
+
+
+@settings(max_examples=int(os.environ.get("TV_MLP_EXAMPLES", "25")), deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    obs_shape=st.sampled_from([(1,), (3,), (2, 2)]),
+    frames=st.integers(1, 4),
+    n=st.integers(1, 4),
+    start=st.integers(-2, 2),
+    prev_actions=st.booleans(),
+    prev_rewards=st.booleans(),
+    rows=st.integers(1, 9),
+    as_tensors=st.booleans(),
+    odd=st.sampled_from(["none", "padding", "outside"]),
+)
+def test_frame_stack_input_rows_in_numpy_equal_the_encoders(seed, obs_shape, frames, n, start, prev_actions,
+                                                           prev_rewards, rows, as_tensors, odd):
+    """The numpy actor's and learner's frame-stack input rows (`mlp_learner._inputs`) against the model's own torch
+    encoders (`FrameStackModel._inputs`), bit for bit: observations of any dtype flattened per frame, previous actions
+    one-hot (a space's ``start`` too), previous rewards; the views' padding zeros where the action space does not
+    hold 0 (no bit set) and values outside the space (a ValueError naming the space, from either)."""
+    from trajview.algorithms.mlp_learner import _inputs
+    from trajview.algorithms.models.framestack import FrameStackModel
+
+    rng = np.random.default_rng(seed)
+    obs_space = gym.spaces.Box(-3, 3, obs_shape, np.float32)
+    action_space = gym.spaces.Discrete(n, start=start)
+    model = FrameStackModel(obs_space, action_space, num_frames=frames, hidden=(4,), prev_actions=prev_actions,
+                            prev_rewards=prev_rewards)
+    d = {"prev_n_obs": rng.normal(size=(rows, frames, *obs_shape)).astype(rng.choice([np.float32, np.float64]))}
+    if prev_actions:
+        actions = rng.integers(start, start + n, (rows, frames))
+        if odd == "padding":
+            actions[rng.integers(rows), : rng.integers(1, frames + 1)] = 0
+        elif odd == "outside":
+            actions[rng.integers(rows), rng.integers(frames)] = rng.choice([start - 1, start + n])
+        d["prev_n_actions"] = actions
+    if prev_rewards:
+        d["prev_n_rewards"] = rng.normal(size=(rows, frames))
+    if as_tensors:
+        d = {k: torch.as_tensor(v) for k, v in d.items()}
+    try:
+        with torch.no_grad():
+            want = model._inputs(d)[0].numpy()
+    except ValueError as e:
+        with pytest.raises(ValueError, match=re.escape(str(e))):
+            _inputs(model, d)
+        return
+    got = _inputs(model, d)
+    assert got.dtype == np.float32 and got.flags.c_contiguous
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("explore", [False, True])

@@ -35,6 +35,7 @@ import torch
 
 from ..views.sample_batch import SampleBatch
 from .models.distributions import _CategoricalHead
+from .models.encoders import _OneHot, image_layout
 from .models.framestack import FrameStackModel
 from .models.mlp import MLPModel
 from .numpy_nets import Dense, FlatAdam, action_indices, adam_unsupported, blas_limit, dense_layers, flat_rows, flushed_denormals
@@ -97,24 +98,57 @@ def _params(model: Any) -> list[torch.Tensor]:
     return [p for net in (model.pi, model.vf) for m, _ in _layers(net) or () for p in (m.weight, m.bias)]
 
 
+def _vector_obs(model: Any) -> bool:
+    """Whether the model's observation is a Box that is not an image (its encoder: `_Flat`, floats flattened)."""
+    return type(model.obs_space) is gym.spaces.Box and image_layout(model.obs_space) is None
+
+
 def _flat_key(model: Any) -> str | None:
     """The one view the model's input rows flatten, where they are that alone (a Box observation, not an image, and
     no previous actions or rewards in a frame stack): the encoder's `_Flat` rule, floats flattened per row."""
-    from .models.encoders import image_layout
-
-    space = model.obs_space
-    if type(space) is not gym.spaces.Box or image_layout(space) is not None:
+    if not _vector_obs(model):
         return None
     if isinstance(model, FrameStackModel):
         return "prev_n_obs" if model.act_enc is None and not model.prev_rewards else None
     return "obs"
 
 
+def _frame_rows(model: FrameStackModel, d: Mapping[str, Any]) -> np.ndarray | None:
+    """A frame stack's input rows computed in numpy where its observation is a vector Box and its previous actions
+    (if it reads them) are Discrete values inside the action space: the arithmetic of its encoders (`_Flat`'s floats
+    flattened per row, `_OneHot`'s one-hot per frame, the rewards as floats), concatenated in `FrameStackModel._inputs`'
+    order. Anything else, an action space's padding zeros (0 outside the space) and values outside it included: None
+    (the model's own encoders build those rows, or raise naming the space)."""
+    obs = d["prev_n_obs"]
+    if not _vector_obs(model) or not len(obs):
+        return None
+    parts = [flat_rows(obs)]
+    if model.act_enc is not None:
+        encs = list(model.act_enc.leaf_encoders)
+        if len(encs) != 1 or not isinstance(encs[0], _OneHot) or not encs[0].discrete:
+            return None
+        enc = encs[0]
+        a = d["prev_n_actions"]
+        idx = (a.numpy() if isinstance(a, torch.Tensor) else np.asarray(a)).astype(np.int64)  # (`_OneHot`'s .long())
+        if enc.start0:
+            idx -= enc.start0
+        if int(idx.min()) < 0 or int(idx.max()) >= enc.n:
+            return None
+        parts.append(np.eye(enc.n, dtype=_F32)[idx].reshape(len(idx), -1))
+    if model.prev_rewards:
+        parts.append(flat_rows(d["prev_n_rewards"]))
+    return np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
+
+
 def _inputs(model: Any, d: Mapping[str, Any], flat_key: str | None = None) -> np.ndarray:
     """The rows both MLPs read (no weights make them: `model_supported`), as float32 numpy: the view ``flat_key``
-    flattened (`_flat_key`), else the model's own encoding."""
+    flattened (`_flat_key`), else a frame stack's rows in numpy (`_frame_rows`), else the model's own encoding."""
     if flat_key is not None:
         return flat_rows(d[flat_key])
+    if isinstance(model, FrameStackModel):
+        x = _frame_rows(model, d)
+        if x is not None:
+            return x
     with torch.no_grad():
         if isinstance(model, FrameStackModel):
             x, _ = model._inputs(d)
