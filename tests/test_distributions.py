@@ -174,3 +174,31 @@ def test_categorical_is_torchs_categorical_without_its_checks(n, batch, start, s
     drawn = mine.sample()
     torch.manual_seed(seed)
     assert torch.equal(drawn, ref.sample() + start)
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=st.integers(0, 200), k=st.integers(1, 40), zeros=st.integers(0, 39), concentration=st.floats(0.01, 5.0),
+       dtype=st.sampled_from([torch.float32, torch.float64]), unnormalized=st.booleans(),
+       seed=st.integers(0, 2**31 - 1))
+def test_draw_categorical_draws_what_torch_multinomial_draws(rows, k, zeros, concentration, dtype, unnormalized, seed):
+    """`draw_categorical` against ``torch.multinomial(probs, 1, True)``: the same draws bit for bit from the same seed
+    (rows of any size, some probabilities zero, float32 and float64, weights not summing to one), and the
+    generator left in the same state."""
+    from trajview.algorithms.models.distributions import draw_categorical
+
+    rng = np.random.default_rng(seed)
+    probs = rng.dirichlet(np.full(k, concentration), rows)
+    if rows and k > 1:
+        probs[:, : min(zeros, k - 1)] = 0.0  # (each row keeps a nonzero weight)
+        probs[probs.sum(1) == 0, -1] = 1.0
+    if unnormalized:
+        probs = probs * rng.uniform(0.1, 10, (rows, 1))
+    p = torch.as_tensor(probs, dtype=dtype)
+    torch.manual_seed(seed)
+    want, after = torch.multinomial(p, 1, True)[:, 0] if rows else torch.zeros(0, dtype=torch.int64), torch.rand(4)
+    torch.manual_seed(seed)
+    got = draw_categorical(p)
+    assert got.dtype == torch.int64 and torch.equal(got, want)
+    if rows:
+        assert torch.equal(torch.rand(4), after)
+        assert bool((p.gather(1, got[:, None]) > 0).all())  # never a zero-probability action

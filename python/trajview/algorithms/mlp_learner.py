@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from ..views.sample_batch import SampleBatch
-from .models.distributions import _CategoricalHead
+from .models.distributions import _CategoricalHead, draw_categorical
 from .models.encoders import _OneHot, image_layout
 from .models.framestack import FrameStackModel
 from .models.mlp import MLPModel
@@ -175,8 +175,8 @@ def _nets(model: Any, grads: dict[int, np.ndarray] | None = None) -> tuple[Dense
 
 class MLPActor:
     """`PPOPolicy.action_sampler` for a policy `model_supported` takes, in numpy: the two MLPs' forward on the
-    model's input rows, the categorical's probabilities, and the draw by ``torch.multinomial`` (torch's generator,
-    as the torch path draws), on views of the parameters (so always their current values)."""
+    model's input rows, the categorical's probabilities, and the draw by `draw_categorical` (torch's generator, as
+    the torch path draws), on views of the parameters (so always their current values)."""
 
     def __init__(self, policy: Any, base: Any) -> None:
         why = model_supported(policy, base)
@@ -203,7 +203,7 @@ class MLPActor:
         logp_all, probs = _categorical(pi.forward(x)[-1])
         values = vf.forward(x)[-1][:, 0]
         if explore:
-            idx = torch.multinomial(torch.from_numpy(probs), 1, True)[:, 0]
+            idx = draw_categorical(torch.from_numpy(probs))  # (the torch path's draws)
         else:
             idx = torch.from_numpy(np.argmax(logp_all, axis=1))
         logp = logp_all[np.arange(len(x)), idx.numpy()]
