@@ -181,11 +181,11 @@ def test_the_zoo_frame_stack_with_prev_actions_and_rewards_learns_as_torchs():
 )
 def test_frame_stack_input_rows_in_numpy_equal_the_encoders(seed, obs_shape, frames, n, start, prev_actions,
                                                            prev_rewards, rows, as_tensors, odd):
-    """The numpy actor's and learner's frame-stack input rows (`mlp_learner._inputs`) against the model's own torch
+    """The numpy actor's and learner's frame-stack input rows (`mlp_learner._reader`) against the model's own torch
     encoders (`FrameStackModel._inputs`), bit for bit: observations of any dtype flattened per frame, previous actions
     one-hot (a space's ``start`` too), previous rewards; the views' padding zeros where the action space does not
     hold 0 (no bit set) and values outside the space (a ValueError naming the space, from either)."""
-    from trajview.algorithms.mlp_learner import _inputs
+    from trajview.algorithms.mlp_learner import _reader
     from trajview.algorithms.models.framestack import FrameStackModel
 
     rng = np.random.default_rng(seed)
@@ -210,9 +210,9 @@ def test_frame_stack_input_rows_in_numpy_equal_the_encoders(seed, obs_shape, fra
             want = model._inputs(d)[0].numpy()
     except ValueError as e:
         with pytest.raises(ValueError, match=re.escape(str(e))):
-            _inputs(model, d)
+            _reader(model)(d)
         return
-    got = _inputs(model, d)
+    got = _reader(model)(d)
     assert got.dtype == np.float32 and got.flags.c_contiguous
     np.testing.assert_array_equal(got, want)
 

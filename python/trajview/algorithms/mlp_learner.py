@@ -26,7 +26,7 @@ installed.
 from __future__ import annotations
 
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -113,50 +113,73 @@ def _flat_key(model: Any) -> str | None:
     return "obs"
 
 
-def _frame_rows(model: FrameStackModel, d: Mapping[str, Any]) -> np.ndarray | None:
+class _FrameRows:
     """A frame stack's input rows computed in numpy where its observation is a vector Box and its previous actions
-    (if it reads them) are Discrete values inside the action space: the arithmetic of its encoders (`_Flat`'s floats
-    flattened per row, `_OneHot`'s one-hot per frame, the rewards as floats), concatenated in `FrameStackModel._inputs`'
-    order. Anything else, an action space's padding zeros (0 outside the space) and values outside it included: None
-    (the model's own encoders build those rows, or raise naming the space)."""
-    obs = d["prev_n_obs"]
-    if not _vector_obs(model) or not len(obs):
-        return None
-    parts = [flat_rows(obs)]
-    if model.act_enc is not None:
-        encs = list(model.act_enc.leaf_encoders)
-        if len(encs) != 1 or not isinstance(encs[0], _OneHot) or not encs[0].discrete:
+    (if it reads them) are one Discrete: the arithmetic of its encoders (`_Flat`'s floats flattened per row,
+    `_OneHot`'s one-hot per frame, the rewards as floats), concatenated in `FrameStackModel._inputs`' order. A call
+    returns None for what that rule does not take (an action space's padding zeros, 0 outside the space, and values
+    outside it): the model's own encoders build those rows, or raise naming the space."""
+
+    __slots__ = ("eye", "start", "rewards")
+
+    def __init__(self, eye: np.ndarray | None, start: int, rewards: bool) -> None:
+        self.eye, self.start, self.rewards = eye, start, rewards
+
+    @classmethod
+    def of(cls, model: Any) -> _FrameRows | None:
+        """The rows' rule for ``model`` (checked once: a model's encoders do not change), None where it has none."""
+        if not isinstance(model, FrameStackModel) or not _vector_obs(model):
             return None
-        enc = encs[0]
-        a = d["prev_n_actions"]
-        idx = (a.numpy() if isinstance(a, torch.Tensor) else np.asarray(a)).astype(np.int64)  # (`_OneHot`'s .long())
-        if enc.start0:
-            idx -= enc.start0
-        if int(idx.min()) < 0 or int(idx.max()) >= enc.n:
+        eye, start = None, 0
+        if model.act_enc is not None:
+            encs = list(model.act_enc.leaf_encoders)
+            if len(encs) != 1 or not isinstance(encs[0], _OneHot) or not encs[0].discrete:
+                return None
+            eye, start = np.eye(encs[0].n, dtype=_F32), encs[0].start0
+        return cls(eye, start, model.prev_rewards)
+
+    def __call__(self, d: Mapping[str, Any]) -> np.ndarray | None:
+        obs = d["prev_n_obs"]
+        if not len(obs):
             return None
-        parts.append(np.eye(enc.n, dtype=_F32)[idx].reshape(len(idx), -1))
-    if model.prev_rewards:
-        parts.append(flat_rows(d["prev_n_rewards"]))
-    return np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
+        parts = [flat_rows(obs)]
+        eye = self.eye
+        if eye is not None:
+            a = d["prev_n_actions"]
+            idx = (a.numpy() if isinstance(a, torch.Tensor) else np.asarray(a)).astype(np.int64)  # (`_OneHot`'s .long())
+            if self.start:
+                idx -= self.start
+            if int(idx.min()) < 0 or int(idx.max()) >= len(eye):
+                return None
+            parts.append(eye[idx].reshape(len(idx), -1))
+        if self.rewards:
+            parts.append(flat_rows(d["prev_n_rewards"]))
+        return np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
 
 
-def _inputs(model: Any, d: Mapping[str, Any], flat_key: str | None = None) -> np.ndarray:
-    """The rows both MLPs read (no weights make them: `model_supported`), as float32 numpy: the view ``flat_key``
-    flattened (`_flat_key`), else a frame stack's rows in numpy (`_frame_rows`), else the model's own encoding."""
-    if flat_key is not None:
-        return flat_rows(d[flat_key])
-    if isinstance(model, FrameStackModel):
-        x = _frame_rows(model, d)
+def _reader(model: Any) -> Callable[[Mapping[str, Any]], np.ndarray]:
+    """The function from an input dict or batch to the rows both MLPs read (no weights make them:
+    `model_supported`), as float32 numpy: the one view `_flat_key` names, flattened; else a frame stack's rows in
+    numpy (`_FrameRows`); else (or where those return None) the model's own torch encoding."""
+    key = _flat_key(model)
+    if key is not None:
+        return lambda d: flat_rows(d[key])
+    frames = _FrameRows.of(model)
+
+    def encoded(d: Mapping[str, Any]) -> np.ndarray:
+        x = None if frames is None else frames(d)
         if x is not None:
             return x
-    with torch.no_grad():
-        if isinstance(model, FrameStackModel):
-            x, _ = model._inputs(d)
-        else:
-            from .models.spaces import get_nested
+        with torch.no_grad():
+            if isinstance(model, FrameStackModel):
+                t, _ = model._inputs(d)
+            else:
+                from .models.spaces import get_nested
 
-            x = model.pi_enc(get_nested(d, "obs", model.obs_space))
-    return np.ascontiguousarray(x.numpy(), dtype=_F32)
+                t = model.pi_enc(get_nested(d, "obs", model.obs_space))
+        return np.ascontiguousarray(t.numpy(), dtype=_F32)
+
+    return encoded
 
 
 def _categorical(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -185,7 +208,7 @@ class MLPActor:
         self.policy = policy
         self.model = policy.model
         self._params = _params(self.model)
-        self._flat_key = _flat_key(self.model)
+        self._read = _reader(self.model)
         self._ptrs: list[int] = []
         self._nets: tuple[Dense, Dense] | None = None
 
@@ -199,7 +222,7 @@ class MLPActor:
     def act(self, input_dict: Mapping[str, Any], explore: bool) -> tuple[torch.Tensor, list, dict[str, torch.Tensor]]:
         pi, vf = self._views()
         model = self.model
-        x = _inputs(model, input_dict, self._flat_key)
+        x = self._read(input_dict)
         logp_all, probs = _categorical(pi.forward(x)[-1])
         values = vf.forward(x)[-1][:, 0]
         if explore:
@@ -215,7 +238,7 @@ class MLPActor:
     def value(self, input_dict: Mapping[str, Any]) -> np.ndarray:
         """The value function's output for each row of ``input_dict`` (the arithmetic of `act`'s ``vf_preds``)."""
         _, vf = self._views()
-        return vf.forward(_inputs(self.model, input_dict, self._flat_key))[-1][:, 0]
+        return vf.forward(self._read(input_dict))[-1][:, 0]
 
 
 class MLPLearner:
@@ -288,7 +311,7 @@ class MLPLearner:
         """The arrays a step reads: the MLPs' input rows, actions (from 0), old logps, advantages, value targets."""
         policy = self.policy
         model = policy.model
-        x = _inputs(model, policy._to_torch(train_batch), _flat_key(model))
+        x = _reader(model)(policy._to_torch(train_batch))
         head = model.action_dist
         return {
             "x": x,
