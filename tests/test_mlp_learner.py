@@ -181,11 +181,11 @@ def test_the_zoo_frame_stack_with_prev_actions_and_rewards_learns_as_torchs():
 )
 def test_frame_stack_input_rows_in_numpy_equal_the_encoders(seed, obs_shape, frames, n, start, prev_actions,
                                                            prev_rewards, rows, as_tensors, odd):
-    """The numpy actor's and learner's frame-stack input rows (`mlp_learner._reader`) against the model's own torch
+    """The numpy actor's and learner's frame-stack input rows (`mlp_learner._Reader`) against the model's own torch
     encoders (`FrameStackModel._inputs`), bit for bit: observations of any dtype flattened per frame, previous actions
     one-hot (a space's ``start`` too), previous rewards; the views' padding zeros where the action space does not
     hold 0 (no bit set) and values outside the space (a ValueError naming the space, from either)."""
-    from trajview.algorithms.mlp_learner import _reader
+    from trajview.algorithms.mlp_learner import _Reader
     from trajview.algorithms.models.framestack import FrameStackModel
 
     rng = np.random.default_rng(seed)
@@ -210,11 +210,51 @@ def test_frame_stack_input_rows_in_numpy_equal_the_encoders(seed, obs_shape, fra
             want = model._inputs(d)[0].numpy()
     except ValueError as e:
         with pytest.raises(ValueError, match=re.escape(str(e))):
-            _reader(model)(d)
+            _Reader(model)(d)
         return
-    got = _reader(model)(d)
+    got = _Reader(model)(d)
     assert got.dtype == np.float32 and got.flags.c_contiguous
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("model_config", [{"num_frames": 3}, {"num_frames": 3, "prev_actions": False,
+                                                                "prev_rewards": False}, None])
+def test_a_policy_that_acted_and_learned_through_numpy_pickles_and_its_copy_acts_alike(model_config):
+    """The numpy actor and learner a policy keeps (their input rows' rule included) pickle with it, as
+    `Policy.__getstate__` promises (a `WorkerSet` with ``start_method="spawn"`` pickles the policy): the copy acts
+    as the original, greedy and drawing from the same seed, and learns as it does."""
+    import pickle
+
+    obs_space, action_space = gym.spaces.Box(-1, 1, (2,), np.float32, seed=0), gym.spaces.Discrete(3, start=1, seed=0)
+    model = "mlp" if model_config is None else "framestack"
+    p = PPOPolicy(obs_space, action_space, {"model": model, "model_config": model_config or {},
+                                            "sgd_minibatch_size": 16})
+    rng = np.random.default_rng(0)
+    inputs = random_batch(rng, 8, obs_space, action_space, model, 3)
+    inputs = {k: v for k, v in inputs.items() if k in ("obs", "prev_n_obs")}
+    if model == "framestack" and model_config.get("prev_actions", True):
+        inputs["prev_n_actions"] = rng.integers(1, 4, (8, 3))
+        inputs["prev_n_rewards"] = rng.standard_normal((8, 3)).astype(np.float32)
+    batch = random_batch(rng, 32, obs_space, action_space, model, 3)
+    batch.update({k: np.concatenate([v] * 4) for k, v in inputs.items() if k.startswith("prev_n_") and k != "prev_n_obs"})
+    p.compute_actions_from_input_dict(inputs, explore=True)
+    p.learn_on_batch(SampleBatch(batch))
+    assert isinstance(p.numpy_actor(), MLPActor) and isinstance(p.numpy_learner(), MLPLearner)
+    q = pickle.loads(pickle.dumps(p))
+    for explore in (False, True):
+        torch.manual_seed(3)
+        a, _, x = p.compute_actions_from_input_dict(inputs, explore=explore)
+        torch.manual_seed(3)
+        b, _, y = q.compute_actions_from_input_dict(inputs, explore=explore)
+        np.testing.assert_array_equal(a, b)
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+    torch.manual_seed(4)
+    p.learn_on_batch(SampleBatch(batch))
+    torch.manual_seed(4)
+    q.learn_on_batch(SampleBatch(batch))
+    for (k, v), w in zip(p.model.state_dict().items(), q.model.state_dict().values()):
+        assert torch.equal(v, w), k
 
 
 @pytest.mark.parametrize("explore", [False, True])

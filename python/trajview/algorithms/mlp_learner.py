@@ -26,7 +26,7 @@ installed.
 from __future__ import annotations
 
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -157,19 +157,26 @@ class _FrameRows:
         return np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
 
 
-def _reader(model: Any) -> Callable[[Mapping[str, Any]], np.ndarray]:
+class _Reader:
     """The function from an input dict or batch to the rows both MLPs read (no weights make them:
-    `model_supported`), as float32 numpy: the one view `_flat_key` names, flattened; else a frame stack's rows in
-    numpy (`_FrameRows`); else (or where those return None) the model's own torch encoding."""
-    key = _flat_key(model)
-    if key is not None:
-        return lambda d: flat_rows(d[key])
-    frames = _FrameRows.of(model)
+    `model_supported`), as float32 numpy, its rule chosen once per model: the one view `_flat_key` names,
+    flattened; else a frame stack's rows in numpy (`_FrameRows`); else (or where those return None) the model's own
+    torch encoding. (A class, not a closure: an `MLPActor` holding it pickles with its policy.)"""
 
-    def encoded(d: Mapping[str, Any]) -> np.ndarray:
-        x = None if frames is None else frames(d)
+    __slots__ = ("model", "key", "frames")
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.key = _flat_key(model)
+        self.frames = None if self.key is not None else _FrameRows.of(model)
+
+    def __call__(self, d: Mapping[str, Any]) -> np.ndarray:
+        if self.key is not None:
+            return flat_rows(d[self.key])
+        x = None if self.frames is None else self.frames(d)
         if x is not None:
             return x
+        model = self.model
         with torch.no_grad():
             if isinstance(model, FrameStackModel):
                 t, _ = model._inputs(d)
@@ -178,8 +185,6 @@ def _reader(model: Any) -> Callable[[Mapping[str, Any]], np.ndarray]:
 
                 t = model.pi_enc(get_nested(d, "obs", model.obs_space))
         return np.ascontiguousarray(t.numpy(), dtype=_F32)
-
-    return encoded
 
 
 def _categorical(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -208,7 +213,7 @@ class MLPActor:
         self.policy = policy
         self.model = policy.model
         self._params = _params(self.model)
-        self._read = _reader(self.model)
+        self._read = _Reader(self.model)
         self._ptrs: list[int] = []
         self._nets: tuple[Dense, Dense] | None = None
 
@@ -311,7 +316,7 @@ class MLPLearner:
         """The arrays a step reads: the MLPs' input rows, actions (from 0), old logps, advantages, value targets."""
         policy = self.policy
         model = policy.model
-        x = _reader(model)(policy._to_torch(train_batch))
+        x = _Reader(model)(policy._to_torch(train_batch))
         head = model.action_dist
         return {
             "x": x,
