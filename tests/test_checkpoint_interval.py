@@ -229,3 +229,76 @@ def test_dqn_refuses_the_interval(tmp_path, capsys):
 
     assert main(["train", "--algo", "dqn", "--out", str(tmp_path / "run"), "--checkpoint-interval", "5"]) == 2
     assert "--checkpoint-interval" in capsys.readouterr().err
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    durations=st.lists(st.sampled_from([0.0, 0.3, 1.0, 2.5]), min_size=8, max_size=8),
+    interval=st.sampled_from([0.0, 0.5, 1.0, 100.0]),
+    iterations=st.integers(1, 8),
+    where=st.sampled_from(["prepare", "wait", "second-ctrl-c", "sigterm-then-ctrl-c"]),
+    nth=st.integers(1, 9),
+)
+def test_a_stop_inside_a_commit_or_while_the_stop_writes_loses_no_complete_iteration(
+        tmp_path_factory, monkeypatch, durations, interval, iterations, where, nth):
+    """A real SIGINT (the process's own, handled as Ctrl-C is) delivered inside a commit: at its ``nth`` serialization
+    (``prepare``: a checkpoint being written, or a deferred state being taken) or its ``nth`` wait for an earlier
+    write (``wait``); or a second one while a run stopped in iteration ``nth`` (by Ctrl-C, or by SIGTERM) writes its
+    last iteration. Whenever the run stops, the checkpoint on disk holds its last complete iteration, whole."""
+    import signal
+
+    out = tmp_path_factory.mktemp("run")
+    clock = _Clock()
+    monkeypatch.setattr(loop_module.time, "monotonic", clock.monotonic)
+    stop_at = nth if where in ("second-ctrl-c", "sigterm-then-ctrl-c") and nth <= iterations else None
+    first = Terminated() if where == "sigterm-then-ctrl-c" else KeyboardInterrupt()
+    run = _Run(_Config(str(out), 10 * iterations, interval), durations, clock, stop_at, first)
+    calls = {"prepare": 0, "wait": 0}
+    stopping = {"now": False, "armed": True}
+    real_prepare, real_wait = loop_module.prepare_checkpoint, RunCounters.wait_checkpoint
+    real_iteration = run.train_iteration
+
+    def iteration() -> dict:
+        try:
+            return real_iteration()
+        except BaseException:
+            stopping["now"] = True
+            raise
+
+    def prepare(*args, **kwargs):
+        calls["prepare"] += 1
+        if stopping["armed"] and ((where == "prepare" and calls["prepare"] == nth) or (
+                where not in ("prepare", "wait") and stopping["now"])):
+            signal.raise_signal(signal.SIGINT)
+        return real_prepare(*args, **kwargs)
+
+    def wait(self):
+        real_wait(self)
+        calls["wait"] += 1
+        if stopping["armed"] and where == "wait" and calls["wait"] == nth:
+            signal.raise_signal(signal.SIGINT)
+
+    run.train_iteration = iteration  # type: ignore[method-assign]
+    monkeypatch.setattr(loop_module, "prepare_checkpoint", prepare)
+    monkeypatch.setattr(RunCounters, "wait_checkpoint", wait)
+    try:
+        run_loop(run, desc="t", log_line=str, progress=False, on_iteration=None, close=lambda: None)
+        stopped = None
+    except KeyboardInterrupt as e:
+        stopped = e
+    finally:
+        stopping["armed"] = False
+        run.wait_checkpoint()
+    k = run.iteration  # the last complete iteration
+    if stopped is None:
+        assert k == iterations
+    if k == 0:
+        assert not (out / "checkpoint" / "manifest.json").exists()
+        return
+    ck = read_checkpoint(out / "checkpoint")
+    assert ck.counters["iteration"] == k and ck.counters["env_steps"] == 10 * k, (where, nth, stopped)
+    assert torch.equal(ck.weights["w"], torch.full((3,), float(k)))
+    assert torch.equal(ck.weights["opt"]["state"]["exp_avg"], torch.full((2,), float(k * k)))
+    assert ck.extra["seen"] == [k]
+    if where == "second-ctrl-c" and stop_at is not None:
+        assert type(stopped) is KeyboardInterrupt  # (the second Ctrl-C is handled once the write is done)

@@ -536,15 +536,18 @@ def test_a_failed_background_write_is_raised_and_the_last_checkpoint_stands(tmp_
         return real(folder, *a, **k)
 
     monkeypatch.setattr(checkpoint_module, "commit_folder", full_disk_on_the_third)
-    # (after every iteration: the third write is iteration 3's, in the background while iteration 4 runs)
+    # (after every iteration: the third write is iteration 3's, in the background while iteration 4 runs; its error
+    # comes up when iteration 4's commit waits for it, and the run stops holding iteration 4, its last complete one,
+    # written as it stopped)
     assert main(["train", "--timesteps", "1000", "--out", str(out), "--checkpoint-interval", "0", *SMALL]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-2] == f"trajview train: error: [Errno 28] No space left on device: writing {out / FOLDER}/gen-x/weights.pt"
-    assert err[-1] == (f"the run's checkpoint {out / FOLDER} holds iteration 2 (200 env steps); --resume --out {out} "
+    assert err[-1] == (f"the run's checkpoint {out / FOLDER} holds iteration 4 (400 env steps); --resume --out {out} "
                        f"continues it")
+    assert len(calls) == 4
     monkeypatch.setattr(checkpoint_module, "commit_folder", real)
-    assert main(["train", "--resume", "--timesteps", "400", "--out", str(out), "--no-progress"]) == 0
-    assert [r["iteration"] for r in read_metrics(out / "metrics.csv")] == [1, 2, 3, 4]
+    assert main(["train", "--resume", "--timesteps", "600", "--out", str(out), "--no-progress"]) == 0
+    assert [r["iteration"] for r in read_metrics(out / "metrics.csv")] == [1, 2, 3, 4, 5, 6]
 
 
 def test_where_it_stopped_names_what_the_checkpoint_holds_on_disk(small_ppo_run, tmp_path):

@@ -211,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"PPO: seconds between the checkpoints written while the run goes; the last iteration's "
                         f"state is written when the run ends or stops (Ctrl-C, SIGTERM, an error), so only a run "
                         f"killed outright (SIGKILL, a power cut) loses up to S seconds; 0: after every iteration "
-                        f"(DQN writes after every iteration); default: {d.checkpoint_interval_s:g}%(default).0s")
+                        f"(DQN writes after every iteration); default: {d.checkpoint_interval_s:g} (--resume keeps the run's unless given)%(default).0s")
     t.add_argument("--threads", type=int, default=d.threads, help="torch intra-op threads")
     t.add_argument("--device", choices=DEVICES, default=None,
                    help="where the learner trains: cpu, cuda, or auto (cuda where torch sees a device). The "

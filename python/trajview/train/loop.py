@@ -105,27 +105,41 @@ class RunCounters:
         With ``defer``, nothing is written: the state is taken now (a copy in memory: the tensors cloned, the JSON
         copied) and replaces the one deferred before; the next commit drops it, `flush_checkpoint` writes it. A
         checkpoint with ``files`` (written from memory the next iteration changes) cannot be deferred."""
-        state = {**weights, "torch_rng": torch.get_rng_state()}
-        args = (self.config.checkpoint_path, algo, dataclasses.asdict(self.config), self.counters_state())
         at = (self.iteration, self.env_steps)
+        if defer and files:
+            raise ValueError("commit_checkpoint: a checkpoint with files cannot be deferred")
+
+        def taken() -> tuple[tuple[Path, str, dict[str, Any], dict[str, Any]], dict[str, Any]]:
+            args = (self.config.checkpoint_path, algo, dataclasses.asdict(self.config), self.counters_state())
+            return args, {**weights, "torch_rng": torch.get_rng_state()}
+
+        def as_it_is() -> Callable[[], Any]:
+            args, state = taken()
+            return prepare_checkpoint(*args, state, extra, files, extra_meta)
+
+        # Until this call returns, a stop (Ctrl-C, SIGTERM, an error: `flush_checkpoint`) writes this iteration's
+        # state as it is now, not an older one: nothing changes it before then (a stop while an earlier write is
+        # waited for, or while this state is serialized or copied, loses nothing).
+        self._deferred = (as_it_is, at)
         if defer:
-            if files:
-                raise ValueError("commit_checkpoint: a checkpoint with files cannot be deferred")
-            state, extra, extra_meta = _cloned(state), copy.deepcopy(extra), copy.deepcopy(extra_meta)
-            self._deferred = (lambda: prepare_checkpoint(*args, state, extra, None, extra_meta), at)
+            args, state = taken()
+            state, extra_copy, meta_copy = _cloned(state), copy.deepcopy(extra), copy.deepcopy(extra_meta)
+            self._deferred = (lambda: prepare_checkpoint(*args, state, extra_copy, None, meta_copy), at)
             return
-        self._deferred = None
         self.wait_checkpoint()
-        self._commit(prepare_checkpoint(*args, state, extra, files, extra_meta), at, background)
+        self._commit(as_it_is(), at, background)  # (`_commit` drops the deferred state when it hands this off)
 
     def flush_checkpoint(self) -> None:
         """Waits for a checkpoint being written (`wait_checkpoint`), then writes the deferred one, if any (the state
-        of the last iteration, taken when it ended: `commit_checkpoint` with ``defer``)."""
-        self.wait_checkpoint()
-        deferred, self._deferred = self._deferred, None
-        if deferred is not None:
-            prepare, at = deferred
-            self._commit(prepare(), at, background=False)
+        of the last iteration, taken when it ended: `commit_checkpoint` with ``defer``, or the one a stop came in the
+        middle of committing). Ctrl-C and SIGTERM are held back until both are done (`_signals_held`: a second
+        Ctrl-C while a stopped run writes its last iteration would lose it), then handled."""
+        with _signals_held():
+            self.wait_checkpoint()
+            deferred = self._deferred
+            if deferred is not None:
+                prepare, at = deferred
+                self._commit(prepare(), at, background=False)
 
     def _commit(self, commit_folder: Callable[[], Any], at: tuple[int, int], background: bool) -> None:
         metrics = self.config.metrics_path
@@ -138,6 +152,7 @@ class RunCounters:
         if not background:
             commit()
             self.checkpointed = at
+            self._deferred = None  # (written: nothing left for `flush_checkpoint`)
             return
 
         def write() -> None:
@@ -153,6 +168,7 @@ class RunCounters:
         with _signals_held():
             thread.start()
             self._committing = (thread, at)
+            self._deferred = None  # (handed off: `wait_checkpoint` waits for it)
 
     def wait_checkpoint(self) -> None:
         """Waits for a checkpoint written in the background (`commit_checkpoint`) and raises its error, if any."""
@@ -315,6 +331,11 @@ def where_it_stopped(trainer: Any, config: Any) -> str:
     last complete iteration, written when the loop stopped, so an iteration cut short is not in it), and how to go
     on."""
     if config is None or not has_checkpoint(config.checkpoint_path):
+        ran = int(getattr(trainer, "iteration", 0) or 0) - int(getattr(trainer, "start_iteration", 0) or 0)
+        if ran > 0 and config is not None:  # (each stop writes the last complete iteration: its write failed)
+            return (f"no checkpoint was written: {ran} iteration(s) ran, but their checkpoint could not be written "
+                    f"(the error above); --out {config.out_dir} holds their metrics alone, which --resume cannot "
+                    f"continue: start the run again with another --out")
         return "the run stopped before its first iteration (nothing written)"
     saved = getattr(trainer, "checkpointed", None)
     if saved is None:  # the trainer did not get as far as its checkpoint's counters: a resumed run's start failed
@@ -348,16 +369,29 @@ _IMMUTABLE = frozenset({bool, int, float, str, bytes})
 
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM blocked for the block (in the main thread, where Python handles them; a thread started
-    inside inherits the mask, so they never go to it); delivered, if they came, when it ends."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+    """SIGINT and SIGTERM held back for the block: their Python handlers (which run in the main thread, whichever
+    thread the kernel gave the signal to: blocking it in the main thread alone does not keep a KeyboardInterrupt
+    out, since any other thread, torch's included, may take it) are replaced by one that notes them; when the block
+    ends, the handlers are put back and each signal that came is raised again, once, for them. Outside the main
+    thread (no signal handlers there), or where a handler was set outside Python, nothing is held."""
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread() or any(signal.getsignal(s) is None for s in sigs):
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    came: list[int] = []
+
+    def note(signum: int, frame: Any) -> None:
+        if signum not in came:
+            came.append(signum)
+
+    old = [(s, signal.signal(s, note)) for s in sigs]
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for s, handler in old:
+            signal.signal(s, handler)
+        for signum in came:
+            signal.raise_signal(signum)
 
 
 class Terminated(KeyboardInterrupt):
