@@ -4,6 +4,7 @@ byte, crash-safe metrics, one run per ``--out``, damaged files and bad settings 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -432,6 +434,22 @@ def test_the_python_api_checks_the_settings_too(cls, kw, says):
     with pytest.raises(ValueError) as e:
         cls(**kw)
     assert says in str(e.value)
+
+
+@pytest.mark.parametrize(("cls", "kw"), [
+    (TrainConfig, {"checkpoint_interval_s": np.float32(0.5), "lr": np.float32(1e-3), "seed": np.int64(3),
+                   "timesteps": np.int32(500), "gamma": np.float64(0.9)}),
+    (DQNConfig, {"lr": np.float32(1e-3), "seed": np.uint8(7), "per_alpha": np.float16(0.5)}),
+])
+def test_numpy_numbers_are_taken_as_the_same_python_numbers_and_written(cls, kw):
+    """Settings given as numpy scalars pass the checks as their values do and are kept as the Python numbers of the
+    same value (config.json could not write a numpy scalar: the run failed at its first checkpoint)."""
+
+    c = cls(**kw)
+    for k, v in kw.items():
+        got = getattr(c, k)
+        assert type(got) in (int, float) and got == v, k
+    assert json.loads(json.dumps(dataclasses.asdict(c)))[next(iter(kw))] == getattr(c, next(iter(kw)))
 
 
 def test_bad_model_config_and_an_out_that_is_a_file(tmp_path, capsys):

@@ -6,6 +6,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .._validate import boolean, finite_number, int_at_least, timeout_seconds
 from ..algorithms.settings import check_ppo_settings
 from ..algorithms.schedules import SCHEDULED, check_schedule
@@ -131,6 +133,12 @@ class RunConfig:
     device: str
 
     def __post_init__(self) -> None:
+        # A numpy scalar (np.float32(0.5), np.int64(3)) is kept as the Python number of the same value: the checks
+        # take it, and config.json writes it.
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            v = getattr(self, f.name)
+            if isinstance(v, np.generic):
+                setattr(self, f.name, v.item())
         check_common(self)
 
     def resolved_device(self) -> str:
