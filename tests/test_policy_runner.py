@@ -1138,3 +1138,36 @@ def test_a_state_of_the_wrong_shape_or_count_is_named(model):
     with pytest.raises(ValueError, match=rf"state\[0\] \(state_in_0\) must have shape {re.escape(str(want))} .* got "
                                          rf"{re.escape(str((1, *want)))}"):
         p.compute_single_action(np.zeros(3, np.float32), state=[g[None] for g in good], prev_action=0, prev_reward=0.0)
+
+
+def test_bad_observations_and_keys_are_refused_naming_the_call_the_shape_passed_and_the_fix():
+    """Found by a new-user trial: a wrong obs shape in ``act_many`` (some episodes running, some new) named a one-row
+    slice of it and not the call; a float64 array for a float32 space named no call and no fix; a repeated key
+    without rewards was refused for the rewards. Each refusal changes nothing: the next good call acts."""
+    space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    policy = Echo(space, gym.spaces.Discrete(4))
+    runner = tv.PolicyRunner(policy, max_episodes=2)
+    runner.act(np.zeros(2, np.float32), "a", reward=0.0)
+    with pytest.raises(ValueError, match=re.escape(
+            "PolicyRunner.act_many: obs column 'obs': expected 2 observations of shape (2,) (shape (2, 2)), got "
+            "shape (2, 5)")):
+        runner.act_many(np.zeros((2, 5), np.float32), ["a", "c"], rewards=[1.0, 1.0])
+    fix = "the observation space's dtype is float32: pass np.asarray(obs, np.float32)"
+    with pytest.raises(ValueError, match=re.escape("PolicyRunner.act_many: column 'obs': expected dtype float32, got "
+                                                   "float64 (casting would lose data); " + fix)):
+        runner.act_many(np.zeros((2, 2)), ["a", "c"], rewards=[1.0, 1.0])
+    with pytest.raises(ValueError, match=re.escape("PolicyRunner.act: column 'obs': expected dtype float32, got "
+                                                   "float64 (casting would lose data); " + fix)):
+        runner.act(np.zeros(2), "a", reward=1.0)
+    with pytest.raises(ValueError, match=re.escape("compute_single_action: column 'obs': expected dtype float32, "
+                                                   "got float64 (casting would lose data); " + fix)):
+        policy.compute_single_action(np.zeros(2))
+    with pytest.raises(ValueError, match=re.escape("each episode may act once per call; repeated: 'a'")):
+        runner.act_many(np.zeros((2, 2), np.float32), ["a", "a"])
+    with pytest.raises(ValueError, match=re.escape("2 new episode(s), but only 1 of max_episodes=2 slots are free")):
+        runner.act_many(np.zeros((2, 2), np.float32), ["b", "c"], rewards=[1.0, 1.0])
+    assert runner.episodes == ["a"]
+    # What is refused is nothing the store took: "a" goes on from its first step, an int16 obs casts exactly.
+    actions = runner.act_many(np.ones((2, 2), np.int16), ["a", "b"], rewards=[1.0, 1.0])
+    assert actions.shape == (2,)
+    np.testing.assert_array_equal(policy.seen[-1]["stack"][0], [[0, 0], [0, 0], [1, 1]])

@@ -26,6 +26,7 @@ from ..collect.collector import Collector
 from ..envs.checks import check_reward_array
 from ..policy import policy as _policy_module
 from ..policy.policy import Policy, _first_row
+from ..views.columns import cast_exactly
 from ..views.nest import Nest
 from ..views.sample_batch import SampleBatch
 from .config import RolloutConfig
@@ -285,6 +286,13 @@ class PolicyRunner:
                         f"PolicyRunner.act_many: obs column {c!r} must have one row per episode (leading dim {n}), "
                         f"got shape {v.shape}"
                     )
+                expected = self._obs_shapes.get(c)
+                if expected is not None and v.shape[1:] != expected:
+                    raise ValueError(
+                        f"PolicyRunner.act_many: obs column {c!r}: expected {n} observations of shape {expected} "
+                        f"(shape {(n, *expected)}), got shape {v.shape}"
+                    )
+                obs_cols[c] = self._exact_obs(c, v, "PolicyRunner.act_many")
             r = None if rewards is None else np.asarray(rewards)
             if r is not None:
                 if r.shape != (n,):
@@ -322,6 +330,9 @@ class PolicyRunner:
             timestep = int_at_least(f"{self._names.name}: timestep (None or an int)", timestep, 0)
         _check_keys(keys, "PolicyRunner")
         fast = keys == self._last_keys and not any(starts)
+        if not fast and len(set(keys)) != n:
+            dup = sorted({repr(k) for k in keys if keys.count(k) > 1})
+            raise ValueError(f"PolicyRunner: each episode may act once per call; repeated: {', '.join(dup)}")
         # Whether an episode steps (a call that begins every one of its episodes has no reward to store).
         stepped = fast or any(not starts[j] and keys[j] in self._slots for j in range(n))
         if rewards is None and self._columns.reward_input_keys:
@@ -426,8 +437,20 @@ class PolicyRunner:
                     f"observation space's dtype is {want}, and a cast that could change values is not made: pass "
                     f"np.asarray(obs, np.{want.name})"
                 )
-            out[c] = a[None]
+            out[c] = self._exact_obs(c, a, self._names.act)[None]
         return out
+
+    def _exact_obs(self, c: str, v: np.ndarray, where: str) -> np.ndarray:
+        """Observation column ``c`` in the space's dtype, by the store's rule (`cast_exactly`: a cast that could change
+        a value is refused), the refusal naming ``where`` and the call that fixes it."""
+        want = self._obs_dtypes.get(c)
+        if want is None or v.dtype == want:
+            return v
+        try:
+            return cast_exactly(c, v, want)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}; the observation space's dtype is {want}: pass "
+                             f"np.asarray(obs, np.{want.name})") from None
 
     def _forget_restarts(self, keys: list[Any], starts: list[bool]) -> None:
         """A call that raised forgets the running episodes it was asked to restart (``episode_start``), whatever
@@ -455,16 +478,13 @@ class PolicyRunner:
         episodes than the last call's). Returns (their slots, the input dict if gathered with the step, into
         ``out`` if given)."""
         n = len(keys)
-        # Everything checked before anything changes.
-        if len(set(keys)) != n:
-            dup = sorted({repr(k) for k in keys if keys.count(k) > 1})
-            raise ValueError(f"PolicyRunner: each episode may act once per call; repeated: {', '.join(dup)}")
+        # Everything checked before anything changes (the keys' repeats: `_act_columns`).
         slots_of = self._slots
         begin = [j for j in range(n) if starts[j] or keys[j] not in slots_of]
         restarted = [keys[j] for j in begin if keys[j] in slots_of]
         if len(begin) - len(restarted) > len(self._free):
             raise ValueError(
-                f"PolicyRunner: {len(begin) - len(restarted)} new episodes, but only {len(self._free)} of "
+                f"PolicyRunner: {len(begin) - len(restarted)} new episode(s), but only {len(self._free)} of "
                 f"max_episodes={self.max_episodes} slots are free; reset(episode) the ones that ended, or make the "
                 f"runner with a larger max_episodes"
             )
