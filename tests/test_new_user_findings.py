@@ -176,12 +176,25 @@ def test_to_tensordict_names_a_column_above_another():
 
 @pytest.mark.parametrize("explore", [True, False])
 def test_a_nan_observation_is_named_where_the_policy_fails_on_it(explore):
-    """NaN in ``obs``: torch's sampling error (explore) or the NaN-output check (deterministic) gets a note naming
-    the input column and row (before: only the output column, or torch's words)."""
+    """NaN in ``obs``: the NaN-output check's error says first that the input column and row hold NaN (before: only
+    the output column, or torch's sampling error, with the cause in a note); a policy's own error gets the cause as
+    a note."""
     policy = tv.PPOPolicy(gym.spaces.Box(-1, 1, (2,), np.float32), gym.spaces.Discrete(2))
-    with pytest.raises((RuntimeError, ValueError)) as e:
+    with pytest.raises(ValueError) as e:
         policy.compute_single_action(np.array([np.nan, 0], np.float32), explore=explore, episode_start=True)
-    assert any("The policy's inputs hold NaN: 'obs' (rows [0])" in n for n in getattr(e.value, "__notes__", []))
+    assert str(e.value).startswith("the policy's inputs hold NaN: 'obs' (rows [0]) (an env's observation or reward?), "
+                                   "and NaN in gives NaN out: column "), str(e.value)
+
+    class Raises(tv.Policy):
+        def compute_actions_from_input_dict(self, d, explore=None, timestep=None, **kw):
+            if np.isnan(d["obs"]).any():
+                raise RuntimeError("the model refused NaN")
+            return np.zeros(len(d["obs"]), np.int64), [], {}
+
+    raising = Raises(gym.spaces.Box(-1, 1, (2,), np.float32), gym.spaces.Discrete(2))
+    with pytest.raises(RuntimeError, match="the model refused NaN") as e2:
+        raising.compute_single_action(np.array([np.nan, 0], np.float32), episode_start=True)
+    assert any("The policy's inputs hold NaN: 'obs' (rows [0])" in n for n in getattr(e2.value, "__notes__", []))
 
 
 def test_a_list_observation_is_refused_saying_what_numpy_made_of_it():

@@ -223,9 +223,13 @@ class PolicyColumns:
             if isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.ndim and _has_nan(v):
                 rows = np.flatnonzero(np.isnan(v).reshape(len(v), -1).any(axis=1)).tolist()
                 found.append(f"{k!r} (rows {rows[:8]}{' ...' if len(rows) > 8 else ''})")
-        if found:
-            e.add_note(f"The policy's inputs hold NaN: {', '.join(found)}; NaN in gives NaN out (an env's "
-                       f"observation or reward?)")
+        if not found:
+            return
+        cause = f"the policy's inputs hold NaN: {', '.join(found)} (an env's observation or reward?)"
+        if isinstance(e, NanOutputError) and len(e.args) == 1:  # (ours: the cause comes first, in the message)
+            e.args = (f"{cause}, and NaN in gives NaN out: {e.args[0]}",)
+        else:
+            e.add_note(f"{cause[0].upper()}{cause[1:]}; NaN in gives NaN out")
 
     @staticmethod
     def _check_nans(floats: list[tuple[str, np.ndarray]], n: int) -> None:
@@ -358,11 +362,15 @@ class PolicyColumns:
         return data
 
 
+class NanOutputError(ValueError):
+    """A float output of the policy holds NaN (`PolicyColumns.check_outputs`, ``nan_outputs="raise"``)."""
+
+
 def _nan_error(name: str, arr: np.ndarray, n: int) -> ValueError:
-    return ValueError(
+    return NanOutputError(
         f"column {name!r}: compute_actions_from_input_dict returned NaN (rows "
-        f"{np.flatnonzero(np.isnan(arr.reshape(n, -1)).any(axis=1)).tolist()}); "
-        f"RolloutWorker(nan_outputs='allow') stores NaN as it is"
+        f"{np.flatnonzero(np.isnan(arr.reshape(n, -1)).any(axis=1)).tolist()}); nan_outputs='allow' (a "
+        f"RolloutWorker's, a PolicyRunner's) stores NaN as it is"
     )
 
 
