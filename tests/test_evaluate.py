@@ -252,3 +252,27 @@ def test_a_seed_out_of_range_is_refused_naming_the_option(ppo_run):
     for bad in (-1, 2**32, 10**23, 1.5, True):
         with pytest.raises(ValueError, match=r"^--seed must be an int in \[0, 4294967295\], got "):
             evaluate(trained, episodes=1, seed=bad)
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_a_runs_env_that_is_not_registered_here_is_named_as_the_runs_env(tmp_path, capsys, algo):
+    """A run on an env registered in the training process only (a Python ``gym.register``): evaluate and export
+    name it as the run's env with the --env-module hint (before: as ``--env``, an option neither command has; DQN:
+    gymnasium's bare error)."""
+    env_id = f"tvtest/GoneAfterTraining{algo}-v0"
+    gym.register(env_id, entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv", max_episode_steps=50)
+    out = tmp_path / "run"
+    try:
+        if algo == "ppo":
+            args = [a if a != "CartPole-v1" else env_id for a in PPO_SMALL]
+        else:
+            args = ["--algo", "dqn", "--env", env_id, "--timesteps", "300", "--no-progress"]
+        assert main(["train", *args, "--out", str(out)]) == 0
+    finally:
+        del gym.registry[env_id]
+    capsys.readouterr()
+    for command in (["evaluate", str(out)], ["export", str(out), "--out", str(tmp_path / "policy.pt")]):
+        assert main(command) == 2
+        err = _err(capsys)
+        assert err.startswith(f"trajview {command[0]}: error: the run's env {env_id}: "), err
+        assert "--env-module MODULE" in err and "--env " not in err, err

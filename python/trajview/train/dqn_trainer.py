@@ -27,6 +27,7 @@ from ..replay import PrioritizedSampler, RandomSampler, ReplayBuffer, Sampler
 from ..replay.persistence import dump_parts, load_parts
 from ..rollout.worker import RolloutWorker
 from ..views import SampleBatch
+from .envs import make_env
 from .checkpoint import Checkpoint, fitting, optimizer_fits, tensor_state
 from .loop import RunCounters, run_loop, summarize
 from .config import DQN_ITERATION_STEPS, RunConfig, setting
@@ -113,9 +114,10 @@ class DQNConfig(RunConfig):
                 "device": self.resolved_device(), "learner": self.learner}
 
 
-def dqn_policy(config: DQNConfig) -> DQNPolicy:
-    """The run's `DQNPolicy`, freshly initialized, for the spaces of ``config.env`` (made once)."""
-    probe = gym.make(config.env)
+def dqn_policy(config: DQNConfig, what: str = "--env") -> DQNPolicy:
+    """The run's `DQNPolicy`, freshly initialized, for the spaces of ``config.env`` (made once: `make_env`, an
+    unknown id named as ``what``)."""
+    probe = make_env(config.env, what=what)
     try:
         return DQNPolicy(probe.observation_space, probe.action_space, config.policy_config())
     finally:

@@ -70,14 +70,15 @@ def _drop_keys(env: gym.Env, keys: Sequence[str]) -> gym.Env:
     return gym.wrappers.FilterObservation(env, keep)
 
 
-def make_env(env_id: str, drop_obs_keys: Sequence[str] = (), render_mode: str | None = None) -> gym.Env:
+def make_env(env_id: str, drop_obs_keys: Sequence[str] = (), render_mode: str | None = None,
+             what: str = "--env") -> gym.Env:
     """``gym.make(env_id)`` (with ``render_mode`` when given), its observation without ``drop_obs_keys``;
-    `EnvSetupError` for an unknown id."""
+    `EnvSetupError` for an unknown id, naming it as ``what`` (the option that gave it, or e.g. "the run's env")."""
     try:
         env = gym.make(env_id) if render_mode is None else gym.make(env_id, render_mode=render_mode)
     except gym.error.Error as e:
         raise EnvSetupError(
-            f"--env {env_id}: {e} (a module that registers it can be imported first with --env-module MODULE, "
+            f"{what} {env_id}: {e} (a module that registers it can be imported first with --env-module MODULE, "
             "e.g. --env-module minigrid or --env-module ale_py)"
         ) from e
     if drop_obs_keys:

@@ -57,7 +57,8 @@ class TrainedPolicy:
 
     def make_env(self, render_mode: str | None = None) -> gym.Env:
         """The run's env as the trainer makes it (``drop_obs_keys`` applied), rendering with ``render_mode``."""
-        return make_env(self.config.env, list(getattr(self.config, "drop_obs_keys", [])), render_mode)
+        return make_env(self.config.env, list(getattr(self.config, "drop_obs_keys", [])), render_mode,
+                        what="the run's env")
 
 
 def load_trained(path: str | os.PathLike[str]) -> TrainedPolicy:
@@ -79,7 +80,7 @@ def load_trained(path: str | os.PathLike[str]) -> TrainedPolicy:
         # Rebuilt on the CPU (so is the PPO policy below): a run trained on a GPU acts on any machine.
         dqn_cfg = config_from(DQNConfig, ck, str(run), None, {"device": "cpu"})
         check_saved_modules(dqn_cfg.env, [], str(ck.manifest_path))
-        policy: Policy = dqn_policy(dqn_cfg)
+        policy: Policy = dqn_policy(dqn_cfg, what="the run's env")
         load_dqn_policy(policy, ck)  # type: ignore[arg-type]
         config: RunConfig = dqn_cfg
     else:
@@ -87,7 +88,7 @@ def load_trained(path: str | os.PathLike[str]) -> TrainedPolicy:
 
         ppo_cfg = config_from(TrainConfig, ck, str(run), None, {"device": "cpu"})
         check_saved_modules(ppo_cfg.env, ppo_cfg.env_modules, str(ck.manifest_path))
-        ppo = ppo_policy(ppo_cfg)
+        ppo = ppo_policy(ppo_cfg, what="the run's env")
         load_ppo_policy(ppo, ck)
         policy, config = ppo, ppo_cfg
     return TrainedPolicy(ck.algo, config, policy, folder, ck.counters)

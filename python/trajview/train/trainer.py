@@ -35,12 +35,13 @@ TENSORBOARD_SCALARS = ("episode_return_mean", "episode_len_mean", "episodes", "t
 log = logging.getLogger("trajview.train")
 
 
-def ppo_policy(config: TrainConfig, device: str = "cpu") -> PPOPolicy:
+def ppo_policy(config: TrainConfig, device: str = "cpu", what: str = "--env") -> PPOPolicy:
     """The run's `PPOPolicy`, freshly initialized on ``device``: the spaces of ``config.env`` (made once, with
-    ``drop_obs_keys``; ``env_modules`` imported first), the model's settings (an image observation with the preset
-    ``model_config``: `IMAGE_MODEL_PRESETS` over it, written back into ``config``)."""
+    ``drop_obs_keys``; ``env_modules`` imported first; an unknown id named as ``what``: `make_env`), the model's
+    settings (an image observation with the preset ``model_config``: `IMAGE_MODEL_PRESETS` over it, written back
+    into ``config``)."""
     import_env_modules(config.env_modules)
-    probe = make_env(config.env, config.drop_obs_keys)
+    probe = make_env(config.env, config.drop_obs_keys, what=what)
     obs_space, act_space = probe.observation_space, probe.action_space
     probe.close()
     preset = IMAGE_MODEL_PRESETS.get(config.model)
