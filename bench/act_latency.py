@@ -12,7 +12,10 @@ and, side by side in the same run, on inputs built once beforehand (the same row
 
 * ``policy``: ``policy.compute_actions_from_input_dict(prebuilt input dict)`` (numpy in, numpy out: what the
   runner calls after building the views);
-* ``model``: the model alone, ``policy.action_sampler(prebuilt tensors, False)`` under ``torch.inference_mode``.
+* ``model``: the model alone: ``policy.action_sampler(prebuilt tensors, False)`` under ``torch.inference_mode``;
+  where the policy's numpy actor computes its actions (``policy.numpy_actor()``: the frame stack's MLPs), that
+  actor on the prebuilt arrays (``actor.act_numpy(prebuilt input dict, False)``), its own fastest call, which the
+  runner makes too.
 
 It prints the median and the spread (25th-75th percentile) per call in microseconds, and the runner's cost
 over each baseline. The goal (issue 26): the runner's median at most 20% over ``model`` in every row (the view
@@ -101,6 +104,8 @@ class Case:
         del self.policy.compute_actions_from_input_dict
         self.inputs = captured[-1]
         self.tensors = self.policy._to_torch(self.inputs)
+        self.arrays = {k: np.asarray(v) for k, v in self.inputs.items()}
+        self.actor = self.policy.numpy_actor()
         self.t = 0
 
     def act(self, i: int) -> Any:
@@ -118,6 +123,8 @@ class Case:
         return self.policy.compute_actions_from_input_dict(self.inputs, explore=False)[0]
 
     def model_call(self, i: int) -> Any:
+        if self.actor is not None:
+            return self.actor.act_numpy(self.arrays, False)[0]
         with self.torch.inference_mode():
             return self.policy.action_sampler(self.tensors, False)[0]
 
@@ -306,7 +313,8 @@ def cold(model: str, reps: int = 300) -> dict[str, tuple[float, float]]:
     lane = runner._lanes[1]
     data = case.step_data(runner)
     step_into, out = runner._step_into, lane.out
-    tensor = case.model_call(0)
+    with case.torch.inference_mode():
+        tensor = case.policy.action_sampler(case.tensors, False)[0]
     obs, arr = case.obs[0, 0], np.zeros(3, np.float32)
     ops = {
         "a call into trajview's C++ doing nothing (_core.any_nan([]))": lambda: _core.any_nan([]),

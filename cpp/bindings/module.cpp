@@ -9,6 +9,7 @@ void register_buffer(py::module_& m);
 void register_store(py::module_& m);
 void register_replay(py::module_& m);
 void register_envs(py::module_& m);
+void register_checks(py::module_& m);
 }
 
 #ifndef TRAJVIEW_VERSION
@@ -22,4 +23,5 @@ PYBIND11_MODULE(_core, m) {
   trajview::bindings::register_store(m);
   trajview::bindings::register_replay(m);
   trajview::bindings::register_envs(m);
+  trajview::bindings::register_checks(m);
 }

@@ -29,6 +29,20 @@ def any_nan(arrays: list[Any]) -> bool | None:
 def any_outside(array: Any, lo: int, hi: int) -> bool | None:
     """Whether any value of the array lies outside [lo, hi], in one pass: True / False where it is a C-contiguous
     int64 or int32 ndarray, None for any other array (check it another way)."""
+class _OutputCheck:
+    """The common case of a policy's output checks in one call (`PolicyColumns.check_outputs`)."""
+
+    def __init__(
+        self,
+        ndarray: type,
+        action: tuple[str, np.dtype, tuple[int, ...], bool],
+        bounds: tuple[int, int] | None,
+        states: list[tuple[str, np.dtype, tuple[int, ...], bool]],
+        extras: list[tuple[str, np.dtype, tuple[int, ...], bool]],
+    ) -> None: ...
+    def __call__(self, actions: Any, state_outs: Any, extra: Any, n: int) -> dict[str, Any] | None:
+        """The step's columns if the outputs are exactly as expected for ``n`` rows, else None (check them in Python)."""
+
 def step_envs(
     envs: list[Any], ids: Any, acts: Any, start: int, out: Any, dtype: Any, rew: Any, term: Any, trunc: Any,
     infos: list[Any] | None,

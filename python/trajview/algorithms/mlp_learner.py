@@ -216,6 +216,8 @@ class MLPActor:
         self._read = _Reader(self.model)
         self._ptrs: list[int] = []
         self._nets: tuple[Dense, Dense] | None = None
+        self._action_dtype: np.dtype | None = None  # the numpy dtype of the action head's torch dtype (`_dtype_of`)
+        self._dtype_of: torch.dtype | None = None
 
     def _views(self) -> tuple[Dense, Dense]:
         ptrs = [p.data_ptr() for p in self._params]
@@ -225,20 +227,29 @@ class MLPActor:
         return self._nets
 
     def act(self, input_dict: Mapping[str, Any], explore: bool) -> tuple[torch.Tensor, list, dict[str, torch.Tensor]]:
+        """`act_numpy`'s outputs as tensors (viewing its arrays): what ``action_sampler`` returns."""
+        actions, states, extra = self.act_numpy(input_dict, explore)
+        return torch.from_numpy(actions), states, {k: torch.from_numpy(v) for k, v in extra.items()}
+
+    def act_numpy(self, input_dict: Mapping[str, Any], explore: bool) -> tuple[np.ndarray, list, dict[str, np.ndarray]]:
+        """The actions, ``[]`` (no state) and the extra fetches (``action_logp``, ``vf_preds``) of ``input_dict``'s rows
+        (arrays or CPU tensors), as numpy arrays of their own: the torch path's values and draws."""
         pi, vf = self._views()
-        model = self.model
         x = self._read(input_dict)
         logp_all, probs = _categorical(pi.forward(x)[-1])
         values = vf.forward(x)[-1][:, 0]
         if explore:
-            idx = draw_categorical(torch.from_numpy(probs))  # (the torch path's draws)
+            idx = draw_categorical(torch.from_numpy(probs)).numpy()  # (the torch path's draws)
         else:
-            idx = torch.from_numpy(np.argmax(logp_all, axis=1))
-        logp = logp_all[np.arange(len(x)), idx.numpy()]
-        head = model.action_dist
-        actions = (idx + head.start if head.start else idx).to(head.dtype)
-        return actions, [], {SampleBatch.ACTION_LOGP: torch.from_numpy(logp),
-                             SampleBatch.VF_PREDS: torch.from_numpy(np.ascontiguousarray(values))}
+            idx = np.argmax(logp_all, axis=1)
+        logp = logp_all[np.arange(len(x)), idx]
+        head = self.model.action_dist
+        dtype = self._action_dtype
+        if dtype is None or self._dtype_of is not head.dtype:
+            self._dtype_of = head.dtype
+            dtype = self._action_dtype = torch.empty(0, dtype=head.dtype).numpy().dtype
+        actions = (idx + head.start if head.start else idx).astype(dtype, copy=False)
+        return actions, [], {SampleBatch.ACTION_LOGP: logp, SampleBatch.VF_PREDS: np.ascontiguousarray(values)}
 
     def value(self, input_dict: Mapping[str, Any]) -> np.ndarray:
         """The value function's output for each row of ``input_dict`` (the arithmetic of `act`'s ``vf_preds``)."""

@@ -192,6 +192,15 @@ class PPOPolicy(TorchPolicy):
         actions = dist.sample() if explore else dist.deterministic()
         return actions, state_outs, {SampleBatch.ACTION_LOGP: dist.logp(actions), SampleBatch.VF_PREDS: value}
 
+    def _reused_inputs(self, inputs):
+        """`TorchPolicy._reused_inputs`; where the numpy actor computes the actions (`numpy_actor`), it reads the
+        refilled arrays themselves (no tensors in between), and the torch path's function runs where it does not
+        (any more)."""
+        run = super()._reused_inputs(inputs)
+        if run is None or type(self).action_sampler is not PPOPolicy.action_sampler or self.numpy_actor() is None:
+            return run  # (once torch acts, it does for good: `numpy_actor`)
+        return _NumpyActing(self, dict(inputs), run)
+
     # -- postprocessing -----------------------------------------------------------
 
     def value_of_next_step(self, segment: SampleBatch) -> float:
@@ -329,3 +338,24 @@ class PPOPolicy(TorchPolicy):
             self._optimizer = self.optimizer()
 
 
+
+
+class _NumpyActing:
+    """`PPOPolicy._reused_inputs`' function: the numpy actor on the caller's arrays while it acts for the policy, else
+    the torch path's function (``run``, which calls ``action_sampler``: also where one is set on the instance)."""
+
+    __slots__ = ("policy", "arrays", "run")
+
+    def __init__(self, policy: PPOPolicy, arrays: dict[str, Any], run: Any) -> None:
+        self.policy, self.arrays, self.run = policy, arrays, run
+
+    def __call__(self, explore: bool | None, timestep: int | None) -> tuple[Any, list, dict]:
+        policy = self.policy
+        actor = policy._mlp_actor
+        if "action_sampler" in policy.__dict__:  # (one set on the instance: it computes the actions)
+            return self.run(explore, timestep)  # type: ignore[no-any-return]
+        if type(actor) is not MLPActor or actor.policy is not policy or actor.model is not policy.model:
+            actor = policy.numpy_actor()
+            if actor is None:
+                return self.run(explore, timestep)  # type: ignore[no-any-return]
+        return actor.act_numpy(self.arrays, bool(policy.config["explore"] if explore is None else explore))

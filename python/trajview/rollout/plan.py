@@ -175,6 +175,22 @@ class PolicyColumns:
         rest = self.state_keys + self.extra_keys
         self._rest_specs = [(k, self.specs[k]) for k in rest] if all(k in self.specs for k in rest) else None
         self._rest_shapes: dict[int, list[tuple[str, Any, tuple[int, ...], bool]]] = {}
+        #: `check_outputs`' common case in one C++ call (None where it has none: nested actions, a column without a
+        #: spec, bounds that are not one int64 pair); it returns None for anything else, and the checks below run.
+        self._fast_check = self._output_check()
+
+    def _output_check(self) -> Any:
+        if not self._flat_actions or self._rest_specs is None or (self._bounds is not None and not self._int64_bounds):
+            return None
+
+        def column(key: str, spec: tuple) -> tuple[str, np.dtype, tuple[int, ...], bool]:
+            dtype, shape = spec
+            return key, dtype, tuple(int(d) for d in shape), self.check_nan and dtype.kind in "fc"
+
+        states = [column(k, spec) for k, spec in self._rest_specs if k in self.state_keys]
+        extras = [column(k, spec) for k, spec in self._rest_specs if k not in self.state_keys]
+        bounds = (self._lo, self._hi) if self._bounds is not None else None
+        return _core._OutputCheck(np.ndarray, column(SampleBatch.ACTIONS, self.action_spec), bounds, states, extras)
 
     def __bool__(self) -> bool:
         return bool(self.state_keys or self.extra_keys)
@@ -277,6 +293,11 @@ class PolicyColumns:
 
         A nested action space's actions come back as leaf columns (``actions.a``, ...), no ``actions`` key.
         """
+        fast = self._fast_check
+        if fast is not None:
+            checked = fast(actions, state_outs, extra, n)
+            if checked is not None:
+                return checked  # type: ignore[no-any-return]
         if not self._flat_actions:
             return self._check_rest(self._check_nested_actions(actions, n), state_outs, extra, n)
         acts = actions if type(actions) is np.ndarray else np.asarray(actions)

@@ -15,6 +15,7 @@ keeping the rows the views look back at.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,7 +56,7 @@ _SINGLE = _Names("compute_single_action", "compute_single_action", "",
                  "pass the reward the previous action earned (compute_single_action(obs, prev_reward=r))",
                  "compute_single_action: its episode was reset (the next call begins a new one)")
 
-_OBS, _REWARDS = SampleBatch.OBS, SampleBatch.REWARDS
+_OBS, _REWARDS, _ACTIONS = SampleBatch.OBS, SampleBatch.REWARDS, SampleBatch.ACTIONS
 _TERMINATEDS, _TRUNCATEDS = SampleBatch.TERMINATEDS, SampleBatch.TRUNCATEDS
 
 
@@ -170,6 +171,15 @@ class PolicyRunner:
         self._saw_other = False
         self._timestep = 0
         self._names = _RUNNER  # (`implicit_single_action`'s runner: `_SINGLE`)
+        #: The next call's short way (`_act_hot`), while its episodes are the last call's (``_hot.keys is
+        #: _last_keys``) and that call ran on a lane; None where the space or the actions are nested.
+        self._hot: _Hot | None = None
+        self._hot_ok = self._flat_obs and not self._nested_actions and self._obs_shape is not None
+        #: Whether every output (the actions, state_out_i, extra fetches) is one number per row (`_single_outputs`).
+        self._scalar_rows = not self._nested_actions and all(
+            k in specs and tuple(specs[k][1]) == ()
+            for k in [SampleBatch.ACTIONS, *self._columns.state_keys, *self._columns.extra_keys]
+        )
 
     # -- episodes ---------------------------------------------------------------
 
@@ -223,6 +233,10 @@ class PolicyRunner:
         observation (the old one under this key is forgotten first; SB3's ``episode_start``). ``full_fetch``:
         return ``(action, state_outs, extra_fetches)`` instead of the action alone.
         """
+        if episode_start is False and timestep is None and type(agent_index) is int and agent_index == 0:
+            out = self._act_one(obs, episode, reward, explore, full_fetch)
+            if out is not _MISS:
+                return out
         keys = [episode]
         starts = [episode_start] if type(episode_start) is bool else _starts(episode_start, 1, self._names.act)
         try:
@@ -237,11 +251,47 @@ class PolicyRunner:
         except BaseException:
             self._forget_restarts(keys, starts)
             raise
-        # Copies: the arrays the policy returned are stored with the episode's next step.
+        return self._single_outputs(data, actions, full_fetch)
+
+    def _act_one(self, obs: Any, episode: Hashable, reward: Any, explore: bool | None, full_fetch: bool) -> Any:
+        """`act`'s common call by the short way (`_act_hot`): the last call's one episode, one step on (no restart, the
+        default agent_index and timestep), an observation array of the space's dtype and shape, a real reward as a
+        float (or none, the policy not reading rewards). Returns `act`'s return, or `_MISS` (nothing changed) for
+        any other call: `act`'s general way then takes it."""
+        hot = self._hot
+        if (hot is None or hot.keys is not self._last_keys or hot.n != 1 or type(obs) is not np.ndarray
+                or obs.dtype is not self._obs_dtype or obs.shape != self._obs_shape
+                or not (explore is None or type(explore) is bool) or not _same_key(episode, hot.keys[0])):
+            return _MISS
+        rt = type(reward)
+        if rt is float or rt is np.float64 or rt is np.float32:
+            if reward != reward:  # (NaN: the general way's error)
+                return _MISS
+            r = hot.r32 if rt is np.float32 else hot.r64
+            r[0] = reward
+            data = self._act_hot(hot, obs[None], r, explore)
+        elif reward is None and not self._columns.reward_input_keys:
+            data = self._act_hot(hot, obs[None], None, explore)
+        else:
+            return _MISS
+        if data is None:
+            return _MISS
+        if self._scalar_rows and full_fetch:  # (`_single_outputs`' common case)
+            return data[_ACTIONS][0], [data[k][0] for k in hot.state_keys], {k: data[k][0] for k in hot.extra_keys}
+        return self._single_outputs(data, None, full_fetch)
+
+    def _single_outputs(self, data: dict[str, Any], actions: Any, full_fetch: bool) -> Any:
+        """`act`'s return: copies of row 0 of the checked outputs ``data`` (the arrays the policy returned are stored
+        with the episode's next step); a nested action from ``actions``, as the policy returned them."""
+        cols = self._columns
+        if self._scalar_rows:  # (each output a number per row: row 0 is a numpy scalar, immutable)
+            action = data[SampleBatch.ACTIONS][0]
+            if not full_fetch:
+                return action
+            return action, [data[k][0] for k in cols.state_keys], {k: data[k][0] for k in cols.extra_keys}
         action = _copied(_first_row(actions)) if self._nested_actions else _row(data[SampleBatch.ACTIONS])
         if not full_fetch:
             return action
-        cols = self._columns
         return action, [_row(data[k]) for k in cols.state_keys], {k: _row(data[k]) for k in cols.extra_keys}
 
     def act_many(
@@ -265,6 +315,11 @@ class PolicyRunner:
         ...]`` (a nested action space: its structure of such arrays), or with ``full_fetch`` ``(actions,
         state_outs, extra_fetches)``.
         """
+        t = type(episodes)
+        if t is list or t is tuple or t is range:
+            out = self._act_many_hot(obs, episodes, rewards, episode_start, agent_index, explore, timestep, full_fetch)
+            if out is not _MISS:
+                return out
         if isinstance(episodes, (str, bytes)) or not isinstance(episodes, Iterable):
             raise TypeError(
                 f"PolicyRunner.act_many: episodes must be a sequence of episode keys (one per row of obs), got "
@@ -303,11 +358,47 @@ class PolicyRunner:
         except BaseException:
             self._forget_restarts(keys, starts)
             raise
-        # Copies: the arrays the policy returned are stored with the episodes' next steps.
+        return self._many_outputs(data, full_fetch, actions)
+
+    def _act_many_hot(self, obs: Any, episodes: Sequence[Hashable], rewards: Any, episode_start: Any, agent_index: Any,
+                      explore: bool | None, timestep: int | None, full_fetch: bool) -> Any:
+        """`act_many`'s common call by the short way (`_act_hot`): the last call's episodes (a list, tuple or range),
+        each one step on (``episode_start`` None, False or all-False bools; the default agent_index and timestep),
+        an observation array of the space's dtype and shape, rewards of the right shape that `check_reward_array`
+        takes (or none, the policy not reading rewards). Returns `act_many`'s return, or `_MISS` (nothing changed)
+        for any other call: `act_many`'s general way then takes it."""
+        hot = self._hot
+        if (hot is None or hot.keys is not self._last_keys or agent_index is not None or timestep is not None
+                or not (explore is None or type(explore) is bool) or type(obs) is not np.ndarray
+                or obs.dtype is not self._obs_dtype or obs.shape != hot.obs_shape):
+            return _MISS
+        n = hot.n
+        if not (episode_start is None or episode_start is False or (
+                type(episode_start) is np.ndarray and episode_start.dtype.type is np.bool_
+                and episode_start.shape == (n,) and not episode_start.any())):
+            return _MISS
+        if (episodes if type(episodes) is list else list(episodes)) != hot.keys:
+            return _MISS
+        if rewards is None:
+            if self._columns.reward_input_keys:
+                return _MISS
+            r = None
+        else:
+            r = rewards if type(rewards) is np.ndarray else np.asarray(rewards)
+            if r.shape != (n,):
+                return _MISS
+            check_reward_array(r, (n,), "PolicyRunner.act_many got")
+        data = self._act_hot(hot, obs, r, explore)
+        return _MISS if data is None else self._many_outputs(data, full_fetch)
+
+    def _many_outputs(self, data: dict[str, Any], full_fetch: bool, actions: Any = None) -> Any:
+        """`act_many`'s return: copies of the checked outputs ``data`` (the arrays the policy returned are stored with
+        the episodes' next steps); a nested action from ``actions``, as the policy returned them."""
+        acts = _copied(actions) if self._nested_actions else np.array(data[SampleBatch.ACTIONS], copy=True)
         if not full_fetch:
-            return _copied(actions)
+            return acts
         cols = self._columns
-        return (_copied(actions), [np.array(data[k], copy=True) for k in cols.state_keys],
+        return (acts, [np.array(data[k], copy=True) for k in cols.state_keys],
                 {k: np.array(data[k], copy=True) for k in cols.extra_keys})
 
     def _act_columns(
@@ -398,11 +489,60 @@ class PolicyRunner:
         # The outputs are stored with each episode's next step (kept here until the episodes change).
         self._last_keys, self._last_slots, self._last_ids = keys, slots, c_slots
         self._last_data = {k: data[k] for k in self._pending}
+        lane = None if self._lanes is None or not self._hot_ok else self._lanes.get(n)
+        self._hot = None if lane is None else _Hot(self, keys, lane)
         self._timestep += n
         self._calls += 1
         if self._calls >= _CHUNK:
             self._free_rows()
         return actions, data
+
+    def _act_hot(self, hot: _Hot, obs: np.ndarray, rewards: np.ndarray | None, explore: bool | None) -> dict | None:
+        """`_act_columns` for the common call, which `act` / `act_many` checked: the last call's episodes, each one step
+        on (no restart, the default agent_index and timestep), an observation array of the space's dtype and shape,
+        real rewards (or none, the policy not reading them), a lane usable. Returns the checked outputs, or None
+        (nothing changed) where the lane is not usable: the general way then runs."""
+        n = hot.n
+        saw = self._saw_f32, self._saw_other
+        if rewards is None:
+            f32, cast = False, saw[0] and not saw[1]
+        else:  # the rewards' dtype, by the adapters' rule (`EnvAdapter.reward_dtype`)
+            t = rewards.dtype.type
+            f32 = t is np.float32 or t is np.float16
+            cast = f32 and not saw[1]
+        lane = hot.lane
+        policy = self.policy
+        if not lane.usable(policy, cast):
+            return None
+        data = hot.data
+        data[_OBS] = obs
+        data[_REWARDS] = hot.zeros if rewards is None else rewards
+        self._step_into(data, hot.ids, lane.out)  # (the store writes nothing when it refuses a step)
+        if rewards is not None:
+            if f32:
+                self._saw_f32 = True
+            else:
+                self._saw_other = True
+        try:
+            actions, state_outs, extra = hot.run(self.explore if explore is None else explore, self._timestep)
+            # The outputs are stored with the episodes' next step: set in the step's data by the checks' common case
+            # (`_core._OutputCheck`), else checked by the general ones, then set.
+            out = None if hot.check is None else hot.check(actions, state_outs, extra, n, data)
+            if out is None:
+                out = self._columns.check_outputs(actions, state_outs, extra, n)
+                for k in self._pending:
+                    data[k] = out[k]
+        except BaseException as e:
+            self._last_keys = None
+            self._saw_f32, self._saw_other = saw
+            PolicyColumns.note_nan_inputs(e, lane.fed)
+            self._fail(hot.keys, e)
+            raise
+        self._timestep += n
+        self._calls += 1
+        if self._calls >= _CHUNK:
+            self._free_rows()
+        return out
 
     def _add_lane(self, n: int, gathered: dict[str, np.ndarray], cast: bool) -> None:
         """Input arrays for the next calls of ``n`` rows, shaped as ``gathered`` (a call's input dict from the store),
@@ -547,6 +687,8 @@ class PolicyRunner:
         self._collector.discard_steps()
 
 
+#: `PolicyRunner._act_one`'s "not taken": the general way runs.
+_MISS = object()
 #: Calls between two frees of a runner's emitted rows (and the store's block size, in steps per episode).
 _CHUNK = 32
 #: Row counts a runner keeps input arrays for (`_Lane`).
@@ -597,6 +739,11 @@ class _Lane:
         class since: either is called instead)."""
         return self.cast == cast and _CAFID not in policy.__dict__ and getattr(type(policy), _CAFID) is self._method
 
+    def run_as_is(self) -> Any:
+        """The policy's function on the lane's arrays where `run` adds nothing to it (no reward casts, no
+        agent_index), else None."""
+        return self._run if not self._casts and self._agent_index is None else None
+
     def run(self, agent_index: np.ndarray | None, explore: bool | None, timestep: int) -> tuple[Any, list, dict]:
         """The policy on the refilled arrays (``agent_index``: ``[n]``, or None for zeros)."""
         fed = self.fed
@@ -605,6 +752,41 @@ class _Lane:
         if self._agent_index is not None:
             self._agent_index[:] = 0 if agent_index is None else agent_index
         return self._run(explore, timestep)  # type: ignore[no-any-return]
+
+
+class _Hot:
+    """What `PolicyRunner._act_hot` needs for the next call of the last call's episodes (``keys``), which ran on
+    ``lane``: the store's step data (the runner's ``_last_data``, the outputs stored with the next step, plus the
+    observations, rewards and ends set at each call), the store's slots, and reward arrays for single calls."""
+
+    __slots__ = ("keys", "lane", "run", "check", "n", "ids", "data", "zeros", "obs_shape", "r64", "r32",
+                 "state_keys", "extra_keys")
+
+    def __init__(self, runner: PolicyRunner, keys: list[Hashable], lane: _Lane) -> None:
+        n = len(keys)
+        self.keys, self.lane, self.n, self.ids = keys, lane, n, runner._last_ids
+        # `_Lane.run` for the default agent_index; the policy's function itself where the lane adds nothing to it.
+        self.run = lane.run_as_is() or functools.partial(lane.run, None)
+        self.data = runner._last_data
+        self.data[_TERMINATEDS] = self.data[_TRUNCATEDS] = (runner._false if n == runner.max_episodes
+                                                              else runner._false[:n])
+        self.zeros = runner._zeros[:n]
+        self.obs_shape = (n, *runner._obs_shape) if runner._obs_shape is not None else None
+        self.r64, self.r32 = np.zeros(1), np.zeros(1, np.float32)
+        cols = runner._columns
+        self.state_keys, self.extra_keys = cols.state_keys, cols.extra_keys
+        # The checks' common case, where it sets exactly the outputs stored with the next step.
+        outputs = {_ACTIONS, *cols.state_keys, *cols.extra_keys}
+        self.check = cols._fast_check if set(runner._pending) == outputs else None
+
+
+def _same_key(key: Any, known: Hashable) -> bool:
+    """Whether ``key`` is the episode key ``known`` (an int or a str compared by value; anything else only if it is
+    the same object: the general way compares it)."""
+    if key is known:
+        return True
+    t = type(key)
+    return (t is int or t is str) and type(known) is t and key == known
 
 
 def _check_explore(explore: Any, where: str = "PolicyRunner") -> None:
@@ -696,6 +878,10 @@ def implicit_single_action(policy: Policy, obs: Any, reward: Any, episode_start:
         runner = PolicyRunner(policy, max_episodes=1)
         runner._names = _SINGLE
         policy._single_action_runner = runner  # type: ignore[attr-defined]
+    if episode_start is False and timestep is None:
+        out = runner._act_one(obs, 0, reward, explore, True)
+        if out is not _MISS:
+            return out  # type: ignore[no-any-return]
     return runner.act(obs, 0, reward=reward, episode_start=episode_start, explore=explore, timestep=timestep,
                       full_fetch=True)
 
