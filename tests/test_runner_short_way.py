@@ -1,0 +1,337 @@
+"""The short ways of acting outside a worker decide nothing the general ones would not.
+
+* `PolicyRunner`'s short way (`_act_hot`, for a call of the last call's episodes one step on) against the same
+  runner forced onto the general way (``_hot_ok = False``): random schedules of `act`, `act_many` and
+  `compute_single_action` calls (same, other, new and restarted episodes, float64 / float32 / missing / NaN
+  rewards, explore on and off, bad observations) give the same actions, state outputs, extra fetches and errors.
+* The C++ output check (`_core._OutputCheck`, `PolicyColumns.check_outputs`' common case) against the Python checks:
+  for outputs made wrong in every way they check (dtypes, shapes, NaN, actions outside the space, containers of
+  the wrong kind, missing or extra fetches, ndarray subclasses, layouts it cannot scan) it either returns what the
+  Python checks return, or None (they decide); it never accepts what they refuse, and it takes the common case.
+* The numpy actor on the runner's arrays (`MLPActor.act_numpy`) gives the torch-facing actor's values and draws.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import trajview as tv
+from trajview.rollout.config import RolloutConfig
+from trajview.rollout.plan import PolicyColumns
+
+torch = pytest.importorskip("torch")
+
+S = gym.spaces
+BOX = S.Box(-1.0, 1.0, (3,), np.float32)
+MODELS = {
+    "framestack": ({"num_frames": 4, "hidden": (16,), "prev_rewards": True}, S.Discrete(3)),
+    "lstm": ({"max_seq_len": 5, "hidden": 16, "cell_size": 16, "prev_reward": True}, S.Discrete(3)),
+    "mlp-box": ({"hidden": (16,)}, S.Box(-1.0, 1.0, (2,), np.float32)),
+}
+
+
+def make_policy(name):
+    torch.manual_seed(0)
+    model_config, action_space = MODELS[name]
+    model = "mlp" if name == "mlp-box" else name
+    return tv.PPOPolicy(BOX, action_space, {"model": model, "model_config": model_config})
+
+
+def outcome(fn):
+    """What a call returned (copied), or its error's type and message."""
+    try:
+        return ("ok", copy.deepcopy(fn()))
+    except (ValueError, TypeError, KeyError) as e:
+        return ("error", type(e).__name__, str(e))
+
+
+def assert_same(a, b, where):
+    assert a[0] == b[0], (where, a, b)
+    if a[0] == "error":
+        assert a == b, where
+        return
+    la, lb = _leaves(a[1]), _leaves(b[1])
+    assert len(la) == len(lb), where
+    for x, y in zip(la, lb):
+        assert type(x) is type(y), (where, type(x), type(y))
+        np.testing.assert_array_equal(x, y, err_msg=str(where))
+        if isinstance(x, (np.ndarray, np.generic)):
+            assert x.dtype == y.dtype, where
+
+
+def _leaves(v):
+    if isinstance(v, (list, tuple)):
+        return [x for item in v for x in _leaves(item)]
+    if isinstance(v, dict):
+        return [x for k in sorted(v) for x in _leaves(v[k])]
+    return [v]
+
+
+REWARDS = st.sampled_from(["f64", "f64", "f64", "f32", "none", "nan", "int"])
+CALL = st.fixed_dictionaries({
+    "kind": st.sampled_from(["act", "act", "many", "many", "single"]),
+    "key": st.integers(0, 2),
+    "width": st.integers(1, 3),
+    "start": st.sampled_from([False, False, False, True, "array"]),
+    "reward": REWARDS,
+    "explore": st.sampled_from([None, False, True]),
+    "bad_obs": st.sampled_from([None] * 8 + ["float64", "shape"]),
+    "full_fetch": st.booleans(),
+})
+
+
+def _reward(kind, rng, n=None):
+    if kind == "none":
+        return None
+    if kind == "int":
+        v = rng.integers(-3, 3, n) if n else int(rng.integers(-3, 3))
+        return v
+    v = rng.uniform(-1, 1, n) if n else float(rng.uniform(-1, 1))
+    if kind == "nan":
+        if n:
+            v[0] = np.nan
+        else:
+            v = float("nan")
+    if kind == "f32":
+        return np.asarray(v, np.float32) if n else np.float32(v)
+    return v if n else np.float64(v) if rng.random() < 0.5 else v
+
+
+def _obs(bad, rng, n=None):
+    shape = (n, 3) if n else (3,)
+    if bad == "shape":
+        shape = (n, 4) if n else (4,)
+    return rng.uniform(-1, 1, shape).astype(np.float64 if bad == "float64" else np.float32)
+
+
+def _call(policy, runner, c, i):
+    """One call of the schedule on ``runner`` (or ``policy``'s implicit episode), its arguments made from ``i``."""
+    rng = np.random.default_rng(i)
+    torch.manual_seed(i)  # (explore=True draws from torch's generator: the same draws on both sides)
+    if c["kind"] == "single":
+        return lambda: policy.compute_single_action(
+            _obs(c["bad_obs"], rng), prev_reward=_reward(c["reward"], rng), explore=c["explore"],
+            episode_start=c["start"] is True)
+    if c["kind"] == "act":
+        return lambda: runner.act(_obs(c["bad_obs"], rng), c["key"], reward=_reward(c["reward"], rng),
+                                  episode_start=c["start"] is True, explore=c["explore"], full_fetch=c["full_fetch"])
+    n = c["width"]
+    keys = list(range(n))
+    start = None if c["start"] is False else (np.zeros(n, bool) if c["start"] == "array" else np.ones(n, bool))
+    return lambda: runner.act_many(_obs(c["bad_obs"], rng, n), keys, rewards=_reward(c["reward"], rng, n),
+                                   episode_start=start, explore=c["explore"], full_fetch=c["full_fetch"])
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+@settings(max_examples=25, deadline=None)
+@given(schedule=st.lists(CALL, min_size=1, max_size=30))
+def test_the_short_way_acts_as_the_general_way(name, schedule):
+    sides = []
+    for general in (False, True):
+        policy = make_policy(name)
+        runner = tv.PolicyRunner(policy, max_episodes=4)
+        runner._hot_ok = not general
+        sides.append((policy, runner))
+    for i, c in enumerate(schedule):
+        results = []
+        for policy, runner in sides:
+            single = getattr(policy, "_single_action_runner", None)
+            if single is not None and not runner._hot_ok:
+                single._hot_ok = False  # (the implicit episode's runner, made at the first single call)
+            results.append(outcome(_call(policy, runner, c, i)))
+        assert_same(results[0], results[1], (i, c))
+        general_policy, general_runner = sides[1]
+        assert general_runner._hot is None
+        single = getattr(general_policy, "_single_action_runner", None)
+        assert single is None or single._hot is None or c["kind"] == "single"  # (made by this call: next one)
+        if single is not None:
+            single._hot_ok = False
+            single._hot = None
+
+
+def test_the_short_way_is_taken_for_the_common_calls():
+    """compute_single_action, act and act_many in an acting loop run by the short way after their first call."""
+    policy = make_policy("framestack")
+    runner = tv.PolicyRunner(policy, max_episodes=8)
+    rng = np.random.default_rng(0)
+    runner.act_many(rng.uniform(-1, 1, (8, 3)).astype(np.float32), list(range(8)), rewards=np.zeros(8))
+    hot = runner._hot
+    assert hot is not None
+    calls = []
+    real = runner._act_hot
+    runner._act_hot = lambda *a: calls.append(1) or real(*a)
+    for _ in range(5):
+        runner.act_many(rng.uniform(-1, 1, (8, 3)).astype(np.float32), list(range(8)), rewards=rng.uniform(-1, 1, 8),
+                        episode_start=np.zeros(8, bool))
+    assert len(calls) == 5
+    policy.compute_single_action(np.zeros(3, np.float32))
+    single = policy._single_action_runner
+    real1 = single._act_hot
+    single._act_hot = lambda *a: calls.append(2) or real1(*a)
+    for _ in range(5):
+        policy.compute_single_action(rng.uniform(-1, 1, 3).astype(np.float32), prev_reward=1.0)
+    assert calls.count(2) == 5
+
+
+# -- the C++ output check against the Python checks -----------------------------------------------------------------
+
+class Sub(np.ndarray):
+    pass
+
+
+def _config(nan_outputs="raise"):
+    return RolloutConfig.validated(
+        batch_mode="truncate_episodes", rollout_fragment_length=8, count_steps_by="env_steps", horizon=None,
+        soft_horizon=False, no_done_at_end=False, seed=None, worker_index=0, lazy_views=False, nan_outputs=nan_outputs)
+
+
+def _columns(name, nan_outputs="raise"):
+    """A policy and its output checks, after the view-pruning pass (a runner's, which runs it first)."""
+    policy = make_policy(name)
+    tv.PolicyRunner(policy)
+    return policy, PolicyColumns(policy, _config(nan_outputs))
+
+
+def _good_outputs(policy, n, rng):
+    cols = PolicyColumns(policy, _config())
+    specs = policy.column_specs()
+    space = policy.action_space
+    if isinstance(space, S.Discrete):
+        actions = rng.integers(space.start, space.start + space.n, n).astype(specs["actions"][0])
+    else:
+        actions = rng.uniform(-1, 1, (n, *specs["actions"][1])).astype(specs["actions"][0])
+    states = [rng.standard_normal((n, *specs[k][1])).astype(specs[k][0]) for k in cols.state_keys]
+    extra = {k: rng.standard_normal((n, *specs[k][1])).astype(specs[k][0]) for k in cols.extra_keys}
+    return actions, states, extra
+
+
+MUTATIONS = ["none", "action_dtype", "action_shape", "action_outside", "action_list", "action_nan", "action_sub",
+             "state_dtype", "state_shape", "state_nan", "state_tuple", "state_missing", "extra_nan", "extra_missing",
+             "extra_more", "extra_dtype", "extra_strided_nan", "extra_f16", "rows"]
+
+
+def _mutate(what, outputs, rng):
+    actions, states, extra = outputs
+    states, extra = list(states), dict(extra)
+    if what == "action_dtype":
+        actions = actions.astype(np.int32 if actions.dtype.kind in "iu" else np.float64)
+    elif what == "action_shape":
+        actions = np.stack([actions, actions], axis=-1)
+    elif what == "action_outside" and len(actions):
+        actions = actions.copy()
+        if actions.dtype.kind in "iu":
+            actions[rng.integers(len(actions))] = 7
+        else:
+            actions[0] = 5.0
+    elif what == "action_list":
+        actions = actions.tolist()
+    elif what == "action_nan" and actions.dtype.kind == "f" and len(actions):
+        actions = actions.copy()
+        actions.reshape(-1)[0] = np.nan
+    elif what == "action_sub":
+        actions = actions.view(Sub)
+    elif what.startswith("state") and states and len(actions):
+        j = int(rng.integers(len(states)))
+        if what == "state_dtype":
+            states[j] = states[j].astype(np.float64)
+        elif what == "state_shape":
+            states[j] = states[j][:, :-1]
+        elif what == "state_nan":
+            states[j] = states[j].copy()
+            states[j].reshape(-1)[-1] = np.nan
+        elif what == "state_tuple":
+            states = tuple(states)
+        elif what == "state_missing":
+            states = states[:-1]
+    elif what.startswith("extra") and extra and len(actions):
+        k = sorted(extra)[int(rng.integers(len(extra)))]
+        if what == "extra_nan":
+            extra[k] = extra[k].copy()
+            extra[k].reshape(-1)[0] = np.nan
+        elif what == "extra_missing":
+            del extra[k]
+        elif what == "extra_more":
+            extra["something"] = extra[k]
+        elif what == "extra_dtype":
+            extra[k] = extra[k].astype(np.float64)
+        elif what == "extra_strided_nan":
+            wide = np.repeat(extra[k], 2, axis=0)
+            wide[0] = np.nan
+            extra[k] = wide[::2]
+        elif what == "extra_f16":
+            extra[k] = extra[k].astype(np.float16)
+    return actions, states, extra
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("nan_outputs", ["raise", "allow"])
+@settings(max_examples=40, deadline=None)
+@given(what=st.sampled_from(MUTATIONS), n=st.integers(0, 5), seed=st.integers(0, 2**16), extra_rows=st.integers(-1, 1))
+def test_the_cpp_output_check_accepts_only_what_the_python_checks_accept(name, nan_outputs, what, n, seed,
+                                                                       extra_rows):
+    policy, cols = _columns(name, nan_outputs)
+    fast = cols._fast_check
+    assert fast is not None  # (flat actions, every column with a spec, Discrete's bounds or none)
+    rng = np.random.default_rng(seed)
+    outputs = _mutate(what, _good_outputs(policy, n, rng), rng)
+    n_asked = max(n + (extra_rows if what == "rows" else 0), 0)
+    cols._fast_check = None  # the Python checks alone
+    try:
+        expected = cols.check_outputs(*outputs, n_asked)
+    except ValueError as e:
+        expected = e
+    got = fast(*outputs, n_asked)
+    if isinstance(expected, ValueError):
+        assert got is None, (what, expected)
+        return
+    if what == "none" and n_asked == n:
+        assert got is not None  # the common case is taken
+    if got is not None:
+        assert list(got) == list(expected)
+        for k in expected:
+            assert got[k] is expected[k], k
+        into = {"obs": 1}
+        assert fast(*outputs, n_asked, into) is into and into == {"obs": 1, **expected}
+
+
+def test_the_cpp_output_check_writes_nothing_where_it_declines():
+    policy, cols = _columns("lstm")
+    rng = np.random.default_rng(0)
+    actions, states, extra = _good_outputs(policy, 3, rng)
+    extra = dict(extra)
+    extra[sorted(extra)[-1]] = extra[sorted(extra)[-1]].copy()
+    extra[sorted(extra)[-1]][1] = np.nan
+    into: dict = {"kept": 1}
+    assert cols._fast_check(actions, states, extra, 3, into) is None
+    assert into == {"kept": 1}
+    with pytest.raises(TypeError, match="into must be a dict"):
+        cols._fast_check(actions, states, extra, 3, [])
+
+
+# -- the numpy actor on arrays ----------------------------------------------------------------------------------------
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(1, 9), seed=st.integers(0, 2**16), explore=st.booleans())
+def test_the_numpy_actor_on_arrays_gives_the_tensor_facing_actors_values_and_draws(n, seed, explore):
+    policy = make_policy("framestack")
+    actor = policy.numpy_actor()
+    assert actor is not None
+    rng = np.random.default_rng(seed)
+    d = {"prev_n_obs": rng.uniform(-1, 1, (n, 4, 3)).astype(np.float32),
+         "prev_n_actions": rng.integers(0, 3, (n, 4)), "prev_n_rewards": rng.uniform(-1, 1, (n, 4))}
+    torch.manual_seed(seed)
+    a_np, s_np, e_np = actor.act_numpy(d, explore)
+    torch.manual_seed(seed)
+    a_t, s_t, e_t = actor.act({k: torch.from_numpy(v) for k, v in d.items()}, explore)
+    assert s_np == s_t == []
+    assert a_np.dtype == a_t.numpy().dtype and a_np.shape == (n,)
+    np.testing.assert_array_equal(a_np, a_t.numpy())
+    assert sorted(e_np) == sorted(e_t)
+    for k in e_np:
+        np.testing.assert_array_equal(e_np[k], e_t[k].numpy())
