@@ -29,6 +29,11 @@ space_column_spec = column_spec_from_space
 _single_action_runner: Callable[..., tuple[Any, list, dict]] | None = None
 
 
+#: What a policy's ``_single_action_short`` (its implicit episode's short way, set by the runner) returns for a call
+#: it does not take: the registered runner then takes it.
+NOT_TAKEN: Any = object()
+
+
 def register_single_action_runner(fn: Callable[..., tuple[Any, list, dict]]) -> None:
     """Sets what `Policy.compute_single_action` acts through when it keeps the episode (see `trajview.rollout`)."""
     global _single_action_runner
@@ -144,6 +149,12 @@ class Policy:
           ``input_dict``) goes to `compute_actions_from_input_dict` as it is.
         """
         if input_dict is None and state is None and prev_action is None:
+            short = self.__dict__.get("_single_action_short")
+            if short is not None and episode_start is False and timestep is None and info is None and not kwargs and (
+                    episode is None):
+                out = short(obs, 0, prev_reward, explore, True)
+                if out is not NOT_TAKEN:
+                    return out  # type: ignore[no-any-return]
             if info is not None or kwargs or episode is not None:
                 given = sorted([*kwargs, *(["info"] if info is not None else []),
                                 *(["episode"] if episode is not None else [])])
@@ -250,6 +261,7 @@ class Policy:
         begins its own."""
         state = dict(self.__dict__)
         state.pop("_single_action_runner", None)
+        state.pop("_single_action_short", None)
         return state
 
     def postprocess_trajectory(

@@ -504,22 +504,22 @@ class PolicyRunner:
         (nothing changed) where the lane is not usable: the general way then runs."""
         n = hot.n
         saw = self._saw_f32, self._saw_other
-        if rewards is None:
-            f32, cast = False, saw[0] and not saw[1]
+        t = None if rewards is None else rewards.dtype.type
+        if t is hot.reward_type:  # (the rewards' dtype of the last call this way: the flags stay as they are)
+            cast = hot.cast
+        elif t is None:
+            cast = saw[0] and not saw[1]
         else:  # the rewards' dtype, by the adapters' rule (`EnvAdapter.reward_dtype`)
-            t = rewards.dtype.type
-            f32 = t is np.float32 or t is np.float16
-            cast = f32 and not saw[1]
+            cast = (t is np.float32 or t is np.float16) and not saw[1]
         lane = hot.lane
-        policy = self.policy
-        if not lane.usable(policy, cast):
+        if not lane.usable(self.policy, cast):
             return None
         data = hot.data
         data[_OBS] = obs
         data[_REWARDS] = hot.zeros if rewards is None else rewards
         self._step_into(data, hot.ids, lane.out)  # (the store writes nothing when it refuses a step)
-        if rewards is not None:
-            if f32:
+        if t is not hot.reward_type and t is not None:
+            if t is np.float32 or t is np.float16:
                 self._saw_f32 = True
             else:
                 self._saw_other = True
@@ -538,6 +538,7 @@ class PolicyRunner:
             PolicyColumns.note_nan_inputs(e, lane.fed)
             self._fail(hot.keys, e)
             raise
+        hot.reward_type, hot.cast = t, cast
         self._timestep += n
         self._calls += 1
         if self._calls >= _CHUNK:
@@ -687,8 +688,10 @@ class PolicyRunner:
         self._collector.discard_steps()
 
 
-#: `PolicyRunner._act_one`'s "not taken": the general way runs.
-_MISS = object()
+#: `_Hot.reward_type` before its first call.
+_UNSET = object()
+#: `PolicyRunner._act_one`'s "not taken": the general way runs (the policy module's, which compute_single_action reads).
+_MISS = _policy_module.NOT_TAKEN
 #: Calls between two frees of a runner's emitted rows (and the store's block size, in steps per episode).
 _CHUNK = 32
 #: Row counts a runner keeps input arrays for (`_Lane`).
@@ -760,7 +763,7 @@ class _Hot:
     observations, rewards and ends set at each call), the store's slots, and reward arrays for single calls."""
 
     __slots__ = ("keys", "lane", "run", "check", "n", "ids", "data", "zeros", "obs_shape", "r64", "r32",
-                 "state_keys", "extra_keys")
+                 "state_keys", "extra_keys", "reward_type", "cast")
 
     def __init__(self, runner: PolicyRunner, keys: list[Hashable], lane: _Lane) -> None:
         n = len(keys)
@@ -773,6 +776,10 @@ class _Hot:
         self.zeros = runner._zeros[:n]
         self.obs_shape = (n, *runner._obs_shape) if runner._obs_shape is not None else None
         self.r64, self.r32 = np.zeros(1), np.zeros(1, np.float32)
+        # The rewards' dtype type (None: none given) of the last call by the short way, and the reward inputs' cast
+        # then (`_act_hot`: the same dtype again leaves the runner's reward flags as they are).
+        self.reward_type: Any = _UNSET
+        self.cast = False
         cols = runner._columns
         self.state_keys, self.extra_keys = cols.state_keys, cols.extra_keys
         # The checks' common case, where it sets exactly the outputs stored with the next step.
@@ -878,10 +885,7 @@ def implicit_single_action(policy: Policy, obs: Any, reward: Any, episode_start:
         runner = PolicyRunner(policy, max_episodes=1)
         runner._names = _SINGLE
         policy._single_action_runner = runner  # type: ignore[attr-defined]
-    if episode_start is False and timestep is None:
-        out = runner._act_one(obs, 0, reward, explore, True)
-        if out is not _MISS:
-            return out  # type: ignore[no-any-return]
+        policy._single_action_short = runner._act_one  # type: ignore[attr-defined]  # (the policy calls it first)
     return runner.act(obs, 0, reward=reward, episode_start=episode_start, explore=explore, timestep=timestep,
                       full_fetch=True)
 
