@@ -97,7 +97,7 @@ class OutputCheck {
     data[action_.key] = held[0];
     for (std::size_t i = 0; i < states_.size(); ++i) data[states_[i].key] = held[i + 1];
     for (std::size_t i = 0; i < extras_.size(); ++i) data[extras_[i].key] = held[states_.size() + i + 1];
-    return std::move(data);
+    return data;
   }
 
  private:
