@@ -31,6 +31,9 @@ S = gym.spaces
 BOX = S.Box(-1.0, 1.0, (3,), np.float32)
 MODELS = {
     "framestack": ({"num_frames": 4, "hidden": (16,), "prev_rewards": True}, S.Discrete(3)),
+    # (actions from 1: the padding zeros before an episode's first step are outside the space, and the numpy
+    # actor's rows of those come from the model's encoders)
+    "framestack-start": ({"num_frames": 3, "hidden": (16,)}, S.Discrete(3, start=1)),
     "lstm": ({"max_seq_len": 5, "hidden": 16, "cell_size": 16, "prev_reward": True}, S.Discrete(3)),
     "mlp-box": ({"hidden": (16,)}, S.Box(-1.0, 1.0, (2,), np.float32)),
 }
@@ -39,7 +42,7 @@ MODELS = {
 def make_policy(name):
     torch.manual_seed(0)
     model_config, action_space = MODELS[name]
-    model = "mlp" if name == "mlp-box" else name
+    model = {"mlp-box": "mlp", "framestack-start": "framestack"}.get(name, name)
     return tv.PPOPolicy(BOX, action_space, {"model": model, "model_config": model_config})
 
 
