@@ -82,9 +82,12 @@ def read_checked(path: str | Path, limit: int = 1 << 32) -> bytes:
             raise ValueError(f"{p}: entry {bad!r} does not match its crc32: the file is damaged")
         return data
     at = data.find(DIGEST_PREFIX)
-    if at < 0 or data.find(DIGEST_PREFIX, at + 1) >= 0:
-        raise ValueError(f"{p}: not an ONNX file trajview exported (its {DIGEST_KEY!r} entry is "
-                         f"{'there twice' if at >= 0 else 'missing'}); re-export it with `trajview export`")
+    if at < 0:  # (the entry is written in the file's metadata, after the network: a truncated file lacks it)
+        raise ValueError(f"{p}: no {DIGEST_KEY!r} entry: the file is truncated or damaged, or is not an ONNX file "
+                         f"trajview exported; re-export it with `trajview export`")
+    if data.find(DIGEST_PREFIX, at + 1) >= 0:
+        raise ValueError(f"{p}: its {DIGEST_KEY!r} entry is there twice: not an ONNX file trajview exported; "
+                         f"re-export it with `trajview export`")
     start = at + len(DIGEST_PREFIX)
     recorded = data[start:start + 64]
     if hashlib.sha256(data[:start] + b"0" * 64 + data[start + 64:]).hexdigest().encode() != recorded:

@@ -176,8 +176,10 @@ def test_a_policy_reading_what_a_runner_cannot_know_is_refused(tmp_path):
     with pytest.raises(ExportError, match="reads view 'env_id'.*which a runner outside trajview does not know"):
         export_policy(q, tmp_path / "x.pt")
     assert not (tmp_path / "x.pt").exists()
-    with pytest.raises(ExportError, match="--format must be one of torchscript, onnx"):
+    with pytest.raises(ExportError, match="^fmt must be one of torchscript, onnx, got 'tflite'"):
         export_policy(p, tmp_path / "x.pt", "tflite")
+    with pytest.raises(ExportError, match="^--format must be one of torchscript, onnx, got 'tflite'"):
+        export_policy(p, tmp_path / "x.pt", "tflite", cli=True)
 
 
 def test_the_command_exports_a_run_and_the_runner_plays_its_env(tmp_path, capsys):
@@ -226,12 +228,14 @@ def test_an_out_that_cannot_take_the_file_is_refused_before_the_export_naming_ou
     with monkeypatch.context() as m:
         m.setattr(export_mod, "view_spec", no_export)
         missing = tmp_path / "no" / "such" / "policy.pt"
-        refused(missing, f"--out {missing}: its folder {missing.parent} does not exist: create it or give another "
-                         f"--out")
-        refused(tmp_path, f"--out {tmp_path} is a folder: give the file to write")
+        refused(missing, f"path {missing}: its folder {missing.parent} does not exist: create it or give another "
+                         f"path")
+        refused(tmp_path, f"path {tmp_path} is a folder: give the file to write")
         (tmp_path / "f").write_text("x")
-        refused(str(tmp_path / "f" / "p.pt"), f"--out {tmp_path / 'f' / 'p.pt'}: {tmp_path / 'f'} is a file, not a "
+        refused(str(tmp_path / "f" / "p.pt"), f"path {tmp_path / 'f' / 'p.pt'}: {tmp_path / 'f'} is a file, not a "
                                               f"folder")
+        with pytest.raises(ExportError, match="^" + re.escape(f"--out {tmp_path} is a folder")):
+            export_policy(p, tmp_path, cli=True)  # (trajview export's errors name its option)
     assert sorted(x.name for x in tmp_path.iterdir()) == ["f"]
 
     def full_disk(path, data):  # as atomic_write fails: the OSError names its temporary sibling
@@ -240,7 +244,7 @@ def test_an_out_that_cannot_take_the_file_is_refused_before_the_export_naming_ou
     monkeypatch.setattr(export_mod, "atomic_write", full_disk)
     with pytest.raises(ExportError) as e:
         export_policy(p, tmp_path / "p.pt")
-    assert str(e.value) == f"--out {tmp_path / 'p.pt'}: cannot write it: No space left on device"
+    assert str(e.value) == f"path {tmp_path / 'p.pt'}: cannot write it: No space left on device"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("onnx") is None, reason="the export extra (onnx) is not installed")

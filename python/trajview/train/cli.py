@@ -670,7 +670,7 @@ def _export(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else checkpoint_folder(args.run)[1] / (
         "policy.onnx" if args.fmt == "onnx" else "policy.pt")
     try:
-        spec = export_policy(trained.policy, out, args.fmt, algo=trained.algo, env=trained.config.env,
+        spec = export_policy(trained.policy, out, args.fmt, cli=True, algo=trained.algo, env=trained.config.env,
                              model=trained.config.model, iteration=trained.counters["iteration"],
                              env_steps=trained.counters["env_steps"])
     except (ExportError, OSError) as e:

@@ -194,16 +194,18 @@ def example_inputs(spec: Mapping[str, Any], batch: int = 1) -> list[np.ndarray]:
     return out
 
 
-def export_policy(policy: Policy, path: str | os.PathLike[str], fmt: str = "torchscript",
+def export_policy(policy: Policy, path: str | os.PathLike[str], fmt: str = "torchscript", *, cli: bool = False,
                   **about: Any) -> dict[str, Any]:
     """Writes ``policy``'s acting network with its view spec into ``path`` (``fmt``: "torchscript" or "onnx"),
     atomically; returns the spec. ``about``: extra JSON entries of the spec (algo, env, ...). `ExportError`
-    (naming ``--out``) for a ``path`` that is a folder or whose folder is missing, checked before the export
-    runs, or that cannot be written."""
+    (naming ``path``) for a ``path`` that is a folder or whose folder is missing, checked before the export
+    runs, or that cannot be written; and (naming ``fmt``) for a format it does not write. ``cli``: the errors
+    name ``trajview export``'s options (``--out``, ``--format``) instead."""
+    out_name, fmt_name = ("--out", "--format") if cli else ("path", "fmt")
     if fmt not in FORMATS:
-        raise ExportError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        raise ExportError(f"{fmt_name} must be one of {', '.join(FORMATS)}, got {fmt!r}")
     path = Path(path)
-    check_out_path(path)
+    check_out_path(path, out_name)
     spec = view_spec(policy, **about)
     names = [inp["name"] for inp in spec["inputs"]]
     module = _acting_module(policy, names).eval()
@@ -219,34 +221,36 @@ def export_policy(policy: Policy, path: str | os.PathLike[str], fmt: str = "torc
             traced = torch.jit.trace(module, args, check_trace=False, strict=False)
             torch.jit.save(traced, data, _extra_files={SPEC_FILE: text})
         else:
-            data = _onnx_bytes(module, args, spec, text)
+            data = _onnx_bytes(module, args, spec, text, fmt_name)
     module.train(was_training)
     try:
         atomic_write(path, data.getvalue())
     except OSError as e:  # its own message names the temporary file it writes first
-        raise ExportError(f"--out {path}: cannot write it: {e.strerror or type(e).__name__}") from None
+        raise ExportError(f"{out_name} {path}: cannot write it: {e.strerror or type(e).__name__}") from None
     return spec
 
 
-def check_out_path(path: Path) -> None:
-    """`ExportError` naming ``--out`` when ``path`` cannot take the file (checked before any work): a folder, a
-    path whose folder does not exist or is a file, or a folder this process cannot write into."""
+def check_out_path(path: Path, name: str = "--out") -> None:
+    """`ExportError` naming ``name`` (the option or argument that gave ``path``) when ``path`` cannot take the file
+    (checked before any work): a folder, a path whose folder does not exist or is a file, or a folder this process
+    cannot write into."""
     if path.is_dir():
-        raise ExportError(f"--out {path} is a folder: give the file to write")
+        raise ExportError(f"{name} {path} is a folder: give the file to write")
     folder = path.parent
     if not folder.exists():
-        raise ExportError(f"--out {path}: its folder {folder} does not exist: create it or give another --out")
+        raise ExportError(f"{name} {path}: its folder {folder} does not exist: create it or give another {name}")
     if not folder.is_dir():
-        raise ExportError(f"--out {path}: {folder} is a file, not a folder: give a path in an existing folder")
+        raise ExportError(f"{name} {path}: {folder} is a file, not a folder: give a path in an existing folder")
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise ExportError(f"--out {path}: its folder {folder} is not writable by this user: give another --out")
+        raise ExportError(f"{name} {path}: its folder {folder} is not writable by this user: give another {name}")
 
 
-def _onnx_bytes(module: nn.Module, args: tuple[torch.Tensor, ...], spec: Mapping[str, Any], text: str) -> io.BytesIO:
+def _onnx_bytes(module: nn.Module, args: tuple[torch.Tensor, ...], spec: Mapping[str, Any], text: str,
+                fmt_name: str) -> io.BytesIO:
     try:
         import onnx
     except ImportError:
-        raise ExportError(f"--format onnx needs the onnx package: {install_hint('onnx')}") from None
+        raise ExportError(f"{fmt_name} onnx needs the onnx package: {install_hint('onnx')}") from None
     raw = io.BytesIO()
     outputs = [o["name"] for o in spec["outputs"]]
     inputs = [i["name"] for i in spec["inputs"]]
