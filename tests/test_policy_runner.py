@@ -1140,6 +1140,23 @@ def test_a_state_of_the_wrong_shape_or_count_is_named(model):
         p.compute_single_action(np.zeros(3, np.float32), state=[g[None] for g in good], prev_action=0, prev_reward=0.0)
 
 
+@pytest.mark.parametrize("model", ["framestack", "mlp"])
+def test_a_state_given_to_a_policy_without_state_is_refused(model):
+    """Found by a new-user trial: ``state=`` on a policy that keeps none was ignored without a word. ``[]`` (RLlib's
+    state of such a policy) is taken; anything else is named."""
+    p = ppo(model, BOX, S.Discrete(3), **MODELS[model])
+    assert p.get_initial_state() == []
+    obs = np.zeros(3, np.float32)
+    for bad, got in (([np.zeros(4, np.float32)], "1 arrays"), (np.zeros(4), "ndarray")):
+        with pytest.raises(ValueError, match=re.escape(
+                "compute_single_action: this policy keeps no state (get_initial_state() is [], it reads no "
+                f"state_in_i view): state= must be None or [], got {got}")):
+            p.compute_single_action(obs, state=bad, prev_action=0, prev_reward=0.0)
+    if model == "mlp":  # (the frame stack reads views a stateless call must pass: prev_n_obs)
+        action, state_outs, _ = p.compute_single_action(obs, state=[])
+        assert state_outs == [] and 0 <= int(action) < 3
+
+
 def test_bad_observations_and_keys_are_refused_naming_the_call_the_shape_passed_and_the_fix():
     """Found by a new-user trial: a wrong obs shape in ``act_many`` (some episodes running, some new) named a one-row
     slice of it and not the call; a float64 array for a float32 space named no call and no fix; a repeated key
