@@ -339,3 +339,23 @@ def test_resume_with_timesteps_at_or_below_the_runs_count_says_so(tmp_path, caps
         assert err == (f"trajview train: error: --resume --timesteps {t}: the run in {out} already has {steps} env "
                        f"steps (its checkpoint holds iteration {it}); give --timesteps above {steps} to continue it")
     assert (out / "metrics.csv").read_bytes() == before and _ckpt(out)["env_steps"] == steps
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["train", "--checkpoint-interval", "abc"], "trajview train: error: argument --checkpoint-interval: invalid float "
+                                                "value: 'abc' (see trajview train --help)"),
+    (["train", "--lr", "1e-3x"], "trajview train: error: argument --lr: invalid float value: '1e-3x' (see trajview "
+                                 "train --help)"),
+    (["evaluate"], "trajview evaluate: error: the following arguments are required: RUN_OR_CHECKPOINT (see trajview "
+                   "evaluate --help)"),
+    (["bogus"], "trajview: error: argument command: invalid choice: 'bogus' (choose from 'train', 'evaluate', "
+                "'export', 'report') (see trajview --help)"),
+])
+def test_a_bad_option_is_one_line_naming_it(argv, says, capsys):
+    """argparse's own refusals (a value its type cannot read, a missing argument, an unknown command) are one line
+    with exit 2, as trajview's own errors are, not the usage text first (found by a red team)."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.err == says + "\n" and captured.out == ""

@@ -9,7 +9,7 @@ import logging
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .._extras import extra_hint, install_hint
 from ..errors import WorkerError
@@ -103,11 +103,19 @@ ENV_MODULE_SAVED_HELP = ("import MODULE first (repeatable): the run's env module
                          "from a file imports a module")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its errors one line (``trajview train: error: argument --lr: invalid float value: 'abc'``,
+    exit 2) as trajview's own are, where argparse prints its usage text first; ``--help`` prints the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     d = TrainConfig()
     # "%(default).0s" prints nothing: it keeps ArgumentDefaultsHelpFormatter from adding "(default: None)".
     PRESET_HELP = "default: the model's preset (MODEL_PRESETS), else %s%%(default).0s"
-    p = argparse.ArgumentParser(prog="trajview", description="trajview: RL experience collection with trajectory views")
+    p = _Parser(prog="trajview", description="trajview: RL experience collection with trajectory views")
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser(
