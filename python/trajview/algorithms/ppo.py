@@ -192,12 +192,25 @@ class PPOPolicy(TorchPolicy):
         actions = dist.sample() if explore else dist.deterministic()
         return actions, state_outs, {SampleBatch.ACTION_LOGP: dist.logp(actions), SampleBatch.VF_PREDS: value}
 
+    def _act_on_arrays(self, arrays, explore):
+        """The numpy actor's outputs for ``arrays`` (a plain dict of arrays: a compute-actions input dict), read as
+        they are (no tensors in between), where it computes this policy's actions (`numpy_actor`, and no
+        ``action_sampler`` of a subclass or set on the instance, which computes them instead); else None."""
+        if "action_sampler" in self.__dict__ or type(self).action_sampler is not _ACTION_SAMPLER:
+            return None
+        actor = self._mlp_actor
+        if type(actor) is not MLPActor or actor.policy is not self or actor.model is not self.model:
+            actor = self.numpy_actor()  # (`numpy_actor`'s checks, the cheap ones first)
+            if actor is None:
+                return None
+        return actor.act_numpy(arrays, bool(self.config["explore"] if explore is None else explore))
+
     def _reused_inputs(self, inputs):
         """`TorchPolicy._reused_inputs`; where the numpy actor computes the actions (`numpy_actor`), it reads the
-        refilled arrays themselves (no tensors in between), and the torch path's function runs where it does not
+        refilled arrays themselves (`_act_on_arrays`), and the torch path's function runs where it does not
         (any more)."""
         run = super()._reused_inputs(inputs)
-        if run is None or type(self).action_sampler is not PPOPolicy.action_sampler or self.numpy_actor() is None:
+        if run is None or type(self).action_sampler is not _ACTION_SAMPLER or self.numpy_actor() is None:
             return run  # (once torch acts, it does for good: `numpy_actor`)
         return _NumpyActing(self, dict(inputs), run)
 
@@ -340,6 +353,11 @@ class PPOPolicy(TorchPolicy):
 
 
 
+#: `PPOPolicy.action_sampler` as defined here: a subclass's, or one patched onto the class, computes the actions
+#: instead of the numpy actor (`PPOPolicy._act_on_arrays`).
+_ACTION_SAMPLER = PPOPolicy.action_sampler
+
+
 class _NumpyActing:
     """`PPOPolicy._reused_inputs`' function: the numpy actor on the caller's arrays while it acts for the policy, else
     the torch path's function (``run``, which calls ``action_sampler``: also where one is set on the instance)."""
@@ -350,12 +368,5 @@ class _NumpyActing:
         self.policy, self.arrays, self.run = policy, arrays, run
 
     def __call__(self, explore: bool | None, timestep: int | None) -> tuple[Any, list, dict]:
-        policy = self.policy
-        actor = policy._mlp_actor
-        if "action_sampler" in policy.__dict__:  # (one set on the instance: it computes the actions)
-            return self.run(explore, timestep)  # type: ignore[no-any-return]
-        if type(actor) is not MLPActor or actor.policy is not policy or actor.model is not policy.model:
-            actor = policy.numpy_actor()
-            if actor is None:
-                return self.run(explore, timestep)  # type: ignore[no-any-return]
-        return actor.act_numpy(self.arrays, bool(policy.config["explore"] if explore is None else explore))
+        out = self.policy._act_on_arrays(self.arrays, explore)
+        return self.run(explore, timestep) if out is None else out  # type: ignore[no-any-return]

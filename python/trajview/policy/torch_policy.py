@@ -186,12 +186,23 @@ class TorchPolicy(Policy):
     def compute_actions_from_input_dict(
         self, input_dict: Mapping[str, Any], explore: bool | None = None, timestep: int | None = None, **kwargs: Any
     ) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
+        if type(input_dict) is dict and all(type(v) is np.ndarray for v in input_dict.values()):
+            out = self._act_on_arrays(input_dict, explore)  # (a plain dict of arrays: the store's input dict)
+            if out is not None:
+                return out
         tensors = self._to_torch(input_dict)
         try:
             return self._actions_on(tensors, explore)
         finally:
             if type(input_dict) is not dict:  # (a plain dict tracks no reads)
                 self._merge_tracking(input_dict, tensors)
+
+    def _act_on_arrays(
+        self, arrays: dict[str, np.ndarray], explore: bool | None
+    ) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]] | None:
+        """The policy's outputs computed from ``arrays`` (a plain dict of arrays) as they are, where a subclass has
+        such a way (e.g. `PPOPolicy`'s numpy actor); None (here): the tensors' way runs."""
+        return None
 
     def _reused_inputs(
         self, inputs: dict[str, np.ndarray]
