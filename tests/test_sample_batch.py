@@ -607,3 +607,50 @@ def test_concat_multi_agent_segments_zero_copy():
     c = concat_samples([a, b])
     assert c.env_steps() == 8
     assert ptr(c.policy_batches["p0"]["obs"]) == ptr(parent["obs"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.integers(0, 4),
+    seqs=st.sampled_from([None, [1], [2, 1], [0, 3]]),
+    key=st.sampled_from(["obs", "new", "state_in_0", "seq_lens", "a"]),
+    length=st.integers(-1, 1),
+    ndim=st.integers(0, 2),
+    nested_a=st.booleans(),
+)
+def test_setting_a_column_lays_the_batch_out_as_the_general_rule_does(rows, seqs, key, length, ndim, nested_a):
+    """`SampleBatch.__setitem__` skips laying the batch out again for a per-step array of the batch's row count in a
+    batch without sequences: the count, the per-sequence columns, the columns and any error are those of the general
+    rule (`_layout` over every column), whatever the batch and the value."""
+    from trajview.views.layout import _layout, _to_array
+    from trajview.views.nest import leaf_names
+
+    cols = {"obs": np.arange(rows * 2, dtype=np.float32).reshape(rows, 2), "rewards": np.zeros(rows)}
+    if nested_a:
+        cols["a.x"] = np.zeros(rows)
+    if seqs is not None:
+        if sum(seqs) != rows:
+            seqs = [rows]
+        cols["seq_lens"] = np.asarray(seqs, np.int32)
+        cols["state_in_0"] = np.zeros((len(seqs), 3), np.float32)
+    batch = SampleBatch(cols)
+    n = max(batch.count + length, 0) if key != "state_in_0" or seqs is None else max(len(seqs) + length, 0)
+    value = np.ones((n, 2)[:ndim] if ndim else (), np.float32) if ndim != 1 else np.ones(n, np.float32)
+    # The general rule: every column, the new one in place of the old (and of a nested column's leaves).
+    try:
+        arr = _to_array(key, value)
+        old = leaf_names(key, dict.keys(batch))
+        want_cols = {k: v for k, v in dict.items(batch) if k != key and k not in old}
+        want_cols[key] = arr
+        kept = frozenset(k for k, v in dict.items(batch) if k not in batch.seq_keys and want_cols.get(k) is v)
+        want = ("ok", *_layout(want_cols, batch._extra_seq_keys, kept), sorted(want_cols))
+    except (ValueError, TypeError) as e:
+        want = ("error", type(e).__name__, str(e), sorted(dict.keys(batch)))
+    before = sorted(dict.keys(batch))
+    try:
+        batch[key] = value
+        got = ("ok", batch.count, batch.seq_keys, sorted(dict.keys(batch)))
+    except (ValueError, TypeError) as e:
+        got = ("error", type(e).__name__, str(e), sorted(dict.keys(batch)))
+        assert sorted(dict.keys(batch)) == before
+    assert got == want

@@ -315,9 +315,13 @@ class SampleBatch(dict):
             return
         arr = _to_array(key, value)
         old = leaf_names(key, dict.keys(self))  # a nested column replaced by a plain one
-        cols = {k: v for k, v in dict.items(self) if k != key and k not in old}
-        cols[key] = arr
-        self._relayout(cols)  # raises before anything is written
+        if not (type(arr) is np.ndarray and arr.ndim and arr.shape[0] == self.count and key != _c.SEQ_LENS
+                and not dict.__contains__(self, _c.SEQ_LENS)):
+            cols = {k: v for k, v in dict.items(self) if k != key and k not in old}
+            cols[key] = arr
+            self._relayout(cols)  # raises before anything is written
+        # (else: a per-step column of the batch's row count in a batch without sequences, which `_layout` would
+        # take, leaving the count as it is and no per-sequence column: nothing to lay out again)
         if self._tracking and not dict.__contains__(self, key):
             self.added_keys.add(key)
         for k in old:
