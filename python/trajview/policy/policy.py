@@ -215,9 +215,9 @@ class Policy:
             if isinstance(state, (list, tuple)) and not state:
                 return  # (RLlib's state=[] of a policy without state)
             if not any(k.startswith("state_in_") for k in self.view_requirements):
-                got = f"{len(state)} arrays" if isinstance(state, (list, tuple)) else type(state).__name__
+                given = f"{len(state)} arrays" if isinstance(state, (list, tuple)) else type(state).__name__
                 raise ValueError(f"compute_single_action: this policy keeps no state (get_initial_state() is [], it "
-                                 f"reads no state_in_i view): state= must be None or [], got {got}")
+                                 f"reads no state_in_i view): state= must be None or [], got {given}")
             return
         if isinstance(state, (str, bytes)) or not isinstance(state, (list, tuple)):
             raise ValueError(f"compute_single_action: state= must be a list of {len(init)} arrays "
