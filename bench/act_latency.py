@@ -41,6 +41,7 @@ longer too, and the comparison is the one a user's loop sees.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from typing import Any
@@ -188,10 +189,11 @@ PARTS = ("step", "check", "lane")
 def split(model: str, n: int, rounds: int = 5, calls: int = 400) -> dict[str, list[float]]:
     """Per-call seconds of the runner's call and of its parts, each timed inside the call (``time.perf_counter``
     around it), in rounds alternating with the model alone: ``step`` (the store's step, which writes the input dict
-    into the reused arrays), ``check`` (the output checks, `PolicyColumns.check_outputs`), ``lane`` (the policy on
-    the reused arrays, model included: `_Lane.run`); then each of ``check`` and ``lane`` again alone, in a tight
-    loop on one call's outputs / inputs (``check_alone``, ``lane_alone``). The rest of a call is the runner's own
-    Python. A part costs more inside the runner's calls than alone: the other parts' work in between (caches,
+    into the reused arrays), ``check`` (the output checks: the C++ check of the runner's short way, or
+    `PolicyColumns.check_outputs`; both where the C++ one declines), ``lane`` (the policy on the reused arrays,
+    model included: `_Lane.run`, or the short way's function); then each of ``check`` and ``lane`` again alone, in a
+    tight loop on one call's outputs / inputs (``check_alone``, ``lane_alone``). The rest of a call is the runner's
+    own Python. A part costs more inside the runner's calls than alone: the other parts' work in between (caches,
     branch predictors) slows it, and the model too."""
     from trajview.rollout import runner as runner_mod
 
@@ -214,11 +216,21 @@ def split(model: str, n: int, rounds: int = 5, calls: int = 400) -> dict[str, li
         return call
 
     columns = runner._columns
-    check, lane_run = columns.check_outputs, runner_mod._Lane.run
+    check, lane_run, hot_init = columns.check_outputs, runner_mod._Lane.run, runner_mod._Hot.__init__
     step_into = runner._step_into
     runner._step_into = timed(step_into, "step")
     columns.check_outputs = timed(check, "check")
     runner_mod._Lane.run = timed(lane_run, "lane")  # type: ignore[method-assign]
+
+    def timed_hot(hot: Any, *args: Any) -> None:  # the short way's parts (its function: `_Lane.run`'s, or its own)
+        hot_init(hot, *args)
+        if not isinstance(hot.run, functools.partial):  # (a partial of `_Lane.run`, timed above)
+            hot.run = timed(hot.run, "lane")
+        if hot.check is not None:
+            hot.check = timed(hot.check, "check")
+
+    runner_mod._Hot.__init__ = timed_hot  # type: ignore[method-assign]
+    runner._hot = None  # (made again, timed, by the next call)
     try:
         for _ in range(rounds):
             for i in range(calls):
@@ -233,6 +245,8 @@ def split(model: str, n: int, rounds: int = 5, calls: int = 400) -> dict[str, li
         runner._step_into = step_into
         del columns.check_outputs
         runner_mod._Lane.run = lane_run  # type: ignore[method-assign]
+        runner_mod._Hot.__init__ = hot_init  # type: ignore[method-assign]
+        runner._hot = None
     lane = runner._lanes[n]
     outputs = lane.run(None, False, 0)
     for _ in range(rounds):

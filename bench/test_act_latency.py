@@ -58,8 +58,9 @@ def test_the_table_prints(capsys, monkeypatch):
 def test_the_split_times_every_part_and_restores_the_runner(capsys, monkeypatch):
     from trajview.rollout import runner as runner_mod
 
-    lane_run = runner_mod._Lane.run
+    lane_run, hot_init = runner_mod._Lane.run, runner_mod._Hot.__init__
     m = act_latency.split("framestack", 4, rounds=1, calls=5)
+    assert runner_mod._Hot.__init__ is hot_init
     assert all(len(m[k]) == 5 and min(m[k]) > 0 for k in ("runner", "model_only", "step", "check", "lane",
                                                             "check_alone", "lane_alone"))
     # each part lies inside its call
