@@ -377,7 +377,10 @@ class PolicyRunner:
                 type(episode_start) is np.ndarray and episode_start.dtype.type is np.bool_
                 and episode_start.shape == (n,) and not episode_start.any())):
             return _MISS
-        if (episodes if type(episodes) is list else list(episodes)) != hot.keys:
+        try:
+            if (episodes if type(episodes) is list else list(episodes)) != hot.keys:
+                return _MISS
+        except (TypeError, ValueError):  # (a key whose == is not a bool, e.g. holding an array: the general way's)
             return _MISS
         if rewards is None:
             if self._columns.reward_input_keys:
