@@ -9,6 +9,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "scan.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -22,22 +24,6 @@ namespace py = pybind11;
 namespace trajview::bindings {
 
 namespace {
-
-template <class T>
-bool values_nan(const void* data, std::size_t n) {
-  const T* p = static_cast<const T*>(data);
-  unsigned any = 0;  // (no early exit: the loop vectorizes)
-  for (std::size_t i = 0; i < n; ++i) any |= static_cast<unsigned>(!(p[i] == p[i]));
-  return any != 0;
-}
-
-template <class T>
-bool values_outside(const void* data, std::size_t n, std::int64_t lo, std::int64_t hi) {
-  const T* p = static_cast<const T*>(data);
-  unsigned bad = 0;
-  for (std::size_t i = 0; i < n; ++i) bad |= static_cast<unsigned>(p[i] < lo) | static_cast<unsigned>(p[i] > hi);
-  return bad != 0;
-}
 
 // One expected column: its key in the returned dict, the dtype object, the per-row shape, and whether it is
 // scanned for NaN.
@@ -118,8 +104,8 @@ class OutputCheck {
     }
     if (!c.nan) return true;
     const auto size = static_cast<std::size_t>(a.size());
-    if (py::isinstance<py::array_t<float, py::array::c_style>>(h)) return !values_nan<float>(a.data(), size);
-    if (py::isinstance<py::array_t<double, py::array::c_style>>(h)) return !values_nan<double>(a.data(), size);
+    if (py::isinstance<py::array_t<float, py::array::c_style>>(h)) return !holds_nan<float>(a.data(), size);
+    if (py::isinstance<py::array_t<double, py::array::c_style>>(h)) return !holds_nan<double>(a.data(), size);
     return false;  // (another float layout: Python scans it)
   }
 
@@ -129,10 +115,10 @@ class OutputCheck {
     const auto size = static_cast<std::size_t>(a.size());
     const auto [lo, hi] = *bounds_;
     if (py::isinstance<py::array_t<std::int64_t, py::array::c_style>>(h)) {
-      return values_outside<std::int64_t>(a.data(), size, lo, hi);
+      return holds_outside<std::int64_t>(a.data(), size, lo, hi);
     }
     if (py::isinstance<py::array_t<std::int32_t, py::array::c_style>>(h)) {
-      return values_outside<std::int32_t>(a.data(), size, lo, hi);
+      return holds_outside<std::int32_t>(a.data(), size, lo, hi);
     }
     return true;
   }
