@@ -186,7 +186,8 @@ class TorchPolicy(Policy):
     def compute_actions_from_input_dict(
         self, input_dict: Mapping[str, Any], explore: bool | None = None, timestep: int | None = None, **kwargs: Any
     ) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
-        if type(input_dict) is dict and all(type(v) is np.ndarray for v in input_dict.values()):
+        if (type(input_dict) is dict and type(self)._act_on_arrays is not TorchPolicy._act_on_arrays
+                and all(type(v) is np.ndarray for v in input_dict.values())):
             out = self._act_on_arrays(input_dict, explore)  # (a plain dict of arrays: the store's input dict)
             if out is not None:
                 return out

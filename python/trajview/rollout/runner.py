@@ -175,6 +175,11 @@ class PolicyRunner:
         #: _last_keys``) and that call ran on a lane; None where the space or the actions are nested.
         self._hot: _Hot | None = None
         self._hot_ok = self._flat_obs and not self._nested_actions and self._obs_shape is not None
+        #: The short way's output check: the checks' common case (`_core._OutputCheck`), where it sets exactly the
+        #: outputs stored with the next step; and its single calls' reward arrays.
+        outputs = {_ACTIONS, *self._columns.state_keys, *self._columns.extra_keys}
+        self._hot_check = self._columns._fast_check if set(self._pending) == outputs else None
+        self._r64, self._r32 = np.zeros(1), np.zeros(1, np.float32)
         #: Whether every output (the actions, state_out_i, extra fetches) is one number per row (`_single_outputs`).
         self._scalar_rows = not self._nested_actions and all(
             k in specs and tuple(specs[k][1]) == ()
@@ -274,11 +279,7 @@ class PolicyRunner:
             data = self._act_hot(hot, obs[None], None, explore)
         else:
             return _MISS
-        if data is None:
-            return _MISS
-        if self._scalar_rows and full_fetch:  # (`_single_outputs`' common case)
-            return data[_ACTIONS][0], [data[k][0] for k in hot.state_keys], {k: data[k][0] for k in hot.extra_keys}
-        return self._single_outputs(data, None, full_fetch)
+        return _MISS if data is None else self._single_outputs(data, None, full_fetch)
 
     def _single_outputs(self, data: dict[str, Any], actions: Any, full_fetch: bool) -> Any:
         """`act`'s return: copies of row 0 of the checked outputs ``data`` (the arrays the policy returned are stored
@@ -454,11 +455,8 @@ class PolicyRunner:
             slots, inputs = self._store_step(obs_cols, keys, rewards, starts, out)
             c_slots = None if n == self.max_episodes and bool((slots == self._all).all()) else slots
         saw = self._saw_f32, self._saw_other  # (put back when the call fails: it leaves the runner as it was)
-        if rewards is not None and stepped:  # the rewards' dtype, by the adapters' rule (`EnvAdapter.reward_dtype`)
-            if rewards.dtype.type is np.float32 or rewards.dtype.type is np.float16:
-                self._saw_f32 = True
-            else:
-                self._saw_other = True
+        if rewards is not None and stepped:
+            self._saw_f32, self._saw_other = self._reward_flags(rewards.dtype.type)
         try:
             if inputs is None:
                 inputs = coll.input_dict(c_slots, out=out)
@@ -494,10 +492,7 @@ class PolicyRunner:
         self._last_data = {k: data[k] for k in self._pending}
         lane = None if self._lanes is None or not self._hot_ok else self._lanes.get(n)
         self._hot = None if lane is None else _Hot(self, keys, lane)
-        self._timestep += n
-        self._calls += 1
-        if self._calls >= _CHUNK:
-            self._free_rows()
+        self._counted(n)
         return actions, data
 
     def _act_hot(self, hot: _Hot, obs: np.ndarray, rewards: np.ndarray | None, explore: bool | None) -> dict | None:
@@ -509,11 +504,10 @@ class PolicyRunner:
         saw = self._saw_f32, self._saw_other
         t = None if rewards is None else rewards.dtype.type
         if t is hot.reward_type:  # (the rewards' dtype of the last call this way: the flags stay as they are)
-            cast = hot.cast
-        elif t is None:
-            cast = saw[0] and not saw[1]
-        else:  # the rewards' dtype, by the adapters' rule (`EnvAdapter.reward_dtype`)
-            cast = (t is np.float32 or t is np.float16) and not saw[1]
+            flags, cast = None, hot.cast
+        else:
+            flags = self._reward_flags(t)
+            cast = flags[0] and not flags[1]
         lane = hot.lane
         if not lane.usable(self.policy, cast):
             return None
@@ -521,11 +515,8 @@ class PolicyRunner:
         data[_OBS] = obs
         data[_REWARDS] = hot.zeros if rewards is None else rewards
         self._step_into(data, hot.ids, lane.out)  # (the store writes nothing when it refuses a step)
-        if t is not hot.reward_type and t is not None:
-            if t is np.float32 or t is np.float16:
-                self._saw_f32 = True
-            else:
-                self._saw_other = True
+        if flags is not None:
+            self._saw_f32, self._saw_other = flags
         try:
             actions, state_outs, extra = hot.run(self.explore if explore is None else explore, self._timestep)
             # The outputs are stored with the episodes' next step: set in the step's data by the checks' common case
@@ -542,11 +533,25 @@ class PolicyRunner:
             self._fail(hot.keys, e)
             raise
         hot.reward_type, hot.cast = t, cast
+        self._counted(n)
+        return out
+
+    def _reward_flags(self, t: Any) -> tuple[bool, bool]:
+        """The reward flags (``_saw_f32``, ``_saw_other``) after a step's rewards of dtype type ``t`` (None: none
+        given, the flags as they are): the adapters' rule (`EnvAdapter.reward_dtype`), by which reward inputs are
+        float32 where every reward given was float32 (or float16)."""
+        if t is None:
+            return self._saw_f32, self._saw_other
+        if t is np.float32 or t is np.float16:
+            return True, self._saw_other
+        return self._saw_f32, True
+
+    def _counted(self, n: int) -> None:
+        """A call of ``n`` episodes done: the timestep on, and every `_CHUNK` calls the store's steps dropped."""
         self._timestep += n
         self._calls += 1
         if self._calls >= _CHUNK:
             self._free_rows()
-        return out
 
     def _add_lane(self, n: int, gathered: dict[str, np.ndarray], cast: bool) -> None:
         """Input arrays for the next calls of ``n`` rows, shaped as ``gathered`` (a call's input dict from the store),
@@ -766,7 +771,7 @@ class _Hot:
     observations, rewards and ends set at each call), the store's slots, and reward arrays for single calls."""
 
     __slots__ = ("keys", "lane", "run", "check", "n", "ids", "data", "zeros", "obs_shape", "r64", "r32",
-                 "state_keys", "extra_keys", "reward_type", "cast")
+                 "reward_type", "cast")
 
     def __init__(self, runner: PolicyRunner, keys: list[Hashable], lane: _Lane) -> None:
         n = len(keys)
@@ -778,16 +783,12 @@ class _Hot:
                                                               else runner._false[:n])
         self.zeros = runner._zeros[:n]
         self.obs_shape = (n, *runner._obs_shape) if runner._obs_shape is not None else None
-        self.r64, self.r32 = np.zeros(1), np.zeros(1, np.float32)
+        self.r64, self.r32 = runner._r64, runner._r32
         # The rewards' dtype type (None: none given) of the last call by the short way, and the reward inputs' cast
         # then (`_act_hot`: the same dtype again leaves the runner's reward flags as they are).
         self.reward_type: Any = _UNSET
         self.cast = False
-        cols = runner._columns
-        self.state_keys, self.extra_keys = cols.state_keys, cols.extra_keys
-        # The checks' common case, where it sets exactly the outputs stored with the next step.
-        outputs = {_ACTIONS, *cols.state_keys, *cols.extra_keys}
-        self.check = cols._fast_check if set(runner._pending) == outputs else None
+        self.check = runner._hot_check
 
 
 def _same_key(key: Any, known: Hashable) -> bool:
