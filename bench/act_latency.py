@@ -159,7 +159,8 @@ def measure(model: str, n: int, rounds: int = 5, calls: int = 400, env_step: boo
             interleave: bool = False) -> dict[str, list[float]]:
     """Per-call seconds of ``runner`` / ``policy`` / ``model_only`` calls: ``rounds`` of ``calls`` calls each, each
     round ``calls`` calls of one variant, then of the next; with ``interleave``, the three variants in turn call by
-    call (runner, policy, model, runner, ...). With ``env_step``, an untimed step of ``n`` envs before each call.
+    call, the order turned by one at each call (runner, policy, model; policy, model, runner; model, runner,
+    policy; ...). With ``env_step``, an untimed step of ``n`` envs before each call.
 
     Interleaved, each variant's calls are spread over the same stretch of time, so a machine whose speed drifts (a
     shared VM: the model alone took 190 to 340 us a call within minutes) slows all three alike, and the model alone
@@ -169,7 +170,11 @@ def measure(model: str, n: int, rounds: int = 5, calls: int = 400, env_step: boo
     fns = {"runner": case.act, "policy": case.policy_call, "model_only": case.model_call}
     between = env_stepper(n) if env_step else None
     clock = time.perf_counter
-    order = ([(name, i) for i in range(calls) for name in fns] if interleave
+    names = list(fns)
+    # Interleaved, the order turns by one at every call (runner, policy, model; policy, model, runner; ...): each
+    # variant follows each other one as often. In a fixed order the model alone always ran right after the policy's
+    # call, which for a numpy actor computes the same thing: it found its code warm, the runner never did.
+    order = ([(name, i) for i in range(calls) for name in names[i % 3:] + names[:i % 3]] if interleave
              else [(name, i) for name in fns for i in range(calls)])
     for _ in range(rounds):
         for name, i in order:
