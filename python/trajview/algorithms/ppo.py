@@ -198,11 +198,9 @@ class PPOPolicy(TorchPolicy):
         ``action_sampler`` of a subclass or set on the instance, which computes them instead); else None."""
         if "action_sampler" in self.__dict__ or type(self).action_sampler is not _ACTION_SAMPLER:
             return None
-        actor = self._mlp_actor
-        if type(actor) is not MLPActor or actor.policy is not self or actor.model is not self.model:
-            actor = self.numpy_actor()  # (`numpy_actor`'s checks, the cheap ones first)
-            if actor is None:
-                return None
+        actor = self.numpy_actor()
+        if actor is None:
+            return None
         return actor.act_numpy(arrays, bool(self.config["explore"] if explore is None else explore))
 
     def _reused_inputs(self, inputs):
