@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Sets up what trajview's tests need on a fresh Debian machine and runs them all:
-# the GoogleTest suite (plain, then under ASan/UBSan), then pytest (tests/ and a
-# quick pass over bench/) against the wheel installed into a fresh virtualenv and, side by side with it, pytest
-# over tests/ again against an ASan/UBSan build of the extension (the tests marked `timing` after both), then
-# mypy over python/trajview ([tool.mypy] in pyproject.toml), mypy --strict over examples/, the import contracts
-# (lint-imports), then the docs: built strictly (mkdocs, warnings are errors) and the built site checked once in
-# headless Chromium (scripts/check_docs_site.py: the index renders, search works, no broken internal links).
+# the GoogleTest suite (plain, then under ASan/UBSan), then pytest (tests/ and a quick pass over bench/) against the
+# wheel installed into a fresh virtualenv and pytest over tests/ again against an ASan/UBSan build of the extension
+# (at once, by priority: see below), mypy over python/trajview ([tool.mypy] in pyproject.toml), mypy --strict over
+# examples/, the import contracts (lint-imports), then the docs: built strictly (mkdocs, warnings are errors) and the
+# built site checked once in headless Chromium (scripts/check_docs_site.py: the index renders, search works, no
+# broken internal links).
 # Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -81,11 +81,15 @@ assert "site-packages" in trajview.__file__, f"tests must run against the instal
 print("testing", trajview.__file__)
 PY
 
-# Three pytest passes run at once: the tests whose outcome depends on wall-clock limits (marker `timing`) and the
-# Ray tests, against the wheel then against the ASan/UBSan build, at normal priority; beside them, at the lowest
-# priority (nice 19), the rest against the wheel and the rest against the ASan/UBSan build. The kernel gives the
-# timing tests the cores whenever they want them (a nice-19 process gets about 1/70 of a core that a nice-0 one
-# wants), so the other passes' load cannot trip their limits, and no core idles while anything is left to run.
+# pytest runs in three passes against the wheel and the ASan/UBSan build of the extension: the tests whose outcome
+# depends on wall-clock limits (marker `timing`: sample timeouts, deadlines for processes to stop or answer) and the
+# Ray tests against the wheel, at normal priority; beside them, the rest against the ASan/UBSan build at nice 10, and
+# the rest against the wheel, then mypy and the import contracts, at nice 19. The kernel gives the cores to the
+# lowest nice value that wants them (a nice-19 process gets about 1/70 of a core a nice-0 one wants, a nice-10 one
+# about 1/10), so the timing tests get the cores when they need them, the longest pass (ASan's) comes next, and no
+# core idles while anything is left. The timing tests against the ASan/UBSan build run last, alone: under the ASan
+# runtime, worker processes are slow enough that even nice-19 load changes which of two async workers answers
+# first (seen: tests/test_train_parallel.py::test_async_runs_of_a_seed_learn_alike).
 phase "pytest: the ASan/UBSan package (the asan build's _core beside python/trajview)"
 # The extension built with -fsanitize=address,undefined; python itself is not instrumented, so the ASan runtime
 # (and libstdc++, for its __cxa_throw interceptor) is preloaded.
@@ -116,53 +120,41 @@ asan_failed() {
   cat build/asan-log/* 2>/dev/null || true
   exit 1
 }
+checks() {  # mypy (python/trajview, then --strict over examples/: users' code, no casts for worker.sample()), the
+  # import contracts (layers, no cycles, torch optional); each with a cache of its own
+  echo "-- mypy:" && python -m mypy --cache-dir .mypy_cache/trajview &&  # [tool.mypy] in pyproject.toml
+    echo "-- mypy --strict examples:" && python -m mypy --strict --cache-dir .mypy_cache/examples examples &&
+    echo "-- import contracts:" && lint-imports  # [tool.importlinter] in pyproject.toml
+}
 
-phase "pytest: three passes at once (the rest, against the wheel and the ASan/UBSan build, at nice 19: their logs build/plain-pytest.log, build/asan-pytest.log, shown after)"
+phase "pytest: the timing and Ray tests against the wheel; beside them, at nice 10 and 19, the rest (build/asan-pytest.log; build/plain-pytest.log, then mypy and the import contracts: shown after)"
 # One torch/OpenMP thread per background pass; each lowers its own priority (renice), which its processes inherit.
-(renice -n 19 -p "$BASHPID" >/dev/null && OMP_NUM_THREADS=1 plain_pytest -m "not timing and not ray") \
-  >build/plain-pytest.log 2>&1 &
-plain_pid=$!
-(renice -n 19 -p "$BASHPID" >/dev/null && OMP_NUM_THREADS=1 asan_pytest tests -m "not timing and not ray and not scale") \
+(renice -n 10 -p "$BASHPID" >/dev/null && OMP_NUM_THREADS=1 asan_pytest tests -m "not timing and not ray and not scale") \
   >build/asan-pytest.log 2>&1 &
 asan_pid=$!
-# The script stopped early (a failure, Ctrl-C): the background passes' pytest stop too (they ignore SIGINT, as a
-# background job of a script does).
+(renice -n 19 -p "$BASHPID" >/dev/null && OMP_NUM_THREADS=1 plain_pytest -m "not timing and not ray" && checks) \
+  >build/plain-pytest.log 2>&1 &
+plain_pid=$!
+# The script stopped early (a failure, Ctrl-C): the background passes stop too (they ignore SIGINT, as a background
+# job of a script does).
 trap 'pkill -TERM -P "$plain_pid" 2>/dev/null; pkill -TERM -P "$asan_pid" 2>/dev/null; kill "$plain_pid" "$asan_pid" 2>/dev/null || true' EXIT
 timing_rc=0
-phase "pytest: the timing and Ray tests against the wheel"
 plain_pytest -m "timing or ray" || timing_rc=$?
-asan_timing_rc=0
-if ((timing_rc == 0)); then
-  phase "pytest: the timing tests against the ASan/UBSan build"
-  asan_pytest tests -m "timing and not ray" || asan_timing_rc=$?
-fi
 plain_rc=0
 wait "$plain_pid" || plain_rc=$?
 asan_rc=0
 wait "$asan_pid" || asan_rc=$?
 trap - EXIT
-phase "pytest against the wheel, the rest (beside the ones above)"
+phase "pytest against the wheel, the rest, then mypy and the import contracts (beside the ones above)"
 cat build/plain-pytest.log
 phase "pytest against the ASan/UBSan build, the rest (beside the ones above)"
 cat build/asan-pytest.log
 ((timing_rc == 0)) || exit "$timing_rc"
 ((plain_rc == 0)) || exit "$plain_rc"
-((asan_rc == 0 && asan_timing_rc == 0)) || asan_failed
+((asan_rc == 0)) || asan_failed
 
-# The two mypy runs are one process each (one core): side by side, each with a cache of its own.
-phase "mypy, and mypy --strict over examples/ (users' code: no casts for worker.sample()), side by side"
-python -m mypy --strict --cache-dir .mypy_cache/examples examples >build/mypy-examples.log 2>&1 &
-examples_pid=$!
-mypy_rc=0
-python -m mypy --cache-dir .mypy_cache/trajview || mypy_rc=$?  # [tool.mypy] in pyproject.toml: python/trajview
-examples_rc=0
-wait "$examples_pid" || examples_rc=$?
-echo "-- mypy --strict examples:"
-cat build/mypy-examples.log
-((mypy_rc == 0 && examples_rc == 0)) || exit 1
-
-phase "import contracts (layers, no cycles, torch optional)"
-lint-imports  # [tool.importlinter] in pyproject.toml
+phase "pytest: the timing tests against the ASan/UBSan build (alone)"
+asan_pytest tests -m "timing and not ray" || asan_failed
 
 phase "docs: strict build, then the site in headless Chromium"
 bash scripts/docs.sh --check
