@@ -133,16 +133,6 @@ if ((plain_rc == 0)); then
   phase "pytest against the ASan/UBSan build, its late files (${ASAN_LATE[*]}), beside the rest of it"
   OMP_NUM_THREADS=1 asan_pytest "${ASAN_LATE[@]}" -m "$ASAN_SIDE" || late_rc=$?
 fi
-checks_rc=0
-if ((plain_rc == 0 && late_rc == 0)); then
-  # mypy, mypy --strict over examples/ (users' code: no casts for worker.sample()) and the import contracts, on this
-  # core while the ASan pass finishes on the other (build/checks.log, shown after)
-  phase "mypy, mypy --strict over examples/, the import contracts, beside the rest of the ASan pass"
-  (python -m mypy --cache-dir .mypy_cache/trajview &&  # [tool.mypy] in pyproject.toml: python/trajview
-    echo "-- mypy --strict examples:" && python -m mypy --strict --cache-dir .mypy_cache/examples examples &&
-    echo "-- import contracts (layers, no cycles, torch optional):" && lint-imports  # [tool.importlinter]
-  ) >build/checks.log 2>&1 || checks_rc=$?
-fi
 asan_rc=0
 wait "$asan_pid" || asan_rc=$?
 trap - EXIT
@@ -150,15 +140,27 @@ phase "pytest against the ASan/UBSan build (side by side with the ones above)"
 cat build/asan-pytest.log
 ((plain_rc == 0)) || exit "$plain_rc"
 ((asan_rc == 0 && late_rc == 0)) || asan_failed
-echo "-- mypy (beside the ASan pass):"
-cat build/checks.log
-((checks_rc == 0)) || exit 1
 
 phase "pytest: the timing and Ray tests against the wheel"
 plain_pytest -m "timing or ray"
 
 phase "pytest: the timing tests against the ASan/UBSan build"
 asan_pytest tests -m "timing and not ray" || asan_failed
+
+# The two mypy runs are one process each (one core): side by side, each with a cache of its own.
+phase "mypy, and mypy --strict over examples/ (users' code: no casts for worker.sample()), side by side"
+python -m mypy --strict --cache-dir .mypy_cache/examples examples >build/mypy-examples.log 2>&1 &
+examples_pid=$!
+mypy_rc=0
+python -m mypy --cache-dir .mypy_cache/trajview || mypy_rc=$?  # [tool.mypy] in pyproject.toml: python/trajview
+examples_rc=0
+wait "$examples_pid" || examples_rc=$?
+echo "-- mypy --strict examples:"
+cat build/mypy-examples.log
+((mypy_rc == 0 && examples_rc == 0)) || exit 1
+
+phase "import contracts (layers, no cycles, torch optional)"
+lint-imports  # [tool.importlinter] in pyproject.toml
 
 phase "docs: strict build, then the site in headless Chromium"
 bash scripts/docs.sh --check
