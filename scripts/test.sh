@@ -41,10 +41,10 @@ if python -m pip install -q uv >/dev/null 2>&1; then
 else
   install() { python -m pip install -q "$@"; }
 fi
-# The C++ test suites need nothing from Python but CMake, Ninja and pybind11 (requirements-dev.txt's pins): they
-# build, plain then under ASan/UBSan, while the rest of the environment installs (build/cpp-build.log, shown after).
-# The ASan/UBSan build also builds the Python module (`_core`) that pytest's ASan pass imports, with warnings as
-# errors (the wheel's build takes no -Werror).
+# The C++ test suites need nothing from Python but CMake and Ninja (requirements-dev.txt's pins): they build, plain
+# then under ASan/UBSan, while the rest of the environment installs (build/cpp-build.log, shown after). The ASan/UBSan
+# build also builds the Python module (`_core`) that pytest's ASan pass imports, with warnings as errors (the wheel's
+# build takes no -Werror): that needs pybind11, installed with them.
 # shellcheck disable=SC2046
 install $(grep -E '^(cmake|ninja|pybind11)([^a-z_-]|$)' requirements-dev.txt | sed 's/#.*//')
 mkdir -p build
