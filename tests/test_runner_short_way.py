@@ -338,3 +338,49 @@ def test_the_numpy_actor_on_arrays_gives_the_tensor_facing_actors_values_and_dra
     assert sorted(e_np) == sorted(e_t)
     for k in e_np:
         np.testing.assert_array_equal(e_np[k], e_t[k].numpy())
+
+
+def test_a_runner_follows_what_the_numpy_actor_decision_reads_after_its_first_call():
+    """The runner's lane calls the numpy actor at once while nothing `PPOPolicy._act_on_arrays` reads has changed;
+    an ``action_sampler`` set on the policy, or a new model (a new actor), is what computes the next action."""
+    policy = make_policy("framestack")
+    runner = tv.PolicyRunner(policy, max_episodes=2, explore=False)
+    rng = np.random.default_rng(0)
+
+    def obs():
+        return rng.uniform(-1, 1, (2, 3)).astype(np.float32)
+
+    runner.act_many(obs(), [0, 1], rewards=np.zeros(2))
+    runner.act_many(obs(), [0, 1], rewards=np.zeros(2))
+    first = policy.numpy_actor()
+    assert first is not None and runner._hot is not None
+    seen = []
+    inner = policy.action_sampler
+
+    def recording(tensors, explore):
+        seen.append(dict.copy(tensors))
+        return inner(tensors, explore)
+
+    policy.action_sampler = recording
+    runner.act_many(obs(), [0, 1], rewards=np.zeros(2))
+    assert len(seen) == 1  # (the torch path, through the instance's action_sampler)
+    del policy.action_sampler
+    runner.act_many(obs(), [0, 1], rewards=np.zeros(2))
+    assert len(seen) == 1
+    # A new model: a new actor (`numpy_actor`), whose actions the runner's next call returns.
+    torch.manual_seed(1)
+    policy.model = make_policy("framestack").model
+    x = obs()
+    expected_inputs = {}
+    real = type(first).act_numpy
+
+    def spy(actor, d, explore):
+        expected_inputs["actor"] = actor
+        return real(actor, d, explore)
+
+    type(first).act_numpy = spy
+    try:
+        runner.act_many(x, [0, 1], rewards=np.zeros(2))
+    finally:
+        type(first).act_numpy = real
+    assert expected_inputs["actor"] is policy.numpy_actor() and expected_inputs["actor"] is not first

@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from . import _core
+
 
 def positive_int(name: str, value: Any) -> int:
     """``value`` as an int, if it is an int >= 1 (bools are not ints here)."""
@@ -86,7 +88,8 @@ MAX_EXACT_INT = 2**53
 def check_reward_array(arr: np.ndarray, shape: tuple[int, ...], who: str, rows: str = "rows", hint: str = "") -> None:
     """A ValueError unless ``arr`` holds real rewards of ``shape``: an int or float dtype (not bool, object, string,
     complex), ints float64 holds exactly, no NaN. ``who`` (``"the VectorEnv returned"``) and ``rows`` (what an
-    index of ``arr`` is) name the source; ``hint`` follows the NaN message."""
+    index of ``arr`` is) name the source; ``hint`` follows the NaN message. (The NaN scan: one C++ pass,
+    `_core.any_nan`, numpy's where that declines: a float16 or strided array.)"""
     if arr.shape != shape or arr.dtype.kind not in "iuf":
         raise ValueError(
             f"column 'rewards': {who} rewards of dtype {arr.dtype} and shape {arr.shape}, "
@@ -97,7 +100,7 @@ def check_reward_array(arr: np.ndarray, shape: tuple[int, ...], who: str, rows: 
             f"column 'rewards': {who} int rewards up to {int(np.abs(arr).max())}, which float64 "
             f"cannot hold exactly (expected |reward| <= 2**53)"
         )
-    if arr.dtype.kind == "f" and np.isnan(arr).any():
+    if arr.dtype.kind == "f" and (nan := _core.any_nan([arr])) is not False and (nan or np.isnan(arr).any()):
         raise ValueError(
             f"column 'rewards': {who} NaN rewards for {rows} {np.flatnonzero(np.isnan(arr).reshape(-1)).tolist()}"
             f"{hint}, expected real numbers"

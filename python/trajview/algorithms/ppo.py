@@ -358,13 +358,24 @@ _ACTION_SAMPLER = PPOPolicy.action_sampler
 
 class _NumpyActing:
     """`PPOPolicy._reused_inputs`' function: the numpy actor on the caller's arrays while it acts for the policy, else
-    the torch path's function (``run``, which calls ``action_sampler``: also where one is set on the instance)."""
+    the torch path's function (``run``, which calls ``action_sampler``: also where one is set on the instance).
 
-    __slots__ = ("policy", "arrays", "run")
+    A call where nothing `PPOPolicy._act_on_arrays` reads has changed since the first (the policy's actor, its model,
+    its ``action_sampler``) calls that actor at once, as `_act_on_arrays` would (a call outside a worker is a few
+    attribute reads over the model's own time: issue 26); any other asks `_act_on_arrays`."""
+
+    __slots__ = ("policy", "arrays", "run", "actor", "model")
 
     def __init__(self, policy: PPOPolicy, arrays: dict[str, Any], run: Any) -> None:
         self.policy, self.arrays, self.run = policy, arrays, run
+        self.actor = policy.numpy_actor()
+        self.model = policy.model
 
     def __call__(self, explore: bool | None, timestep: int | None) -> tuple[Any, list, dict]:
-        out = self.policy._act_on_arrays(self.arrays, explore)
+        policy, actor = self.policy, self.actor
+        if (policy._mlp_actor is actor and policy.model is self.model  # (the actor made for this policy and model)
+                and "action_sampler" not in policy.__dict__ and type(policy).action_sampler is _ACTION_SAMPLER):
+            return actor.act_numpy(self.arrays,  # type: ignore[union-attr]
+                                   bool(policy.config["explore"] if explore is None else explore))
+        out = policy._act_on_arrays(self.arrays, explore)
         return self.run(explore, timestep) if out is None else out  # type: ignore[no-any-return]

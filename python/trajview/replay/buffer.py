@@ -247,8 +247,8 @@ class ReplayBuffer:
             if t.shape != (n,) or not np.issubdtype(t.dtype, np.integer):
                 raise ValueError(f"column 't' must be a 1-D int array of {n} rows, got shape {t.shape} dtype {t.dtype}")
         r = data.get("rewards")
-        if r is not None and _core.any_nan([r]) is not False:  # (the worker's and the runner's rule; one C++ scan
-            check_reward_array(r, r.shape, "add got")            # answers for float rewards without NaN)
+        if r is not None:
+            check_reward_array(r, r.shape, "add got")  # (the worker's and the runner's rule)
         uses_key = tk.uses_traj_key(batch, s.traj_key)
         if t is not None:
             tk.check_steps(keys, t, done, s.traj_key or "eps_id")

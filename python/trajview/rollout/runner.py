@@ -180,6 +180,8 @@ class PolicyRunner:
         outputs = {_ACTIONS, *self._columns.state_keys, *self._columns.extra_keys}
         self._hot_check = self._columns._fast_check if set(self._pending) == outputs else None
         self._r64, self._r32 = np.zeros(1), np.zeros(1, np.float32)
+        #: The output keys besides the actions, as tuples (`_single_outputs`, which reads them at every call).
+        self._state_keys, self._extra_keys = tuple(self._columns.state_keys), tuple(self._columns.extra_keys)
         #: Whether every output (the actions, state_out_i, extra fetches) is one number per row (`_single_outputs`).
         self._scalar_rows = not self._nested_actions and all(
             k in specs and tuple(specs[k][1]) == ()
@@ -266,7 +268,8 @@ class PolicyRunner:
         hot = self._hot
         if (hot is None or hot.keys is not self._last_keys or hot.n != 1 or type(obs) is not np.ndarray
                 or obs.dtype is not self._obs_dtype or obs.shape != self._obs_shape
-                or not (explore is None or type(explore) is bool) or not _same_key(episode, hot.keys[0])):
+                or not (explore is None or type(explore) is bool)
+                or (episode is not hot.key and not _same_key(episode, hot.key))):
             return _MISS
         rt = type(reward)
         if rt is float or rt is np.float64 or rt is np.float32:
@@ -284,12 +287,18 @@ class PolicyRunner:
     def _single_outputs(self, data: dict[str, Any], actions: Any, full_fetch: bool) -> Any:
         """`act`'s return: copies of row 0 of the checked outputs ``data`` (the arrays the policy returned are stored
         with the episode's next step); a nested action from ``actions``, as the policy returned them."""
-        cols = self._columns
         if self._scalar_rows:  # (each output a number per row: row 0 is a numpy scalar, immutable)
-            action = data[SampleBatch.ACTIONS][0]
+            action = data[_ACTIONS][0]
             if not full_fetch:
                 return action
-            return action, [data[k][0] for k in cols.state_keys], {k: data[k][0] for k in cols.extra_keys}
+            states = []
+            for k in self._state_keys:
+                states.append(data[k][0])
+            extra = {}
+            for k in self._extra_keys:
+                extra[k] = data[k][0]
+            return action, states, extra
+        cols = self._columns
         action = _copied(_first_row(actions)) if self._nested_actions else _row(data[SampleBatch.ACTIONS])
         if not full_fetch:
             return action
@@ -501,7 +510,6 @@ class PolicyRunner:
         real rewards (or none, the policy not reading them), a lane usable. Returns the checked outputs, or None
         (nothing changed) where the lane is not usable: the general way then runs."""
         n = hot.n
-        saw = self._saw_f32, self._saw_other
         t = None if rewards is None else rewards.dtype.type
         if t is hot.reward_type:  # (the rewards' dtype of the last call this way: the flags stay as they are)
             flags, cast = None, hot.cast
@@ -515,7 +523,9 @@ class PolicyRunner:
         data[_OBS] = obs
         data[_REWARDS] = hot.zeros if rewards is None else rewards
         self._step_into(data, hot.ids, lane.out)  # (the store writes nothing when it refuses a step)
+        saw = None  # (the reward flags before this call, where it changes them: put back when it fails)
         if flags is not None:
+            saw = self._saw_f32, self._saw_other
             self._saw_f32, self._saw_other = flags
         try:
             actions, state_outs, extra = hot.run(self.explore if explore is None else explore, self._timestep)
@@ -528,7 +538,8 @@ class PolicyRunner:
                     data[k] = out[k]
         except BaseException as e:
             self._last_keys = None
-            self._saw_f32, self._saw_other = saw
+            if saw is not None:
+                self._saw_f32, self._saw_other = saw
             PolicyColumns.note_nan_inputs(e, lane.fed)
             self._fail(hot.keys, e)
             raise
@@ -770,12 +781,13 @@ class _Hot:
     ``lane``: the store's step data (the runner's ``_last_data``, the outputs stored with the next step, plus the
     observations, rewards and ends set at each call), the store's slots, and reward arrays for single calls."""
 
-    __slots__ = ("keys", "lane", "run", "check", "n", "ids", "data", "zeros", "obs_shape", "r64", "r32",
+    __slots__ = ("keys", "key", "lane", "run", "check", "n", "ids", "data", "zeros", "obs_shape", "r64", "r32",
                  "reward_type", "cast")
 
     def __init__(self, runner: PolicyRunner, keys: list[Hashable], lane: _Lane) -> None:
         n = len(keys)
         self.keys, self.lane, self.n, self.ids = keys, lane, n, runner._last_ids
+        self.key = keys[0]  # (`_act_one`'s episode, where n is 1)
         # `_Lane.run` for the default agent_index; the policy's function itself where the lane adds nothing to it.
         self.run = lane.run_as_is() or functools.partial(lane.run, None)
         self.data = runner._last_data
