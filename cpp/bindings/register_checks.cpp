@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "fastcall.h"
 #include "scan.h"
 
 #include <cstddef>
@@ -130,6 +131,16 @@ class OutputCheck {
   std::vector<Column> extras_;
 };
 
+// `OutputCheck::check(actions, state_outs, extra, n[, into])` as a plain function (fastcall.h): the check of every
+// call's outputs.
+py::object check_fast(OutputCheck& check, PyObject* const* args, Py_ssize_t nargs) {
+  expect_args(nargs, 4, 5, "_OutputCheck");
+  const Py_ssize_t n = PyLong_AsSsize_t(args[3]);
+  if (n == -1 && PyErr_Occurred()) throw py::error_already_set();
+  return check.check(args[0], args[1], args[2], n, nargs == 5 ? py::reinterpret_borrow<py::object>(args[4]) : py::none());
+}
+constexpr char kCheckName[] = "_OutputCheck";
+
 }  // namespace
 
 void register_checks(py::module_& m) {
@@ -144,7 +155,10 @@ void register_checks(py::module_& m) {
            py::arg("n"), py::arg("into") = py::none(),
            "The step's columns as a dict if the outputs are exactly as expected for n rows (ndarrays of the dtypes "
            "and shapes expected, no NaN where scanned, actions inside the bounds), else None (check them in Python). "
-           "With into (a dict), the columns are set in it and it is returned (nothing is set where None is).");
+           "With into (a dict), the columns are set in it and it is returned (nothing is set where None is).")
+      .def("_fast", [](const py::object& self) { return fast_method<OutputCheck, &check_fast, kCheckName>(self); },
+           "__call__ as a plain function of positional arguments (actions, state_outs, extra, n[, into]): for a "
+           "caller checking every call's outputs");
 }
 
 }  // namespace trajview::bindings

@@ -21,6 +21,7 @@
 
 #include "trajview/store.h"
 #include "convert.h"
+#include "fastcall.h"
 
 namespace py = pybind11;
 
@@ -530,6 +531,14 @@ class PyStore {
   std::int64_t slots_per_env_ = 1;  // env_id = slot / slots_per_env_ (StoreOptions)
 };
 
+// `PyStore::step(data, env_ids, out)` as a plain function (fastcall.h): the runner's per-call step.
+py::object step_fast(PyStore& store, PyObject* const* args, Py_ssize_t nargs) {
+  expect_args(nargs, 3, 3, "step");
+  return store.step(py::reinterpret_borrow<py::object>(args[0]), py::reinterpret_borrow<py::object>(args[1]),
+                    py::reinterpret_borrow<py::object>(args[2]));
+}
+constexpr char kStepName[] = "step";
+
 }  // namespace
 
 void register_store(py::module_& m) {
@@ -543,6 +552,8 @@ void register_store(py::module_& m) {
       .def("add_step", &PyStore::add_step, py::arg("data"), py::arg("env_ids") = py::none())
       .def("input_dict", &PyStore::input_dict, py::arg("env_ids") = py::none(), py::arg("out") = py::none())
       .def("step", &PyStore::step, py::arg("data"), py::arg("env_ids") = py::none(), py::arg("out") = py::none())
+      .def("_fast_step", [](const py::object& self) { return fast_method<PyStore, &step_fast, kStepName>(self); },
+           "step(data, env_ids, out) as a plain function of the three (positional): for a caller stepping every call")
       .def("end_episodes", &PyStore::end_episodes, py::arg("env_ids"))
       .def("build_batch", &PyStore::build_batch, py::arg("complete_only"), py::arg("hold") = py::none())
       .def("discard_steps", &PyStore::discard_steps)

@@ -1,6 +1,6 @@
 """Type stubs of trajview's compiled core (private; use trajview.Collector)."""
 
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -40,8 +40,10 @@ class _OutputCheck:
         states: list[tuple[str, np.dtype, tuple[int, ...], bool]],
         extras: list[tuple[str, np.dtype, tuple[int, ...], bool]],
     ) -> None: ...
-    def __call__(self, actions: Any, state_outs: Any, extra: Any, n: int) -> dict[str, Any] | None:
+    def __call__(self, actions: Any, state_outs: Any, extra: Any, n: int, into: dict | None = None) -> dict[str, Any] | None:
         """The step's columns if the outputs are exactly as expected for ``n`` rows, else None (check them in Python)."""
+    def _fast(self) -> Callable[..., dict[str, Any] | None]:
+        """``__call__`` as a plain function of positional arguments (``actions, state_outs, extra, n[, into]``)."""
 
 def step_envs(
     envs: list[Any], ids: Any, acts: Any, start: int, out: Any, dtype: Any, rew: Any, term: Any, trunc: Any,
@@ -74,6 +76,8 @@ class _TrajectoryStore:
         env_ids: npt.ArrayLike | None = None,
         out: dict[str, np.ndarray] | None = None,
     ) -> dict[str, np.ndarray]: ...
+    def _fast_step(self) -> Callable[[Mapping[str, Any], Any, dict[str, np.ndarray]], dict[str, np.ndarray]]:
+        """``step(data, env_ids, out)`` as a plain function of the three, positional."""
     def end_episodes(self, env_ids: npt.ArrayLike | None) -> None: ...
     def build_batch(
         self, complete_only: bool, hold: npt.ArrayLike | None = None

@@ -228,11 +228,11 @@ class Collector:
 
     def step_into(self) -> Callable[[dict[str, Any], Any, dict[str, np.ndarray]], dict[str, np.ndarray]]:
         """``step(data, env_ids, out)`` as one function of those three, for a caller that passes a new dict as
-        ``data`` at every call and always an ``out`` (the store's own method where no column is nested: it reads
-        ``data`` without keeping it). Private to trajview's `PolicyRunner`."""
+        ``data`` at every call and always an ``out`` (the store's own method where no column is nested, as a plain
+        function of positional arguments: it reads ``data`` without keeping it). Private to trajview's `PolicyRunner`."""
         if self.nested:
             return lambda data, env_ids, out: self._impl.step(self._flat(data), env_ids, out)
-        return self._impl.step  # type: ignore[no-any-return]
+        return self._impl._fast_step()  # type: ignore[no-any-return]  # (positional arguments: no pybind11 dispatch)
 
     def staged_rows(self, column: str) -> np.ndarray | None:
         """The rows the next ``add_step`` will store ``column`` in, ``[num_envs, *shape]``; None if it cannot.

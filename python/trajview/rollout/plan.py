@@ -190,7 +190,8 @@ class PolicyColumns:
         states = [column(k, spec) for k, spec in self._rest_specs if k in self.state_keys]
         extras = [column(k, spec) for k, spec in self._rest_specs if k not in self.state_keys]
         bounds = (self._lo, self._hi) if self._bounds is not None else None
-        return _core._OutputCheck(np.ndarray, column(SampleBatch.ACTIONS, self.action_spec), bounds, states, extras)
+        check = _core._OutputCheck(np.ndarray, column(SampleBatch.ACTIONS, self.action_spec), bounds, states, extras)
+        return check._fast()  # (its call as a plain function of positional arguments: no pybind11 dispatch)
 
     def __bool__(self) -> bool:
         return bool(self.state_keys or self.extra_keys)
