@@ -3,7 +3,7 @@
 // than such a call's own work, above all right after the model's call, whose code and data evict its own (issue 26:
 // about 1.8 us for a call doing nothing, against 0.3 us for a Python function). The function takes positional
 // arguments only, keeps its object alive, and raises what the pybind11 method would (pybind11's own translation of
-// C++ exceptions).
+// C++ exceptions, `detail::try_translate_exceptions`: pybind11 3.0 or newer, pyproject.toml's build requirement).
 #pragma once
 
 #include <pybind11/pybind11.h>
