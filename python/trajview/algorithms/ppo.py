@@ -195,7 +195,9 @@ class PPOPolicy(TorchPolicy):
     def _act_on_arrays(self, arrays, explore):
         """The numpy actor's outputs for ``arrays`` (a plain dict of arrays: a compute-actions input dict), read as
         they are (no tensors in between), where it computes this policy's actions (`numpy_actor`, and no
-        ``action_sampler`` of a subclass or set on the instance, which computes them instead); else None."""
+        ``action_sampler`` of a subclass or set on the instance, which computes them instead); else None.
+        (`_NumpyActing.__call__` keeps this decision while what it reads is unchanged: a change to the rule here
+        changes its test there too.)"""
         if "action_sampler" in self.__dict__ or type(self).action_sampler is not _ACTION_SAMPLER:
             return None
         actor = self.numpy_actor()
