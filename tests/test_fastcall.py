@@ -134,3 +134,5 @@ def test_the_plain_output_check_returns_and_raises_what_the_method_does(seed, n,
             assert a == b
         else:
             assert sorted(a[1]) == sorted(b[1])
+            for k in a[1]:
+                np.testing.assert_array_equal(a[1][k], b[1][k])
