@@ -59,7 +59,7 @@ def capture_runs(iterations: int, cell: int = CELL, every: int = 1) -> list[np.n
 
     def recording(self: Any, batch: Any) -> Any:
         if torch.is_grad_enabled():
-            lens = _split_points(batch, torch.as_tensor(batch["seq_lens"]).cpu())[0].numpy()
+            lens = _split_points(batch, batch["seq_lens"])[0]
             # A training pass over the whole batch (not the policy's dummy-batch pass), once per iteration (its
             # epochs train on the same runs: one minibatch of every row).
             if int(lens.sum()) == rows and not (seen and np.array_equal(seen[-1], lens)):

@@ -481,3 +481,34 @@ def test_lstm_training_pass_equals_a_step_by_step_reference(lens, layout, init_a
         want_l, want_v = _lstm_step_by_step(m, batch, ("obs", "prev_actions"))
     torch.testing.assert_close(logits, want_l, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(values, want_v, atol=1e-5, rtol=1e-5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=8), st.data())
+def test_sequence_index_and_split_points_match_a_python_reference(lens, data):
+    """`flat_sequence_index` and `_split_points` (numpy index arithmetic) against a loop over the rows: runs start at
+    each sequence's first row and at each is_init row; a run from a sequence start reads that sequence's state_in, one
+    from an episode start inside it the initial state (-1)."""
+    from trajview.algorithms.models import flat_sequence_index
+    from trajview.algorithms.models.base import _split_points
+
+    n = sum(lens)
+    is_init = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    seq_of_row = [q for q, L in enumerate(lens) for _ in range(L)]
+    pos = [p for L in lens for p in range(L)]
+    got_seq, got_pos = flat_sequence_index(torch.tensor(lens, dtype=torch.int32))
+    assert got_seq.dtype == got_pos.dtype == torch.int64
+    assert got_seq.tolist() == seq_of_row and got_pos.tolist() == pos
+    runs: list[list[int]] = []  # [length, from_seq]
+    for r in range(n):
+        if pos[r] == 0 or is_init[r]:
+            runs.append([0, seq_of_row[r] if pos[r] == 0 else -1])
+        runs[-1][0] += 1
+    for init in (torch.tensor(is_init), np.array(is_init)):
+        lens_out, from_seq = _split_points({"is_init": init}, torch.tensor(lens))
+        assert [list(x) for x in zip(lens_out.tolist(), from_seq.tolist())] == runs
+    lens_out, from_seq = _split_points({}, lens)
+    assert lens_out.tolist() == [L for L in lens if L] and from_seq.tolist() == [q for q, L in enumerate(lens) if L]
+    if n:
+        with pytest.raises(ValueError, match=f"seq_lens sum to {n} rows, but the batch has {n - 1} rows"):
+            _split_points({"is_init": np.zeros(n - 1, bool)}, lens)

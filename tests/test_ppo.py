@@ -44,6 +44,10 @@ def test_minibatches_are_whole_sequences_covering_the_batch_once():
             r += L
         seen += mb["actions"].tolist()
     assert sorted(seen) == list(range(n))
+    # Every key of the batch, each column gathered when first read (and the same tensor when read again).
+    for mb in mbs:
+        assert list(mb) == list(batch) and len(mb) == len(batch) and "seq" in mb and "missing" not in mb
+        assert mb.get("missing") is None and mb["actions"] is mb["actions"]
     flat = {"actions": torch.arange(10), "x": torch.arange(10) * 2}
     mbs = list(minibatches(flat, size=4))
     assert [len(m["actions"]) for m in mbs] == [4, 4, 2]

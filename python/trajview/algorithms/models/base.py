@@ -87,33 +87,49 @@ def _np_last(batch: Mapping[str, Any], key: str, space: Any = None) -> Any:
 
 
 def flat_sequence_index(seq_lens: Tensor) -> tuple[Tensor, Tensor]:
-    """(sequence of each flat row, position of each row in its sequence) for ``seq_lens``."""
-    seq_lens = seq_lens.long()
-    n_seq = len(seq_lens)
-    seq_of_row = torch.repeat_interleave(torch.arange(n_seq), seq_lens)
-    starts = torch.cumsum(seq_lens, 0) - seq_lens
-    pos = torch.arange(int(seq_lens.sum())) - starts[seq_of_row]
-    return seq_of_row, pos
+    """(sequence of each flat row, position of each row in its sequence) for ``seq_lens`` (int64, on the CPU)."""
+    seq_of_row, pos = _sequence_index(_np_lens(seq_lens))
+    return torch.from_numpy(seq_of_row), torch.from_numpy(pos)
 
 
-def _split_points(batch: Mapping[str, Any], seq_lens: Tensor) -> tuple[Tensor, Tensor]:
+def _np_lens(seq_lens: Any) -> np.ndarray:
+    """``seq_lens`` (a tensor on any device, an array or a list) as an int64 numpy array.
+
+    The training passes' index arithmetic (one int per sequence or row, once per minibatch) runs in numpy: each of
+    its small operations takes about a microsecond there, 5-15 us as a torch op on the CPU (about a tenth of an LSTM
+    minibatch's step went to them)."""
+    if isinstance(seq_lens, torch.Tensor):
+        seq_lens = seq_lens.detach().cpu().numpy()
+    return np.asarray(seq_lens).astype(np.int64, copy=False)
+
+
+def _sequence_index(lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`flat_sequence_index` in numpy, of int64 ``lens``."""
+    seq_of_row = np.repeat(np.arange(len(lens)), lens)
+    starts = np.cumsum(lens) - lens
+    return seq_of_row, np.arange(len(seq_of_row)) - starts[seq_of_row]
+
+
+def _split_points(batch: Mapping[str, Any], seq_lens: Any) -> tuple[np.ndarray, np.ndarray]:
     """Where the flat rows split into runs: at every sequence start and at every ``is_init`` row.
 
     Returns (run lengths, for each run the sequence whose ``state_in`` it starts
-    from, or -1 where the run starts an episode inside a sequence: the initial state).
+    from, or -1 where the run starts an episode inside a sequence: the initial state), int64 numpy arrays.
     """
-    seq_of_row, pos = flat_sequence_index(seq_lens)
+    seq_of_row, pos = _sequence_index(_np_lens(seq_lens))
     n = len(pos)
     start = pos == 0
     is_init = batch.get("is_init")
     if is_init is not None:
-        is_init = torch.as_tensor(is_init, dtype=torch.bool, device=pos.device)
+        if isinstance(is_init, torch.Tensor):
+            is_init = is_init.detach().cpu().numpy()
+        is_init = np.asarray(is_init).astype(bool, copy=False)
         if len(is_init) != n:
             raise ValueError(f"seq_lens sum to {n} rows, but the batch has {len(is_init)} rows")
-        start = start | is_init
-    first = torch.nonzero(start)[:, 0]
-    lens = torch.diff(first, append=torch.tensor([n]))
-    from_seq = torch.where(pos[first] == 0, seq_of_row[first], torch.full_like(first, -1))
+        start |= is_init
+    first = np.flatnonzero(start)
+    lens = np.diff(first, append=n)
+    from_seq = np.where(pos[first] == 0, seq_of_row[first], -1)
     return lens, from_seq
 
 

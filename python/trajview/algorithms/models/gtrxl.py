@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .base import VR, Tensor, _f32, _MemoryModel, _np_last, flat_sequence_index
+from .base import VR, Tensor, _f32, _MemoryModel, _np_last, _np_lens, _sequence_index
 
 __all__ = ["GTrXLModel"]
 
@@ -190,14 +190,18 @@ class _GTrXLCore(nn.Module):
         """
         m = self.memory
         h = self.inp(x)
-        g, n = h.shape[:2]
-        lens = seq_lens.long().cpu()  # the index arithmetic on the CPU, the indices sent once to h's device
+        g = h.shape[0]
+        lens = _np_lens(seq_lens)  # the index arithmetic in numpy (`_np_lens`), the indices sent once to h's device
         n_seq, t_max = len(lens), int(lens.max())
         w = m + t_max
-        seq_of_row, pos = flat_sequence_index(lens)
-        row_at = (seq_of_row * w + m + pos).to(h.device)  # where each row sits among the S * W entries
-        mem_at = ((torch.arange(n_seq) * w)[:, None] + torch.arange(m)).reshape(-1).to(h.device)  # [n_seq * M]
-        q_at = (seq_of_row * t_max + pos).to(h.device)  # and among the S * T query slots
+        seq_of_row, pos = _sequence_index(lens)
+        at = torch.from_numpy(np.concatenate([
+            seq_of_row * w + m + pos,  # where each row sits among the S * W entries
+            ((np.arange(n_seq) * w)[:, None] + np.arange(m)).reshape(-1),  # the memory rows' [n_seq * M]
+            seq_of_row * t_max + pos,  # each row among the S * T query slots
+        ])).to(h.device)
+        r = len(seq_of_row)
+        row_at, mem_at, q_at = at[:r], at[r: r + n_seq * m], at[r + n_seq * m:]
         # Slots after a sequence's end read only their own (zero) row: finite, and never read back.
         row_valid = self._valid(t)
         valid = row_valid.new_zeros(n_seq * t_max, m + 1)

@@ -18,18 +18,18 @@ import torch
 from torch import nn
 
 from ..._validate import int_at_least, positive_int
-from .base import Tensor, _f32, _init, _MemoryModel, _np_last, _split_points, flat_sequence_index
+from .base import Tensor, _f32, _init, _MemoryModel, _np_last, _np_lens, _sequence_index, _split_points
 
 __all__ = ["LSTMModel"]
 
 
-def _padded_layout(lens: Tensor, device: torch.device) -> tuple[Tensor, int, int]:
-    """The time-major padded layout of runs ``lens`` long (``lens`` on the CPU): (for each flat row its place among
-    the ``T * n_runs`` padded rows, on ``device``; ``n_runs``; ``T``, the longest run). Row r goes to time pos[r] of
-    column run_of_row[r]; the padding after a run's end is never read back."""
-    lens = lens.long()
-    run_of_row, pos = flat_sequence_index(lens)
-    return (pos * len(lens) + run_of_row).to(device), len(lens), int(lens.max())
+def _padded_layout(lens: Any, device: torch.device) -> tuple[Tensor, int, int]:
+    """The time-major padded layout of runs ``lens`` long: (for each flat row its place among the ``T * n_runs``
+    padded rows, on ``device``; ``n_runs``; ``T``, the longest run). Row r goes to time pos[r] of column
+    run_of_row[r]; the padding after a run's end is never read back."""
+    lens = _np_lens(lens)
+    run_of_row, pos = _sequence_index(lens)
+    return torch.from_numpy(pos * len(lens) + run_of_row).to(device), len(lens), int(lens.max())
 
 
 class _LSTMCore(nn.Module):
@@ -63,7 +63,7 @@ class _LSTMCore(nn.Module):
         """Output for every flat row: sequences end to end, ``seq_lens`` long, starting from (h0, c0).
         ``layout``: `_padded_layout` of ``seq_lens`` when the caller has it (the two networks share it)."""
         z = self._pre(x)
-        at, n_runs, t_max = _padded_layout(seq_lens.cpu(), z.device) if layout is None else layout
+        at, n_runs, t_max = _padded_layout(seq_lens, z.device) if layout is None else layout
         d = z.shape[1]
         padded = z.new_zeros(t_max * n_runs, d).index_copy(0, at, z).view(-1, n_runs, d)
         out, _ = self.lstm(padded, (h0[None].contiguous(), c0[None].contiguous()))
@@ -124,17 +124,17 @@ class LSTMModel(_MemoryModel):
         return self.pi_head(po), self.vf_head(vo)[:, 0], [h0, c0, h1, c1]
 
     def forward_train(self, batch):
-        seq_lens = torch.as_tensor(batch["seq_lens"]).cpu()  # the runs' index arithmetic: on the CPU
+        seq_lens = _np_lens(batch["seq_lens"])  # the runs' index arithmetic: in numpy (`_np_lens`)
         x, xv = self._features(batch)
         # Runs of rows: each sequence, split again where an episode starts inside it (is_init);
         # such a run starts from the initial state, the others from their sequence's state_in row.
         lens, from_seq = _split_points(batch, seq_lens)
-        init = self.get_initial_state()
-        s = []
-        for i in range(4):
-            rows = _f32(batch[f"state_in_{i}"])
-            rows = torch.cat([rows, init[i].to(rows)[None]])  # index -1: the initial state
-            s.append(rows[from_seq])
+        s = [_f32(batch[f"state_in_{i}"]) for i in range(4)]
+        if len(from_seq) != len(seq_lens) or (from_seq != np.arange(len(seq_lens))).any():
+            # (else each run is its sequence, in order: the state_in rows as they are)
+            init = self.get_initial_state()
+            index = torch.from_numpy(from_seq).to(s[0].device)
+            s = [torch.cat([rows, init[i].to(rows)[None]])[index] for i, rows in enumerate(s)]  # -1: the initial state
         layout = _padded_layout(lens, x.device)  # one layout, both networks
         po = self.pi_core.flat(x, lens, s[0], s[1], layout)
         vo = self.vf_core.flat(xv, lens, s[2], s[3], layout)
