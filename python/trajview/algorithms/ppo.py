@@ -100,7 +100,7 @@ def minibatches(batch: Mapping[str, torch.Tensor], size: int, generator: torch.G
         return
     if seq_lens is None:
         perm = torch.randperm(n_rows, generator=generator)
-        shuffled = _Gathered(batch, lambda k, v: v[perm])  # one gather per column read per epoch
+        shuffled = _Gathered(batch, lambda k, v: _rows(v, perm))  # one gather per column read per epoch
         for a in range(0, n_rows, size):
             yield _Gathered(shuffled, lambda k, v, a=a: v[a : a + size])  # (views)
         return
@@ -125,7 +125,13 @@ def minibatches(batch: Mapping[str, torch.Tensor], size: int, generator: torch.G
         lens = lens_of[group]
         at = np.repeat(starts[group] - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))
         seqs, rows = torch.from_numpy(group).to(device), torch.from_numpy(at).to(device)
-        yield _Gathered(batch, lambda k, v, seqs=seqs, rows=rows: v[seqs] if k in per_seq else v[rows])
+        yield _Gathered(batch, lambda k, v, seqs=seqs, rows=rows: _rows(v, seqs if k in per_seq else rows))
+
+
+def _rows(column: Any, index: torch.Tensor) -> Any:
+    """``column[index]`` (``index``: 1-D int64): a tensor's by ``index_select``, the same rows in 2-4x less time on
+    the CPU than indexing's general machinery."""
+    return column.index_select(0, index) if type(column) is torch.Tensor else column[index]
 
 
 class _Gathered(Mapping):

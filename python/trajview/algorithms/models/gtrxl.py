@@ -147,7 +147,7 @@ class _GTrXLBlock(nn.Module):
         scores = (scores * (1.0 / np.sqrt(dh))).masked_fill(~valid[None, :, None], float("-inf"))
         att = torch.softmax(scores, -1)
         out = att @ v if t == 1 else _unband(att, w) @ v + att @ v_pos  # [G, S, h, T, dh]
-        a = out.transpose(2, 3).reshape(g, n_seq * t, d)[:, q_at]
+        a = out.transpose(2, 3).reshape(g, n_seq * t, d).index_select(1, q_at)
         x = self.gate1(x, torch.relu(self.o(a)))
         return self.gate2(x, torch.relu(self.ff2(torch.relu(self.ff1(self.ln2(x))))))
 

@@ -67,7 +67,7 @@ class _LSTMCore(nn.Module):
         d = z.shape[1]
         padded = z.new_zeros(t_max * n_runs, d).index_copy(0, at, z).view(-1, n_runs, d)
         out, _ = self.lstm(padded, (h0[None].contiguous(), c0[None].contiguous()))
-        rows = out.reshape(-1, out.shape[-1])[at]
+        rows = out.reshape(-1, out.shape[-1]).index_select(0, at)
         return rows if self.post is None else self.post(rows)
 
 
@@ -133,8 +133,9 @@ class LSTMModel(_MemoryModel):
         if len(from_seq) != len(seq_lens) or (from_seq != np.arange(len(seq_lens))).any():
             # (else each run is its sequence, in order: the state_in rows as they are)
             init = self.get_initial_state()
-            index = torch.from_numpy(from_seq).to(s[0].device)
-            s = [torch.cat([rows, init[i].to(rows)[None]])[index] for i, rows in enumerate(s)]  # -1: the initial state
+            # Row n_seq, appended: the initial state (where from_seq is -1).
+            index = torch.from_numpy(np.where(from_seq < 0, len(seq_lens), from_seq)).to(s[0].device)
+            s = [torch.cat([rows, init[i].to(rows)[None]]).index_select(0, index) for i, rows in enumerate(s)]
         layout = _padded_layout(lens, x.device)  # one layout, both networks
         po = self.pi_core.flat(x, lens, s[0], s[1], layout)
         vo = self.vf_core.flat(xv, lens, s[2], s[3], layout)
