@@ -450,3 +450,38 @@ def test_a_dqn_parameter_frozen_under_a_bound_learner_goes_to_torch_or_says_why(
     fast.learn_on_replay(batch)
     assert fast.numpy_learner() is None and torch.equal(next(iter(fast.q.parameters())), frozen)
     _assert_same_dqn(ref, fast)
+
+
+def test_learning_steps_check_the_numpy_learner_once_and_again_after_the_block(monkeypatch):
+    """`DQNPolicy.learning_steps` (a trainer's run of gradient steps): the numpy learner's support is checked at the
+    block's first step only, and at each step again after it; the steps are the same as without the block."""
+    from trajview.algorithms import dqn as dqn_module
+
+    ref, fast = _dqn_twins({"num_frames": 3, "hidden": 8, "lr": 1e-3})  # torch, numpy
+    fast.config["learner"] = "auto"
+    calls = []
+    real = dqn_module.numpy_supported
+    monkeypatch.setattr(dqn_module, "numpy_supported", lambda *a: calls.append(1) or real(*a))
+    rng = np.random.default_rng(0)
+    batches = [{"stack": rng.normal(size=(16, 3, 2)).astype(np.float32),
+                "next_stack": rng.normal(size=(16, 3, 2)).astype(np.float32), "actions": rng.integers(0, 2, 16),
+                "rewards": np.ones(16, np.float32), "terminateds": np.zeros(16, bool)} for _ in range(4)]
+    fast.learn_on_replay(batches[0])
+    ref.learn_on_replay(batches[0])
+    calls.clear()
+    with fast.learning_steps():
+        for b in batches:
+            fast.learn_on_replay(b)
+    assert len(calls) == 1
+    for b in batches:
+        ref.learn_on_replay(b)
+    _assert_same_dqn(ref, fast)
+    calls.clear()
+    fast.learn_on_replay(batches[0])
+    fast.learn_on_replay(batches[1])
+    assert len(calls) == 2
+    # A change inside the block before its first step is seen; a policy the learner no longer takes goes to torch.
+    with fast.learning_steps():
+        next(iter(fast.q.parameters())).requires_grad_(False)
+        fast.learn_on_replay(batches[2])
+        assert fast.numpy_learner() is None

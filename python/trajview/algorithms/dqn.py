@@ -13,6 +13,7 @@ weights, whose new priorities are the absolute TD errors.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Mapping
 from typing import Any
@@ -117,6 +118,12 @@ class DQNPolicy(Policy):
         return self._learner_choice.get(self.config["learner"], self.optimizer,
                                         lambda: numpy_supported(self, DQNPolicy), lambda: DQNLearner(self, DQNPolicy),
                                         learning)
+
+    def learning_steps(self) -> contextlib.AbstractContextManager[None]:
+        """A context for a run of `learn_on_replay` calls with nothing between them that changes the policy (a
+        trainer's gradient steps): the numpy learner's support (`numpy_learner`) is checked at the first call, not
+        at each (`LearnerChoice.held`)."""
+        return self._learner_choice.held()
 
     def _q_changed(self) -> None:
         """The Q-network's weights changed: a CPU copy that acts (a learner elsewhere) is refreshed before the next

@@ -203,15 +203,16 @@ class DQNTrainer(RunCounters):
             if self.env_steps < c.learning_starts:
                 continue
             t_learn = time.perf_counter()
-            for _ in range(c.gradient_steps):
-                if c.prioritized:
-                    sample, info = self.buffer.sample(c.batch_size, return_info=True)
-                    out = self.policy.learn_on_replay(sample, info["_weight"])
-                    self.buffer.update_priority(info["index"], out["td_errors"])
-                else:
-                    out = self.policy.learn_on_replay(cast(SampleBatch, self.buffer.sample(c.batch_size)))
-                stats["td_loss"].append(out["td_loss"])
-                stats["q_mean"].append(out["q_mean"])
+            with self.policy.learning_steps():  # (the learner's support checked once for these steps)
+                for _ in range(c.gradient_steps):
+                    if c.prioritized:
+                        sample, info = self.buffer.sample(c.batch_size, return_info=True)
+                        out = self.policy.learn_on_replay(sample, info["_weight"])
+                        self.buffer.update_priority(info["index"], out["td_errors"])
+                    else:
+                        out = self.policy.learn_on_replay(cast(SampleBatch, self.buffer.sample(c.batch_size)))
+                    stats["td_loss"].append(out["td_loss"])
+                    stats["q_mean"].append(out["q_mean"])
             learn_s += time.perf_counter() - t_learn
         dt = time.perf_counter() - t0
         self.iteration += 1
