@@ -5,6 +5,8 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -261,3 +263,48 @@ def test_framestack_inputs_built_once_per_batch_equal_those_built_per_minibatch(
         (outs[0].sum() + outs[1].sum()).backward(retain_graph=True)
         grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
     assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["get", "set", "del", "in", "iter", "len", "copy", "pop"]),
+                          st.sampled_from(["a", "b", "seq_lens", "state_in_0", "new"])), max_size=12),
+       st.booleans())
+def test_a_minibatch_behaves_as_the_dict_of_its_gathered_columns(ops, sequences):
+    """`minibatches`' minibatches (columns gathered when read) against a plain dict of the same columns gathered at
+    once, under random reads, writes and deletions; the training batch itself never changes."""
+    lens = torch.tensor([3, 1, 4, 2], dtype=torch.int32)
+    n = int(lens.sum())
+    batch = {"a": torch.arange(n), "b": torch.arange(n) * 2.0, "actions": torch.arange(n)}
+    if sequences:
+        batch.update({"seq_lens": lens, "state_in_0": torch.arange(4.0)[:, None]})
+    before = {k: v.clone() for k, v in batch.items()}
+    mb = next(iter(minibatches(batch, size=3, generator=torch.Generator().manual_seed(0))))
+    want = {k: mb[k] for k in list(batch)}  # every column, read once (the same gathers)
+    mb = next(iter(minibatches(batch, size=3, generator=torch.Generator().manual_seed(0))))
+    for op, key in ops:
+        if op == "get":
+            got = mb.get(key, None)
+            ref = want.get(key, None)
+            assert (got is None) == (ref is None) and (ref is None or torch.equal(got, ref))
+        elif op == "set":
+            mb[key] = want[key] = torch.tensor([7.0])
+        elif op in ("del", "pop"):
+            if key in want:
+                del want[key]
+                if op == "del":
+                    del mb[key]
+                else:
+                    mb.pop(key)
+            else:
+                with pytest.raises(KeyError):
+                    del mb[key]
+        elif op == "in":
+            assert (key in mb) == (key in want)
+        elif op == "iter":
+            assert sorted(mb) == sorted(want)
+        elif op == "len":
+            assert len(mb) == len(want)
+        else:
+            c = mb.copy()
+            assert type(c) is dict and sorted(c) == sorted(want) and all(torch.equal(c[k], want[k]) for k in want)
+    assert all(torch.equal(batch[k], before[k]) for k in before) and sorted(batch) == sorted(before)

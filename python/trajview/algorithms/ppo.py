@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import warnings
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any, Literal
 
 import numpy as np
@@ -83,7 +83,7 @@ STATS = ("policy_loss", "vf_loss", "entropy", "kl", "clip_frac", "total_loss")
 
 
 def minibatches(batch: Mapping[str, torch.Tensor], size: int, generator: torch.Generator | None = None):
-    """Shuffled minibatches of about ``size`` rows (mappings of tensors, every key of ``batch``).
+    """Shuffled minibatches of about ``size`` rows (dict-like mappings of tensors, every key of ``batch``).
 
     Without ``seq_lens``: random rows. With ``seq_lens``: whole sequences
     (their rows end to end, their per-sequence ``state_in_i`` rows and
@@ -134,30 +134,51 @@ def _rows(column: Any, index: torch.Tensor) -> Any:
     return column.index_select(0, index) if type(column) is torch.Tensor else column[index]
 
 
-class _Gathered(Mapping):
+class _Gathered(MutableMapping):
     """`minibatches`' minibatch: ``batch``'s keys, each value ``gather(key, batch[key])``, computed when the key is
-    first read and kept."""
+    first read and kept. A dict's ways besides (a loss may set, replace or delete a key of its minibatch; ``copy``:
+    a dict of every column), none of which changes ``batch``."""
 
-    __slots__ = ("_batch", "_gather", "_done")
+    __slots__ = ("_batch", "_gather", "_done", "_gone")
 
     def __init__(self, batch: Mapping[str, Any], gather: Any) -> None:
         self._batch, self._gather = batch, gather
-        self._done: dict[str, Any] = {}
+        self._done: dict[str, Any] = {}  # the columns read (gathered) or set
+        self._gone: set[str] = set()  # ``batch``'s keys deleted here
 
     def __getitem__(self, key: str) -> Any:
         done = self._done
         if key not in done:
+            if key in self._gone:
+                raise KeyError(key)
             done[key] = self._gather(key, self._batch[key])
         return done[key]
 
-    def __contains__(self, key: object) -> bool:
-        return key in self._batch
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._done[key] = value
+        self._gone.discard(key)
 
-    def __iter__(self) -> Any:
-        return iter(self._batch)
+    def __delitem__(self, key: str) -> None:
+        if key not in self:
+            raise KeyError(key)
+        self._done.pop(key, None)
+        if key in self._batch:
+            self._gone.add(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._done or (key in self._batch and key not in self._gone)
+
+    def __iter__(self) -> Iterator[str]:
+        batch, gone = self._batch, self._gone
+        yield from (k for k in batch if k not in gone)
+        yield from (k for k in self._done if k not in batch)
 
     def __len__(self) -> int:
-        return len(self._batch)
+        batch = self._batch
+        return len(batch) - len(self._gone) + sum(1 for k in self._done if k not in batch)
+
+    def copy(self) -> dict[str, Any]:
+        return dict(self)
 
 
 class PPOPolicy(TorchPolicy):
