@@ -263,8 +263,8 @@ class LearnerChoice:
     def held(self) -> Iterator[None]:
         """A run of learning steps with nothing between them that could change the policy (a trainer's gradient
         steps, one after the other): inside the block, a learner found supported for a learning step stays so for
-        the block's later steps in the same mode, without ``why_not()`` again (DQN: it took about 4% of a run at a
-        check per gradient step)."""
+        the block's later steps in the same mode, without ``why_not()`` again (DQN: 1,008 checks of 23-39 us per
+        iteration at the zoo's settings, about 1% of it; 63 in blocks)."""
         if self._holding:  # (nested: the outer block's)
             yield
             return
