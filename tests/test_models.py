@@ -420,6 +420,109 @@ def test_bootstrap_input_is_the_next_steps_input(model):
     assert compared >= 1
 
 
+BOOTSTRAP_MODELS = {"lstm": {"max_seq_len": 4, "cell_size": 16}, "attention": {"max_seq_len": 4, "memory": 5},
+                    "framestack": {"num_frames": 6}, "mlp": {}}
+
+
+def _gae_of_each_segment(policy, batch, value_of):
+    """Each episode segment of the sampled ``batch`` with its advantages and value targets as `postprocess_trajectory`
+    computes them one segment at a time, the bootstrap value from ``value_of(segment)``: (segment, reference)."""
+    from trajview.algorithms.postprocessing import compute_gae_for_sample_batch
+
+    out = []
+    for seg in batch.split_by_episode():
+        ref = compute_gae_for_sample_batch(seg.copy(), lambda _obs: value_of(seg), gamma=policy.config["gamma"],
+                                           lambda_=policy.config["lambda"])
+        out.append((seg, ref))
+    return out
+
+
+@pytest.mark.parametrize("model", list(BOOTSTRAP_MODELS))
+def test_a_samples_bootstrap_values_come_from_one_critic_call_equal_to_each_segments_own(model):
+    """The sampler hands a batch's segments to the policy at once (`PPOPolicy._postprocessing`): the truncated ones'
+    bootstrap values come from one call of the critic on their stacked inputs, equal (to float32 rounding) to each
+    segment's own call, and the advantages are GAE's with them."""
+    w, policy = _cartpole_worker(model, num_envs=4, fragment=10, **BOOTSTRAP_MODELS[model])
+    w.sample()  # (the first: the view-pruning pass's postprocessing of a dummy batch, one segment, comes first)
+    inner = policy.values_of_next_steps
+    calls: list[int] = []
+
+    def spy(segments):
+        calls.append(len(segments))
+        return inner(segments)
+
+    policy.values_of_next_steps = spy
+    batches = [w.sample() for _ in range(3)]
+    del policy.values_of_next_steps
+    # One call per sample, of every segment cut at the fragment's end (4 envs: at least 2 run on, in a batch of 40).
+    assert len(calls) == 3 and all(c >= 2 for c in calls), calls
+    compared = 0
+    for b in batches:
+        for seg, ref in _gae_of_each_segment(policy, b, lambda s: float(inner([s])[0])):
+            np.testing.assert_allclose(seg["advantages"], ref["advantages"], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(seg["value_targets"], ref["value_targets"], rtol=1e-5, atol=1e-5)
+            compared += not seg["terminateds"][-1]
+    assert compared >= 6
+    # Outside a sampler's postprocessing, value_of_next_step computes its segment's own value.
+    seg = next(s for s in batches[-1].split_by_episode() if not s["terminateds"][-1])
+    assert policy._bootstrapped is None and policy.value_of_next_step(seg) == float(inner([seg])[0])
+
+
+def test_bootstrap_inputs_that_do_not_stack_and_overrides_are_valued_one_segment_at_a_time():
+    """Bootstrap inputs that do not stack (shapes differ between segments) are valued one segment at a time, with the
+    same advantages; a subclass's value_of_next_step is called for each segment (the batched values are not used)."""
+    w, policy = _cartpole_worker("mlp", num_envs=4, fragment=10)
+    w.sample()
+    model = policy.model
+    own = model.bootstrap_input
+    # (the MLP reads obs only; each episode its own width)
+    model.bootstrap_input = lambda seg: {**own(seg), "seen": np.zeros((1, 1 + int(seg["eps_id"][0])))}
+    sizes: list[int] = []
+    inner = policy.values_of_next_steps
+    policy.values_of_next_steps = lambda segs: (sizes.append(len(segs)), inner(segs))[1]
+    b = w.sample()
+    assert sizes[0] >= 2 and sizes[1:] == [1] * sizes[0]  # the stacked call fell back to one call per segment
+    for seg, ref in _gae_of_each_segment(policy, b, lambda s: float(inner([s])[0])):
+        np.testing.assert_allclose(seg["advantages"], ref["advantages"], rtol=1e-5, atol=1e-5)
+
+    class Halved(PPOPolicy):
+        def value_of_next_step(self, segment):
+            asked.append(len(segment))
+            return 0.5 * super().value_of_next_step(segment)
+
+    asked: list[int] = []
+    env = gym.make("trajview/StatelessCartPole-v1")
+    torch.manual_seed(0)
+    halved = Halved(env.observation_space, env.action_space, {"model": "mlp"})
+    w = tv.RolloutWorker(lambda cfg: gym.make("trajview/StatelessCartPole-v1"), halved, num_envs=4,
+                         rollout_fragment_length=10, seed=0)
+    w.sample()
+    asked.clear()
+    b = w.sample()
+    cut = [s for s in b.split_by_episode() if not s["terminateds"][-1]]
+    assert len(asked) == len(cut) >= 2
+    for seg, ref in _gae_of_each_segment(halved, b, lambda s: 0.5 * float(halved.values_of_next_steps([s])[0])):
+        np.testing.assert_allclose(seg["advantages"], ref["advantages"], rtol=1e-5, atol=1e-5)
+
+
+def test_stacked_bootstrap_inputs():
+    from trajview.algorithms.ppo import _stacked
+
+    a = {"obs": {"x": np.ones((1, 2), np.float32), "y": (np.zeros((1,), np.int64),)}, "t": np.array([3])}
+    b = {"obs": {"x": np.full((1, 2), 2, np.float32), "y": (np.ones((1,), np.int64),)}, "t": np.array([4])}
+    got = _stacked([a, b])
+    np.testing.assert_array_equal(got["obs"]["x"], [[1, 1], [2, 2]])
+    np.testing.assert_array_equal(got["obs"]["y"][0], [0, 1])
+    np.testing.assert_array_equal(got["t"], [3, 4])
+    assert got["obs"]["x"].dtype == np.float32 and type(got["obs"]["y"]) is tuple
+    for other in ({**b, "t": np.array([4.0])},                     # another dtype
+                  {**b, "t": np.array([4, 5])},                     # two rows
+                  {"obs": b["obs"]},                                # a key missing
+                  {**b, "t": 4},                                    # not an array
+                  {**b, "obs": {"x": b["obs"]["x"]}}):              # a nested key missing
+        assert _stacked([a, other]) is None
+
+
 @pytest.mark.parametrize("prev_actions,prev_rewards", [(True, True), (True, False), (False, True), (False, False)])
 def test_framestack_switches_choose_the_inputs(prev_actions, prev_rewards):
     """The frame stack's input row is the last n observations, then (if asked) the n previous actions one-hot

@@ -10,7 +10,8 @@ import numpy as np
 from ..views.nest import assemble
 from ..views.sample_batch import SampleBatch
 
-__all__ = ["Postprocessing", "discount_cumsum", "compute_advantages", "compute_gae_for_sample_batch", "last_rows"]
+__all__ = ["Postprocessing", "discount_cumsum", "compute_advantages", "compute_gae_for_sample_batch", "last_rows",
+           "bootstraps"]
 
 
 class Postprocessing:
@@ -94,6 +95,12 @@ def compute_advantages(
     return rollout
 
 
+def bootstraps(sample_batch: Mapping[str, Any], use_critic: bool = True) -> bool:
+    """Whether `compute_gae_for_sample_batch` asks its ``value_fn`` for the value after the trajectory's last step:
+    a critic, and steps that did not end with a termination (a time limit, the horizon, a fragment's cut)."""
+    return use_critic and len(sample_batch) > 0 and not bool(np.asarray(sample_batch[SampleBatch.TERMINATEDS])[-1])
+
+
 def compute_gae_for_sample_batch(
     sample_batch: SampleBatch,
     value_fn: Callable[[np.ndarray], float] | None,
@@ -111,8 +118,7 @@ def compute_gae_for_sample_batch(
     """
     if len(sample_batch) == 0:
         return sample_batch
-    terminated = bool(np.asarray(sample_batch[SampleBatch.TERMINATEDS])[-1])
-    if terminated or not use_critic:
+    if not bootstraps(sample_batch, use_critic):
         last_r = 0.0
     else:
         if value_fn is None:

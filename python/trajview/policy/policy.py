@@ -5,6 +5,7 @@ The view-pruning pass that trims those requirements is `prune_views` (in `policy
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 from collections.abc import Callable, Mapping
@@ -275,6 +276,12 @@ class Policy:
     ) -> SampleBatch:
         """Called on one episode's (one agent's) steps at a time; returns the batch to train on."""
         return sample_batch
+
+    def _postprocessing(self, segments: list[SampleBatch]) -> contextlib.AbstractContextManager[Any]:
+        """The context of the `postprocess_trajectory` calls on one batch's ``segments`` (a sampler's, each
+        segment as it will be passed): a policy may compute there, at once, what each of those calls needs (e.g.
+        `PPOPolicy`'s bootstrap values, in one forward call). Here: nothing."""
+        return contextlib.nullcontext()
 
     def get_weights(self) -> dict[str, Any]:
         """The policy's weights as ``{name: numpy array}`` (none here: ``{}``); see `set_weights`."""

@@ -358,16 +358,17 @@ class MultiAgentSampler(EnvSampler[MultiAgentBatch]):
             policy = self.policies[pid]
             custom_post = custom_postprocess(policy)
             out = []
-            for seg in segs:
-                ae = by_eps[(pid, int(seg[SampleBatch.EPS_ID][0]))]
-                others = None
-                if custom_post:
-                    others = {
-                        o.agent_id: (o.policy_id, self.policies[o.policy_id], s2)
-                        for o, s2 in by_episode[id(ae.episode)]
-                        if o.agent_id != ae.agent_id
-                    }
-                out.append(postprocess_segment(policy, seg, others, ae.episode, self.hooks, ae.agent_id, pid))
+            with policy._postprocessing(segs):
+                for seg in segs:
+                    ae = by_eps[(pid, int(seg[SampleBatch.EPS_ID][0]))]
+                    others = None
+                    if custom_post:
+                        others = {
+                            o.agent_id: (o.policy_id, self.policies[o.policy_id], s2)
+                            for o, s2 in by_episode[id(ae.episode)]
+                            if o.agent_id != ae.agent_id
+                        }
+                    out.append(postprocess_segment(policy, seg, others, ae.episode, self.hooks, ae.agent_id, pid))
             if out:
                 policy_batches[pid] = concat_samples(out)
         # Forget agent episodes that are finished and fully emitted.

@@ -589,12 +589,14 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
 
     def _postprocess(self, segments: list[SampleBatch]) -> SampleBatch:
         out = []
-        for seg in segments:
-            eid = int(seg[SampleBatch.EPS_ID][0])
-            ep = self._ended.get(eid)
-            if ep is None:
-                ep = next(e for e in self._episodes if e is not None and e.episode_id == eid)
-            out.append(postprocess_segment(self.policy, seg, None, ep, self.hooks, DUMMY_AGENT_ID, DEFAULT_POLICY_ID))
+        with self.policy._postprocessing(segments):
+            for seg in segments:
+                eid = int(seg[SampleBatch.EPS_ID][0])
+                ep = self._ended.get(eid)
+                if ep is None:
+                    ep = next(e for e in self._episodes if e is not None and e.episode_id == eid)
+                out.append(postprocess_segment(self.policy, seg, None, ep, self.hooks, DUMMY_AGENT_ID,
+                                               DEFAULT_POLICY_ID))
         batch = concat_samples(out) if out else SampleBatch()
         for seg in segments:
             eid = int(seg[SampleBatch.EPS_ID][0])
