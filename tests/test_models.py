@@ -505,6 +505,38 @@ def test_bootstrap_inputs_that_do_not_stack_and_overrides_are_valued_one_segment
         np.testing.assert_allclose(seg["advantages"], ref["advantages"], rtol=1e-5, atol=1e-5)
 
 
+def test_multi_agent_segments_are_bootstrapped_in_one_call_per_policy():
+    """Multi-agent: each policy's truncated segments of a batch (agents that joined late, left, were not observed
+    every step) are valued in one call of its critic, and the advantages equal GAE's per segment."""
+    pytest.importorskip("pettingzoo")
+    from ma_envs import Script, ScriptedEnv
+
+    script = Script(40, join=[0, 2, 5], leave=[None, 20, None], final_obs=[True, True, True], turns=[0b111, 0b101])
+    space = gym.spaces.Box(-1e9, 1e9, (2,), np.float64)
+    torch.manual_seed(0)
+    policies = {p: PPOPolicy(space, gym.spaces.Discrete(7), {"model": "mlp"}) for p in ("even", "odd")}
+    it = iter(range(100))
+    w = tv.RolloutWorker(lambda cfg: ScriptedEnv([script], 3, next(it)), policies, num_envs=2,
+                         rollout_fragment_length=7, policy_mapping_fn=lambda a, *_, **__: "odd" if a == "a1" else "even")
+    w.sample()
+    calls: dict[str, list[int]] = {"even": [], "odd": []}
+    for pid, pol in policies.items():
+        inner = pol.values_of_next_steps
+        pol.values_of_next_steps = (lambda segs, pid=pid, inner=inner: (calls[pid].append(len(segs)), inner(segs))[1])
+    batches = [w.sample() for _ in range(4)]
+    assert len(calls["even"]) == 4 and all(c >= 2 for c in calls["even"]), calls  # a0 and a2 in 2 envs
+    compared = 0
+    for b in batches:
+        for pid, pb in b.policy_batches.items():
+            pol = policies[pid]
+            spy = pol.__dict__.pop("values_of_next_steps")  # (the reference: the policy's own, per segment)
+            for seg, ref in _gae_of_each_segment(pol, pb, lambda s: float(pol.values_of_next_steps([s])[0])):
+                np.testing.assert_allclose(seg["advantages"], ref["advantages"], rtol=1e-5, atol=1e-5)
+                compared += not seg["terminateds"][-1]
+            pol.values_of_next_steps = spy
+    assert compared >= 8
+
+
 def test_stacked_bootstrap_inputs():
     from trajview.algorithms.ppo import _stacked
 
