@@ -384,3 +384,159 @@ def test_a_runner_follows_what_the_numpy_actor_decision_reads_after_its_first_ca
     finally:
         type(first).act_numpy = real
     assert expected_inputs["actor"] is policy.numpy_actor() and expected_inputs["actor"] is not first
+
+
+# -- the short way's C++ call (`_core._HotAct`) ---------------------------------------------------------------------
+
+class Faulty(tv.PPOPolicy):
+    """A PPO policy whose outputs go wrong on demand (``fault``): int32 actions (the C++ check declines them, the
+    Python checks take them), NaN values (both refuse them), or an error of the policy's own."""
+
+    fault = None
+
+    def action_sampler(self, input_dict, explore):
+        actions, states, extra = super().action_sampler(input_dict, explore)
+        if self.fault == "int32" and actions.dtype == torch.int64:
+            actions = actions.to(torch.int32)
+        elif self.fault == "nan":
+            extra = {**extra, "vf_preds": torch.full_like(extra["vf_preds"], float("nan"))}
+        elif self.fault == "raise":
+            raise RuntimeError("injected policy error")
+        return actions, states, extra
+
+
+def _faulty(name):
+    torch.manual_seed(0)
+    model_config, action_space = MODELS[name]
+    model = {"mlp-box": "mlp", "framestack-start": "framestack"}.get(name, name)
+    return Faulty(BOX, action_space, {"model": model, "model_config": model_config})
+
+
+def _outcome_with_notes(fn):
+    """`outcome`, the policy's own errors too, and the notes of an error (what the runner forgot)."""
+    try:
+        return ("ok", copy.deepcopy(fn()))
+    except (ValueError, TypeError, KeyError, RuntimeError) as e:
+        return ("error", type(e).__name__, str(e), tuple(getattr(e, "__notes__", ())))
+
+
+@pytest.mark.parametrize("name", ["framestack", "lstm", "mlp-box"])
+@settings(max_examples=25, deadline=None)
+@given(schedule=st.lists(st.tuples(CALL, st.sampled_from([None] * 6 + ["int32", "nan", "raise"])), min_size=1,
+                         max_size=30))
+def test_the_cpp_short_way_fails_and_recovers_as_the_general_way(name, schedule):
+    """Outputs the C++ check declines but the Python checks take (int32 actions), outputs both refuse (NaN) and the
+    policy's own errors, at random calls of random schedules: the short way (its C++ call) and the general way give
+    the same returns, the same errors with the same notes (the episodes forgotten), and go on alike."""
+    sides = []
+    for general in (False, True):
+        policy = _faulty(name)
+        runner = tv.PolicyRunner(policy, max_episodes=4)
+        runner._hot_ok = not general
+        sides.append((policy, runner))
+    for i, (c, fault) in enumerate(schedule):
+        results = []
+        for policy, runner in sides:
+            single = getattr(policy, "_single_action_runner", None)
+            if single is not None and not runner._hot_ok:
+                single._hot_ok = False
+                single._hot = None
+            policy.fault = fault
+            results.append(_outcome_with_notes(_call(policy, runner, c, i)))
+            policy.fault = None
+        assert_same(results[0], results[1], (i, c, fault))
+    assert sides[1][1]._hot is None
+
+
+@pytest.mark.parametrize("name", ["framestack", "lstm"])
+def test_the_cpp_short_way_in_an_acting_loop_with_faults(name):
+    """The same in a steady acting loop, where the short way's C++ call takes every call but the first of each run
+    of episodes (checked): faults at fixed calls, then acting on."""
+    faults = {5: "int32", 9: "nan", 14: "raise", 15: "int32", 22: "nan", 23: "nan", 30: "raise"}
+    sides = []
+    for general in (False, True):
+        policy = _faulty(name)
+        runner = tv.PolicyRunner(policy, max_episodes=4)
+        runner._hot_ok = not general
+        sides.append((policy, runner))
+    fused = 0
+    for i in range(40):
+        results = []
+        for policy, runner in sides:
+            fused += runner._hot is not None and runner._hot.act is not None and runner._hot.reward_type is np.float64
+            policy.fault = faults.get(i)
+            c = {"kind": "many", "key": 0, "width": 4, "start": False, "reward": "f64", "explore": i % 3 == 0,
+                 "bad_obs": None, "full_fetch": i % 2 == 0}
+            results.append(_outcome_with_notes(_call(policy, runner, c, i)))
+            policy.fault = None
+        assert_same(results[0], results[1], (i, faults.get(i)))
+        assert (results[0][0] == "error") == (faults.get(i) in ("nan", "raise")), (i, results[0])
+    assert fused >= 25  # (after each error the episodes begin again: that call and the next take the general way)
+
+
+def test_the_cpp_short_way_is_taken_and_counts_its_calls():
+    """In an acting loop the short way's calls are C++ calls (`_HotAct`), which count the timestep the policy reads
+    and free the store's steps every 32 calls, as the general way does."""
+    from trajview.rollout import runner as runner_module
+
+    policy = make_policy("framestack")
+    runner = tv.PolicyRunner(policy, max_episodes=8)
+    rng = np.random.default_rng(0)
+    obs = lambda: rng.uniform(-1, 1, (8, 3)).astype(np.float32)  # noqa: E731
+    runner.act_many(obs(), list(range(8)), rewards=np.zeros(8))
+    runner.act_many(obs(), list(range(8)), rewards=np.zeros(8))  # (the rewards' dtype is known from here on)
+    hot = runner._hot
+    assert hot is not None and hot.act is not None
+    fused, calls = hot.fused, []
+    hot.fused = lambda *a: calls.append(a[-1]) or fused(*a)
+    timesteps = []
+    real_run = hot.run
+    hot.run = lambda explore, t: timesteps.append(t) or real_run(explore, t)
+    freed = []
+    coll = runner._collector
+    before = runner._counts.calls
+    for k in range(40):
+        if runner._counts.calls == 0 and k:
+            freed.append(k)
+        out = runner.act_many(obs(), list(range(8)), rewards=rng.uniform(-1, 1, 8), full_fetch=k % 2 == 1)
+        if k % 2:
+            acts, states, extra = out
+            assert acts.shape == (8,) and states == [] and set(extra) == {"action_logp", "vf_preds"}
+        else:
+            assert out.shape == (8,) and out.dtype == np.int64
+    assert calls == [runner_module._ROWS_FETCH if k % 2 else runner_module._ROWS for k in range(40)]
+    assert timesteps == [16 + 8 * k for k in range(40)]  # (two calls of 8 rows before)
+    assert freed == [32 - before]  # every 32 calls
+    assert runner._counts.timestep == 16 + 8 * 40
+    assert coll.num_steps() <= 8 * 32
+
+
+def test_a_policy_acting_through_its_implicit_episode_is_collected():
+    """The short way's C++ call holds nothing that refers back to the policy (Python's collector cannot see into
+    it): a policy that acted through compute_single_action is freed once unreferenced."""
+    import gc
+    import weakref
+
+    policy = make_policy("lstm")
+    for k in range(5):
+        policy.compute_single_action(np.zeros(3, np.float32), prev_reward=0.0 if k else None)
+    assert policy._single_action_runner._hot.act is not None
+    ref = weakref.ref(policy)
+    del policy
+    gc.collect()
+    assert ref() is None
+
+
+def test_act_counts():
+    from trajview import _core
+
+    freed = []
+    counts = _core._ActCounts(3, lambda: freed.append(counts.calls))
+    for n in (1, 2, 3, 4, 5, 6, 7):
+        counts.count(n)
+    assert counts.timestep == 28 and counts.calls == 1 and freed == [0, 0]  # (calls back to 0, then free())
+    with pytest.raises(ValueError, match="chunk must be positive, got 0"):
+        _core._ActCounts(0, lambda: None)
+    with pytest.raises(ValueError, match="cannot count -1 more rows"):
+        counts.count(-1)
+    assert counts.timestep == 28 and counts.calls == 1

@@ -10,6 +10,7 @@ void register_store(py::module_& m);
 void register_replay(py::module_& m);
 void register_envs(py::module_& m);
 void register_checks(py::module_& m);
+void register_act(py::module_& m);
 }
 
 #ifndef TRAJVIEW_VERSION
@@ -24,4 +25,5 @@ PYBIND11_MODULE(_core, m) {
   trajview::bindings::register_replay(m);
   trajview::bindings::register_envs(m);
   trajview::bindings::register_checks(m);
+  trajview::bindings::register_act(m);
 }

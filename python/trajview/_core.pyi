@@ -45,6 +45,42 @@ class _OutputCheck:
     def _fast(self) -> Callable[..., dict[str, Any] | None]:
         """``__call__`` as a plain function of positional arguments (``actions, state_outs, extra, n[, into]``)."""
 
+class _ActCounts:
+    """`PolicyRunner`'s calls counted: the timestep, and ``free()`` every ``chunk`` calls."""
+
+    def __init__(self, chunk: int, free: Callable[[], Any]) -> None: ...
+    def count(self, n: int) -> None:
+        """A call of ``n`` rows done: the timestep on; ``free()`` every ``chunk`` calls."""
+    @property
+    def timestep(self) -> int: ...
+    @property
+    def calls(self) -> int: ...
+
+class _HotAct:
+    """`PolicyRunner`'s short way in one call: the store's step, the policy's function, the output check, the count."""
+
+    def __init__(
+        self,
+        step: Callable[..., Any],
+        check: Callable[..., Any],
+        data: dict[str, Any],
+        ids: Any,
+        out: dict[str, Any],
+        n: int,
+        zeros: Any,
+        counts: _ActCounts,
+        state_keys: list[str],
+        extra_keys: list[str],
+        unchecked: Any,
+    ) -> None: ...
+    @property
+    def stage(self) -> int:
+        """After a call that raised: 1 if the policy had been called, 0 if the store refused the step."""
+    def take_unchecked(self) -> tuple[Any, Any, Any]:
+        """(actions, state_outs, extra) of the last call whose check declined (then forgotten here)."""
+    def _fast(self) -> Callable[[Any, Any, Any, Any, int], Any]:
+        """The call as a plain function of positional arguments (``obs, rewards, explore, run, mode``)."""
+
 def step_envs(
     envs: list[Any], ids: Any, acts: Any, start: int, out: Any, dtype: Any, rew: Any, term: Any, trunc: Any,
     infos: list[Any] | None,

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _core
 from .._validate import int_at_least
 from ..collect.collector import Collector
 from ..envs.checks import check_reward_array
@@ -162,14 +163,15 @@ class PolicyRunner:
         self._last_data: dict[str, np.ndarray] = {}
         self._slots: dict[Hashable, int] = {}
         self._free = list(range(n - 1, -1, -1))  # pop() hands out the lowest slot first
-        self._calls = 0  # calls since the store last freed emitted rows
+        #: The calls counted: the timestep (rows acted on: the policy's ``timestep``), and every `_CHUNK` calls the
+        #: store's steps dropped (`Collector.discard_steps`, which keeps the rows the views look back at).
+        self._counts = _core._ActCounts(_CHUNK, self._collector.discard_steps)
         #: Input arrays reused call after call, by row count (`_Lane`); None once the policy cannot reuse them.
         self._lanes: dict[int, _Lane] | None = {}
         # The rewards given so far were float32 (or float16) / of another dtype: reward inputs are float32 when
         # every one was (the rule of `EnvAdapter.reward_dtype`, which a worker's inputs follow).
         self._saw_f32 = False
         self._saw_other = False
-        self._timestep = 0
         self._names = _RUNNER  # (`implicit_single_action`'s runner: `_SINGLE`)
         #: The next call's short way (`_act_hot`), while its episodes are the last call's (``_hot.keys is
         #: _last_keys``) and that call ran on a lane; None where the space or the actions are nested.
@@ -277,12 +279,10 @@ class PolicyRunner:
                 return _MISS
             r = hot.r32 if rt is np.float32 else hot.r64
             r[0] = reward
-            data = self._act_hot(hot, obs[None], r, explore)
-        elif reward is None and not self._columns.reward_input_keys:
-            data = self._act_hot(hot, obs[None], None, explore)
-        else:
-            return _MISS
-        return _MISS if data is None else self._single_outputs(data, None, full_fetch)
+            return self._act_hot(hot, obs[None], r, explore, _ROW_FETCH if full_fetch else _ROW)
+        if reward is None and not self._columns.reward_input_keys:
+            return self._act_hot(hot, obs[None], None, explore, _ROW_FETCH if full_fetch else _ROW)
+        return _MISS
 
     def _single_outputs(self, data: dict[str, Any], actions: Any, full_fetch: bool) -> Any:
         """`act`'s return: copies of row 0 of the checked outputs ``data`` (the arrays the policy returned are stored
@@ -385,7 +385,7 @@ class PolicyRunner:
         n = hot.n
         if not (episode_start is None or episode_start is False or (
                 type(episode_start) is np.ndarray and episode_start.dtype.type is np.bool_
-                and episode_start.shape == (n,) and not episode_start.any())):
+                and episode_start.shape == (n,) and episode_start.tobytes() == hot.no_starts)):  # (none set: 10x .any())
             return _MISS
         try:
             if (episodes if type(episodes) is list else list(episodes)) != hot.keys:
@@ -401,8 +401,7 @@ class PolicyRunner:
             if r.shape != (n,):
                 return _MISS
             check_reward_array(r, (n,), "PolicyRunner.act_many got")
-        data = self._act_hot(hot, obs, r, explore)
-        return _MISS if data is None else self._many_outputs(data, full_fetch)
+        return self._act_hot(hot, obs, r, explore, _ROWS_FETCH if full_fetch else _ROWS)
 
     def _many_outputs(self, data: dict[str, Any], full_fetch: bool, actions: Any = None) -> Any:
         """`act_many`'s return: copies of the checked outputs ``data`` (the arrays the policy returned are stored with
@@ -470,7 +469,7 @@ class PolicyRunner:
             if inputs is None:
                 inputs = coll.input_dict(c_slots, out=out)
             cast = self._saw_f32 and not self._saw_other  # float32 rewards only: inputs as a worker gives them
-            ts = self._timestep if timestep is None else timestep
+            ts = self._counts.timestep if timestep is None else timestep
             explore = self.explore if explore is None else explore
             if lane is not None and lane.usable(self.policy, cast):
                 actions, state_outs, extra = lane.run(agent_index, explore, ts)
@@ -501,24 +500,41 @@ class PolicyRunner:
         self._last_data = {k: data[k] for k in self._pending}
         lane = None if self._lanes is None or not self._hot_ok else self._lanes.get(n)
         self._hot = None if lane is None else _Hot(self, keys, lane)
-        self._counted(n)
+        self._counts.count(n)
         return actions, data
 
-    def _act_hot(self, hot: _Hot, obs: np.ndarray, rewards: np.ndarray | None, explore: bool | None) -> dict | None:
+    def _act_hot(self, hot: _Hot, obs: np.ndarray, rewards: np.ndarray | None, explore: bool | None,
+                 mode: int) -> Any:
         """`_act_columns` for the common call, which `act` / `act_many` checked: the last call's episodes, each one step
         on (no restart, the default agent_index and timestep), an observation array of the space's dtype and shape,
-        real rewards (or none, the policy not reading them), a lane usable. Returns the checked outputs, or None
-        (nothing changed) where the lane is not usable: the general way then runs."""
-        n = hot.n
+        real rewards (or none, the policy not reading them), a lane usable. Returns the call's return (``mode``:
+        `_ROW`, `_ROW_FETCH`, `_ROWS` or `_ROWS_FETCH`: `_single_outputs` / `_many_outputs`), or `_MISS` (nothing
+        changed) where the lane is not usable: the general way then runs.
+
+        Where the rewards' dtype is the last call's (the reward flags stay as they are) and the output checks have
+        their C++ common case, the whole call is one C++ call (`_core._HotAct`: the store's step, the policy's
+        function, the check, the count and the return, as below)."""
         t = None if rewards is None else rewards.dtype.type
-        if t is hot.reward_type:  # (the rewards' dtype of the last call this way: the flags stay as they are)
+        fused = hot.fused
+        if t is hot.reward_type and fused is not None and hot.lane.usable(self.policy, hot.cast):
+            # (the rewards' dtype of the last call this way: the reward flags stay as they are)
+            try:
+                out = fused(obs, rewards, self.explore if explore is None else explore, hot.run, mode)
+            except BaseException as e:
+                if hot.act.stage:  # type: ignore[union-attr]  # (0: the store refused the step; nothing changed)
+                    self._hot_failed(hot, e, None)
+                raise
+            return out if out is not _UNCHECKED else self._unchecked(hot, mode)
+        n = hot.n
+        if t is hot.reward_type:
             flags, cast = None, hot.cast
         else:
             flags = self._reward_flags(t)
             cast = flags[0] and not flags[1]
         lane = hot.lane
         if not lane.usable(self.policy, cast):
-            return None
+            return _MISS
+        explore = self.explore if explore is None else explore
         data = hot.data
         data[_OBS] = obs
         data[_REWARDS] = hot.zeros if rewards is None else rewards
@@ -528,7 +544,7 @@ class PolicyRunner:
             saw = self._saw_f32, self._saw_other
             self._saw_f32, self._saw_other = flags
         try:
-            actions, state_outs, extra = hot.run(self.explore if explore is None else explore, self._timestep)
+            actions, state_outs, extra = hot.run(explore, self._counts.timestep)
             # The outputs are stored with the episodes' next step: set in the step's data by the checks' common case
             # (`_core._OutputCheck`), else checked by the general ones, then set.
             out = None if hot.check is None else hot.check(actions, state_outs, extra, n, data)
@@ -537,15 +553,41 @@ class PolicyRunner:
                 for k in self._pending:
                     data[k] = out[k]
         except BaseException as e:
-            self._last_keys = None
-            if saw is not None:
-                self._saw_f32, self._saw_other = saw
-            PolicyColumns.note_nan_inputs(e, lane.fed)
-            self._fail(hot.keys, e)
+            self._hot_failed(hot, e, saw)
             raise
         hot.reward_type, hot.cast = t, cast
-        self._counted(n)
-        return out
+        self._counts.count(n)
+        return self._hot_outputs(out, mode)
+
+    def _unchecked(self, hot: _Hot, mode: int) -> Any:
+        """The rest of a `_core._HotAct` call whose check declined the policy's outputs: the general checks (which
+        accept what is acceptable and name what is wrong), the outputs set in the step's data, the count, the
+        return."""
+        actions, state_outs, extra = hot.act.take_unchecked()  # type: ignore[union-attr]
+        try:
+            out = self._columns.check_outputs(actions, state_outs, extra, hot.n)
+            for k in self._pending:
+                hot.data[k] = out[k]
+        except BaseException as e:
+            self._hot_failed(hot, e, None)
+            raise
+        self._counts.count(hot.n)
+        return self._hot_outputs(out, mode)
+
+    def _hot_outputs(self, out: dict[str, Any], mode: int) -> Any:
+        """`act`'s / `act_many`'s return (``mode``) from the checked outputs ``out``."""
+        if mode < _ROWS:
+            return self._single_outputs(out, None, mode == _ROW_FETCH)
+        return self._many_outputs(out, mode == _ROWS_FETCH)
+
+    def _hot_failed(self, hot: _Hot, e: BaseException, saw: tuple[bool, bool] | None) -> None:
+        """The short way's call failed after the policy was called: the reward flags as they were (``saw``, where the
+        call changed them), the call's episodes forgotten (see the class doc), the error's notes."""
+        self._last_keys = None
+        if saw is not None:
+            self._saw_f32, self._saw_other = saw
+        PolicyColumns.note_nan_inputs(e, hot.lane.fed)
+        self._fail(hot.keys, e)
 
     def _reward_flags(self, t: Any) -> tuple[bool, bool]:
         """The reward flags (``_saw_f32``, ``_saw_other``) after a step's rewards of dtype type ``t`` (None: none
@@ -556,13 +598,6 @@ class PolicyRunner:
         if t is np.float32 or t is np.float16:
             return True, self._saw_other
         return self._saw_f32, True
-
-    def _counted(self, n: int) -> None:
-        """A call of ``n`` episodes done: the timestep on, and every `_CHUNK` calls the store's steps dropped."""
-        self._timestep += n
-        self._calls += 1
-        if self._calls >= _CHUNK:
-            self._free_rows()
 
     def _add_lane(self, n: int, gathered: dict[str, np.ndarray], cast: bool) -> None:
         """Input arrays for the next calls of ``n`` rows, shaped as ``gathered`` (a call's input dict from the store),
@@ -701,14 +736,14 @@ class PolicyRunner:
         if hasattr(e, "add_note"):
             e.add_note(self._names.reset_note.format(repr(mine)))
 
-    def _free_rows(self) -> None:
-        """Drops every stored step; the store keeps the rows the views look back at."""
-        self._calls = 0
-        self._collector.discard_steps()
-
 
 #: `_Hot.reward_type` before its first call.
 _UNSET = object()
+#: What `_core._HotAct` returns where the output checks' common case declined (the outputs: its ``take_unchecked``).
+_UNCHECKED = object()
+#: `_act_hot`'s ``mode``: what the call returns: row 0 of the actions (`act`), with the state outputs and extra
+#: fetches (``full_fetch``), every row's actions (`act_many`), with the state outputs and extra fetches.
+_ROW, _ROW_FETCH, _ROWS, _ROWS_FETCH = 0, 1, 2, 3
 #: `PolicyRunner._act_one`'s "not taken": the general way runs (the policy module's, which compute_single_action reads).
 _MISS = _policy_module.NOT_TAKEN
 #: Calls between two frees of a runner's emitted rows (and the store's block size, in steps per episode).
@@ -782,12 +817,13 @@ class _Hot:
     observations, rewards and ends set at each call), the store's slots, and reward arrays for single calls."""
 
     __slots__ = ("keys", "key", "lane", "run", "check", "n", "ids", "data", "zeros", "obs_shape", "r64", "r32",
-                 "reward_type", "cast")
+                 "reward_type", "cast", "act", "fused", "no_starts")
 
     def __init__(self, runner: PolicyRunner, keys: list[Hashable], lane: _Lane) -> None:
         n = len(keys)
         self.keys, self.lane, self.n, self.ids = keys, lane, n, runner._last_ids
         self.key = keys[0]  # (`_act_one`'s episode, where n is 1)
+        self.no_starts = bytes(n)  # (the bytes of ``n`` False bools: `_act_many_hot`'s episode_start without a start)
         # `_Lane.run` for the default agent_index; the policy's function itself where the lane adds nothing to it.
         self.run = lane.run_as_is() or functools.partial(lane.run, None)
         self.data = runner._last_data
@@ -801,6 +837,11 @@ class _Hot:
         self.reward_type: Any = _UNSET
         self.cast = False
         self.check = runner._hot_check
+        #: `_act_hot`'s call in C++ where the checks have their common case (`_core._HotAct`, and its plain function).
+        self.act = None if self.check is None else _core._HotAct(
+            runner._step_into, self.check, self.data, self.ids, lane.out, n, self.zeros, runner._counts,
+            list(runner._state_keys), list(runner._extra_keys), _UNCHECKED)
+        self.fused = None if self.act is None else self.act._fast()
 
 
 def _same_key(key: Any, known: Hashable) -> bool:

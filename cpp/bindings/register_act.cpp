@@ -1,0 +1,223 @@
+// trajview._core._ActCounts and _core._HotAct: PolicyRunner's common call (python/trajview/rollout/runner.py, its
+// short way) in one C++ call. Acting outside a worker costs the store's step, the policy's call and the checks of
+// its outputs; what ran between them in Python (a few dozen bytecodes, slower right after the model's call, whose
+// code and data evict the interpreter's: issue 26) runs here. The runner decides in Python, before the call, that
+// the short way applies (the last call's episodes, arrays of the expected dtypes and shapes, the reward inputs' dtype
+// unchanged, the policy's method its class's own); this file only strings together the functions it is given, in
+// the order and with the semantics of `PolicyRunner._act_hot`, so that nothing here decides what Python would not.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include "fastcall.h"
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace trajview::bindings {
+
+namespace {
+
+py::object steal_or_throw(PyObject* p) {
+  if (p == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(p);
+}
+
+// The runner's calls counted: `timestep` (rows acted on so far: the policy's ``timestep``) and, every `chunk`
+// calls, `free()` (the store's steps dropped: `Collector.discard_steps`).
+class ActCounts {
+ public:
+  ActCounts(std::int64_t chunk, py::object free) : chunk_(chunk), free_(std::move(free)) {
+    if (chunk < 1) throw py::value_error("_ActCounts: chunk must be positive, got " + std::to_string(chunk));
+  }
+
+  // A call of `n` rows done (PolicyRunner._counted).
+  void count(std::int64_t n) {
+    std::int64_t next = 0;
+    if (n < 0 || __builtin_add_overflow(timestep_, n, &next))
+      throw py::value_error("_ActCounts: the timestep cannot count " + std::to_string(n) + " more rows");
+    timestep_ = next;
+    if (++calls_ >= chunk_) {
+      calls_ = 0;
+      free_();
+    }
+  }
+
+  std::int64_t timestep() const { return timestep_; }
+  std::int64_t calls() const { return calls_; }
+
+ private:
+  std::int64_t chunk_;
+  py::object free_;
+  std::int64_t timestep_ = 0;
+  std::int64_t calls_ = 0;
+};
+
+// What a call returns (PolicyRunner._single_outputs / _many_outputs for flat actions).
+enum Mode : int { kRow = 0, kRowFetch = 1, kRows = 2, kRowsFetch = 3 };
+
+class HotAct {
+ public:
+  // step(data, ids, out): the store's step (`Collector.step_into`); check(actions, state_outs, extra, n, data): the
+  // output checks' common case (`_core._OutputCheck`), which sets the outputs in `data`; `zeros`: the rewards
+  // stored when none are given; `state_keys` / `extra_keys`: the outputs returned with `full_fetch`; `unchecked`:
+  // what a call returns when the check declines (the outputs are then in `take_unchecked()`). Nothing held here
+  // refers to the policy or the runner (the policy's function comes with each call): no reference cycle through
+  // this object, which Python's collector cannot see into.
+  HotAct(py::object step, py::object check, py::dict data, py::object ids, py::dict out, py::ssize_t n,
+         py::object zeros, py::object counts, const py::list& state_keys, const py::list& extra_keys,
+         py::object unchecked)
+      : step_(std::move(step)),
+        check_(std::move(check)),
+        data_(std::move(data)),
+        ids_(std::move(ids)),
+        out_(std::move(out)),
+        n_(n),
+        n_obj_(py::int_(n)),
+        zeros_(std::move(zeros)),
+        counts_obj_(std::move(counts)),
+        counts_(counts_obj_.cast<ActCounts*>()),
+        unchecked_(std::move(unchecked)) {
+    if (n < 1) throw py::value_error("_HotAct: n must be positive, got " + std::to_string(n));
+    for (const py::handle k : state_keys) state_keys_.push_back(py::reinterpret_borrow<py::str>(k));
+    for (const py::handle k : extra_keys) extra_keys_.push_back(py::reinterpret_borrow<py::str>(k));
+  }
+
+  // One call of the runner's short way: `obs` and `rewards` (None: `zeros`) stored with the outputs `data` holds
+  // (the previous call's), the input arrays refilled (`step`), then `run(explore, timestep)` (the policy's function
+  // on them), its outputs checked into `data`, the call counted, and what `mode` asks returned. Raises what those
+  // raise; `stage()` then says whether the policy had been called (1) or the store refused the step (0: nothing
+  // changed).
+  py::object call(PyObject* obs, PyObject* rewards, PyObject* explore, PyObject* run, int mode) {
+    stage_ = 0;
+    if (mode < kRow || mode > kRowsFetch) throw py::value_error("_HotAct: mode must be 0 to 3");
+    if (PyDict_SetItem(data_.ptr(), obs_key_.ptr(), obs) < 0) throw py::error_already_set();
+    if (PyDict_SetItem(data_.ptr(), rewards_key_.ptr(), rewards == Py_None ? zeros_.ptr() : rewards) < 0)
+      throw py::error_already_set();
+    PyObject* step_args[3] = {data_.ptr(), ids_.ptr(), out_.ptr()};
+    steal_or_throw(PyObject_Vectorcall(step_.ptr(), step_args, 3, nullptr));
+    stage_ = 1;
+    const py::int_ timestep(counts_->timestep());
+    PyObject* run_args[2] = {explore, timestep.ptr()};
+    const py::object outputs = steal_or_throw(PyObject_Vectorcall(run, run_args, 2, nullptr));
+    const auto [actions, state_outs, extra] = unpack3(outputs);
+    PyObject* check_args[5] = {actions.ptr(), state_outs.ptr(), extra.ptr(), n_obj_.ptr(), data_.ptr()};
+    const py::object checked = steal_or_throw(PyObject_Vectorcall(check_.ptr(), check_args, 5, nullptr));
+    if (checked.is_none()) {
+      unchecked_outputs_ = py::make_tuple(actions, state_outs, extra);
+      return unchecked_;
+    }
+    counts_->count(n_);
+    return returned(mode);
+  }
+
+  int stage() const { return stage_; }
+
+  // The outputs of the last call whose check declined, (actions, state_outs, extra); forgotten here.
+  py::object take_unchecked() { return std::exchange(unchecked_outputs_, py::none()); }
+
+ private:
+  // `a, s, e = outputs`, with Python's errors for anything that does not unpack into three.
+  static std::tuple<py::object, py::object, py::object> unpack3(const py::object& outputs) {
+    PyObject* o = outputs.ptr();
+    if ((PyTuple_CheckExact(o) && PyTuple_GET_SIZE(o) == 3)) {
+      return {py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(o, 0)),
+              py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(o, 1)),
+              py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(o, 2))};
+    }
+    const std::string type = Py_TYPE(o)->tp_name;
+    const py::object seq = steal_or_throw(PySequence_Fast(o, ("cannot unpack non-iterable " + type + " object").c_str()));
+    const Py_ssize_t size = PySequence_Fast_GET_SIZE(seq.ptr());
+    if (size < 3) throw py::value_error("not enough values to unpack (expected 3, got " + std::to_string(size) + ")");
+    if (size > 3) throw py::value_error("too many values to unpack (expected 3)");
+    PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
+    return {py::reinterpret_borrow<py::object>(items[0]), py::reinterpret_borrow<py::object>(items[1]),
+            py::reinterpret_borrow<py::object>(items[2])};
+  }
+
+  py::object column(const py::str& key) const {
+    PyObject* v = PyDict_GetItemWithError(data_.ptr(), key.ptr());
+    if (v == nullptr) {
+      if (!PyErr_Occurred()) throw py::key_error(key);
+      throw py::error_already_set();
+    }
+    return py::reinterpret_borrow<py::object>(v);
+  }
+
+  // Row 0 of a checked column: a numpy scalar, or a copy of the row (`runner._row`).
+  static py::object row0(const py::object& col) {
+    py::object r = steal_or_throw(PySequence_GetItem(col.ptr(), 0));
+    if (py::isinstance<py::array>(r)) return r.attr("copy")();
+    return r;
+  }
+
+  // A copy of a checked column (`np.array(col, copy=True)`: the layout kept).
+  static py::object copied(const py::object& col) { return col.attr("copy")("K"); }
+
+  py::object returned(int mode) const {
+    const bool rows = mode == kRows || mode == kRowsFetch;
+    auto one = [&](const py::str& key) { return rows ? copied(column(key)) : row0(column(key)); };
+    py::object action = one(action_key_);
+    if (mode == kRow || mode == kRows) return action;
+    py::list states;
+    for (const py::str& k : state_keys_) states.append(one(k));
+    py::dict extra;
+    for (const py::str& k : extra_keys_) extra[k] = one(k);
+    return py::make_tuple(action, states, extra);
+  }
+
+  py::object step_;
+  py::object check_;
+  py::dict data_;
+  py::object ids_;
+  py::dict out_;
+  py::ssize_t n_;
+  py::object n_obj_;
+  py::object zeros_;
+  py::object counts_obj_;  // keeps `counts_` alive
+  ActCounts* counts_;
+  py::object unchecked_;
+  std::vector<py::str> state_keys_;
+  std::vector<py::str> extra_keys_;
+  py::str obs_key_{"obs"};
+  py::str rewards_key_{"rewards"};
+  py::str action_key_{"actions"};
+  py::object unchecked_outputs_ = py::none();
+  int stage_ = 0;
+};
+
+// `HotAct::call(obs, rewards, explore, run, mode)` as a plain function (fastcall.h).
+py::object hot_fast(HotAct& act, PyObject* const* args, Py_ssize_t nargs) {
+  expect_args(nargs, 5, 5, "_HotAct");
+  const long mode = PyLong_AsLong(args[4]);
+  if (mode == -1 && PyErr_Occurred()) throw py::error_already_set();
+  return act.call(args[0], args[1], args[2], args[3], static_cast<int>(mode));
+}
+constexpr char kHotName[] = "_HotAct";
+
+}  // namespace
+
+void register_act(py::module_& m) {
+  py::class_<ActCounts>(m, "_ActCounts", "PolicyRunner's calls counted: the timestep, and the store freed every chunk calls.")
+      .def(py::init<std::int64_t, py::object>(), py::arg("chunk"), py::arg("free"))
+      .def("count", &ActCounts::count, py::arg("n"), "A call of n rows done: the timestep on; free() every chunk calls.")
+      .def_property_readonly("timestep", &ActCounts::timestep)
+      .def_property_readonly("calls", &ActCounts::calls);
+  py::class_<HotAct>(m, "_HotAct", "PolicyRunner's short way in one call (see the file's comment).")
+      .def(py::init<py::object, py::object, py::dict, py::object, py::dict, py::ssize_t, py::object, py::object,
+                    const py::list&, const py::list&, py::object>(),
+           py::arg("step"), py::arg("check"), py::arg("data"), py::arg("ids"), py::arg("out"), py::arg("n"),
+           py::arg("zeros"), py::arg("counts"), py::arg("state_keys"), py::arg("extra_keys"), py::arg("unchecked"))
+      .def_property_readonly("stage", &HotAct::stage,
+                             "After a call that raised: 1 if the policy had been called, 0 if the store refused the step.")
+      .def("take_unchecked", &HotAct::take_unchecked,
+           "(actions, state_outs, extra) of the last call whose check declined (then forgotten here).")
+      .def("_fast", [](const py::object& self) { return fast_method<HotAct, &hot_fast, kHotName>(self); },
+           "The call as a plain function of positional arguments (obs, rewards, explore, run, mode).");
+}
+
+}  // namespace trajview::bindings
