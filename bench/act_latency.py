@@ -222,8 +222,11 @@ def split(model: str, n: int, rounds: int = 5, calls: int = 400) -> dict[str, li
 
     columns = runner._columns
     check, lane_run, hot_init = columns.check_outputs, runner_mod._Lane.run, runner_mod._Hot.__init__
-    step_into = runner._step_into
+    step_into, hot_check = runner._step_into, runner._hot_check
+    # (the short way's C++ call, `_core._HotAct`, calls the step and the check it is given when its `_Hot` is made,
+    # and the policy's function it is passed at each call: `hot.run`)
     runner._step_into = timed(step_into, "step")
+    runner._hot_check = None if hot_check is None else timed(hot_check, "check")
     columns.check_outputs = timed(check, "check")
     runner_mod._Lane.run = timed(lane_run, "lane")  # type: ignore[method-assign]
 
@@ -231,8 +234,6 @@ def split(model: str, n: int, rounds: int = 5, calls: int = 400) -> dict[str, li
         hot_init(hot, *args)
         if not isinstance(hot.run, functools.partial):  # (a partial of `_Lane.run`, timed above)
             hot.run = timed(hot.run, "lane")
-        if hot.check is not None:
-            hot.check = timed(hot.check, "check")
 
     runner_mod._Hot.__init__ = timed_hot  # type: ignore[method-assign]
     runner._hot = None  # (made again, timed, by the next call)
@@ -247,7 +248,7 @@ def split(model: str, n: int, rounds: int = 5, calls: int = 400) -> dict[str, li
                 case.model_call(i)
                 out["model_only"].append(clock() - t0)
     finally:
-        runner._step_into = step_into
+        runner._step_into, runner._hot_check = step_into, hot_check
         del columns.check_outputs
         runner_mod._Lane.run = lane_run  # type: ignore[method-assign]
         runner_mod._Hot.__init__ = hot_init  # type: ignore[method-assign]
@@ -295,7 +296,7 @@ def parts(model: str, number: int = 3000, repeat: int = 7) -> dict[str, float]:
         for i in range(32):
             case.act(i)
         t0 = time.perf_counter()
-        runner._free_rows()
+        runner._collector.discard_steps()
         return (time.perf_counter() - t0) * 1e6
 
     # One call's step (the last call's outputs, the next observations and rewards) into the lane's arrays, 32 at a
@@ -308,7 +309,7 @@ def parts(model: str, number: int = 3000, repeat: int = 7) -> dict[str, float]:
         for _ in range(32):
             step_into(data, None, out)
         t = time.perf_counter() - t0
-        runner._free_rows()
+        runner._collector.discard_steps()
         return t / 32 * 1e6
 
     return {"check": best(lambda: check(*outs, EPISODES)), "nan_scan": best(lambda: _core.any_nan(floats)),
@@ -358,7 +359,7 @@ def cold(model: str, reps: int = 300) -> dict[str, tuple[float, float]]:
             samples[name][0].append((t1 - t0) / 1e3)
             samples[name][1].append((t2 - t1) / 1e3)
         if rep % 16 == 15:
-            runner._free_rows()  # (the steps above: dropped as the runner drops its own)
+            runner._collector.discard_steps()  # (the steps above: dropped as the runner drops its own)
     return {k: (statistics.median(a), statistics.median(b)) for k, (a, b) in samples.items()}
 
 
