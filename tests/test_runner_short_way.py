@@ -540,3 +540,42 @@ def test_act_counts():
     with pytest.raises(ValueError, match="cannot count -1 more rows"):
         counts.count(-1)
     assert counts.timestep == 28 and counts.calls == 1
+
+
+def test_an_error_after_the_outputs_are_stored_keeps_the_episodes():
+    """The C++ call's count frees the store's steps every chunk calls, after the outputs are checked and stored: an
+    error there (``_core._HotAct.stage`` 2) leaves the episodes running, as it left them on the general way; an error of
+    the policy (stage 1) forgets them."""
+    from trajview import _core
+
+    policy = _faulty("framestack")
+    runner = tv.PolicyRunner(policy, max_episodes=2)
+    failing = [False]
+
+    def free():
+        if failing[0]:
+            failing[0] = False
+            raise RuntimeError("free failed")
+        runner._collector.discard_steps()
+
+    runner._counts = _core._ActCounts(4, free)
+    rng = np.random.default_rng(0)
+
+    def act():
+        return runner.act_many(rng.uniform(-1, 1, (2, 3)).astype(np.float32), [0, 1], rewards=rng.uniform(-1, 1, 2))
+
+    for _ in range(3):
+        act()
+    assert runner._hot is not None and runner._hot.act is not None and runner._counts.calls == 3
+    failing[0] = True
+    with pytest.raises(RuntimeError, match="free failed"):
+        act()  # (the 4th call: its outputs stored, then the free raised)
+    assert runner._hot.act.stage == 2 and runner.episodes == [0, 1]
+    lengths = runner._collector.episode_lengths().tolist()
+    act()
+    assert runner._collector.episode_lengths().tolist() == [x + 1 for x in lengths]  # (the same episodes, on)
+    policy.fault = "raise"
+    with pytest.raises(RuntimeError, match="injected policy error") as info:
+        act()
+    assert runner._hot.act.stage == 1 and runner.episodes == []
+    assert "the episodes of this call were reset: [0, 1]" in "".join(info.value.__notes__)

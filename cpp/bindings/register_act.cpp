@@ -90,8 +90,8 @@ class HotAct {
   // One call of the runner's short way: `obs` and `rewards` (None: `zeros`) stored with the outputs `data` holds
   // (the previous call's), the input arrays refilled (`step`), then `run(explore, timestep)` (the policy's function
   // on them), its outputs checked into `data`, the call counted, and what `mode` asks returned. Raises what those
-  // raise; `stage()` then says whether the policy had been called (1) or the store refused the step (0: nothing
-  // changed).
+  // raise; `stage()` then says where: the store refused the step (0: nothing changed), the policy or the check raised
+  // (1), or what came after the outputs were checked and stored (2: the count's free, the return).
   py::object call(PyObject* obs, PyObject* rewards, PyObject* explore, PyObject* run, int mode) {
     stage_ = 0;
     if (mode < kRow || mode > kRowsFetch) throw py::value_error("_HotAct: mode must be 0 to 3");
@@ -111,6 +111,7 @@ class HotAct {
       unchecked_outputs_ = py::make_tuple(actions, state_outs, extra);
       return unchecked_;
     }
+    stage_ = 2;
     counts_->count(n_);
     return returned(mode);
   }
@@ -213,7 +214,8 @@ void register_act(py::module_& m) {
            py::arg("step"), py::arg("check"), py::arg("data"), py::arg("ids"), py::arg("out"), py::arg("n"),
            py::arg("zeros"), py::arg("counts"), py::arg("state_keys"), py::arg("extra_keys"), py::arg("unchecked"))
       .def_property_readonly("stage", &HotAct::stage,
-                             "After a call that raised: 1 if the policy had been called, 0 if the store refused the step.")
+                             "After a call that raised: 0 if the store refused the step, 1 if the policy or the check "
+                             "raised, 2 if what came after the outputs were stored did.")
       .def("take_unchecked", &HotAct::take_unchecked,
            "(actions, state_outs, extra) of the last call whose check declined (then forgotten here).")
       .def("_fast", [](const py::object& self) { return fast_method<HotAct, &hot_fast, kHotName>(self); },

@@ -75,7 +75,8 @@ class _HotAct:
     ) -> None: ...
     @property
     def stage(self) -> int:
-        """After a call that raised: 1 if the policy had been called, 0 if the store refused the step."""
+        """After a call that raised: 0 if the store refused the step, 1 if the policy or the check raised, 2 if what
+        came after the outputs were stored did."""
     def take_unchecked(self) -> tuple[Any, Any, Any]:
         """(actions, state_outs, extra) of the last call whose check declined (then forgotten here)."""
     def _fast(self) -> Callable[[Any, Any, Any, Any, int], Any]:

@@ -521,7 +521,9 @@ class PolicyRunner:
             try:
                 out = fused(obs, rewards, self.explore if explore is None else explore, hot.run, mode)
             except BaseException as e:
-                if hot.act.stage:  # type: ignore[union-attr]  # (0: the store refused the step; nothing changed)
+                # (stage 0: the store refused the step, nothing changed; 2: the outputs were stored, the count's free
+                # of the store's steps raised, after which the general way too went on)
+                if hot.act.stage == 1:  # type: ignore[union-attr]  # the policy or the check raised
                     self._hot_failed(hot, e, None)
                 raise
             return out if out is not _UNCHECKED else self._unchecked(hot, mode)
