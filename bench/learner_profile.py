@@ -133,7 +133,9 @@ lead measures on a quiet machine):
      _Linears), encoders as plain functions, or a compiled forward remove most of it, in acting too.
   3. GAE (5-9 %): discount_cumsum is a Python loop over the steps of each segment, and each truncated segment
      costs a forward_step for its bootstrap value (the GTrXL's builds a memory window per segment): one vectorized
-     pass over the batch, and the bootstrap values of all segments in one forward call.
+     pass over the batch, and the bootstrap values of all segments in one forward call. (Bootstrap values: done
+     2026-11-30, `PPOPolicy.values_of_next_steps` in `_postprocessing`; the samplers' postprocessing went from 5-7 %
+     of an iteration to 2-5 %; GAE's per-segment numpy and the bootstrap inputs built per segment remain.)
   4. Checkpoints after every iteration (2-5 %; torch.save's pickling in the loop's thread, the fsyncs in a
      thread): the zoo settings' 256-step iterations write 40 per 10,000 steps. A time-based interval would cut it.
      (Done: PPO's --checkpoint-interval, default 1 s; a checkpoint then cost about 10 ms of CPU, more than the
