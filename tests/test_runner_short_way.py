@@ -131,16 +131,22 @@ def _call(policy, runner, c, i):
                                    episode_start=start, explore=c["explore"], full_fetch=c["full_fetch"])
 
 
+def _two_sides(make, name):
+    """Two (policy, runner) pairs alike: the first runner takes its short way where it can, the second never does."""
+    sides = []
+    for general in (False, True):
+        policy = make(name)
+        runner = tv.PolicyRunner(policy, max_episodes=4)
+        runner._hot_ok = not general
+        sides.append((policy, runner))
+    return sides
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 @settings(max_examples=25, deadline=None)
 @given(schedule=st.lists(CALL, min_size=1, max_size=30))
 def test_the_short_way_acts_as_the_general_way(name, schedule):
-    sides = []
-    for general in (False, True):
-        policy = make_policy(name)
-        runner = tv.PolicyRunner(policy, max_episodes=4)
-        runner._hot_ok = not general
-        sides.append((policy, runner))
+    sides = _two_sides(make_policy, name)
     for i, c in enumerate(schedule):
         results = []
         for policy, runner in sides:
@@ -428,12 +434,7 @@ def test_the_cpp_short_way_fails_and_recovers_as_the_general_way(name, schedule)
     """Outputs the C++ check declines but the Python checks take (int32 actions), outputs both refuse (NaN) and the
     policy's own errors, at random calls of random schedules: the short way (its C++ call) and the general way give
     the same returns, the same errors with the same notes (the episodes forgotten), and go on alike."""
-    sides = []
-    for general in (False, True):
-        policy = _faulty(name)
-        runner = tv.PolicyRunner(policy, max_episodes=4)
-        runner._hot_ok = not general
-        sides.append((policy, runner))
+    sides = _two_sides(_faulty, name)
     for i, (c, fault) in enumerate(schedule):
         results = []
         for policy, runner in sides:
@@ -453,12 +454,7 @@ def test_the_cpp_short_way_in_an_acting_loop_with_faults(name):
     """The same in a steady acting loop, where the short way's C++ call takes every call but the first of each run
     of episodes (checked): faults at fixed calls, then acting on."""
     faults = {5: "int32", 9: "nan", 14: "raise", 15: "int32", 22: "nan", 23: "nan", 30: "raise"}
-    sides = []
-    for general in (False, True):
-        policy = _faulty(name)
-        runner = tv.PolicyRunner(policy, max_episodes=4)
-        runner._hot_ok = not general
-        sides.append((policy, runner))
+    sides = _two_sides(_faulty, name)
     fused = 0
     for i in range(40):
         results = []
