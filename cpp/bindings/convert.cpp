@@ -55,6 +55,20 @@ std::span<const std::int64_t> shape_of(const py::array& a) {
   return {reinterpret_cast<const std::int64_t*>(a.shape()), static_cast<std::size_t>(a.ndim())};
 }
 
+py::str interned(const std::string& s) {
+  PyObject* p = PyUnicode_FromStringAndSize(s.data(), static_cast<Py_ssize_t>(s.size()));
+  if (p == nullptr) throw py::error_already_set();
+  PyUnicode_InternInPlace(&p);  // (replaces p by the interned object, if there is one, and releases the new one)
+  return py::reinterpret_steal<py::str>(p);
+}
+
+py::str interned_str(const py::str& s) {
+  PyObject* p = s.ptr();
+  Py_INCREF(p);
+  if (PyUnicode_CheckExact(p)) PyUnicode_InternInPlace(&p);
+  return py::reinterpret_steal<py::str>(p);
+}
+
 py::array wrap(const BatchColumn& col) {
   std::vector<py::ssize_t> shape(col.shape.begin(), col.shape.end());
   py::object owner = py::cast(col.buffer);

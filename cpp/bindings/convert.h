@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "trajview/batch.h"
@@ -24,6 +25,12 @@ py::dtype to_numpy(DType d);
 
 /// A numpy array's shape as int64 (numpy's npy_intp is 64-bit here).
 std::span<const std::int64_t> shape_of(const py::array& a);
+
+/// The interned str object of `s` (Python's own for an identifier-like literal): a dict lookup by a key that is the
+/// very object stored compares no characters. The bindings' fixed keys (column and view names) are interned.
+py::str interned(const std::string& s);
+/// `s` interned (an exact str; a subclass is returned as it is).
+py::str interned_str(const py::str& s);
 
 /// A batch column as a numpy array whose base (a `_Buffer`) owns the memory.
 py::array wrap(const BatchColumn& col);

@@ -8,6 +8,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include "convert.h"
 #include "fastcall.h"
 
 #include <cstdint>
@@ -83,8 +84,8 @@ class HotAct {
         counts_(counts_obj_.cast<ActCounts*>()),
         unchecked_(std::move(unchecked)) {
     if (n < 1) throw py::value_error("_HotAct: n must be positive, got " + std::to_string(n));
-    for (const py::handle k : state_keys) state_keys_.push_back(py::reinterpret_borrow<py::str>(k));
-    for (const py::handle k : extra_keys) extra_keys_.push_back(py::reinterpret_borrow<py::str>(k));
+    for (const py::handle k : state_keys) state_keys_.push_back(interned_str(py::reinterpret_borrow<py::str>(k)));
+    for (const py::handle k : extra_keys) extra_keys_.push_back(interned_str(py::reinterpret_borrow<py::str>(k)));
   }
 
   // One call of the runner's short way: `obs` and `rewards` (None: `zeros`) stored with the outputs `data` holds
@@ -184,9 +185,9 @@ class HotAct {
   py::object unchecked_;
   std::vector<py::str> state_keys_;
   std::vector<py::str> extra_keys_;
-  py::str obs_key_{"obs"};
-  py::str rewards_key_{"rewards"};
-  py::str action_key_{"actions"};
+  py::str obs_key_ = interned("obs");
+  py::str rewards_key_ = interned("rewards");
+  py::str action_key_ = interned("actions");
   py::object unchecked_outputs_ = py::none();
   int stage_ = 0;
 };

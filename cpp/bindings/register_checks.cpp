@@ -9,11 +9,14 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "convert.h"
 #include "fastcall.h"
+#include "scratch.h"
 #include "scan.h"
 
 #include <cstddef>
 #include <cstdint>
+#include <memory_resource>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -58,7 +61,8 @@ class OutputCheck {
     if (!matches(actions, action_, n)) return py::none();
     if (bounds_ && n > 0 && outside(actions)) return py::none();
     // (borrowed: the list and the dict hold them while nothing here runs Python code)
-    std::vector<PyObject*> values;
+    Scratch scratch;
+    std::pmr::vector<PyObject*> values(scratch.get());
     values.reserve(states_.size() + extras_.size());
     for (std::size_t i = 0; i < states_.size(); ++i) {
       PyObject* v = PyList_GET_ITEM(state_outs.ptr(), static_cast<py::ssize_t>(i));
@@ -76,7 +80,7 @@ class OutputCheck {
     }
     // Every value is held by a reference of its own before the first write (a write may drop the last reference
     // `into` held to an old value, and with it run a destructor).
-    std::vector<py::object> held;
+    std::pmr::vector<py::object> held(scratch.get());
     held.reserve(values.size() + 1);
     held.push_back(py::reinterpret_borrow<py::object>(actions));
     for (PyObject* v : values) held.push_back(py::reinterpret_borrow<py::object>(v));
@@ -90,7 +94,7 @@ class OutputCheck {
  private:
   static Column column(const py::tuple& t) {
     if (t.size() != 4) throw std::invalid_argument("_OutputCheck: a column is (key, dtype, shape, nan)");
-    return Column{t[0].cast<py::str>(), py::reinterpret_borrow<py::object>(t[1]),
+    return Column{interned_str(t[0].cast<py::str>()), py::reinterpret_borrow<py::object>(t[1]),
                   t[2].cast<std::vector<py::ssize_t>>(), t[3].cast<bool>()};
   }
 

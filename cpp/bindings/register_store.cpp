@@ -14,6 +14,7 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -22,6 +23,7 @@
 #include "trajview/store.h"
 #include "convert.h"
 #include "fastcall.h"
+#include "scratch.h"
 
 namespace py = pybind11;
 
@@ -30,6 +32,10 @@ namespace {
 
 // Copies above this many bytes release the GIL.
 constexpr std::size_t kReleaseGilBytes = 1 << 16;
+
+using Arrays = std::pmr::vector<py::array>;   // references held while the call reads the arrays
+using Inputs = std::pmr::vector<ArrayIn>;
+using RowPtrs = std::pmr::vector<std::byte*>;
 
 class PyStore {
  public:
@@ -48,25 +54,29 @@ class PyStore {
     py::module_ np = py::module_::import("numpy");
     can_cast_ = np.attr("can_cast");
     for (const auto& c : store_.columns()) {
-      col_names_.push_back(py::str(c.name));
+      col_names_.push_back(interned(c.name));
       col_dtypes_.push_back(to_numpy(c.dtype));
     }
     for (std::size_t v : store_.inference_views()) {
       const auto& view = store_.views()[v];
       const auto& col = store_.columns()[static_cast<std::size_t>(store_.column_index(view.column))];
-      inf_names_.push_back(py::str(view.name));
+      inf_names_.push_back(interned(view.name));
       inf_dtypes_.push_back(to_numpy(col.dtype));
       std::vector<py::ssize_t> shape{0};
       if (view.adds_axis) shape.push_back(static_cast<py::ssize_t>(view.shifts.size()));
       shape.insert(shape.end(), col.shape.begin(), col.shape.end());
       inf_shapes_.push_back(std::move(shape));
     }
+    if (infer_t_) boundary_keys_.push_back(interned("t"));
+    if (infer_eps_) boundary_keys_.push_back(interned("eps_id"));
+    if (infer_env_) boundary_keys_.push_back(interned("env_id"));
   }
 
   py::list begin_episodes(const py::object& env_ids, const py::dict& obs) {
     Slots slots = parse_slots(env_ids, "begin_episodes", /*allow_none=*/false);
-    std::vector<py::array> keep;
-    std::vector<ArrayIn> in;
+    Scratch scratch;
+    Arrays keep(scratch.get());
+    Inputs in(scratch.get());
     const auto& obs_cols = store_.obs_columns();
     for (const auto& item : obs) {
       const std::string key = py::str(item.first);
@@ -87,8 +97,9 @@ class PyStore {
 
   void add_step(const py::object& data, const py::object& env_ids) {
     Slots slots = parse_slots(env_ids, "add_step", /*allow_none=*/true);
-    std::vector<py::array> keep;
-    std::vector<ArrayIn> in;
+    Scratch scratch;
+    Arrays keep(scratch.get());
+    Inputs in(scratch.get());
     std::size_t bytes = 0;
     collect_step(data, keep, in, bytes);
     if (slots.given && slots.ids.empty()) return check_empty(in);
@@ -99,20 +110,23 @@ class PyStore {
     Slots slots = parse_slots(env_ids, "input_dict", /*allow_none=*/true);
     if (out.is_none()) return gather(slots);
     std::size_t bytes = 0;
-    std::vector<py::array> held;  // the arrays stay alive while the GIL is released, whatever happens to `out`
-    std::vector<std::byte*> ptrs = out_rows(out, slots, "input_dict", bytes, held);
+    Scratch scratch;
+    Arrays held(scratch.get());  // the arrays stay alive while the GIL is released, whatever happens to `out`
+    RowPtrs ptrs(scratch.get());
+    out_rows(out, slots, "input_dict", bytes, held, ptrs);
     gather_into(slots, ptrs, bytes);
     return py::reinterpret_borrow<py::dict>(out);
   }
 
   py::dict step(const py::object& data, const py::object& env_ids, const py::object& out) {
     Slots slots = parse_slots(env_ids, "step", /*allow_none=*/true);
-    std::vector<std::byte*> ptrs;
+    Scratch scratch;
+    RowPtrs ptrs(scratch.get());
     std::size_t out_bytes = 0;
-    std::vector<py::array> held;  // the arrays stay alive while the GIL is released, whatever happens to `out`
-    if (!out.is_none()) ptrs = out_rows(out, slots, "step", out_bytes, held);  // checked before anything is stored
-    std::vector<py::array> keep;
-    std::vector<ArrayIn> in;
+    Arrays held(scratch.get());  // the arrays stay alive while the GIL is released, whatever happens to `out`
+    if (!out.is_none()) out_rows(out, slots, "step", out_bytes, held, ptrs);  // checked before anything is stored
+    Arrays keep(scratch.get());
+    Inputs in(scratch.get());
     std::size_t bytes = 0;
     collect_step(data, keep, in, bytes);
     if (slots.given && slots.ids.empty()) check_empty(in);
@@ -278,7 +292,7 @@ class PyStore {
     }
   }
 
-  ArrayIn convert(std::size_t c, py::handle h, std::vector<py::array>& keep) {
+  ArrayIn convert(std::size_t c, py::handle h, Arrays& keep) {
     const auto& col = store_.columns()[c];
     // The common case read off the array itself (numpy's conversion is the larger part of a small step's cost):
     // an ndarray of the column's own dtype object, C-contiguous.
@@ -312,8 +326,7 @@ class PyStore {
     return ArrayIn{arr.data(), *dt, shape_of(keep.back())};
   }
 
-  void collect_step(const py::object& obj, std::vector<py::array>& keep, std::vector<ArrayIn>& in,
-                    std::size_t& bytes) {
+  void collect_step(const py::object& obj, Arrays& keep, Inputs& in, std::size_t& bytes) {
     const py::dict data = PyDict_Check(obj.ptr()) ? py::reinterpret_borrow<py::dict>(obj) : py::dict(obj);
     const std::size_t ncols = col_names_.size();
     keep.reserve(ncols);
@@ -341,7 +354,7 @@ class PyStore {
     }
   }
 
-  void check_empty(const std::vector<ArrayIn>& in) const {
+  void check_empty(std::span<const ArrayIn> in) const {
     for (std::size_t c = 0; c < in.size(); ++c) {
       if (in[c].shape.empty() || in[c].shape[0] != 0)
         throw py::value_error("column '" + store_.columns()[c].name + "': env_ids is empty, so expected 0 rows, got " +
@@ -349,7 +362,7 @@ class PyStore {
     }
   }
 
-  void run_add(const Slots& slots, const std::vector<ArrayIn>& in, std::size_t bytes) {
+  void run_add(const Slots& slots, std::span<const ArrayIn> in, std::size_t bytes) {
     if (bytes >= kReleaseGilBytes) {
       py::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(mu_);
@@ -362,15 +375,6 @@ class PyStore {
 
   py::ssize_t rows_of(const Slots& slots) const {
     return static_cast<py::ssize_t>(slots.given ? slots.ids.size() : static_cast<std::size_t>(store_.num_slots()));
-  }
-
-  // The boundary columns an input dict holds besides the views (t, eps_id, env_id), in gather_into's order.
-  std::vector<py::str> boundary_keys() const {
-    std::vector<py::str> keys;
-    if (infer_t_) keys.push_back(t_key_);
-    if (infer_eps_) keys.push_back(eps_key_);
-    if (infer_env_) keys.push_back(env_key_);
-    return keys;
   }
 
   py::dict gather(const Slots& slots) {
@@ -387,7 +391,7 @@ class PyStore {
       bytes += static_cast<std::size_t>(a.nbytes());
       out[inf_names_[k]] = std::move(a);
     }
-    for (const auto& key : boundary_keys()) {
+    for (const auto& key : boundary_keys_) {
       py::array_t<std::int64_t> a(n);
       ptrs.push_back(reinterpret_cast<std::byte*>(a.mutable_data()));
       out[key] = std::move(a);
@@ -397,19 +401,19 @@ class PyStore {
   }
 
   // The rows of `out` (a dict of exactly the input dict's columns, each a writeable C-contiguous array of its
-  // dtype and shape for these slots: e.g. an earlier input dict of as many rows), in gather_into's order;
-  // anything else is a ValueError naming the column, expected and got.
+  // dtype and shape for these slots: e.g. an earlier input dict of as many rows), in gather_into's order, into
+  // `ptrs`; anything else is a ValueError naming the column, expected and got.
   // `bytes`: the views' bytes in all (whether the copy releases the GIL); `held`: a reference to each array.
-  std::vector<std::byte*> out_rows(const py::object& out, const Slots& slots, const char* where, std::size_t& bytes,
-                                   std::vector<py::array>& held) {
+  void out_rows(const py::object& out, const Slots& slots, const char* where, std::size_t& bytes, Arrays& held,
+                RowPtrs& ptrs) {
     if (!PyDict_Check(out.ptr()))
       throw py::type_error(std::string(where) + ": out must be a dict of arrays (an earlier input dict), got " +
                            std::string(py::str(py::type::handle_of(out).attr("__name__"))));
     const py::ssize_t n = rows_of(slots);
-    const auto keys = boundary_keys();
+    const auto& keys = boundary_keys_;
     const auto expected = inf_names_.size() + keys.size();
-    std::vector<std::byte*> ptrs;
     ptrs.reserve(expected);
+    held.reserve(expected);
     auto check = [&](const py::str& name, const py::dtype& dtype, const std::vector<py::ssize_t>& want) {
       // (Messages are made only for an error: this runs at every call of a caller that reuses arrays.)
       auto shape = [&] {
@@ -484,11 +488,10 @@ class PyStore {
       throw py::value_error(std::string(where) + ": out must hold exactly the input dict's columns; not one: " +
                             others);
     }
-    return ptrs;
   }
 
-  // Writes the input dict of `slots` into `ptrs` (the views in inf_names_ order, then boundary_keys()'s).
-  void gather_into(const Slots& slots, const std::vector<std::byte*>& ptrs, std::size_t bytes) {
+  // Writes the input dict of `slots` into `ptrs` (the views in inf_names_ order, then boundary_keys_'s).
+  void gather_into(const Slots& slots, std::span<std::byte* const> ptrs, std::size_t bytes) {
     const py::ssize_t n = rows_of(slots);
     if (n == 0) return;
     const std::size_t nviews = inf_names_.size();
@@ -496,7 +499,7 @@ class PyStore {
     auto* tp = infer_t_ ? reinterpret_cast<std::int64_t*>(ptrs[next++]) : nullptr;
     auto* ep = infer_eps_ ? reinterpret_cast<std::int64_t*>(ptrs[next++]) : nullptr;
     auto* envp = infer_env_ ? reinterpret_cast<std::int64_t*>(ptrs[next++]) : nullptr;
-    const std::vector<std::byte*> views(ptrs.begin(), ptrs.begin() + static_cast<std::ptrdiff_t>(nviews));
+    const std::span<std::byte* const> views = ptrs.first(nviews);
     auto run = [&] {
       std::lock_guard<std::mutex> lock(mu_);
       store_.check_active(slots.ids, "input_dict");
@@ -522,9 +525,8 @@ class PyStore {
   std::vector<py::str> inf_names_;
   std::vector<py::dtype> inf_dtypes_;
   std::vector<std::vector<py::ssize_t>> inf_shapes_;
-  py::str t_key_{"t"};
-  py::str eps_key_{"eps_id"};
-  py::str env_key_{"env_id"};
+  // The boundary columns an input dict holds besides the views (t, eps_id, env_id), in gather_into's order.
+  std::vector<py::str> boundary_keys_;
   bool infer_t_ = false;
   bool infer_eps_ = false;
   bool infer_env_ = false;

@@ -74,11 +74,14 @@ void check_array(const ColumnSpec& col, const ArrayIn& in, std::int64_t n, const
   if (in.dtype != col.dtype)
     throw std::invalid_argument(std::string(what) + " '" + col.name + "': expected dtype " +
                                 std::string(dtype_name(col.dtype)) + ", got " + std::string(dtype_name(in.dtype)));
+  // (Compared in place: this runs for every column of every step; the expected shape is built for the message only.)
+  if (in.shape.size() == col.shape.size() + 1 && in.shape[0] == n &&
+      std::equal(col.shape.begin(), col.shape.end(), in.shape.begin() + 1))
+    return;
   std::vector<std::int64_t> want{n};
   want.insert(want.end(), col.shape.begin(), col.shape.end());
-  if (!std::equal(want.begin(), want.end(), in.shape.begin(), in.shape.end()))
-    throw std::invalid_argument(std::string(what) + " '" + col.name + "': expected shape " + shape_str(want) +
-                                ", got " + shape_str(in.shape));
+  throw std::invalid_argument(std::string(what) + " '" + col.name + "': expected shape " + shape_str(want) +
+                              ", got " + shape_str(in.shape));
 }
 
 }  // namespace trajview

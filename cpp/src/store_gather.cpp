@@ -91,12 +91,20 @@ bool TrajectoryStore::gather_aligned_stack(std::size_t v, std::span<const std::i
   const std::int64_t lead = obs_index_[c] >= 0 ? 1 : 0;
   const std::size_t k = view.shifts.size();
   if (rb == 0 || k > kMaxStackRows) return false;
-  std::array<const std::byte*, kMaxStackRows> bases{};
+  std::array<const std::byte*, kMaxStackRows> bases;  // (the first k set below; not zeroed: this runs per step)
+  std::int64_t prev = 0, block_end = 0;  // (the last shift's position; one past the last position of its block)
   for (std::size_t j = 0; j < k; ++j) {
     const std::int64_t s = view.shifts[j];
     const std::int64_t p = aligned_pos_ + s - lead;
-    if (s >= lead || !stream.holds(p)) return false;  // a row past the episode's last, or not held: the general rule
-    bases[j] = stream.position(p);
+    if (s >= lead) return false;  // a row past the episode's last: the general rule
+    if (j > 0 && p == prev + 1 && p < block_end) {
+      bases[j] = bases[j - 1] + stream.stride();  // the next position of the same block (consecutive shifts)
+    } else {
+      if (!stream.holds(p)) return false;  // not held: the general rule
+      bases[j] = stream.position(p);
+      block_end = stream.block_end(p);
+    }
+    prev = p;
   }
   const auto before_stream = [&](std::size_t i, std::int64_t r, std::byte* dst) {
     copy_rows(*slots_[i], c, r, r + 1, view.padding, dst);

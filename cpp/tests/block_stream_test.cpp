@@ -196,6 +196,25 @@ TEST(BlockStream, TimeMajorLayout) {
   EXPECT_EQ(bs.position(7), bs.position(4) + 3 * bs.stride());
 }
 
+TEST(BlockStream, BlockEndBoundsTheContiguousRun) {
+  // Blocks of 4 positions from base 5: [5,9) [9,13) [13,17); after release_before(9), [9,13) [13,17).
+  ChunkPool pool(4 * 2 * kRowBytes, 8);
+  BlockStream bs(kRowBytes, 2, 4, pool);
+  write_range(bs, 5, 17, 2);
+  for (std::int64_t p = 5; p < 17; ++p) {
+    const std::int64_t end = bs.block_end(p);
+    EXPECT_EQ(end, 5 + ((p - 5) / 4 + 1) * 4) << p;
+    for (std::int64_t q = p; q < end; ++q)
+      EXPECT_EQ(bs.position(q), bs.position(p) + static_cast<std::size_t>(q - p) * bs.stride()) << p << "," << q;
+  }
+  bs.release_before(9);
+  EXPECT_EQ(bs.base(), 9);
+  EXPECT_EQ(bs.block_end(9), 13);
+  EXPECT_EQ(bs.block_end(12), 13);
+  EXPECT_EQ(bs.block_end(13), 17);
+  EXPECT_EQ(bs.block_end(16), 17);
+}
+
 TEST(BlockStream, SlotsWriteTheirOwnRows) {
   // Slot 1 runs ahead of slot 0; each writes only its own row.
   ChunkPool pool(2 * 2 * kRowBytes, 8);

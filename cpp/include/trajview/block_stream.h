@@ -70,6 +70,9 @@ class BlockStream {
     return blocks_[static_cast<std::size_t>(k / block_rows_)].get() +
            static_cast<std::size_t>(k % block_rows_) * stride_;
   }
+  /// One past the last position of p's block: positions [p, block_end(p)) lie `stride()` bytes apart from
+  /// position(p) on. p must be held.
+  std::int64_t block_end(std::int64_t p) const noexcept { return p + (block_rows_ - (p - base_) % block_rows_); }
   const std::byte* at(std::int64_t p, std::int64_t slot) const noexcept {
     return position(p) + static_cast<std::size_t>(slot) * row_bytes_;
   }

@@ -277,9 +277,22 @@ class PolicyRunner:
         if rt is float or rt is np.float64 or rt is np.float32:
             if reward != reward:  # (NaN: the general way's error)
                 return _MISS
-            r = hot.r32 if rt is np.float32 else hot.r64
+            if rt is np.float32:
+                r, t = hot.r32, np.float32
+            else:
+                r, t = hot.r64, np.float64
             r[0] = reward
-            return self._act_hot(hot, obs[None], r, explore, _ROW_FETCH if full_fetch else _ROW)
+            mode = _ROW_FETCH if full_fetch else _ROW
+            fused = hot.fused
+            if t is hot.reward_type and fused is not None and hot.lane.usable(self.policy, hot.cast):
+                # `_act_hot`'s C++ call, made here (a Python frame less on the most common call: issue 26)
+                try:
+                    out = fused(obs[None], r, self.explore if explore is None else explore, hot.run, mode)
+                except BaseException as e:
+                    self._fused_failed(hot, e)
+                    raise
+                return out if out is not _UNCHECKED else self._unchecked(hot, mode)
+            return self._act_hot(hot, obs[None], r, explore, mode)
         if reward is None and not self._columns.reward_input_keys:
             return self._act_hot(hot, obs[None], None, explore, _ROW_FETCH if full_fetch else _ROW)
         return _MISS
@@ -513,7 +526,8 @@ class PolicyRunner:
 
         Where the rewards' dtype is the last call's (the reward flags stay as they are) and the output checks have
         their C++ common case, the whole call is one C++ call (`_core._HotAct`: the store's step, the policy's
-        function, the check, the count and the return, as below)."""
+        function, the check, the count and the return, as below); `_act_one` makes that call itself, and comes here
+        for the rest."""
         t = None if rewards is None else rewards.dtype.type
         fused = hot.fused
         if t is hot.reward_type and fused is not None and hot.lane.usable(self.policy, hot.cast):
@@ -521,10 +535,7 @@ class PolicyRunner:
             try:
                 out = fused(obs, rewards, self.explore if explore is None else explore, hot.run, mode)
             except BaseException as e:
-                # (stage 0: the store refused the step, nothing changed; 2: the outputs were stored, the count's free
-                # of the store's steps raised, after which the general way too went on)
-                if hot.act.stage == 1:  # type: ignore[union-attr]  # the policy or the check raised
-                    self._hot_failed(hot, e, None)
+                self._fused_failed(hot, e)
                 raise
             return out if out is not _UNCHECKED else self._unchecked(hot, mode)
         n = hot.n
@@ -560,6 +571,14 @@ class PolicyRunner:
         hot.reward_type, hot.cast = t, cast
         self._counts.count(n)
         return self._hot_outputs(out, mode)
+
+    def _fused_failed(self, hot: _Hot, e: BaseException) -> None:
+        """A `_core._HotAct` call raised ``e`` (its caller raises it on): where the policy or the check raised (stage
+        1), the call's episodes are forgotten, as `_hot_failed` says. At stage 0 the store refused the step and
+        nothing changed; at stage 2 the outputs were stored and the count's free of the store's steps raised, after
+        which the general way too goes on."""
+        if hot.act.stage == 1:  # type: ignore[union-attr]
+            self._hot_failed(hot, e, None)
 
     def _unchecked(self, hot: _Hot, mode: int) -> Any:
         """The rest of a `_core._HotAct` call whose check declined the policy's outputs: the general checks (which
