@@ -277,6 +277,8 @@ class PolicyRunner:
         if rt is float or rt is np.float64 or rt is np.float32:
             if reward != reward:  # (NaN: the general way's error)
                 return _MISS
+            r: np.ndarray
+            t: Any
             if rt is np.float32:
                 r, t = hot.r32, np.float32
             else:
