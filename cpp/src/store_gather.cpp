@@ -93,6 +93,7 @@ bool TrajectoryStore::gather_aligned_stack(std::size_t v, std::span<const std::i
   if (rb == 0 || k > kMaxStackRows) return false;
   std::array<const std::byte*, kMaxStackRows> bases;  // (the first k set below; not zeroed: this runs per step)
   std::int64_t prev = 0, block_end = 0;  // (the last shift's position; one past the last position of its block)
+  bool one_run = true;  // every shift the next position of the first one's block
   for (std::size_t j = 0; j < k; ++j) {
     const std::int64_t s = view.shifts[j];
     const std::int64_t p = aligned_pos_ + s - lead;
@@ -103,8 +104,15 @@ bool TrajectoryStore::gather_aligned_stack(std::size_t v, std::span<const std::i
       if (!stream.holds(p)) return false;  // not held: the general rule
       bases[j] = stream.position(p);
       block_end = stream.block_end(p);
+      one_run = j == 0;
     }
     prev = p;
+  }
+  // One slot (a position is one row), its rows one run of a block, none before the stream (the first shift's, the
+  // lowest, is not): the view is that run's bytes as they are (a single episode acting: PolicyRunner's implicit one).
+  if (one_run && steps.size() == 1 && stream.stride() == rb && steps[0] + view.shifts[0] >= lead) {
+    std::memcpy(out, bases[0], k * rb);
+    return true;
   }
   const auto before_stream = [&](std::size_t i, std::int64_t r, std::byte* dst) {
     copy_rows(*slots_[i], c, r, r + 1, view.padding, dst);

@@ -169,6 +169,33 @@ TEST(StoreInference, RangeAndListShifts) {
   EXPECT_EQ(r.t, (I64{3}));
 }
 
+TEST(StoreInference, OneSlotStacksAcrossBlocksAndEpisodes) {
+  // One slot (PolicyRunner's implicit episode): a stack is a run of one block's rows, read in one copy, or spans two
+  // blocks (opts(2): small blocks), or reaches before the episode (padding). Each read equals the history's rows.
+  std::vector<ViewSpec> views{view("stack", "obs", I64{-4, -3, -2, -1, 0}), view("prev3", "actions", I64{-3, -2, -1})};
+  TrajectoryStore s(1, basic_columns(), views, opts(2));
+  float next_obs = 1;
+  std::int64_t next_action = 100;
+  for (int episode = 0; episode < 3; ++episode) {
+    F32 obs{next_obs++};
+    I64 actions;
+    begin(s, {0}, {obs.back()});
+    for (int t = 0; t < 13 + 3 * episode; ++t) {
+      Inference r = infer(s);
+      F32 stack;
+      for (std::int64_t k = -4; k <= 0; ++k) stack.push_back(t + k >= 0 ? obs[static_cast<std::size_t>(t + k)] : 0.0f);
+      I64 prev3;
+      for (std::int64_t k = -3; k <= -1; ++k) prev3.push_back(t + k >= 0 ? actions[static_cast<std::size_t>(t + k)] : 0);
+      ASSERT_EQ(r.get<float>("stack"), stack) << "episode " << episode << " t " << t;
+      ASSERT_EQ(r.get<std::int64_t>("prev3"), prev3) << "episode " << episode << " t " << t;
+      obs.push_back(next_obs++);
+      actions.push_back(next_action++);
+      step(s, {}, {obs.back()}, {actions.back()});  // (all slots: the aligned step, as the runner's)
+    }
+    s.end_episodes(I64{0});
+  }
+}
+
 TEST(StoreInference, VectorObservationsKeepTheirShape) {
   std::vector<ColumnSpec> cols{obs_col("obs", {2})};
   std::vector<ViewSpec> views{view("stack", "obs", I64{-1, 0})};
