@@ -12,6 +12,7 @@
 #include "fastcall.h"
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -118,6 +119,9 @@ class HotAct {
   }
 
   int stage() const { return stage_; }
+  py::ssize_t rows() const { return n_; }
+  // What a call returns where the check declined the outputs.
+  const py::object& unchecked() const { return unchecked_; }
 
   // The outputs of the last call whose check declined, (actions, state_outs, extra); forgotten here.
   py::object take_unchecked() { return std::exchange(unchecked_outputs_, py::none()); }
@@ -201,6 +205,145 @@ py::object hot_fast(HotAct& act, PyObject* const* args, Py_ssize_t nargs) {
 }
 constexpr char kHotName[] = "_HotAct";
 
+// `PolicyRunner._act_one` (python/trajview/rollout/runner.py, where its rule is described) in C++: the runner's most
+// common call, one episode one step on, made by `compute_single_action` once per env step. In Python its checks and
+// calls were a few dozen bytecodes (issue 26: about a quarter of what the runner adds to the model's time, after the
+// store's step). Nothing is held here that refers to a runner: the runner comes with each call, and what the call
+// reads of it and of its `_Hot` (the short way's state) are their attributes, read at each call as Python would.
+class ActOne {
+ public:
+  // `miss`: what a call that is not this common case returns (nothing changed: the general way takes it);
+  // `float32` / `float64`: numpy's scalar types (a reward of either is a real number, as Python's float is).
+  ActOne(py::object miss, py::object float32, py::object float64)
+      : miss_(std::move(miss)), f32_(std::move(float32)), f64_(std::move(float64)) {}
+
+  // (runner, obs, episode, reward, explore, full_fetch): see `PolicyRunner._act_one`.
+  py::object call(PyObject* runner, PyObject* obs, PyObject* episode, PyObject* reward, PyObject* explore,
+                  PyObject* full_fetch) const {
+    const py::object hot = attr(runner, hot_);
+    if (hot.is_none()) return miss_;
+    if (attr(hot, keys_).ptr() != attr(runner, last_keys_).ptr()) return miss_;
+    const py::object act_obj = attr(hot, act_);
+    HotAct* act = act_obj.is_none() ? nullptr : act_obj.cast<HotAct*>();
+    const Py_ssize_t n = PyLong_AsSsize_t(attr(hot, n_).ptr());
+    if (n == -1 && PyErr_Occurred()) throw py::error_already_set();
+    if (n != 1) return miss_;
+    // An observation array of the space's dtype object and shape.
+    if (reinterpret_cast<PyObject*>(Py_TYPE(obs)) != array_type_) return miss_;
+    const auto* a = py::detail::array_proxy(obs);
+    if (a->descr != attr(runner, obs_dtype_).ptr()) return miss_;
+    const py::object shape = attr(runner, obs_shape_);
+    if (!PyTuple_CheckExact(shape.ptr()) || PyTuple_GET_SIZE(shape.ptr()) != a->nd) return miss_;
+    for (int d = 0; d < a->nd; ++d) {
+      const Py_ssize_t want = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape.ptr(), d));
+      if (want == -1 && PyErr_Occurred()) throw py::error_already_set();
+      if (want != a->dimensions[d]) return miss_;
+    }
+    if (explore != Py_None && !PyBool_Check(explore)) return miss_;
+    if (!same_key(episode, attr(hot, key_).ptr())) return miss_;
+    const int fetch = PyObject_IsTrue(full_fetch);
+    if (fetch < 0) throw py::error_already_set();
+    const py::int_ mode(fetch ? 1 : 0);  // (_ROW_FETCH / _ROW)
+    PyTypeObject* rt = Py_TYPE(reward);
+    const bool f32 = rt == reinterpret_cast<PyTypeObject*>(f32_.ptr());
+    if (rt == &PyFloat_Type || rt == reinterpret_cast<PyTypeObject*>(f64_.ptr()) || f32) {
+      const double value = PyFloat_AsDouble(reward);  // (np.float64 is a float; np.float32 converts exactly)
+      if (value == -1.0 && PyErr_Occurred()) throw py::error_already_set();
+      if (value != value) return miss_;  // (NaN: the general way's error)
+      const py::object r = attr(hot, f32 ? r32_ : r64_);
+      auto* ra = py::detail::array_proxy(r.ptr());
+      if (f32) *reinterpret_cast<float*>(ra->data) = static_cast<float>(value);
+      else *reinterpret_cast<double*>(ra->data) = value;
+      const py::object batch = steal_or_throw(PyObject_GetItem(obs, Py_None));  // obs[None]
+      const py::object& t = f32 ? f32_ : f64_;
+      if (act != nullptr && attr(hot, reward_type_).ptr() == t.ptr() && usable(runner, hot)) {
+        const py::object explore_now = explore == Py_None ? attr(runner, explore_) : py::reinterpret_borrow<py::object>(explore);
+        const py::object run = attr(hot, run_);
+        py::object out;
+        try {
+          out = act->call(batch.ptr(), r.ptr(), explore_now.ptr(), run.ptr(), fetch ? 1 : 0);
+        } catch (...) {
+          py::error_already_set error = as_python_error();
+          method(runner, "_fused_failed", {hot.ptr(), error.value().ptr()});  // (the runner's rule, by the stage)
+          throw error;
+        }
+        if (out.ptr() == act->unchecked().ptr()) return method(runner, "_unchecked", {hot.ptr(), mode.ptr()});
+        return out;
+      }
+      return method(runner, "_act_hot", {hot.ptr(), batch.ptr(), r.ptr(), explore, mode.ptr()});
+    }
+    if (reward == Py_None) {
+      const int reads = PyObject_IsTrue(attr(attr(runner, columns_), reward_input_keys_).ptr());
+      if (reads < 0) throw py::error_already_set();
+      if (reads == 0) {
+        const py::object batch = steal_or_throw(PyObject_GetItem(obs, Py_None));
+        return method(runner, "_act_hot", {hot.ptr(), batch.ptr(), Py_None, explore, mode.ptr()});
+      }
+    }
+    return miss_;
+  }
+
+ private:
+  static py::object attr(const py::handle& o, const py::str& name) {
+    return steal_or_throw(PyObject_GetAttr(o.ptr(), name.ptr()));
+  }
+  static py::object attr(PyObject* o, const py::str& name) { return steal_or_throw(PyObject_GetAttr(o, name.ptr())); }
+
+  static py::object method(PyObject* self, const char* name, std::initializer_list<PyObject*> args) {
+    const py::object fn = steal_or_throw(PyObject_GetAttrString(self, name));
+    return steal_or_throw(PyObject_Vectorcall(fn.ptr(), args.begin(), args.size(), nullptr));
+  }
+
+  // `runner._hot.lane.usable(runner.policy, runner._hot.cast)`: the lane's own rule.
+  bool usable(PyObject* runner, const py::object& hot) const {
+    const py::object lane = attr(hot, lane_);
+    const py::object policy = attr(runner, policy_);
+    const py::object cast = attr(hot, cast_);
+    const py::object ok = method(lane.ptr(), "usable", {policy.ptr(), cast.ptr()});
+    const int truth = PyObject_IsTrue(ok.ptr());
+    if (truth < 0) throw py::error_already_set();
+    return truth == 1;
+  }
+
+  // `runner._same_key(key, known)`: the same object, or an int / str of the same type and value.
+  static bool same_key(PyObject* key, PyObject* known) {
+    if (key == known) return true;
+    PyTypeObject* t = Py_TYPE(key);
+    if ((t != &PyLong_Type && t != &PyUnicode_Type) || Py_TYPE(known) != t) return false;
+    const int eq = PyObject_RichCompareBool(key, known, Py_EQ);
+    if (eq < 0) throw py::error_already_set();
+    return eq == 1;
+  }
+
+  // The exception being handled, as the Python exception a Python caller would catch (pybind11's translation of a
+  // C++ one).
+  static py::error_already_set as_python_error() {
+    try {
+      throw;
+    } catch (py::error_already_set& e) {
+      return std::move(e);
+    } catch (...) {
+      py::detail::try_translate_exceptions();
+      return py::error_already_set();
+    }
+  }
+
+  py::object miss_, f32_, f64_;
+  PyObject* array_type_ = reinterpret_cast<PyObject*>(py::detail::npy_api::get().PyArray_Type_);
+  py::str hot_ = interned("_hot"), keys_ = interned("keys"), last_keys_ = interned("_last_keys"),
+          act_ = interned("act"), n_ = interned("n"), obs_dtype_ = interned("_obs_dtype"),
+          obs_shape_ = interned("_obs_shape"), key_ = interned("key"), r32_ = interned("r32"), r64_ = interned("r64"),
+          reward_type_ = interned("reward_type"), explore_ = interned("explore"), run_ = interned("run"),
+          lane_ = interned("lane"), policy_ = interned("policy"), cast_ = interned("cast"),
+          columns_ = interned("_columns"), reward_input_keys_ = interned("reward_input_keys");
+};
+
+py::object act_one_fast(ActOne& one, PyObject* const* args, Py_ssize_t nargs) {
+  expect_args(nargs, 6, 6, "_ActOne");
+  return one.call(args[0], args[1], args[2], args[3], args[4], args[5]);
+}
+constexpr char kActOneName[] = "_act_one";
+
 }  // namespace
 
 void register_act(py::module_& m) {
@@ -221,6 +364,10 @@ void register_act(py::module_& m) {
            "(actions, state_outs, extra) of the last call whose check declined (then forgotten here).")
       .def("_fast", [](const py::object& self) { return fast_method<HotAct, &hot_fast, kHotName>(self); },
            "The call as a plain function of positional arguments (obs, rewards, explore, run, mode).");
+  py::class_<ActOne>(m, "_ActOne", "PolicyRunner._act_one in C++ (see the file's comment).")
+      .def(py::init<py::object, py::object, py::object>(), py::arg("miss"), py::arg("float32"), py::arg("float64"))
+      .def("_fast", [](const py::object& self) { return fast_method<ActOne, &act_one_fast, kActOneName>(self); },
+           "The call as a plain function of positional arguments (runner, obs, episode, reward, explore, full_fetch).");
 }
 
 }  // namespace trajview::bindings

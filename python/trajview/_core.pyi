@@ -82,6 +82,14 @@ class _HotAct:
     def _fast(self) -> Callable[[Any, Any, Any, Any, int], Any]:
         """The call as a plain function of positional arguments (``obs, rewards, explore, run, mode``)."""
 
+class _ActOne:
+    """`PolicyRunner`'s common single call in C++ (runner.py, ``_act_one``)."""
+
+    def __init__(self, miss: Any, float32: Any, float64: Any) -> None: ...
+    def _fast(self) -> Callable[[Any, Any, Any, Any, Any, Any], Any]:
+        """The call as a plain function of positional arguments (``runner, obs, episode, reward, explore,
+        full_fetch``)."""
+
 def step_envs(
     envs: list[Any], ids: Any, acts: Any, start: int, out: Any, dtype: Any, rew: Any, term: Any, trunc: Any,
     infos: list[Any] | None,

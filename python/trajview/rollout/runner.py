@@ -243,7 +243,7 @@ class PolicyRunner:
         return ``(action, state_outs, extra_fetches)`` instead of the action alone.
         """
         if episode_start is False and timestep is None and type(agent_index) is int and agent_index == 0:
-            out = self._act_one(obs, episode, reward, explore, full_fetch)
+            out = _act_one(self, obs, episode, reward, explore, full_fetch)
             if out is not _MISS:
                 return out
         keys = [episode]
@@ -261,43 +261,6 @@ class PolicyRunner:
             self._forget_restarts(keys, starts)
             raise
         return self._single_outputs(data, actions, full_fetch)
-
-    def _act_one(self, obs: Any, episode: Hashable, reward: Any, explore: bool | None, full_fetch: bool) -> Any:
-        """`act`'s common call by the short way (`_act_hot`): the last call's one episode, one step on (no restart, the
-        default agent_index and timestep), an observation array of the space's dtype and shape, a real reward as a
-        float (or none, the policy not reading rewards). Returns `act`'s return, or `_MISS` (nothing changed) for
-        any other call: `act`'s general way then takes it."""
-        hot = self._hot
-        if (hot is None or hot.keys is not self._last_keys or hot.n != 1 or type(obs) is not np.ndarray
-                or obs.dtype is not self._obs_dtype or obs.shape != self._obs_shape
-                or not (explore is None or type(explore) is bool)
-                or (episode is not hot.key and not _same_key(episode, hot.key))):
-            return _MISS
-        rt = type(reward)
-        if rt is float or rt is np.float64 or rt is np.float32:
-            if reward != reward:  # (NaN: the general way's error)
-                return _MISS
-            r: np.ndarray
-            t: Any
-            if rt is np.float32:
-                r, t = hot.r32, np.float32
-            else:
-                r, t = hot.r64, np.float64
-            r[0] = reward
-            mode = _ROW_FETCH if full_fetch else _ROW
-            fused = hot.fused
-            if t is hot.reward_type and fused is not None and hot.lane.usable(self.policy, hot.cast):
-                # `_act_hot`'s C++ call, made here (a Python frame less on the most common call: issue 26)
-                try:
-                    out = fused(obs[None], r, self.explore if explore is None else explore, hot.run, mode)
-                except BaseException as e:
-                    self._fused_failed(hot, e)
-                    raise
-                return out if out is not _UNCHECKED else self._unchecked(hot, mode)
-            return self._act_hot(hot, obs[None], r, explore, mode)
-        if reward is None and not self._columns.reward_input_keys:
-            return self._act_hot(hot, obs[None], None, explore, _ROW_FETCH if full_fetch else _ROW)
-        return _MISS
 
     def _single_outputs(self, data: dict[str, Any], actions: Any, full_fetch: bool) -> Any:
         """`act`'s return: copies of row 0 of the checked outputs ``data`` (the arrays the policy returned are stored
@@ -767,8 +730,21 @@ _UNCHECKED = object()
 #: `_act_hot`'s ``mode``: what the call returns: row 0 of the actions (`act`), with the state outputs and extra
 #: fetches (``full_fetch``), every row's actions (`act_many`), with the state outputs and extra fetches.
 _ROW, _ROW_FETCH, _ROWS, _ROWS_FETCH = 0, 1, 2, 3
-#: `PolicyRunner._act_one`'s "not taken": the general way runs (the policy module's, which compute_single_action reads).
+#: `_act_one`'s "not taken": the general way runs (the policy module's, which compute_single_action reads).
 _MISS = _policy_module.NOT_TAKEN
+
+#: ``_act_one(runner, obs, episode, reward, explore, full_fetch)``: `PolicyRunner.act`'s common call by the short way
+#: (`PolicyRunner._act_hot`), and `compute_single_action`'s once per env step: the last call's one episode, one step on
+#: (no restart, the default agent_index and timestep: `act` checks these), an observation array of the space's dtype
+#: object and shape, an explore of None or a bool, the episode's key (`_same_key`), a real reward (a float, numpy
+#: float64 or float32, not NaN), or none where the policy does not read rewards. The reward goes into the `_Hot`'s
+#: array of its dtype (``r64`` / ``r32``); then the call is the short way's C++ call (`_core._HotAct`, as `_act_hot`
+#: makes it, with `_fused_failed` and `_unchecked`) where the reward's dtype is the last call's and the lane is usable
+#: (`_Lane.usable`), else `_act_hot`. Returns `act`'s return, or `_MISS` (nothing changed) for any other call: the
+#: general way then takes it. The rule runs in C++ (`_core._ActOne`, which reads these attributes of the runner and of
+#: its `_Hot` at each call, and holds nothing of them): in Python it was about a quarter of what the runner added to
+#: the model's time (issue 26).
+_act_one = _core._ActOne(_MISS, np.float32, np.float64)._fast()
 #: Calls between two frees of a runner's emitted rows (and the store's block size, in steps per episode).
 _CHUNK = 32
 #: Row counts a runner keeps input arrays for (`_Lane`).
@@ -965,7 +941,8 @@ def implicit_single_action(policy: Policy, obs: Any, reward: Any, episode_start:
         runner = PolicyRunner(policy, max_episodes=1)
         runner._names = _SINGLE
         policy._single_action_runner = runner  # type: ignore[attr-defined]
-        policy._single_action_short = runner._act_one  # type: ignore[attr-defined]  # (the policy calls it first)
+        # (the policy calls it first: `_act_one`'s C++ function itself, on this runner)
+        policy._single_action_short = functools.partial(_act_one, runner)  # type: ignore[attr-defined]
     return runner.act(obs, 0, reward=reward, episode_start=episode_start, explore=explore, timestep=timestep,
                       full_fetch=True)
 
