@@ -305,7 +305,8 @@ class ActOne {
     return truth == 1;
   }
 
-  // `runner._same_key(key, known)`: the same object, or an int / str of the same type and value.
+  // Whether `key` is the episode's key `known`: the same object, or an int / str of the same type and value (the
+  // general way compares any other).
   static bool same_key(PyObject* key, PyObject* known) {
     if (key == known) return true;
     PyTypeObject* t = Py_TYPE(key);

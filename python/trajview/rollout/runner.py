@@ -736,14 +736,14 @@ _MISS = _policy_module.NOT_TAKEN
 #: ``_act_one(runner, obs, episode, reward, explore, full_fetch)``: `PolicyRunner.act`'s common call by the short way
 #: (`PolicyRunner._act_hot`), and `compute_single_action`'s once per env step: the last call's one episode, one step on
 #: (no restart, the default agent_index and timestep: `act` checks these), an observation array of the space's dtype
-#: object and shape, an explore of None or a bool, the episode's key (`_same_key`), a real reward (a float, numpy
-#: float64 or float32, not NaN), or none where the policy does not read rewards. The reward goes into the `_Hot`'s
-#: array of its dtype (``r64`` / ``r32``); then the call is the short way's C++ call (`_core._HotAct`, as `_act_hot`
-#: makes it, with `_fused_failed` and `_unchecked`) where the reward's dtype is the last call's and the lane is usable
-#: (`_Lane.usable`), else `_act_hot`. Returns `act`'s return, or `_MISS` (nothing changed) for any other call: the
-#: general way then takes it. The rule runs in C++ (`_core._ActOne`, which reads these attributes of the runner and of
-#: its `_Hot` at each call, and holds nothing of them): in Python it was about a quarter of what the runner added to
-#: the model's time (issue 26).
+#: object and shape, an explore of None or a bool, the episode's key (the same object, or an int / str of the same type
+#: and value: the general way compares any other), a real reward (a float, numpy float64 or float32, not NaN), or none
+#: where the policy does not read rewards. The reward goes into the `_Hot`'s array of its dtype (``r64`` / ``r32``);
+#: then the call is the short way's C++ call (`_core._HotAct`, as `_act_hot` makes it, with `_fused_failed` and
+#: `_unchecked`) where the reward's dtype is the last call's and the lane is usable (`_Lane.usable`), else `_act_hot`.
+#: Returns `act`'s return, or `_MISS` (nothing changed) for any other call: the general way then takes it. The rule runs
+#: in C++ (`_core._ActOne`, which reads these attributes of the runner and of its `_Hot` at each call, and holds nothing
+#: of them): in Python it was about a quarter of what the runner added to the model's time (issue 26).
 _act_one = _core._ActOne(_MISS, np.float32, np.float64)._fast()
 #: Calls between two frees of a runner's emitted rows (and the store's block size, in steps per episode).
 _CHUNK = 32
@@ -841,15 +841,6 @@ class _Hot:
             runner._step_into, self.check, self.data, self.ids, lane.out, n, self.zeros, runner._counts,
             list(runner._state_keys), list(runner._extra_keys), _UNCHECKED)
         self.fused = None if self.act is None else self.act._fast()
-
-
-def _same_key(key: Any, known: Hashable) -> bool:
-    """Whether ``key`` is the episode key ``known`` (an int or a str compared by value; anything else only if it is
-    the same object: the general way compares it)."""
-    if key is known:
-        return True
-    t = type(key)
-    return (t is int or t is str) and type(known) is t and key == known
 
 
 def _check_explore(explore: Any, where: str = "PolicyRunner") -> None:
