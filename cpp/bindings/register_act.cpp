@@ -11,8 +11,11 @@
 #include "convert.h"
 #include "fastcall.h"
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -225,7 +228,7 @@ class ActOne {
     if (attr(hot, keys_).ptr() != attr(runner, last_keys_).ptr()) return miss_;
     const py::object act_obj = attr(hot, act_);
     HotAct* act = act_obj.is_none() ? nullptr : act_obj.cast<HotAct*>();
-    const Py_ssize_t n = PyLong_AsSsize_t(attr(hot, n_).ptr());
+    Py_ssize_t n = act != nullptr ? act->rows() : PyLong_AsSsize_t(attr(hot, n_).ptr());  // (the same: `_Hot.n`)
     if (n == -1 && PyErr_Occurred()) throw py::error_already_set();
     if (n != 1) return miss_;
     // An observation array of the space's dtype object and shape.
@@ -264,20 +267,20 @@ class ActOne {
           out = act->call(batch.ptr(), r.ptr(), explore_now.ptr(), run.ptr(), fetch ? 1 : 0);
         } catch (...) {
           py::error_already_set error = as_python_error();
-          method(runner, "_fused_failed", {hot.ptr(), error.value().ptr()});  // (the runner's rule, by the stage)
+          method(runner, fused_failed_, {hot.ptr(), error.value().ptr()});  // (the runner's rule, by the stage)
           throw error;
         }
-        if (out.ptr() == act->unchecked().ptr()) return method(runner, "_unchecked", {hot.ptr(), mode.ptr()});
+        if (out.ptr() == act->unchecked().ptr()) return method(runner, unchecked_, {hot.ptr(), mode.ptr()});
         return out;
       }
-      return method(runner, "_act_hot", {hot.ptr(), batch.ptr(), r.ptr(), explore, mode.ptr()});
+      return method(runner, act_hot_, {hot.ptr(), batch.ptr(), r.ptr(), explore, mode.ptr()});
     }
     if (reward == Py_None) {
       const int reads = PyObject_IsTrue(attr(attr(runner, columns_), reward_input_keys_).ptr());
       if (reads < 0) throw py::error_already_set();
       if (reads == 0) {
         const py::object batch = steal_or_throw(PyObject_GetItem(obs, Py_None));
-        return method(runner, "_act_hot", {hot.ptr(), batch.ptr(), Py_None, explore, mode.ptr()});
+        return method(runner, act_hot_, {hot.ptr(), batch.ptr(), Py_None, explore, mode.ptr()});
       }
     }
     return miss_;
@@ -289,9 +292,14 @@ class ActOne {
   }
   static py::object attr(PyObject* o, const py::str& name) { return steal_or_throw(PyObject_GetAttr(o, name.ptr())); }
 
-  static py::object method(PyObject* self, const char* name, std::initializer_list<PyObject*> args) {
-    const py::object fn = steal_or_throw(PyObject_GetAttrString(self, name));
-    return steal_or_throw(PyObject_Vectorcall(fn.ptr(), args.begin(), args.size(), nullptr));
+  // `self.name(*args)` (no bound method made).
+  static py::object method(PyObject* self, const py::str& name, std::initializer_list<PyObject*> args) {
+    constexpr std::size_t kMax = 6;  // (self and the most arguments passed here: `_act_hot`'s five)
+    if (args.size() + 1 > kMax) throw std::logic_error("_ActOne: too many arguments");
+    std::array<PyObject*, kMax> all{self};
+    std::copy(args.begin(), args.end(), all.begin() + 1);
+    return steal_or_throw(PyObject_VectorcallMethod(name.ptr(), all.data(),
+                                                    (args.size() + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
   }
 
   // `runner._hot.lane.usable(runner.policy, runner._hot.cast)`: the lane's own rule.
@@ -299,7 +307,7 @@ class ActOne {
     const py::object lane = attr(hot, lane_);
     const py::object policy = attr(runner, policy_);
     const py::object cast = attr(hot, cast_);
-    const py::object ok = method(lane.ptr(), "usable", {policy.ptr(), cast.ptr()});
+    const py::object ok = method(lane.ptr(), usable_, {policy.ptr(), cast.ptr()});
     const int truth = PyObject_IsTrue(ok.ptr());
     if (truth < 0) throw py::error_already_set();
     return truth == 1;
@@ -336,7 +344,9 @@ class ActOne {
           obs_shape_ = interned("_obs_shape"), key_ = interned("key"), r32_ = interned("r32"), r64_ = interned("r64"),
           reward_type_ = interned("reward_type"), explore_ = interned("explore"), run_ = interned("run"),
           lane_ = interned("lane"), policy_ = interned("policy"), cast_ = interned("cast"),
-          columns_ = interned("_columns"), reward_input_keys_ = interned("reward_input_keys");
+          columns_ = interned("_columns"), reward_input_keys_ = interned("reward_input_keys"),
+          fused_failed_ = interned("_fused_failed"), unchecked_ = interned("_unchecked"),
+          act_hot_ = interned("_act_hot"), usable_ = interned("usable");
 };
 
 py::object act_one_fast(ActOne& one, PyObject* const* args, Py_ssize_t nargs) {
