@@ -473,7 +473,7 @@ def test_the_cpp_short_way_in_an_acting_loop_with_faults(name):
     assert fused >= 25  # (after each error the episodes begin again: that call and the next take the general way)
 
 
-def test_the_cpp_short_way_is_taken_and_counts_its_calls():
+def test_the_cpp_short_way_is_taken_and_counts_its_calls(monkeypatch):
     """In an acting loop the short way's calls are C++ calls (`_HotAct`), which count the timestep the policy reads
     and free the store's steps every 32 calls, as the general way does."""
     from trajview.rollout import runner as runner_module
@@ -486,8 +486,15 @@ def test_the_cpp_short_way_is_taken_and_counts_its_calls():
     runner.act_many(obs(), list(range(8)), rewards=np.zeros(8))  # (the rewards' dtype is known from here on)
     hot = runner._hot
     assert hot is not None and hot.act is not None
-    fused, calls = hot.fused, []
-    hot.fused = lambda *a: calls.append(a[-1]) or fused(*a)
+    fused, calls = runner_module._fused, []
+
+    def recorded(*a):  # (the mode of each call that took the C++ call)
+        out = fused(*a)
+        if out is not runner_module._MISS:
+            calls.append(a[-1])
+        return out
+
+    monkeypatch.setattr(runner_module, "_fused", recorded)
     timesteps = []
     real_run = hot.run
     hot.run = lambda explore, t: timesteps.append(t) or real_run(explore, t)

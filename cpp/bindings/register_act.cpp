@@ -122,7 +122,6 @@ class HotAct {
   }
 
   int stage() const { return stage_; }
-  py::ssize_t rows() const { return n_; }
   // What a call returns where the check declined the outputs.
   const py::object& unchecked() const { return unchecked_; }
 
@@ -199,14 +198,6 @@ class HotAct {
   int stage_ = 0;
 };
 
-// `HotAct::call(obs, rewards, explore, run, mode)` as a plain function (fastcall.h).
-py::object hot_fast(HotAct& act, PyObject* const* args, Py_ssize_t nargs) {
-  expect_args(nargs, 5, 5, "_HotAct");
-  const long mode = PyLong_AsLong(args[4]);
-  if (mode == -1 && PyErr_Occurred()) throw py::error_already_set();
-  return act.call(args[0], args[1], args[2], args[3], static_cast<int>(mode));
-}
-constexpr char kHotName[] = "_HotAct";
 
 // `PolicyRunner._act_one` (python/trajview/rollout/runner.py, where its rule is described) in C++: the runner's most
 // common call, one episode one step on, made by `compute_single_action` once per env step. In Python its checks and
@@ -226,9 +217,7 @@ class ActOne {
     const py::object hot = attr(runner, hot_);
     if (hot.is_none()) return miss_;
     if (attr(hot, keys_).ptr() != attr(runner, last_keys_).ptr()) return miss_;
-    const py::object act_obj = attr(hot, act_);
-    HotAct* act = act_obj.is_none() ? nullptr : act_obj.cast<HotAct*>();
-    Py_ssize_t n = act != nullptr ? act->rows() : PyLong_AsSsize_t(attr(hot, n_).ptr());  // (the same: `_Hot.n`)
+    const Py_ssize_t n = PyLong_AsSsize_t(attr(hot, n_).ptr());
     if (n == -1 && PyErr_Occurred()) throw py::error_already_set();
     if (n != 1) return miss_;
     // An observation array of the space's dtype object and shape.
@@ -258,21 +247,8 @@ class ActOne {
       if (f32) *reinterpret_cast<float*>(ra->data) = static_cast<float>(value);
       else *reinterpret_cast<double*>(ra->data) = value;
       const py::object batch = steal_or_throw(PyObject_GetItem(obs, Py_None));  // obs[None]
-      const py::object& t = f32 ? f32_ : f64_;
-      if (act != nullptr && attr(hot, reward_type_).ptr() == t.ptr() && usable(runner, hot)) {
-        const py::object explore_now = explore == Py_None ? attr(runner, explore_) : py::reinterpret_borrow<py::object>(explore);
-        const py::object run = attr(hot, run_);
-        py::object out;
-        try {
-          out = act->call(batch.ptr(), r.ptr(), explore_now.ptr(), run.ptr(), fetch ? 1 : 0);
-        } catch (...) {
-          py::error_already_set error = as_python_error();
-          method(runner, fused_failed_, {hot.ptr(), error.value().ptr()});  // (the runner's rule, by the stage)
-          throw error;
-        }
-        if (out.ptr() == act->unchecked().ptr()) return method(runner, unchecked_, {hot.ptr(), mode.ptr()});
-        return out;
-      }
+      py::object out = fused(runner, hot, batch.ptr(), r.ptr(), (f32 ? f32_ : f64_).ptr(), explore, mode.ptr());
+      if (out.ptr() != miss_.ptr()) return out;
       return method(runner, act_hot_, {hot.ptr(), batch.ptr(), r.ptr(), explore, mode.ptr()});
     }
     if (reward == Py_None) {
@@ -284,6 +260,31 @@ class ActOne {
       }
     }
     return miss_;
+  }
+
+  // `PolicyRunner._act_hot`'s C++ call (`_HotAct`), where it applies: `hot` has one (`hot.act`), `t` (the rewards'
+  // dtype type, or None) is the last call's by this way (`hot.reward_type`), and the lane is usable (`_Lane.usable`).
+  // Errors go through `runner._fused_failed` (the stage rule), a declined check through `runner._unchecked`. Else
+  // `miss` (nothing changed): `_act_hot` takes the call.
+  py::object fused(PyObject* runner, const py::object& hot, PyObject* obs, PyObject* rewards, PyObject* t,
+                   PyObject* explore, PyObject* mode) const {
+    const py::object act_obj = attr(hot, act_);
+    if (act_obj.is_none() || attr(hot, reward_type_).ptr() != t || !usable(runner, hot)) return miss_;
+    HotAct& act = act_obj.cast<HotAct&>();
+    const long m = PyLong_AsLong(mode);
+    if (m == -1 && PyErr_Occurred()) throw py::error_already_set();
+    const py::object explore_now = explore == Py_None ? attr(runner, explore_) : py::reinterpret_borrow<py::object>(explore);
+    const py::object run = attr(hot, run_);
+    py::object out;
+    try {
+      out = act.call(obs, rewards, explore_now.ptr(), run.ptr(), static_cast<int>(m));
+    } catch (...) {
+      py::error_already_set error = as_python_error();
+      method(runner, fused_failed_, {hot.ptr(), error.value().ptr()});  // (the runner's rule, by the stage)
+      throw error;
+    }
+    if (out.ptr() == act.unchecked().ptr()) return method(runner, unchecked_, {hot.ptr(), mode});
+    return out;
   }
 
  private:
@@ -355,6 +356,13 @@ py::object act_one_fast(ActOne& one, PyObject* const* args, Py_ssize_t nargs) {
 }
 constexpr char kActOneName[] = "_act_one";
 
+// `ActOne::fused(runner, hot, obs, rewards, t, explore, mode)` as a plain function (`PolicyRunner._act_hot`'s).
+py::object fused_fast(ActOne& one, PyObject* const* args, Py_ssize_t nargs) {
+  expect_args(nargs, 7, 7, "_ActOne.fused");
+  return one.fused(args[0], py::reinterpret_borrow<py::object>(args[1]), args[2], args[3], args[4], args[5], args[6]);
+}
+constexpr char kFusedName[] = "_fused";
+
 }  // namespace
 
 void register_act(py::module_& m) {
@@ -372,13 +380,14 @@ void register_act(py::module_& m) {
                              "After a call that raised: 0 if the store refused the step, 1 if the policy or the check "
                              "raised, 2 if what came after the outputs were stored did.")
       .def("take_unchecked", &HotAct::take_unchecked,
-           "(actions, state_outs, extra) of the last call whose check declined (then forgotten here).")
-      .def("_fast", [](const py::object& self) { return fast_method<HotAct, &hot_fast, kHotName>(self); },
-           "The call as a plain function of positional arguments (obs, rewards, explore, run, mode).");
+           "(actions, state_outs, extra) of the last call whose check declined (then forgotten here).");
   py::class_<ActOne>(m, "_ActOne", "PolicyRunner._act_one in C++ (see the file's comment).")
       .def(py::init<py::object, py::object, py::object>(), py::arg("miss"), py::arg("float32"), py::arg("float64"))
       .def("_fast", [](const py::object& self) { return fast_method<ActOne, &act_one_fast, kActOneName>(self); },
-           "The call as a plain function of positional arguments (runner, obs, episode, reward, explore, full_fetch).");
+           "The call as a plain function of positional arguments (runner, obs, episode, reward, explore, full_fetch).")
+      .def("_fused", [](const py::object& self) { return fast_method<ActOne, &fused_fast, kFusedName>(self); },
+           "_act_hot's C++ call where it applies, else miss, as a plain function of positional arguments (runner, "
+           "hot, obs, rewards, t, explore, mode).");
 }
 
 }  // namespace trajview::bindings

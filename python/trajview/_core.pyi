@@ -79,8 +79,6 @@ class _HotAct:
         came after the outputs were stored did."""
     def take_unchecked(self) -> tuple[Any, Any, Any]:
         """(actions, state_outs, extra) of the last call whose check declined (then forgotten here)."""
-    def _fast(self) -> Callable[[Any, Any, Any, Any, int], Any]:
-        """The call as a plain function of positional arguments (``obs, rewards, explore, run, mode``)."""
 
 class _ActOne:
     """`PolicyRunner`'s common single call in C++ (runner.py, ``_act_one``)."""
@@ -89,6 +87,9 @@ class _ActOne:
     def _fast(self) -> Callable[[Any, Any, Any, Any, Any, Any], Any]:
         """The call as a plain function of positional arguments (``runner, obs, episode, reward, explore,
         full_fetch``)."""
+    def _fused(self) -> Callable[[Any, Any, Any, Any, Any, Any, Any], Any]:
+        """`PolicyRunner._act_hot`'s C++ call where it applies, else ``miss``, as a plain function of positional
+        arguments (``runner, hot, obs, rewards, t, explore, mode``)."""
 
 def step_envs(
     envs: list[Any], ids: Any, acts: Any, start: int, out: Any, dtype: Any, rew: Any, term: Any, trunc: Any,

@@ -491,18 +491,14 @@ class PolicyRunner:
 
         Where the rewards' dtype is the last call's (the reward flags stay as they are) and the output checks have
         their C++ common case, the whole call is one C++ call (`_core._HotAct`: the store's step, the policy's
-        function, the check, the count and the return, as below); `_act_one` makes that call itself, and comes here
-        for the rest."""
+        function, the check, the count and the return, as below: `_fused`); `_act_one` makes that call itself, and
+        comes here for the rest."""
         t = None if rewards is None else rewards.dtype.type
-        fused = hot.fused
-        if t is hot.reward_type and fused is not None and hot.lane.usable(self.policy, hot.cast):
-            # (the rewards' dtype of the last call this way: the reward flags stay as they are)
-            try:
-                out = fused(obs, rewards, self.explore if explore is None else explore, hot.run, mode)
-            except BaseException as e:
-                self._fused_failed(hot, e)
-                raise
-            return out if out is not _UNCHECKED else self._unchecked(hot, mode)
+        if hot.act is not None:
+            # (where the rewards' dtype is the last call's by this way, the reward flags stay as they are)
+            out = _fused(self, hot, obs, rewards, t, explore, mode)
+            if out is not _MISS:
+                return out
         n = hot.n
         if t is hot.reward_type:
             flags, cast = None, hot.cast
@@ -744,7 +740,12 @@ _MISS = _policy_module.NOT_TAKEN
 #: Returns `act`'s return, or `_MISS` (nothing changed) for any other call: the general way then takes it. The rule runs
 #: in C++ (`_core._ActOne`, which reads these attributes of the runner and of its `_Hot` at each call, and holds nothing
 #: of them): in Python it was about a quarter of what the runner added to the model's time (issue 26).
-_act_one = _core._ActOne(_MISS, np.float32, np.float64)._fast()
+_ACT_ONE = _core._ActOne(_MISS, np.float32, np.float64)
+_act_one = _ACT_ONE._fast()
+#: ``_fused(runner, hot, obs, rewards, t, explore, mode)``: `PolicyRunner._act_hot`'s C++ call (`_core._HotAct`) where it
+#: applies (``hot.act`` made, ``t``, the rewards' dtype type or None, ``hot.reward_type``, the lane usable), with
+#: `_fused_failed` and `_unchecked`; else `_MISS` (nothing changed). `_act_one` makes it the same way, in C++.
+_fused = _ACT_ONE._fused()
 #: Calls between two frees of a runner's emitted rows (and the store's block size, in steps per episode).
 _CHUNK = 32
 #: Row counts a runner keeps input arrays for (`_Lane`).
@@ -816,7 +817,7 @@ class _Hot:
     observations, rewards and ends set at each call), the store's slots, and reward arrays for single calls."""
 
     __slots__ = ("keys", "key", "lane", "run", "check", "n", "ids", "data", "zeros", "obs_shape", "r64", "r32",
-                 "reward_type", "cast", "act", "fused", "no_starts")
+                 "reward_type", "cast", "act", "no_starts")
 
     def __init__(self, runner: PolicyRunner, keys: list[Hashable], lane: _Lane) -> None:
         n = len(keys)
@@ -836,11 +837,10 @@ class _Hot:
         self.reward_type: Any = _UNSET
         self.cast = False
         self.check = runner._hot_check
-        #: `_act_hot`'s call in C++ where the checks have their common case (`_core._HotAct`, and its plain function).
+        #: `_act_hot`'s call in C++ where the checks have their common case (`_core._HotAct`, called by `_fused`).
         self.act = None if self.check is None else _core._HotAct(
             runner._step_into, self.check, self.data, self.ids, lane.out, n, self.zeros, runner._counts,
             list(runner._state_keys), list(runner._extra_keys), _UNCHECKED)
-        self.fused = None if self.act is None else self.act._fast()
 
 
 def _check_explore(explore: Any, where: str = "PolicyRunner") -> None:
