@@ -1,10 +1,10 @@
-// trajview._core._ActCounts and _core._HotAct: PolicyRunner's common call (python/trajview/rollout/runner.py, its
-// short way) in one C++ call. Acting outside a worker costs the store's step, the policy's call and the checks of
-// its outputs; what ran between them in Python (a few dozen bytecodes, slower right after the model's call, whose
-// code and data evict the interpreter's: issue 26) runs here. The runner decides in Python, before the call, that
-// the short way applies (the last call's episodes, arrays of the expected dtypes and shapes, the reward inputs' dtype
-// unchanged, the policy's method its class's own); this file only strings together the functions it is given, in
-// the order and with the semantics of `PolicyRunner._act_hot`, so that nothing here decides what Python would not.
+// trajview._core._ActCounts, _core._HotAct and _core._ActOne: PolicyRunner's common call (python/trajview/rollout/
+// runner.py, its short way) in C++. Acting outside a worker costs the store's step, the policy's call and the checks
+// of its outputs; what ran between them in Python (a few dozen bytecodes, slower right after the model's call, whose
+// code and data evict the interpreter's: issue 26) runs here. `_HotAct` strings together the functions it is given,
+// in the order and with the semantics of `PolicyRunner._act_hot`; `_ActOne` holds runner.py's rules of when that call
+// applies (`_act_one` for one episode, `_fused` for `_act_hot`), reading the runner's attributes at each call, and
+// hands everything else back to Python (the general way, `_act_hot`, the runner's error and check handling).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -199,7 +199,7 @@ class HotAct {
 };
 
 
-// `PolicyRunner._act_one` (python/trajview/rollout/runner.py, where its rule is described) in C++: the runner's most
+// `_act_one` (python/trajview/rollout/runner.py, where its rule is described) in C++: `PolicyRunner`'s most
 // common call, one episode one step on, made by `compute_single_action` once per env step. In Python its checks and
 // calls were a few dozen bytecodes (issue 26: about a quarter of what the runner adds to the model's time, after the
 // store's step). Nothing is held here that refers to a runner: the runner comes with each call, and what the call
@@ -211,7 +211,7 @@ class ActOne {
   ActOne(py::object miss, py::object float32, py::object float64)
       : miss_(std::move(miss)), f32_(std::move(float32)), f64_(std::move(float64)) {}
 
-  // (runner, obs, episode, reward, explore, full_fetch): see `PolicyRunner._act_one`.
+  // (runner, obs, episode, reward, explore, full_fetch): see runner.py's `_act_one`.
   py::object call(PyObject* runner, PyObject* obs, PyObject* episode, PyObject* reward, PyObject* explore,
                   PyObject* full_fetch) const {
     const py::object hot = attr(runner, hot_);
@@ -273,7 +273,8 @@ class ActOne {
     HotAct& act = act_obj.cast<HotAct&>();
     const long m = PyLong_AsLong(mode);
     if (m == -1 && PyErr_Occurred()) throw py::error_already_set();
-    const py::object explore_now = explore == Py_None ? attr(runner, explore_) : py::reinterpret_borrow<py::object>(explore);
+    const py::object explore_now =
+        explore == Py_None ? attr(runner, explore_) : py::reinterpret_borrow<py::object>(explore);
     const py::object run = attr(hot, run_);
     py::object out;
     try {
@@ -381,7 +382,7 @@ void register_act(py::module_& m) {
                              "raised, 2 if what came after the outputs were stored did.")
       .def("take_unchecked", &HotAct::take_unchecked,
            "(actions, state_outs, extra) of the last call whose check declined (then forgotten here).");
-  py::class_<ActOne>(m, "_ActOne", "PolicyRunner._act_one in C++ (see the file's comment).")
+  py::class_<ActOne>(m, "_ActOne", "runner.py's _act_one in C++ (see the file's comment).")
       .def(py::init<py::object, py::object, py::object>(), py::arg("miss"), py::arg("float32"), py::arg("float64"))
       .def("_fast", [](const py::object& self) { return fast_method<ActOne, &act_one_fast, kActOneName>(self); },
            "The call as a plain function of positional arguments (runner, obs, episode, reward, explore, full_fetch).")
