@@ -706,7 +706,8 @@ def compute_timers(trainer: Any, clock: Clock) -> Iterator[None]:
     PPO: ``policy.action_sampler``, ``policy.loss``, ``model.forward_train`` / ``forward_step``, the optimizer's
     ``step``; DQN: the Q-network's and the target's ``forward``, the optimizer's ``step``; both:
     ``torch.autograd.backward`` and ``torch.nn.utils.clip_grad_norm_``; the numpy learners' steps (PPO's
-    ``MLPLearner._step``, acting through ``action_sampler``, the bootstrap value through ``MLPActor.value`` as the
+    ``MLPLearner._step``, acting through ``MLPActor.act_numpy`` (not ``action_sampler``: patched on the instance, it
+    would change the way the policy acts), the bootstrap value through ``MLPActor.value`` as the
     torch path's through ``forward_step``; DQN's ``DQNLearner._learn`` and ``greedy``). A learner
     that routes its step through other calls (a compiled step function) needs them added here, or the direct figure
     misses them. (The profiler's figure counts torch's ops only: not the numpy learners' arithmetic.)"""
@@ -727,7 +728,15 @@ def compute_timers(trainer: Any, clock: Clock) -> Iterator[None]:
         for w in workers if isinstance(workers, list) else []:  # the local backend's RolloutWorkers
             acting.setdefault(id(getattr(w, "policy", policy)), getattr(w, "policy", policy))
         for p in acting.values():
-            patch(p, "action_sampler")  # acting: the forward, the distribution's sample and logp
+            # Acting: the forward, the distribution's sample and logp. Where the numpy actor acts, its own call:
+            # an ``action_sampler`` set on the instance would turn the policy to the torch path's way (tensors in
+            # and out around the same actor: `PPOPolicy._act_on_arrays`), which a plain run does not take.
+            actor = p.numpy_actor()
+            if actor is not None:
+                patch(actor, "act_numpy")
+                patch(actor, "act")  # (the torch path's way to it, where a caller takes that way)
+            else:
+                patch(p, "action_sampler")
             patch(p.model, "forward_step")
         patch(policy, "loss")
         patch(policy.model, "forward_train")

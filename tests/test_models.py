@@ -439,21 +439,22 @@ def _gae_of_each_segment(policy, batch, value_of):
 
 @pytest.mark.parametrize("model", list(BOOTSTRAP_MODELS))
 def test_a_samples_bootstrap_values_come_from_one_critic_call_equal_to_each_segments_own(model):
-    """The sampler hands a batch's segments to the policy at once (`PPOPolicy._postprocessing`): the truncated ones'
-    bootstrap values come from one call of the critic on their stacked inputs, equal (to float32 rounding) to each
-    segment's own call, and the advantages are GAE's with them."""
+    """The sampler hands a batch's segments to the policy at once (`PPOPolicy.flat_postprocessor`): the truncated
+    ones' bootstrap values come from one call of the critic on their stacked inputs, equal (to float32 rounding) to
+    each segment's own call, and the advantages are GAE's with them."""
     w, policy = _cartpole_worker(model, num_envs=4, fragment=10, **BOOTSTRAP_MODELS[model])
     w.sample()  # (the first: the view-pruning pass's postprocessing of a dummy batch, one segment, comes first)
     inner = policy.values_of_next_steps
+    critic = policy._values_of
     calls: list[int] = []
 
-    def spy(segments):
-        calls.append(len(segments))
-        return inner(segments)
+    def spy(inputs, n):
+        calls.append(n)
+        return critic(inputs, n)
 
-    policy.values_of_next_steps = spy
+    policy._values_of = spy
     batches = [w.sample() for _ in range(3)]
-    del policy.values_of_next_steps
+    del policy._values_of
     # One call per sample, of every segment cut at the fragment's end (4 envs: at least 2 run on, in a batch of 40).
     assert len(calls) == 3 and all(c >= 2 for c in calls), calls
     compared = 0
@@ -647,3 +648,50 @@ def test_sequence_index_and_split_points_match_a_python_reference(lens, data):
     if n:
         with pytest.raises(ValueError, match=f"seq_lens sum to {n} rows, but the batch has {n - 1} rows"):
             _split_points({"is_init": np.zeros(n - 1, bool)}, lens)
+
+
+class _SegmentBySegment(PPOPolicy):
+    """PPO postprocessed one segment at a time (no flat postprocessor): the reference of the one-pass way."""
+
+    def flat_postprocessor(self):
+        return None
+
+
+@pytest.mark.parametrize("model", list(BOOTSTRAP_MODELS))
+@settings(max_examples=6, deadline=None)
+@given(num_envs=st.integers(1, 5), fragment=st.integers(1, 25), seed=st.integers(0, 3))
+def test_a_batch_postprocessed_in_one_pass_equals_each_segment_postprocessed(model, num_envs, fragment, seed):
+    """The sampler's one pass over a batch's segments (`PPOPolicy.flat_postprocessor`: GAE over the flat batch, the
+    bootstrap inputs read in one pass) gives the batch that postprocessing each segment and concatenating gives:
+    every column, bit for bit, over several samples (episodes that end, run on, and start inside a batch)."""
+    env = gym.make("trajview/StatelessCartPole-v1")
+    batches = {}
+    for cls in (PPOPolicy, _SegmentBySegment):
+        torch.manual_seed(seed)
+        policy = cls(env.observation_space, env.action_space,
+                     {"model": model, "model_config": BOOTSTRAP_MODELS[model]})
+        w = tv.RolloutWorker(lambda cfg: gym.make("trajview/StatelessCartPole-v1"), policy, num_envs=num_envs,
+                             rollout_fragment_length=fragment, seed=seed)
+        batches[cls] = [w.sample() for _ in range(3)]
+        w.stop()
+    for one_pass, each in zip(batches[PPOPolicy], batches[_SegmentBySegment]):
+        assert set(one_pass.keys()) == set(each.keys()) and len(one_pass) == len(each)
+        for key in each.keys():
+            np.testing.assert_array_equal(np.asarray(one_pass[key]), np.asarray(each[key]), err_msg=key)
+
+
+def test_a_model_that_changes_bootstrap_input_alone_is_bootstrapped_one_segment_at_a_time():
+    """A subclass (or an instance) that changes ``bootstrap_input`` but not ``bootstrap_inputs`` is not read by the
+    parent's one-pass ``bootstrap_inputs`` (None: each truncated segment's own ``bootstrap_input`` is called)."""
+    class Shifted(MLPModel):
+        def bootstrap_input(self, segment):
+            return {"obs": super().bootstrap_input(segment)["obs"] + 1.0}
+
+    model = Shifted(OBS, ACT)
+    assert model.bootstrap_inputs_if_same({}, np.array([0]), np.array([1])) is None
+    plain = MLPModel(OBS, ACT)
+    rows = tv.SampleBatch(new_obs=np.arange(8, dtype=np.float32).reshape(4, 2))
+    np.testing.assert_array_equal(plain.bootstrap_inputs_if_same(rows, np.array([0, 2]), np.array([2, 4]))["obs"],
+                                  np.array([[2, 3], [6, 7]], np.float32))
+    plain.bootstrap_input = lambda segment: {"obs": np.zeros((1, 2), np.float32)}
+    assert plain.bootstrap_inputs_if_same(rows, np.array([0]), np.array([2])) is None

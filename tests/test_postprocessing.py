@@ -2,9 +2,17 @@
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import trajview as tv
-from trajview.algorithms.postprocessing import compute_advantages, compute_gae_for_sample_batch, discount_cumsum
+from trajview import _core
+from trajview.algorithms.postprocessing import (
+    compute_advantages,
+    compute_gae_for_sample_batch,
+    discount_cumsum,
+    gae_of_segments,
+)
 
 
 def batch(terminated: bool, truncated: bool):
@@ -58,3 +66,52 @@ def test_gae_by_hand():
     np.testing.assert_allclose(b["advantages"], [d0 + 0.72 * d1, d1], rtol=1e-6)
     np.testing.assert_allclose(b["value_targets"], [d0 + 0.72 * d1 + 0.5, d1 + 1.0], rtol=1e-6)
     assert b["advantages"].dtype == np.float32
+
+
+def _gae_reference(rewards, vf, lengths, last_r, gamma, lam):
+    """Textbook GAE, one trajectory at a time, element by element in float64."""
+    adv, targets, start = [], [], 0
+    for n, boot in zip(lengths, last_r):
+        acc, seg = 0.0, []
+        for t in range(start + n - 1, start - 1, -1):
+            v_next = boot if t == start + n - 1 else float(vf[t + 1])
+            delta = float(rewards[t]) + gamma * v_next - float(vf[t])
+            acc = delta + gamma * lam * acc
+            seg.append(acc)
+        seg.reverse()
+        adv += seg
+        targets += [a + float(v) for a, v in zip(seg, vf[start : start + n])]
+        start += n
+    return np.array(adv, np.float32), np.array(targets, np.float32)
+
+
+@given(st.lists(st.integers(0, 12), min_size=1, max_size=6), st.floats(0.0, 1.0), st.floats(0.0, 1.0), st.data())
+def test_gae_of_segments_equals_each_trajectory_alone(lengths, gamma, lam, data):
+    """Segments of a flat batch in one pass: each one's figures are the textbook loop's and compute_advantages' on
+    that trajectory alone, bit for bit (the same float64 arithmetic)."""
+    n = sum(lengths)
+    floats = st.floats(-100, 100, allow_nan=False, width=32)
+    rewards = np.array(data.draw(st.lists(floats, min_size=n, max_size=n)), np.float32)
+    vf = np.array(data.draw(st.lists(floats, min_size=n, max_size=n)), np.float32)
+    last_r = np.array(data.draw(st.lists(floats, min_size=len(lengths), max_size=len(lengths))), np.float64)
+    adv, targets = gae_of_segments(rewards, vf, np.array(lengths), last_r, gamma, lam)
+    ref_adv, ref_targets = _gae_reference(rewards, vf, lengths, last_r, gamma, lam)
+    np.testing.assert_array_equal(adv, ref_adv)
+    np.testing.assert_array_equal(targets, ref_targets)
+    start = 0
+    for k, m in enumerate(lengths):
+        one = tv.SampleBatch(rewards=rewards[start : start + m], vf_preds=vf[start : start + m])
+        compute_advantages(one, float(last_r[k]), gamma, lam)
+        np.testing.assert_array_equal(one["advantages"], adv[start : start + m])
+        np.testing.assert_array_equal(one["value_targets"], targets[start : start + m])
+        start += m
+
+
+def test_gae_of_segments_refuses_lengths_that_do_not_cover_the_rows():
+    r = np.zeros(5)
+    with pytest.raises(ValueError, match="lengths sum to 4 rows, expected 5"):
+        gae_of_segments(r, r, np.array([2, 2]), np.zeros(2), 0.9, 0.9)
+    with pytest.raises(ValueError, match="expected 5 vf_preds"):
+        gae_of_segments(r, r[:4], np.array([5]), np.zeros(1), 0.9, 0.9)
+    with pytest.raises(ValueError, match="segments' lengths sum to 3 rows, x has 5"):
+        _core.discounted_sums(r, np.array([3]), 0.5)

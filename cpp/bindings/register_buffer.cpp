@@ -15,11 +15,14 @@
 #define TRAJVIEW_MXCSR 1
 #endif
 #include <memory>
+#include <span>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "trajview/buffer.h"
 #include "trajview/crc32.h"
+#include "trajview/returns.h"
 #include "scan.h"
 
 namespace py = pybind11;
@@ -111,6 +114,27 @@ py::object any_outside(const py::handle& array, std::int64_t lo, std::int64_t hi
                        : holds_outside<std::int32_t>(a.data(), n, lo, hi));
 }
 
+// trajview::discounted_sums on float64 rows and int64 segment lengths (1-D; other arrays are converted only where
+// numpy's safe casting allows, e.g. float32 rows, and refused otherwise), into a new float64 array.
+py::array_t<double> discounted_sums_of(const py::array_t<double, py::array::c_style>& x,
+                                       const py::array_t<std::int64_t, py::array::c_style>& lengths, double factor) {
+  if (x.ndim() != 1 || lengths.ndim() != 1)
+    throw std::invalid_argument("discounted_sums: expected 1-D x and lengths, got " + std::to_string(x.ndim()) +
+                                "-D and " + std::to_string(lengths.ndim()) + "-D");
+  const auto n = static_cast<std::size_t>(x.size());
+  py::array_t<double> out(static_cast<py::ssize_t>(n));
+  const std::span<const double> xs(x.data(), n);
+  const std::span<const std::int64_t> ls(lengths.data(), static_cast<std::size_t>(lengths.size()));
+  const std::span<double> os(out.mutable_data(), n);
+  if (n >= 4096) {
+    py::gil_scoped_release nogil;
+    discounted_sums(xs, ls, factor, os);
+  } else {
+    discounted_sums(xs, ls, factor, os);
+  }
+  return out;
+}
+
 }  // namespace
 
 void register_buffer(py::module_& m) {
@@ -167,6 +191,10 @@ void register_buffer(py::module_& m) {
         "CPU without them, where it does nothing).");
   m.def("restore_flush_denormals", &restore_flush_denormals, py::arg("previous"),
         "Puts back the flush-denormals bits set_flush_denormals returned.");
+  m.def("discounted_sums", &discounted_sums_of, py::arg("x"), py::arg("lengths"), py::arg("factor"),
+        "out[t] = x[t] + factor * out[t + 1] within each segment of consecutive rows (``lengths``: their row counts, "
+        "in order, summing to len(x)), x[t] at a segment's last row: float64 in, float64 out (a new array). "
+        "ValueError where the lengths do not cover x's rows.");
   m.def("crc32_accelerated", &crc32_accelerated,
         "Whether crc32 folds with carry-less multiplies on this CPU (else a byte table, slower than zlib's).");
 }

@@ -29,6 +29,9 @@ def any_nan(arrays: list[Any]) -> bool | None:
 def any_outside(array: Any, lo: int, hi: int) -> bool | None:
     """Whether any value of the array lies outside [lo, hi], in one pass: True / False where it is a C-contiguous
     int64 or int32 ndarray, None for any other array (check it another way)."""
+def discounted_sums(x: np.ndarray, lengths: np.ndarray, factor: float) -> np.ndarray:
+    """out[t] = x[t] + factor * out[t + 1] within each segment of consecutive rows (``lengths``: their row counts, in
+    order, summing to len(x)): float64 in, a new float64 array out. ValueError where the lengths do not cover x."""
 class _OutputCheck:
     """The common case of a policy's output checks in one call (`PolicyColumns.check_outputs`)."""
 

@@ -1,4 +1,5 @@
-"""Advantage estimation for one trajectory (RLlib's ``compute_advantages``, with correct bootstrapping)."""
+"""Advantage estimation for one trajectory (RLlib's ``compute_advantages``, with correct bootstrapping), or for the
+episode segments of a flat batch in one pass (`gae_of_segments`): one arithmetic, `_core.discounted_sums`' scan."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ from typing import Any
 
 import numpy as np
 
+from .. import _core
 from ..views.nest import assemble
 from ..views.sample_batch import SampleBatch
 
 __all__ = ["Postprocessing", "discount_cumsum", "compute_advantages", "compute_gae_for_sample_batch", "last_rows",
-           "bootstraps"]
+           "rows_of", "bootstraps", "gae_of_segments"]
 
 
 class Postprocessing:
@@ -40,23 +42,54 @@ def last_rows(batch: Mapping[str, Any], key: str, n: int = 1) -> Any:
     row by row without materializing the whole column; a batch that tracks
     reads (the view-pruning pass) is read normally, so the read counts.
     """
+    return _rows(batch, key, lambda v: v[-n:])
+
+
+def rows_of(batch: Mapping[str, Any], key: str, rows: np.ndarray) -> Any:
+    """Rows ``rows`` (int64 indices) of column ``key`` as numpy (``[len(rows), ...]``), read as `last_rows` reads."""
+    return _rows(batch, key, lambda v: v[rows])
+
+
+def _rows(batch: Mapping[str, Any], key: str, take: Callable[[Any], Any]) -> Any:
     if isinstance(batch, SampleBatch) and not getattr(batch, "_tracking", False):
         if dict.__contains__(batch, key):
-            return _np(dict.__getitem__(batch, key)[-n:])
+            return _np(take(dict.__getitem__(batch, key)))
         keys = list(dict.keys(batch))
-        return assemble(key, keys, lambda k: _np(dict.__getitem__(batch, k)[-n:]))
-    return _map(lambda v: _np(v[-n:]), batch[key])
+        return assemble(key, keys, lambda k: _np(take(dict.__getitem__(batch, k))))
+    return _map(lambda v: _np(take(v)), batch[key])
 
 
 def discount_cumsum(x: np.ndarray, gamma: float) -> np.ndarray:
-    """``y[t] = sum_k gamma**k * x[t + k]`` (float64)."""
-    x = np.asarray(x, dtype=np.float64)
-    out = np.empty_like(x)
-    acc = 0.0
-    for t in range(len(x) - 1, -1, -1):
-        acc = x[t] + gamma * acc
-        out[t] = acc
-    return out
+    """``y[t] = sum_k gamma**k * x[t + k]`` (float64; computed backwards as ``y[t] = x[t] + gamma * y[t + 1]``)."""
+    x = np.asarray(x, dtype=np.float64).reshape(-1)
+    return _core.discounted_sums(x, np.array([len(x)], np.int64), float(gamma))
+
+
+def gae_of_segments(
+    rewards: np.ndarray, vf_preds: np.ndarray, lengths: np.ndarray, last_r: np.ndarray, gamma: float, lambda_: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """GAE's advantages and value targets (float32) of consecutive trajectories' rows: ``lengths`` their row counts
+    (in order, summing to the rows), ``last_r`` each one's value after its last step (`compute_advantages`).
+    ``delta[t] = r[t] + gamma * V[t + 1] - V[t]`` (``V`` after a trajectory's last row: its ``last_r``), the
+    advantages its discounted sums by ``gamma * lambda_`` within each trajectory, the targets advantages + ``V``; all
+    in float64, so a trajectory's figures are the same whether it is computed alone or with others."""
+    rewards = np.asarray(rewards, dtype=np.float64).reshape(-1)
+    vf = np.asarray(vf_preds, dtype=np.float64).reshape(-1)
+    lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    if len(vf) != len(rewards):
+        raise ValueError(f"gae_of_segments: expected {len(rewards)} vf_preds (one per reward), got {len(vf)}")
+    ends = np.cumsum(lengths)
+    if len(ends) and ends[-1] != len(rewards) or not len(ends) and len(rewards):
+        raise ValueError(f"gae_of_segments: the lengths sum to {int(ends[-1]) if len(ends) else 0} rows, "
+                         f"expected {len(rewards)}")
+    nonempty = lengths > 0
+    v_next = np.empty_like(vf)
+    v_next[:-1] = vf[1:]
+    v_next[ends[nonempty] - 1] = np.asarray(last_r, dtype=np.float64).reshape(-1)[nonempty]
+    delta = rewards + gamma * v_next - vf
+    adv = _core.discounted_sums(delta, lengths, float(gamma * lambda_))
+    targets = adv + vf
+    return adv.astype(np.float32), targets.astype(np.float32)
 
 
 def compute_advantages(
@@ -78,18 +111,17 @@ def compute_advantages(
     if use_gae:
         if not use_critic:
             raise ValueError("compute_advantages: use_gae=True needs a critic (use_critic=True)")
+        adv32, targets32 = gae_of_segments(rewards, rollout[SampleBatch.VF_PREDS], np.array([len(rewards)]),
+                                           np.array([float(last_r)]), gamma, lambda_)
+        rollout[Postprocessing.ADVANTAGES] = adv32
+        rollout[Postprocessing.VALUE_TARGETS] = targets32
+        return rollout
+    returns = discount_cumsum(np.append(rewards, float(last_r)), gamma)[:-1]
+    if use_critic:
         vf = np.asarray(rollout[SampleBatch.VF_PREDS], dtype=np.float64)
-        vpred = np.append(vf, float(last_r))
-        delta = rewards + gamma * vpred[1:] - vpred[:-1]
-        adv = discount_cumsum(delta, gamma * lambda_)
-        targets = adv + vf
+        adv, targets = returns - vf, returns
     else:
-        returns = discount_cumsum(np.append(rewards, float(last_r)), gamma)[:-1]
-        if use_critic:
-            vf = np.asarray(rollout[SampleBatch.VF_PREDS], dtype=np.float64)
-            adv, targets = returns - vf, returns
-        else:
-            adv, targets = returns, np.zeros_like(returns)
+        adv, targets = returns, np.zeros_like(returns)
     rollout[Postprocessing.ADVANTAGES] = adv.astype(np.float32)
     rollout[Postprocessing.VALUE_TARGETS] = targets.astype(np.float32)
     return rollout

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -29,7 +29,7 @@ import torch
 
 from .models import ViewModel, make_action_head, make_model
 from .models.base import _np_lens
-from .postprocessing import Postprocessing, bootstraps, compute_gae_for_sample_batch
+from .postprocessing import Postprocessing, bootstraps, compute_gae_for_sample_batch, gae_of_segments
 from .schedules import SCHEDULED, check_schedule, scheduled_value
 from ..views.sample_batch import SampleBatch
 from ..policy.torch_policy import TorchPolicy, clip_grad_norm
@@ -306,6 +306,11 @@ class PPOPolicy(TorchPolicy):
         inputs = rows[0] if len(rows) == 1 else _stacked(rows)
         if inputs is None:
             return np.concatenate([self.values_of_next_steps([s]) for s in segments])
+        return self._values_of(inputs, len(segments))
+
+    def _values_of(self, inputs: Any, n: int) -> np.ndarray:
+        """The critic's values (float64, ``[n]``) of bootstrap inputs (``n`` rows): the numpy actor's arithmetic
+        where it acts, else the model's ``forward_step``."""
         actor = self.numpy_actor()
         values: Any
         if actor is not None:
@@ -314,7 +319,7 @@ class PPOPolicy(TorchPolicy):
             with torch.inference_mode():
                 _, values, _ = self.model.forward_step(self._to_torch(inputs))
             values = values.detach().cpu().numpy()
-        return np.asarray(values, np.float64).reshape(len(segments))
+        return np.asarray(values, np.float64).reshape(n)
 
     @contextlib.contextmanager
     def _postprocessing(self, segments: list[SampleBatch]) -> Iterator[None]:
@@ -323,11 +328,7 @@ class PPOPolicy(TorchPolicy):
         `trajview train` iteration: issue 25), which `value_of_next_step` then hands out. Only where
         ``postprocess_trajectory`` and ``value_of_next_step`` are this class's (an override may read other
         inputs)."""
-        cls = type(self)
-        own = (cls.postprocess_trajectory is PPOPolicy.postprocess_trajectory
-               and cls.value_of_next_step is PPOPolicy.value_of_next_step
-               and "postprocess_trajectory" not in self.__dict__ and "value_of_next_step" not in self.__dict__)
-        truncated = [s for s in segments if bootstraps(s)] if own else []
+        truncated = [s for s in segments if bootstraps(s)] if self._own_postprocessing() else []
         if len(truncated) > 1:
             values = self.values_of_next_steps(truncated)
             self._bootstrapped = {id(s): (s, float(v)) for s, v in zip(truncated, values)}
@@ -335,6 +336,46 @@ class PPOPolicy(TorchPolicy):
             yield
         finally:
             self._bootstrapped = None
+
+    def _own_postprocessing(self) -> bool:
+        """Whether ``postprocess_trajectory`` and ``value_of_next_step`` are this class's (an override may read
+        other inputs, or compute otherwise)."""
+        cls = type(self)
+        return (cls.postprocess_trajectory is PPOPolicy.postprocess_trajectory
+                and cls.value_of_next_step is PPOPolicy.value_of_next_step
+                and "postprocess_trajectory" not in self.__dict__ and "value_of_next_step" not in self.__dict__)
+
+    def flat_postprocessor(self) -> Callable[[SampleBatch, np.ndarray], SampleBatch] | None:
+        """`Policy.flat_postprocessor`: `_postprocess_flat` where `postprocess_trajectory` and `value_of_next_step`
+        are this class's, else None."""
+        return self._postprocess_flat if self._own_postprocessing() else None
+
+    def _postprocess_flat(self, batch: SampleBatch, lengths: np.ndarray) -> SampleBatch:
+        """Every segment's GAE in one pass (`gae_of_segments`), with the bootstrap values of the segments not ended
+        by a termination (`bootstraps`) in one call of the critic, on their inputs read from ``batch`` in one pass
+        (the model's ``bootstrap_inputs_if_same``; else `values_of_next_steps` on their rows of ``batch``):
+        `postprocess_trajectory`'s figures, segment by segment (the same float64 arithmetic)."""
+        lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+        ends = np.cumsum(lengths)
+        total = int(ends[-1]) if len(ends) else 0
+        if total != len(batch):
+            raise ValueError(f"{type(self).__name__}'s flat postprocessing: the segments' lengths sum to {total} "
+                             f"rows, the batch has {len(batch)}")
+        if len(batch) == 0:
+            return batch  # (as `compute_gae_for_sample_batch` returns an empty segment)
+        terminated = np.asarray(batch[SampleBatch.TERMINATEDS], dtype=bool)
+        last_r = np.zeros(len(lengths))
+        cut = np.flatnonzero((lengths > 0) & ~terminated[np.maximum(ends - 1, 0)])
+        if len(cut):
+            one_pass = getattr(self.model, "bootstrap_inputs_if_same", None)  # (a model that is no ViewModel: None)
+            inputs = None if one_pass is None else one_pass(batch, ends[cut] - lengths[cut], ends[cut])
+            last_r[cut] = (self.values_of_next_steps([batch[int(ends[k] - lengths[k]) : int(ends[k])] for k in cut])
+                           if inputs is None else self._values_of(inputs, len(cut)))
+        adv, targets = gae_of_segments(batch[SampleBatch.REWARDS], batch[SampleBatch.VF_PREDS], lengths, last_r,
+                                       float(self.config["gamma"]), float(self.config["lambda"]))
+        batch[Postprocessing.ADVANTAGES] = adv
+        batch[Postprocessing.VALUE_TARGETS] = targets
+        return batch
 
     def postprocess_trajectory(self, sample_batch, other_agent_batches=None, episode=None):
         return compute_gae_for_sample_batch(

@@ -283,6 +283,16 @@ class Policy:
         `PPOPolicy`'s bootstrap values, in one forward call). Here: nothing."""
         return contextlib.nullcontext()
 
+    def flat_postprocessor(self) -> Callable[[SampleBatch, np.ndarray], SampleBatch] | None:
+        """A function that does the `postprocess_trajectory` of each episode segment of a batch in one pass, where
+        the policy has one (None here, and where a subclass's `postprocess_trajectory` differs from the one it
+        mirrors). It takes ``(batch, lengths)``: the segments' rows one after the other, ``lengths`` their row
+        counts in order; it returns what concatenating each segment's `postprocess_trajectory` would give (``batch``
+        itself, columns added, or a new batch), and leaves ``batch`` as it was if it raises. A sampler asks for it
+        where nothing else runs per segment (no infos, no ``on_postprocess_trajectory``); None: segment by
+        segment."""
+        return None
+
     def get_weights(self) -> dict[str, Any]:
         """The policy's weights as ``{name: numpy array}`` (none here: ``{}``); see `set_weights`."""
         return {}

@@ -17,6 +17,7 @@ from .hooks import Hooks
 from .plan import PolicyColumns
 
 __all__ = [
+    "FlatSegments",
     "InfoLog",
     "add_python_columns",
     "cast_rewards",
@@ -85,6 +86,24 @@ def custom_postprocess(policy: Policy) -> bool:
     """Whether ``policy`` overrides ``postprocess_trajectory`` (the default one returns the segment as it is, and
     reads neither the episode nor other agents' batches)."""
     return getattr(policy.postprocess_trajectory, "__func__", None) is not Policy.postprocess_trajectory
+
+
+class FlatSegments:
+    """A built batch's episode segments as the flat batch (``lengths``: their rows, in order), to postprocess with
+    the policy's `Policy.flat_postprocessor` (``post``) in one pass."""
+
+    __slots__ = ("batch", "lengths", "post")
+
+    def __init__(self, batch: SampleBatch, lengths: np.ndarray, post: Any) -> None:
+        self.batch, self.lengths, self.post = batch, lengths, post
+
+    def postprocess(self, policy: Policy) -> SampleBatch:
+        """The postprocessed batch, checked as `postprocess_segment` checks a segment's."""
+        out = self.post(self.batch, self.lengths)
+        if not isinstance(out, SampleBatch):
+            raise TypeError(f"{type(policy).__name__}.flat_postprocessor()'s function must return a SampleBatch, "
+                            f"got {type(out).__name__}")
+        return out
 
 
 def postprocess_segment(

@@ -20,7 +20,7 @@ from ..policy.policy import Policy
 from ..views import SampleBatch, concat_samples
 from .callbacks import DUMMY_AGENT_ID, Episode
 from .config import RolloutConfig
-from .emit import InfoLog, cast_rewards, custom_postprocess, finish_segment, postprocess_segment
+from .emit import FlatSegments, InfoLog, cast_rewards, custom_postprocess, finish_segment, postprocess_segment
 from .env_sampler import EnvSampler
 from .filtering import filter_rows
 from .hooks import Hooks
@@ -555,8 +555,16 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         episode, the store's flat batch as it is (no split, no concat)."""
         self._next_inputs = None
         need_infos = self._columns.need_infos
-        if not custom_postprocess(self.policy) and not need_infos and "on_postprocess_trajectory" not in self.hooks:
-            return self._hand_out(batch=self._flat_batch(complete))
+        if not need_infos and "on_postprocess_trajectory" not in self.hooks:
+            if not custom_postprocess(self.policy):
+                return self._hand_out(batch=self._flat_batch(complete))
+            post = self.policy.flat_postprocessor()
+            if post is not None:  # the policy's postprocessing of every segment in one pass, on the flat batch
+                if self._lazy_last:
+                    self._refresh_last()
+                batch = self._flat_batch(complete)
+                lengths = np.array([s["length"] for s in self.collector.last_segments], np.int64)
+                return self._hand_out(segments=FlatSegments(batch, lengths, post))
         if self._lazy_last:
             self._refresh_last()
         segments = self.collector.build_batch(complete_only=complete)
@@ -587,7 +595,9 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         finish_segment(batch, self._columns, unroll, 0, self.adapter.reward_dtype)
         return batch
 
-    def _postprocess(self, segments: list[SampleBatch]) -> SampleBatch:
+    def _postprocess(self, segments: list[SampleBatch] | FlatSegments) -> SampleBatch:
+        if isinstance(segments, FlatSegments):
+            return segments.postprocess(self.policy)
         out = []
         with self.policy._postprocessing(segments):
             for seg in segments:

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from ...views.view_requirement import ViewRequirement
-from ..postprocessing import last_rows
+from ..postprocessing import last_rows, rows_of
 from .distributions import ActionHead, make_action_head
 from .encoders import SpaceEncoder
 from .spaces import check_supported, get_nested, map_leaves
@@ -83,6 +83,14 @@ def _np_last(batch: Mapping[str, Any], key: str, space: Any = None) -> Any:
     """The last row of column ``key`` as numpy (``[1, ...]``; for a nested ``space``: the nested value of last
     rows, as `get_nested` reads it)."""
     value = last_rows(batch, key)
+    return map_leaves(lambda v: v, space, value) if space is not None else value
+
+
+def _np_rows(batch: Mapping[str, Any], key: str, rows: np.ndarray | None, space: Any = None) -> Any:
+    """`_np_last`, or rows ``rows`` of the column (``[len(rows), ...]``) where they are given."""
+    if rows is None:
+        return _np_last(batch, key, space)
+    value = rows_of(batch, key, rows)
     return map_leaves(lambda v: v, space, value) if space is not None else value
 
 
@@ -191,6 +199,24 @@ class ViewModel(nn.Module):
 
     def bootstrap_input(self, segment: Mapping[str, Any]) -> dict[str, np.ndarray]:
         raise NotImplementedError
+
+    def bootstrap_inputs(self, batch: Mapping[str, Any], starts: np.ndarray, ends: np.ndarray) -> dict | None:
+        """`bootstrap_input` of each segment ``batch[starts[k]:ends[k]]`` of a flat batch, read in one pass where
+        the model can (its rows in order, as `bootstrap_input`'s stacked); None (here): the caller takes each
+        segment's `bootstrap_input`."""
+        return None
+
+    def bootstrap_inputs_if_same(self, batch: Mapping[str, Any], starts: np.ndarray, ends: np.ndarray) -> dict | None:
+        """`bootstrap_inputs` where it mirrors this model's `bootstrap_input`: both defined by one class, neither set
+        on the instance (a subclass or an instance that changes `bootstrap_input` alone gets None: each segment's
+        own call)."""
+        if "bootstrap_input" in self.__dict__ or "bootstrap_inputs" in self.__dict__:
+            return None
+        mro = type(self).__mro__
+        if (next(c for c in mro if "bootstrap_input" in c.__dict__)
+                is not next(c for c in mro if "bootstrap_inputs" in c.__dict__)):
+            return None
+        return self.bootstrap_inputs(batch, starts, ends)
 
     def prepare_train(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """The training batch's columns as `forward_train` reads them in every minibatch of every epoch: a

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .base import VR, Tensor, ViewModel, _f32, _has_params, _heads, _mlp, _np_last
+from .base import VR, Tensor, ViewModel, _f32, _has_params, _heads, _mlp, _np_rows
 from .encoders import SpaceEncoder
 from .spaces import get_nested, map_leaves
 
@@ -92,14 +92,22 @@ class FrameStackModel(ViewModel):
                 self.INPUTS: x}
 
     def bootstrap_input(self, segment):
-        def shifted(stack: np.ndarray, last: np.ndarray) -> np.ndarray:  # [1, n, ...] and [1, ...]
+        return self._next_inputs(segment, None)
+
+    def bootstrap_inputs(self, batch, starts, ends):
+        return self._next_inputs(batch, np.asarray(ends, np.int64) - 1)
+
+    def _next_inputs(self, batch, rows):
+        """The inputs of the step after row ``rows`` of ``batch`` (each a segment's last; None: the batch's last
+        row): each stack shifted by one, the row's own value appended."""
+        def shifted(stack: np.ndarray, last: np.ndarray) -> np.ndarray:  # [k, n, ...] and [k, ...]
             return np.concatenate([stack[:, 1:], last[:, None].astype(stack.dtype)], axis=1)
 
         space = self.obs_space
-        out = {"prev_n_obs": map_leaves(shifted, space, _np_last(segment, "prev_n_obs", space),
-                                        _np_last(segment, "new_obs", space))}
+        out = {"prev_n_obs": map_leaves(shifted, space, _np_rows(batch, "prev_n_obs", rows, space),
+                                        _np_rows(batch, "new_obs", rows, space))}
         if self.prev_actions:
-            out["prev_n_actions"] = shifted(_np_last(segment, "prev_n_actions"), _np_last(segment, "actions"))
+            out["prev_n_actions"] = shifted(_np_rows(batch, "prev_n_actions", rows), _np_rows(batch, "actions", rows))
         if self.prev_rewards:
-            out["prev_n_rewards"] = shifted(_np_last(segment, "prev_n_rewards"), _np_last(segment, "rewards"))
+            out["prev_n_rewards"] = shifted(_np_rows(batch, "prev_n_rewards", rows), _np_rows(batch, "rewards", rows))
         return out

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .base import VR, Tensor, ViewModel, _has_params, _heads, _mlp, _np_last
+import numpy as np
+
+from .base import VR, Tensor, ViewModel, _has_params, _heads, _mlp, _np_rows
 from .encoders import SpaceEncoder
 from .spaces import get_nested
 
@@ -39,4 +41,7 @@ class MLPModel(ViewModel):
         return self.pi(x), self.vf(xv)[:, 0]
 
     def bootstrap_input(self, segment):
-        return {"obs": _np_last(segment, "new_obs", self.obs_space)}
+        return {"obs": _np_rows(segment, "new_obs", None, self.obs_space)}
+
+    def bootstrap_inputs(self, batch, starts, ends):
+        return {"obs": _np_rows(batch, "new_obs", np.asarray(ends, np.int64) - 1, self.obs_space)}
