@@ -695,3 +695,21 @@ def test_a_model_that_changes_bootstrap_input_alone_is_bootstrapped_one_segment_
                                   np.array([[2, 3], [6, 7]], np.float32))
     plain.bootstrap_input = lambda segment: {"obs": np.zeros((1, 2), np.float32)}
     assert plain.bootstrap_inputs_if_same(rows, np.array([0]), np.array([2])) is None
+
+
+def test_postprocess_trajectory_patched_onto_the_class_is_called_for_each_segment(monkeypatch):
+    """The one pass stands for `PPOPolicy`'s own postprocess_trajectory only: one patched onto the class (as a
+    subclass's override) is called for every segment of the batch."""
+    calls: list[int] = []
+    own = PPOPolicy.postprocess_trajectory
+
+    def counted(self, sample_batch, other_agent_batches=None, episode=None):
+        calls.append(len(sample_batch))
+        return own(self, sample_batch, other_agent_batches, episode)
+
+    monkeypatch.setattr(PPOPolicy, "postprocess_trajectory", counted)
+    w, _ = _cartpole_worker("mlp", num_envs=3, fragment=20)
+    w.sample()  # (the first also postprocesses the view-pruning pass's dummy batch)
+    calls.clear()
+    b = w.sample()
+    assert sum(calls) == len(b) == 60 and len(calls) == len(b.split_by_episode())

@@ -170,10 +170,15 @@ class _Reader:
         self.key = _flat_key(model)
         self.frames = None if self.key is not None else _FrameRows.of(model)
 
-    def __call__(self, d: Mapping[str, Any]) -> np.ndarray:
+    def numpy_rows(self, d: Mapping[str, Any]) -> np.ndarray | None:
+        """The rows by the numpy rules (the one view, or a frame stack's rows), from arrays or CPU tensors; None
+        where the model's torch encoding builds them (``d`` must then hold tensors: `__call__`)."""
         if self.key is not None:
             return flat_rows(d[self.key])
-        x = None if self.frames is None else self.frames(d)
+        return None if self.frames is None else self.frames(d)
+
+    def __call__(self, d: Mapping[str, Any]) -> np.ndarray:
+        x = self.numpy_rows(d)
         if x is not None:
             return x
         model = self.model
@@ -327,7 +332,10 @@ class MLPLearner:
         """The arrays a step reads: the MLPs' input rows, actions (from 0), old logps, advantages, value targets."""
         policy = self.policy
         model = policy.model
-        x = _Reader(model)(policy._to_torch(train_batch))
+        read = _Reader(model)
+        x = read.numpy_rows(train_batch)  # (from the batch's arrays: no tensors made of its other columns)
+        if x is None:
+            x = read(policy._to_torch(train_batch))
         head = model.action_dist
         return {
             "x": x,

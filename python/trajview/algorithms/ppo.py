@@ -341,8 +341,7 @@ class PPOPolicy(TorchPolicy):
         """Whether ``postprocess_trajectory`` and ``value_of_next_step`` are this class's (an override may read
         other inputs, or compute otherwise)."""
         cls = type(self)
-        return (cls.postprocess_trajectory is PPOPolicy.postprocess_trajectory
-                and cls.value_of_next_step is PPOPolicy.value_of_next_step
+        return (cls.postprocess_trajectory is _POSTPROCESS_TRAJECTORY and cls.value_of_next_step is _VALUE_OF_NEXT_STEP
                 and "postprocess_trajectory" not in self.__dict__ and "value_of_next_step" not in self.__dict__)
 
     def flat_postprocessor(self) -> Callable[[SampleBatch, np.ndarray], SampleBatch] | None:
@@ -527,6 +526,10 @@ def _stacked(rows: list[Any]) -> Any:
 #: `PPOPolicy.action_sampler` as defined here: a subclass's, or one patched onto the class, computes the actions
 #: instead of the numpy actor (`PPOPolicy._act_on_arrays`).
 _ACTION_SAMPLER = PPOPolicy.action_sampler
+#: `PPOPolicy.postprocess_trajectory` and `value_of_next_step` as defined here (`PPOPolicy._own_postprocessing`: one
+#: patched onto the class, like a subclass's, is called segment by segment).
+_POSTPROCESS_TRAJECTORY = PPOPolicy.postprocess_trajectory
+_VALUE_OF_NEXT_STEP = PPOPolicy.value_of_next_step
 
 
 class _NumpyActing:

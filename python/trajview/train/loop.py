@@ -75,6 +75,16 @@ class RunCounters:
                 "elapsed": float(self.elapsed), "returns": [float(x) for x in self.returns],
                 "lengths": [int(x) for x in self.lengths]}
 
+    def _config_state(self) -> dict[str, Any]:
+        """``dataclasses.asdict(config)`` for a checkpoint (read, never changed, by `prepare_checkpoint`): taken again
+        only when a field's value changed since the last time (a config holds JSON's values, as the manifest it goes
+        into does, so comparing values is exact), not at every iteration's checkpoint."""
+        fields = vars(self.config)
+        cached = getattr(self, "_config_cache", None)
+        if cached is None or cached[0] != fields:
+            cached = self._config_cache = (copy.deepcopy(fields), dataclasses.asdict(self.config))
+        return cached[1]
+
     def restore_counters(self, ck: Checkpoint) -> None:
         """Takes back what `counters_state` saved (the checkpoint's counters, checked when read) and torch's RNG
         state; drops the metrics rows written after the checkpoint (a run killed between the two) and a partial
@@ -110,7 +120,7 @@ class RunCounters:
             raise ValueError("commit_checkpoint: a checkpoint with files cannot be deferred")
 
         def taken() -> tuple[tuple[Path, str, dict[str, Any], dict[str, Any]], dict[str, Any]]:
-            args = (self.config.checkpoint_path, algo, dataclasses.asdict(self.config), self.counters_state())
+            args = (self.config.checkpoint_path, algo, self._config_state(), self.counters_state())
             return args, {**weights, "torch_rng": torch.get_rng_state()}
 
         def as_it_is() -> Callable[[], Any]:
