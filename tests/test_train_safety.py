@@ -527,6 +527,9 @@ def test_metrics_rows_are_fsynced_with_the_checkpoint_that_covers_them(tmp_path,
 
     monkeypatch.setattr(metrics_module, "append_line", lambda p, line, sync=True: (synced_appends.append(sync),
                                                                                     real_append(p, line, sync))[1])
+    real_write = _io.write_line  # (the rows after the first: `MetricsLog`'s file kept open)
+    monkeypatch.setattr(metrics_module, "write_line", lambda fd, line, sync=True: (synced_appends.append(sync),
+                                                                                   real_write(fd, line, sync))[1])
     t = PPOTrainer(_tiny(tmp_path / "run", timesteps=300))
     try:
         for _ in range(2):

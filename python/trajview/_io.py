@@ -284,6 +284,22 @@ def append_line(path: str | os.PathLike[str], line: str, sync: bool = True) -> N
             os.fsync(f.fileno())
 
 
+def open_append(path: str | os.PathLike[str]) -> int:
+    """A descriptor appending to the existing regular file ``path`` (`open_regular`'s rule: a FIFO, folder or device
+    in its place is a `FileIntegrityError`; FileNotFoundError when there is none), for `write_line`."""
+    return _open_regular_fd(Path(path), os.O_WRONLY | os.O_APPEND)
+
+
+def write_line(fd: int, line: str, sync: bool = True) -> None:
+    """Appends ``line`` and its newline through ``fd`` (`open_append`'s: the caller knows the file's last line is
+    whole, as `append_line` checks), all its bytes (a short write goes on), fsynced if ``sync``."""
+    data = memoryview(line.encode() + b"\n")
+    while data:
+        data = data[os.write(fd, data):]
+    if sync:
+        os.fsync(fd)
+
+
 #: Most bytes a file of lines (`read_lines`: a run's metrics) may hold: a bound, so that a huge file or a device in
 #: its place is refused instead of read into memory (a row an iteration: far beyond any run's).
 MAX_LINES_FILE = 1 << 30

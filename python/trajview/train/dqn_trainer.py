@@ -31,7 +31,6 @@ from .envs import make_env
 from .checkpoint import Checkpoint, fitting, optimizer_fits, tensor_state
 from .loop import RunCounters, run_loop, summarize
 from .config import DQN_ITERATION_STEPS, RunConfig, setting
-from .metrics import append_metrics
 from .runs import config_from
 from .sampling import sample_in_process
 
@@ -231,7 +230,7 @@ class DQNTrainer(RunCounters):
             if not self.resume:
                 atomic_write(Path(c.out_dir) / "config.json", json.dumps(dataclasses.asdict(c), indent=2).encode())
             self._out_ready = True
-        append_metrics(c.metrics_path, row, c.metrics_format, sync=False)
+        self.append_row(row)
         return row
 
     def done(self) -> bool:
@@ -253,10 +252,16 @@ class DQNTrainer(RunCounters):
         with dump_parts(self.buffer, REPLAY_PREFIX) as (files, replay):
             self.commit_checkpoint("dqn", weights, extra, files=files, extra_meta={"replay": replay})
 
+    def _close(self) -> None:
+        try:
+            self.worker.stop()
+        finally:
+            self.close_metrics()
+
     def train(self, progress: bool = True, on_iteration: Callable[[dict], None] | None = None) -> dict:
         """Runs until ``timesteps`` env steps or the mean return reaches ``stop_reward``; returns a summary."""
         c = self.config
-        run_loop(self, desc=f"dqn seed {c.seed}", progress=progress, on_iteration=on_iteration, close=self.worker.stop,
+        run_loop(self, desc=f"dqn seed {c.seed}", progress=progress, on_iteration=on_iteration, close=self._close,
                  log_line=lambda row: f"iter {row['iteration']} steps {row['env_steps']} return "
                                       f"{row['episode_return_mean']:.1f} eps {row['entropy']:.2f} "
                                       f"{row['steps_per_s']:.0f} steps/s")

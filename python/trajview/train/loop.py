@@ -26,7 +26,7 @@ from .._extras import require
 from .._io import fsync_file
 from ..errors import FileIntegrityError
 from .checkpoint import Checkpoint, fitting, has_checkpoint, prepare_checkpoint, read_checkpoint, tensor_state
-from .metrics import plot_learning_curve, read_metrics, truncate_metrics
+from .metrics import MetricsLog, plot_learning_curve, read_metrics, truncate_metrics
 
 __all__ = ["NothingToTrain", "RunCounters", "Terminated", "interrupted", "on_sigterm", "run_loop", "summarize", "where_it_stopped"]
 
@@ -67,6 +67,21 @@ class RunCounters:
         self._commit_error: BaseException | None = None
         #: The state of the last iteration, taken and not written yet (`commit_checkpoint` with ``defer``).
         self._deferred: tuple[Callable[[], Callable[[], Any]], tuple[int, int]] | None = None
+
+    def append_row(self, row: dict[str, Any]) -> None:
+        """Appends the iteration's metrics row to the run's file (`MetricsLog`: not fsynced here; the checkpoint
+        that covers it fsyncs it)."""
+        c = self.config
+        log = getattr(self, "_metrics_log", None)
+        if log is None or log.path != Path(c.metrics_path) or log.metrics_format != c.metrics_format:
+            log = self._metrics_log = MetricsLog(c.metrics_path, c.metrics_format)
+        log.append(row, sync=False)
+
+    def close_metrics(self) -> None:
+        """Closes the metrics file `append_row` keeps open (the next row opens it again)."""
+        log = getattr(self, "_metrics_log", None)
+        if log is not None:
+            log.close()
 
     def counters_state(self) -> dict[str, Any]:
         """The counters and the windows, for a checkpoint's JSON (torch's RNG state goes with the tensors:

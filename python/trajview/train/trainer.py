@@ -22,7 +22,6 @@ from .._extras import missing
 from .._io import atomic_write
 from .checkpoint import Checkpoint, fitting, optimizer_fits, tensor_state
 from .loop import RunCounters, run_loop, summarize
-from .metrics import append_metrics
 from .sampling import LocalRollouts, ParallelRollouts, make_rollouts
 
 __all__ = ["PPOTrainer", "TENSORBOARD_SCALARS", "load_ppo_policy", "ppo_policy"]
@@ -166,7 +165,7 @@ class PPOTrainer(RunCounters):
             **{name: self.policy.scheduled(name) for name in SCHEDULED},  # the values this update used
         }
         self._prepare_out_dir()
-        append_metrics(self.config.metrics_path, row, self.config.metrics_format, sync=False)
+        self.append_row(row)
         if self.tb_writer is not None:
             # One scalar per metric, against env steps (TensorBoard's step axis).
             for key in TENSORBOARD_SCALARS:
@@ -209,6 +208,7 @@ class PPOTrainer(RunCounters):
         try:
             self.rollouts.stop()
         finally:
+            self.close_metrics()
             if self.tb_writer is not None:
                 self.tb_writer.close()
                 self.tb_writer = None
