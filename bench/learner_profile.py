@@ -267,6 +267,25 @@ def env_timer_cost_us(n: int = 20_000, rounds: int = 5) -> float:
     return max(0.0, best[True] - best[False]) / n * 1e6
 
 
+def compute_timer_cost_us(n: int = 50_000, rounds: int = 5) -> float:
+    """Microseconds a `timed` wrapper adds per call (the compute calls' timers): the best of ``rounds`` loops of
+    ``n`` calls of a wrapped no-op function less the best of as many bare ones."""
+    def noop(x: Any) -> Any:
+        return x
+
+    clock = Clock()
+    wrapped = timed(noop, clock)
+    best = {False: math.inf, True: math.inf}
+    for _ in range(rounds):
+        for wrap in (False, True):
+            f = wrapped if wrap else noop
+            t0 = time.perf_counter()
+            for i in range(n):
+                f(i)
+            best[wrap] = min(best[wrap], time.perf_counter() - t0)
+    return max(0.0, best[True] - best[False]) / n * 1e6
+
+
 # -- trainers as `trajview train` makes them --------------------------------------------------------------------
 
 
@@ -869,13 +888,13 @@ def one_run(name: str, iterations: int, seed: int, mode: str = "plain", quick: b
 
 
 def share(name: str, iterations: int, reps: int, quick: bool = False, timer_us: float = 0.0,
-          event_us: float = 0.0) -> dict[str, Any]:
+          event_us: float = 0.0, compute_timer_us: float = 0.0) -> dict[str, Any]:
     """(b): per run (seed 0, 1, ...), a plain run and an identical profiled one (same seed: the same batches and
     ops). Env, direct and checkpoint shares are of the plain run's wall-clock; the profiler's share is of the
     profiled run's, both its op spans and its wall-clock less ``event_us`` per event recorded (`profiler_cost_us`;
     all of it charged to the spans: a lower bound), so that the two runs' noise does not enter."""
     keys = ("total", "env", "torch_prof", "torch_direct", "rest_prof", "rest_direct", "ckpt", "env_steps_per_s",
-            "prof_added_us", "timer", "event_us")
+            "prof_added_us", "timer", "event_us", "timers", "rest_direct_less")
     rows: dict[str, list[float]] = {k: [] for k in keys}
     for seed in range(reps):
         plain = one_run(name, iterations, seed, "plain", quick)
@@ -897,6 +916,9 @@ def share(name: str, iterations: int, reps: int, quick: bool = False, timer_us: 
         rows["prof_added_us"].append(1e6 * (prof["wall"] - w) / max(1, prof["events"]))
         rows["event_us"].append(event_us)
         rows["timer"].append(100 * plain["env_calls"] * timer_us * 1e-6 / w)
+        # The harness's own cost in the direct share: the env's timer and the compute calls' (`timed`) wrappers.
+        rows["timers"].append(100 * (plain["env_calls"] * timer_us + plain["compute_calls"] * compute_timer_us) * 1e-6 / w)
+        rows["rest_direct_less"].append(rows["rest_direct"][-1] - rows["timers"][-1])
     rows["steps"] = [plain["env_steps"]]
     rows["env_calls"] = [plain["env_calls"]]
     return {"setting": name, "iterations": iterations, **rows}
@@ -905,14 +927,16 @@ def share(name: str, iterations: int, reps: int, quick: bool = False, timer_us: 
 def share_table(results: list[dict[str, Any]]) -> str:
     lines = ["| setting | iterations (env steps) | total s | env steps/s | env % | torch ops % (profiler) | "
              "torch calls % (direct) | trajview+Python % (profiler .. direct) | of which ckpt % | "
-             "of which env timer % | profiler us/event: subtracted (calibrated) .. the profiled run's extra (noisy) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "of which env timer % | direct, less all timers % | "
+             "profiler us/event: subtracted (calibrated) .. the profiled run's extra (noisy) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         rest = f"{summary(r['rest_prof'], '{:.1f}')} .. {summary(r['rest_direct'], '{:.1f}')}"
         lines.append(f"| {r['setting']} | {r['iterations']} ({r['steps'][0]:,}) | {summary(r['total'])} | "
                      f"{summary(r['env_steps_per_s'], '{:,.0f}')} | {summary(r['env'], '{:.1f}')} | "
                      f"{summary(r['torch_prof'], '{:.1f}')} | {summary(r['torch_direct'], '{:.1f}')} | {rest} | "
                      f"{summary(r['ckpt'], '{:.1f}')} | {summary(r['timer'], '{:.1f}')} | "
+                     f"{summary(r['rest_direct_less'], '{:.1f}')} | "
                      f"{r['event_us'][0]:.2f} .. {summary(r['prof_added_us'])} |")
     return "\n".join(lines)
 
@@ -1025,9 +1049,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(THREADS)  # for the calibrations; each trainer sets its own (the same)
     timer_us = env_timer_cost_us(5_000, 3) if args.quick else env_timer_cost_us()
     event_us = profiler_cost_us(500, 3) if args.quick else profiler_cost_us()
+    call_us = compute_timer_cost_us(5_000, 3) if args.quick else compute_timer_cost_us()
     print(f"torch threads: {THREADS} (trajview train's --threads, default 1); the env timer's own cost "
-          f"{timer_us:.2f} us per step (in the trajview+Python share); torch.profiler's cost {event_us:.2f} us per "
-          f"event on small ops (on each setting's minimal SGD loop: in (a)'s table)\n")
+          f"{timer_us:.2f} us per step and a compute call's timer {call_us:.2f} us per call (both in the "
+          f"trajview+Python share; the column 'direct, less all timers' takes them out); torch.profiler's cost "
+          f"{event_us:.2f} us per event on small ops (on each setting's minimal SGD loop: in (a)'s table)\n")
     out: dict[str, Any] = {"sgd": [], "share": [], "cprofile": {}}
     if "a" not in args.skip:
         print("## (a) ms per SGD (minibatch) step: trajview's learner against the minimal torch loop "
@@ -1043,7 +1069,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             # The profiler's cost per event: the larger of the two calibrations, on small ops and on this setting's
             # minimal SGD loop (where (a) ran; noisier: fewer events per second), for a lower bound of torch's time.
             own = [r["event_us"] for r in out["sgd"] if r["setting"] == name]
-            out["share"].append(share(name, it, reps, args.quick, timer_us, max([event_us, *own])))
+            out["share"].append(share(name, it, reps, args.quick, timer_us, max([event_us, *own]), call_us))
         print(share_table(out["share"]) + "\n")
         print("torch ops % (profiler): union of torch.profiler's top-level spans, less the profiler's cost per "
               "event recorded (the larger of its calibrations on small ops and on the setting's minimal SGD loop; "
