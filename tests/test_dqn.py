@@ -452,6 +452,33 @@ def test_a_dqn_parameter_frozen_under_a_bound_learner_goes_to_torch_or_says_why(
     _assert_same_dqn(ref, fast)
 
 
+def test_learning_steps_set_numpys_blas_limit_once_for_the_block(monkeypatch):
+    """Inside `DQNPolicy.learning_steps`, the BLAS thread limit is set once (not at each gradient step), the steps
+    run under it, and it is put back after the block; a step outside a block sets it itself."""
+    import threadpoolctl
+
+    from trajview.algorithms import numpy_nets
+
+    _, fast = _dqn_twins({"num_frames": 3, "hidden": 8, "lr": 1e-3})
+    rng = np.random.default_rng(0)
+    batch = {"stack": rng.normal(size=(16, 3, 2)).astype(np.float32),
+             "next_stack": rng.normal(size=(16, 3, 2)).astype(np.float32), "actions": rng.integers(0, 2, 16),
+             "rewards": np.ones(16, np.float32), "terminateds": np.zeros(16, bool)}
+    fast.learn_on_replay(batch)  # (the controller made)
+    limits = []
+    real = threadpoolctl.ThreadpoolController.limit
+    monkeypatch.setattr(threadpoolctl.ThreadpoolController, "limit",
+                        lambda self, **kw: limits.append(kw["limits"]) or real(self, **kw))
+    threads = torch.get_num_threads()
+    with fast.learning_steps():
+        assert numpy_nets._BLAS_HELD == [threads]
+        for _ in range(5):
+            fast.learn_on_replay(batch)
+    assert limits == [threads] and numpy_nets._BLAS_HELD == []
+    fast.learn_on_replay(batch)
+    assert limits == [threads, threads]
+
+
 def test_learning_steps_check_the_numpy_learner_once_and_again_after_the_block(monkeypatch):
     """`DQNPolicy.learning_steps` (a trainer's run of gradient steps): the numpy learner's support is checked at the
     block's first step only, and at each step again after it; the steps are the same as without the block."""

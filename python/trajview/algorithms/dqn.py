@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from .dqn_learner import DQNLearner, supported as numpy_supported
-from .numpy_nets import LearnerChoice, action_indices
+from .numpy_nets import LearnerChoice, action_indices, blas_limit
 from .settings import check_dqn_settings
 from ..policy import Policy
 from ..policy.torch_policy import clip_grad_norm, numpy_state
@@ -119,11 +119,14 @@ class DQNPolicy(Policy):
                                         lambda: numpy_supported(self, DQNPolicy), lambda: DQNLearner(self, DQNPolicy),
                                         learning)
 
-    def learning_steps(self) -> contextlib.AbstractContextManager[None]:
+    @contextlib.contextmanager
+    def learning_steps(self) -> Iterator[None]:
         """A context for a run of `learn_on_replay` calls with nothing between them that changes the policy (a
-        trainer's gradient steps): the numpy learner's support (`numpy_learner`) is checked at the first call, not
-        at each (`LearnerChoice.held`)."""
-        return self._learner_choice.held()
+        trainer's gradient steps): the numpy learner's support (`numpy_learner`) and its views of the parameters
+        are checked at the first call, not at each (`LearnerChoice.held`), and numpy's BLAS thread limit is set
+        once for the block (`blas_limit`)."""
+        with self._learner_choice.held(), blas_limit():
+            yield
 
     def _q_changed(self) -> None:
         """The Q-network's weights changed: a CPU copy that acts (a learner elsewhere) is refreshed before the next
@@ -166,7 +169,8 @@ class DQNPolicy(Policy):
         ``terminateds``); returns the loss, mean Q and ``td_errors`` (for priorities)."""
         learner = self.numpy_learner(learning=True)
         if learner is not None:
-            out = learner.learn(batch, weights, checked=self._learner_choice.checked)
+            choice = self._learner_choice
+            out = learner.learn(batch, weights, checked=choice.checked, repeat=choice.repeat)
         else:
             out = self._learn_torch(batch, weights)
         self._q_changed()

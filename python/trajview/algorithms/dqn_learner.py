@@ -111,10 +111,13 @@ class DQNLearner:
         q, _ = self.online.forward(flat_rows(stack))
         return np.argmax(q, axis=1).astype(np.int64)
 
-    def learn(self, batch: Mapping[str, Any], weights: np.ndarray | None, checked: bool = False) -> dict[str, Any]:
+    def learn(self, batch: Mapping[str, Any], weights: np.ndarray | None, checked: bool = False,
+              repeat: bool = False) -> dict[str, Any]:
         """One gradient step (`DQNPolicy.learn_on_replay`'s); returns its loss, mean Q and absolute TD errors.
-        ``checked``: as `_check`'s."""
-        self._check(checked)
+        ``checked``: as `_check`'s; ``repeat``: a later step of a run whose first step checked (`LearnerChoice.repeat`:
+        nothing between them changed the policy), no `_check` at all."""
+        if not repeat:
+            self._check(checked)
         with blas_limit(), flushed_denormals():
             return self._learn(batch, weights)
 

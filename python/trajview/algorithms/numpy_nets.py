@@ -256,6 +256,10 @@ class LearnerChoice:
         self._checked_for: Any = None  # the optimizer "auto" last checked for
         #: Whether the last `get` found ``why_not()`` None just now: the learner it returned need not check again.
         self.checked = False
+        #: Whether the last `get` was a later learning step of a `held` block whose earlier step found the learner
+        #: supported: nothing between the two changed the policy, so the learner's own checks of it (its views of
+        #: the parameters) need not run again either.
+        self.repeat = False
         self._holding = False  # inside `held`
         self._held_ok: Any = None  # the learner found supported inside `held`, and the mode it was found for
 
@@ -277,14 +281,15 @@ class LearnerChoice:
 
     def get(self, mode: str, optimizer: Any, why_not: Callable[[], str | None], make: Callable[[], Any],
             learning: bool = False) -> Any:
-        self.checked = False
+        self.checked = self.repeat = False
         if mode == "torch":
             return None
         if self.learner is not None:
-            if mode == "numpy" or (self.learner.is_bound() and not learning):
+            if mode == "numpy" or (not learning and self.learner.is_bound()):
                 return self.learner  # ("numpy" on a policy it no longer takes: the learner raises at its step)
             held = self._held_ok
-            if (held is not None and held[0] is self.learner and held[1] == mode) or why_not() is None:
+            self.repeat = held is not None and held[0] is self.learner and held[1] == mode
+            if self.repeat or why_not() is None:
                 self.checked = True
                 if self._holding:
                     self._held_ok = (self.learner, mode)
@@ -302,11 +307,14 @@ class LearnerChoice:
 
 
 _CONTROLLER: Any = None  # threadpoolctl's ThreadpoolController once made; False without threadpoolctl
+_BLAS_HELD: list[int] = []  # the thread counts of the `blas_limit` blocks open now (in this process), innermost last
 
 
 def blas_limit() -> Any:
     """A context in which numpy's BLAS runs on ``torch.get_num_threads()`` threads (threadpoolctl's, which the
-    ``torch`` and ``train`` extras bring; without it a no-op: numpy's BLAS keeps its own count)."""
+    ``torch`` and ``train`` extras bring; without it a no-op: numpy's BLAS keeps its own count). Inside a block of
+    the same count (a run of learning steps: `DQNPolicy.learning_steps`), nothing more: setting and restoring the
+    limit took 2-3% of a DQN iteration, once per gradient step."""
     global _CONTROLLER
     if _CONTROLLER is None:
         try:
@@ -317,4 +325,17 @@ def blas_limit() -> Any:
             _CONTROLLER = ThreadpoolController()
     if _CONTROLLER is False:
         return contextlib.nullcontext()
-    return _CONTROLLER.limit(limits=torch.get_num_threads(), user_api="blas")
+    threads = torch.get_num_threads()
+    if _BLAS_HELD and _BLAS_HELD[-1] == threads:
+        return contextlib.nullcontext()
+    return _blas_held(_CONTROLLER.limit(limits=threads, user_api="blas"), threads)
+
+
+@contextlib.contextmanager
+def _blas_held(limit: Any, threads: int) -> Iterator[None]:
+    with limit:
+        _BLAS_HELD.append(threads)
+        try:
+            yield
+        finally:
+            _BLAS_HELD.pop()
