@@ -216,3 +216,30 @@ def test_clip_grad_norm_of_mixed_dtypes_is_torchs_own_call():
     assert torch.equal(clip_grad_norm([a, b], 1.0), torch.nn.utils.clip_grad_norm_([a2, b2], 1.0, foreach=True))
     assert torch.equal(a.grad, a2.grad) and torch.equal(b.grad, b2.grad)
     assert float(clip_grad_norm([torch.nn.Parameter(torch.ones(2))], 1.0)) == 0.0  # no gradients: norm 0
+
+
+def test_grads_clearer_does_what_zero_grad_does_and_takes_an_overriding_one():
+    """`grads_clearer`: the optimizer's parameters' grads set to None (zero_grad's default), for every parameter
+    group; a class that overrides zero_grad has its own called."""
+    from trajview.policy.torch_policy import grads_clearer
+
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    opt = torch.optim.Adam([{"params": net[0].parameters()}, {"params": net[1].parameters(), "lr": 0.1}])
+    clear = grads_clearer(opt)
+    for _ in range(2):
+        net(torch.ones(5, 3)).sum().backward()
+        assert all(p.grad is not None for p in net.parameters())
+        clear()
+        assert all(p.grad is None for p in net.parameters())
+    calls = []
+
+    class Counted(torch.optim.SGD):
+        def zero_grad(self, set_to_none=True):
+            calls.append(1)
+            super().zero_grad(set_to_none)
+
+    counted = Counted(net.parameters(), lr=0.1)
+    clear = grads_clearer(counted)
+    net(torch.ones(5, 3)).sum().backward()
+    clear()
+    assert len(calls) == 2 and all(p.grad is None for p in net.parameters())

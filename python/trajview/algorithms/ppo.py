@@ -32,7 +32,7 @@ from .models.base import _np_lens
 from .postprocessing import Postprocessing, bootstraps, compute_gae_for_sample_batch, gae_of_segments
 from .schedules import SCHEDULED, check_schedule, scheduled_value
 from ..views.sample_batch import SampleBatch
-from ..policy.torch_policy import TorchPolicy, clip_grad_norm
+from ..policy.torch_policy import TorchPolicy, clip_grad_norm, grads_clearer
 from .settings import check_ppo_settings
 from .mlp_learner import MLPActor, MLPLearner, model_supported as mlp_acts, supported as mlp_supported
 from .numpy_nets import LearnerChoice
@@ -461,11 +461,12 @@ class PPOPolicy(TorchPolicy):
         sums: torch.Tensor | None = None
         n = 0
         params = [p for p in self.model.parameters() if p.requires_grad]  # once: model.parameters() walks modules
+        zero_grad = grads_clearer(self._optimizer)  # (its parameters taken once, as ``params``)
         self.model.train()
         for _ in range(int(self.config["num_sgd_iter"])):
             for mb in minibatches(tensors, size):
                 loss = self.loss(mb)
-                self._optimizer.zero_grad()
+                zero_grad()
                 loss.backward()
                 if grad_clip is not None:
                     clip_grad_norm(params, float(grad_clip))

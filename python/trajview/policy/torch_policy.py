@@ -13,7 +13,7 @@ from .policy import Policy
 from ..views import LazyView, SampleBatch
 from ..views.lazy_view import to_device
 
-__all__ = ["TorchPolicy", "clip_grad_norm"]
+__all__ = ["TorchPolicy", "clip_grad_norm", "grads_clearer"]
 
 
 def _to_numpy(x: Any) -> Any:
@@ -93,6 +93,24 @@ def clip_grad_norm(params: Sequence[torch.Tensor], max_norm: float) -> torch.Ten
 
 _SEQ_LENS = SampleBatch.SEQ_LENS
 _EMPTY: frozenset[str] = frozenset()
+
+
+def grads_clearer(optimizer: torch.optim.Optimizer) -> Callable[[], None]:
+    """A function doing ``optimizer.zero_grad()`` (torch's default, ``set_to_none``) for a run of steps over the
+    optimizer's parameters as they are now: each one's ``.grad`` set to None, without that call's own Python around
+    it (a profiler annotation and a dynamo guard: 2% of a GTrXL update on the CPU). Where the optimizer's class
+    overrides ``zero_grad``, that. (``zero_grad`` itself runs once here: torch sets an optimizer up at its first
+    call.)"""
+    optimizer.zero_grad()
+    if type(optimizer).zero_grad is not torch.optim.Optimizer.zero_grad or "zero_grad" in vars(optimizer):
+        return optimizer.zero_grad
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+
+    def clear() -> None:
+        for p in params:
+            p.grad = None
+
+    return clear
 
 
 def numpy_state(module: torch.nn.Module) -> dict[str, np.ndarray]:
