@@ -171,12 +171,13 @@ class _PrevActionReward(nn.Module):
             parts.append(_f32(d["prev_rewards"])[:, None])
         return torch.cat(parts, -1)
 
-    def bootstrap(self, seg: Mapping[str, Any]) -> dict[str, Any]:
-        out = {"obs": _np_last(seg, "new_obs", self.obs_space)}
+    def bootstrap(self, seg: Mapping[str, Any], rows: np.ndarray | None = None) -> dict[str, Any]:
+        """The features' inputs of the step after ``seg``'s last row (``rows``: after each of those rows)."""
+        out = {"obs": _np_rows(seg, "new_obs", rows, self.obs_space)}
         if self.prev_action:
-            out["prev_actions"] = _np_last(seg, "actions")
+            out["prev_actions"] = _np_rows(seg, "actions", rows)
         if self.prev_reward:
-            out["prev_rewards"] = _np_last(seg, "rewards")
+            out["prev_rewards"] = _np_rows(seg, "rewards", rows)
         return out
 
 
