@@ -713,3 +713,38 @@ def test_postprocess_trajectory_patched_onto_the_class_is_called_for_each_segmen
     calls.clear()
     b = w.sample()
     assert sum(calls) == len(b) == 60 and len(calls) == len(b.split_by_episode())
+
+
+def _gtrxl_next_inputs_reference(model, segment):
+    """The GTrXL's next-step inputs of one segment, by the textbook reading: the last row's features, t + 1, and
+    each layer's memory as the last M rows of (the M rows before the segment, the segment's state_out rows)."""
+    last = {"obs": np.asarray(segment["new_obs"])[-1:]}
+    if model.features.prev_action:
+        last["prev_actions"] = np.asarray(segment["actions"])[-1:]
+    if model.features.prev_reward:
+        last["prev_rewards"] = np.asarray(segment["rewards"])[-1:]
+    last["t"] = np.asarray(segment["t"])[-1:] + 1
+    for i in range(2 * model.num_layers):
+        first = np.asarray(segment[f"state_in_{i}"])[0]
+        rows = np.asarray(segment[f"state_out_{i}"])
+        last[f"state_in_{i}"] = np.concatenate([first, rows])[-model.memory:][None]
+    return last
+
+
+@pytest.mark.parametrize("fragment", [1, 3, 12])
+def test_the_gtrxls_next_step_inputs_of_a_batchs_segments_are_each_segments_own(fragment):
+    """`GTrXLModel.bootstrap_inputs` over a flat batch's segments (segments shorter and longer than the memory):
+    row k is segment k's inputs by the textbook reading, bit for bit."""
+    w, policy = _cartpole_worker("attention", num_envs=3, fragment=fragment, **BOOTSTRAP_MODELS["attention"])
+    model = policy.model
+    for _ in range(3):
+        batch = w.sample()
+        segments = batch.split_by_episode()
+        lengths = np.array([len(s) for s in segments])
+        ends = np.cumsum(lengths)
+        got = model.bootstrap_inputs(batch, ends - lengths, ends)
+        for k, seg in enumerate(segments):
+            ref = _gtrxl_next_inputs_reference(model, seg)
+            assert set(got) == set(ref)
+            for key, value in ref.items():
+                np.testing.assert_array_equal(got[key][k : k + 1], value, err_msg=key)

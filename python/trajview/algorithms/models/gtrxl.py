@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .base import VR, Tensor, _f32, _MemoryModel, _np_last, _np_lens, _sequence_index
+from .base import VR, Tensor, _f32, _MemoryModel, _np_lens, _np_rows, _sequence_index
 
 __all__ = ["GTrXLModel"]
 
@@ -311,10 +311,27 @@ class GTrXLModel(_MemoryModel):
         return self.pi_head(out[0]), self.vf_head(out[1])[:, 0]
 
     def bootstrap_input(self, segment):
-        out = self.features.bootstrap(segment)
-        out["t"] = _np_last(segment, "t") + 1
+        return self.bootstrap_inputs(segment, np.zeros(1, np.int64), np.array([len(segment)], np.int64))
+
+    def bootstrap_inputs(self, batch, starts, ends):
+        """Each segment's next-step inputs: the features' after its last row, ``t`` + 1, and each layer's memory:
+        the last M rows of (the M rows before the segment's first step, the segment's ``state_out`` rows)."""
+        starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+        rows = ends - 1
+        out = self.features.bootstrap(batch, rows)
+        out["t"] = _np_rows(batch, "t", rows) + 1
+        # The sequence each segment begins with (segments begin at a sequence's first row): its state_in.
+        seq_starts = np.cumsum(_np_lens(batch["seq_lens"])) - _np_lens(batch["seq_lens"])
+        first_seq = np.searchsorted(seq_starts, starts, side="right") - 1
+        m = self.memory
+        q = (ends - starts)[:, None] + np.arange(m)[None, :]  # positions in [M memory rows, then the segment's rows]
+        from_memory = q < m
+        at_memory = np.minimum(q, m - 1)
+        at_rows = np.clip(starts[:, None] + q - m, 0, None)
         for i in range(2 * self.num_layers):
-            first = np.asarray(segment[f"state_in_{i}"])[0]  # the M rows before the segment's first step
-            rows = np.asarray(segment[f"state_out_{i}"])
-            out[f"state_in_{i}"] = np.concatenate([first, rows])[-self.memory :][None]
+            memory = _np_rows(batch, f"state_in_{i}", first_seq)  # [K, M, d]
+            state_out = np.asarray(batch[f"state_out_{i}"])
+            mem = np.take_along_axis(memory, at_memory[:, :, None], axis=1)
+            seg = state_out[np.minimum(at_rows, len(state_out) - 1)] if len(state_out) else mem
+            out[f"state_in_{i}"] = np.where(from_memory[:, :, None], mem, seg)
         return out
