@@ -135,7 +135,8 @@ lead measures on a quiet machine):
      costs a forward_step for its bootstrap value (the GTrXL's builds a memory window per segment): one vectorized
      pass over the batch, and the bootstrap values of all segments in one forward call. (Bootstrap values: done
      2026-11-30, `PPOPolicy.values_of_next_steps` in `_postprocessing`; the samplers' postprocessing went from 5-7 %
-     of an iteration to 2-5 %; GAE's per-segment numpy and the bootstrap inputs built per segment remain.)
+     of an iteration to 2-5 %. Then, stop 50: the whole batch in one pass, `PPOPolicy.flat_postprocessor`: GAE by
+     `_core.discounted_sums` over the flat batch, each model's `bootstrap_inputs` read in one pass; 0.5-1.3 %.)
   4. Checkpoints after every iteration (2-5 %; torch.save's pickling in the loop's thread, the fsyncs in a
      thread): the zoo settings' 256-step iterations write 40 per 10,000 steps. A time-based interval would cut it.
      (Done: PPO's --checkpoint-interval, default 1 s; a checkpoint then cost about 10 ms of CPU, more than the
@@ -146,11 +147,13 @@ lead measures on a quiet machine):
      runs in numpy; the LSTM preset's step went from 1.22-1.28x the minimal loop's to 1.16-1.19x.)
   6. torch.optim's per-step Python: the Optimizer.step / zero_grad wrappers (their record_function annotations,
      _record_function_enter_new ~1 %), _init_group, autograd's _make_grads: a compiled or hand-fused step avoids
-     them.
+     them. (zero_grad's: done in stop 50, `grads_clearer`; 2 % of a GTrXL update.)
   7. DQN (fused Adam and the parameter list taken once are on main already): three forward passes per step
      (q(s), q(s2), target(s2)), 26 Module calls per gradient step: q over [s; s2] in one call saves one pass, a
      functional forward most of the calls. The replay sample is 7 % (`_core.sample` 4 % own; its sampler's
      _next_seed, rng.integers(0, 2**63) under a lock, ~4 us, where bit_generator.random_raw() is 0.5 us).
+     (Stop 50: threadpoolctl's BLAS limit was set and put back at every gradient step, 2-3 % of a run, and the
+     learner's checks walked the networks' modules at each: both once per run of steps now.)
   8. GTrXL: its block's forward has the most Python per op (gtrxl.py:120, 8 % own time); _valid rebuilds
      arange(M + 1) per call."""
 

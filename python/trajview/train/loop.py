@@ -318,7 +318,7 @@ def run_loop(
             bar.set_postfix(post, refresh=False)
             if on_iteration is not None:
                 on_iteration(row)
-            if not progress:
+            if not progress and log.isEnabledFor(logging.INFO):  # (the line made only where it is logged)
                 log.info("%s", log_line(row))
     finally:
         try:
