@@ -250,43 +250,45 @@ if TIMED_ENV_ID not in gym.registry:
     gym.register(id=TIMED_ENV_ID, entry_point=_make_timed_env, disable_env_checker=True, order_enforce=False)
 
 
-def env_timer_cost_us(n: int = 20_000, rounds: int = 5) -> float:
-    """Microseconds `TimedEnv` adds per step: the best of ``rounds`` loops of ``n`` wrapped steps less the best of
-    as many bare ones."""
-    env = gym.make(STATELESS_CARTPOLE_ID)
-    wrapped = TimedEnv(env)
-    env.reset(seed=0)
+def added_cost_us(bare: Callable[[int], Any], wrapped: Callable[[int], Any], n: int, rounds: int) -> float:
+    """Microseconds ``wrapped(i)`` takes more than ``bare(i)`` per call: the best of ``rounds`` loops of ``n`` calls
+    each, the two alternating."""
     best = {False: math.inf, True: math.inf}
     for _ in range(rounds):
         for wrap in (False, True):
-            e = wrapped if wrap else env
-            t0 = time.perf_counter()
-            for i in range(n):
-                _, _, te, tr, _ = e.step(i & 1)
-                if te or tr:
-                    e.reset()
-            best[wrap] = min(best[wrap], time.perf_counter() - t0)
-    ENV_CLOCK.reset()
-    return max(0.0, best[True] - best[False]) / n * 1e6
-
-
-def compute_timer_cost_us(n: int = 50_000, rounds: int = 5) -> float:
-    """Microseconds a `timed` wrapper adds per call (the compute calls' timers): the best of ``rounds`` loops of
-    ``n`` calls of a wrapped no-op function less the best of as many bare ones."""
-    def noop(x: Any) -> Any:
-        return x
-
-    clock = Clock()
-    wrapped = timed(noop, clock)
-    best = {False: math.inf, True: math.inf}
-    for _ in range(rounds):
-        for wrap in (False, True):
-            f = wrapped if wrap else noop
+            f = wrapped if wrap else bare
             t0 = time.perf_counter()
             for i in range(n):
                 f(i)
             best[wrap] = min(best[wrap], time.perf_counter() - t0)
     return max(0.0, best[True] - best[False]) / n * 1e6
+
+
+def env_timer_cost_us(n: int = 20_000, rounds: int = 5) -> float:
+    """Microseconds `TimedEnv` adds per step (`added_cost_us`: wrapped steps against bare ones)."""
+    env = gym.make(STATELESS_CARTPOLE_ID)
+    wrapped = TimedEnv(env)
+    env.reset(seed=0)
+
+    def stepper(e: gym.Env) -> Callable[[int], Any]:
+        def step(i: int) -> None:
+            _, _, te, tr, _ = e.step(i & 1)
+            if te or tr:
+                e.reset()
+        return step
+
+    cost = added_cost_us(stepper(env), stepper(wrapped), n, rounds)
+    ENV_CLOCK.reset()
+    return cost
+
+
+def compute_timer_cost_us(n: int = 50_000, rounds: int = 5) -> float:
+    """Microseconds a `timed` wrapper adds per call (the compute calls' timers; `added_cost_us`: a wrapped no-op
+    function against the bare one)."""
+    def noop(x: Any) -> Any:
+        return x
+
+    return added_cost_us(noop, timed(noop, Clock()), n, rounds)
 
 
 # -- trainers as `trajview train` makes them --------------------------------------------------------------------

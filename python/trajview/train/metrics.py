@@ -61,6 +61,11 @@ METRIC_FIELDS = [
 REQUIRED_FIELDS = ("iteration", "env_steps", "episode_return_mean", "time_s")
 
 
+def _row_line(row: dict, metrics_format: str, fields: list[str]) -> str:
+    """A row's line: JSON (``"jsonl"``), else CSV values in the order of ``fields`` (empty where a row lacks one)."""
+    return json.dumps(row) if metrics_format == "jsonl" else _csv_line([row.get(k, "") for k in fields])
+
+
 def _csv_line(values: list) -> str:
     buf = io.StringIO()
     csv.writer(buf, lineterminator="").writerow(values)
@@ -97,14 +102,14 @@ def append_metrics(path: str | Path, row: dict, metrics_format: str = "csv", syn
     written with its header atomically."""
     path = Path(path)
     if metrics_format == "jsonl":
-        append_line(path, json.dumps(row), sync)
+        append_line(path, _row_line(row, metrics_format, []), sync)
         return
     fields = _csv_header(path)  # a resumed run's file keeps its own columns (those of the trajview that started it)
     if not fields:  # a new file (or only a partial header: a run killed while writing it)
         atomic_write(path, (_csv_line(METRIC_FIELDS) + "\n"
-                            + _csv_line([row.get(k, "") for k in METRIC_FIELDS]) + "\n").encode())
+                            + _row_line(row, metrics_format, METRIC_FIELDS) + "\n").encode())
         return
-    append_line(path, _csv_line([row.get(k, "") for k in fields]), sync)
+    append_line(path, _row_line(row, metrics_format, fields), sync)
 
 
 class MetricsLog:
@@ -137,7 +142,7 @@ class MetricsLog:
                 self._fd, self._fields = open_append(self.path), fields
                 self._closer = weakref.finalize(self, os.close, self._fd)
             return
-        line = json.dumps(row) if self.metrics_format == "jsonl" else _csv_line([row.get(k, "") for k in self._fields])
+        line = _row_line(row, self.metrics_format, self._fields)
         try:
             write_line(fd, line, sync)
         except BaseException:
