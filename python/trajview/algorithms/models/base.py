@@ -36,8 +36,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from ...views.sample_batch import SampleBatch
 from ...views.view_requirement import ViewRequirement
-from ..postprocessing import last_rows, rows_of
+from ..postprocessing import rows_of
 from .distributions import ActionHead, make_action_head
 from .encoders import SpaceEncoder
 from .spaces import check_supported, get_nested, map_leaves
@@ -79,19 +80,16 @@ def _f32(x: Any) -> Tensor:
     return torch.as_tensor(x).float()
 
 
-def _np_last(batch: Mapping[str, Any], key: str, space: Any = None) -> Any:
-    """The last row of column ``key`` as numpy (``[1, ...]``; for a nested ``space``: the nested value of last
-    rows, as `get_nested` reads it)."""
-    value = last_rows(batch, key)
-    return map_leaves(lambda v: v, space, value) if space is not None else value
-
-
-def _np_rows(batch: Mapping[str, Any], key: str, rows: np.ndarray | None, space: Any = None) -> Any:
-    """`_np_last`, or rows ``rows`` of the column (``[len(rows), ...]``) where they are given."""
-    if rows is None:
-        return _np_last(batch, key, space)
+def _np_rows(batch: Mapping[str, Any], key: str, rows: np.ndarray, space: Any = None) -> Any:
+    """Rows ``rows`` of column ``key`` as numpy (``[len(rows), ...]``; for a nested ``space``: the nested value of
+    those rows, as `get_nested` reads it)."""
     value = rows_of(batch, key, rows)
     return map_leaves(lambda v: v, space, value) if space is not None else value
+
+
+def _whole(segment: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """``(starts, ends)`` of a batch as one segment: what a model's `bootstrap_input` hands its `bootstrap_inputs`."""
+    return np.zeros(1, np.int64), np.array([len(segment[SampleBatch.REWARDS])], np.int64)
 
 
 def flat_sequence_index(seq_lens: Tensor) -> tuple[Tensor, Tensor]:
@@ -171,8 +169,8 @@ class _PrevActionReward(nn.Module):
             parts.append(_f32(d["prev_rewards"])[:, None])
         return torch.cat(parts, -1)
 
-    def bootstrap(self, seg: Mapping[str, Any], rows: np.ndarray | None = None) -> dict[str, Any]:
-        """The features' inputs of the step after ``seg``'s last row (``rows``: after each of those rows)."""
+    def bootstrap(self, seg: Mapping[str, Any], rows: np.ndarray) -> dict[str, Any]:
+        """The features' inputs of the step after each of ``seg``'s rows ``rows``."""
         out = {"obs": _np_rows(seg, "new_obs", rows, self.obs_space)}
         if self.prev_action:
             out["prev_actions"] = _np_rows(seg, "actions", rows)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .base import VR, Tensor, ViewModel, _f32, _has_params, _heads, _mlp, _np_rows
+from .base import VR, Tensor, ViewModel, _f32, _has_params, _heads, _mlp, _np_rows, _whole
 from .encoders import SpaceEncoder
 from .spaces import get_nested, map_leaves
 
@@ -92,14 +92,13 @@ class FrameStackModel(ViewModel):
                 self.INPUTS: x}
 
     def bootstrap_input(self, segment):
-        return self._next_inputs(segment, None)
+        return self.bootstrap_inputs(segment, *_whole(segment))
 
     def bootstrap_inputs(self, batch, starts, ends):
-        return self._next_inputs(batch, np.asarray(ends, np.int64) - 1)
+        """Each segment's next-step inputs: each stack after its last row shifted by one, that row's own value
+        appended."""
+        rows = np.asarray(ends, np.int64) - 1
 
-    def _next_inputs(self, batch, rows):
-        """The inputs of the step after row ``rows`` of ``batch`` (each a segment's last; None: the batch's last
-        row): each stack shifted by one, the row's own value appended."""
         def shifted(stack: np.ndarray, last: np.ndarray) -> np.ndarray:  # [k, n, ...] and [k, ...]
             return np.concatenate([stack[:, 1:], last[:, None].astype(stack.dtype)], axis=1)
 

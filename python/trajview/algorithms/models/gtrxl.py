@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .base import VR, Tensor, _f32, _MemoryModel, _np_lens, _np_rows, _sequence_index
+from .base import VR, Tensor, _f32, _MemoryModel, _np_lens, _np_rows, _sequence_index, _whole
 
 __all__ = ["GTrXLModel"]
 
@@ -311,7 +311,7 @@ class GTrXLModel(_MemoryModel):
         return self.pi_head(out[0]), self.vf_head(out[1])[:, 0]
 
     def bootstrap_input(self, segment):
-        return self.bootstrap_inputs(segment, np.zeros(1, np.int64), np.array([len(segment)], np.int64))
+        return self.bootstrap_inputs(segment, *_whole(segment))
 
     def bootstrap_inputs(self, batch, starts, ends):
         """Each segment's next-step inputs: the features' after its last row, ``t`` + 1, and each layer's memory:
@@ -321,7 +321,8 @@ class GTrXLModel(_MemoryModel):
         out = self.features.bootstrap(batch, rows)
         out["t"] = _np_rows(batch, "t", rows) + 1
         # The sequence each segment begins with (segments begin at a sequence's first row): its state_in.
-        seq_starts = np.cumsum(_np_lens(batch["seq_lens"])) - _np_lens(batch["seq_lens"])
+        seq_lens = _np_lens(batch["seq_lens"])
+        seq_starts = np.cumsum(seq_lens) - seq_lens
         first_seq = np.searchsorted(seq_starts, starts, side="right") - 1
         m = self.memory
         q = (ends - starts)[:, None] + np.arange(m)[None, :]  # positions in [M memory rows, then the segment's rows]

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ..._validate import int_at_least, positive_int
-from .base import Tensor, _f32, _init, _MemoryModel, _np_lens, _np_rows, _sequence_index, _split_points
+from .base import Tensor, _f32, _init, _MemoryModel, _np_lens, _np_rows, _sequence_index, _split_points, _whole
 
 __all__ = ["LSTMModel"]
 
@@ -142,14 +142,11 @@ class LSTMModel(_MemoryModel):
         return self.pi_head(po), self.vf_head(vo)[:, 0]
 
     def bootstrap_input(self, segment):
-        return self._next_inputs(segment, None)
+        return self.bootstrap_inputs(segment, *_whole(segment))
 
     def bootstrap_inputs(self, batch, starts, ends):
-        return self._next_inputs(batch, np.asarray(ends, np.int64) - 1)
-
-    def _next_inputs(self, batch, rows):
-        """The inputs of the step after row ``rows`` of ``batch`` (each a segment's last; None: the batch's last
-        row): the features' and the state that row's step left."""
+        """Each segment's next-step inputs: the features' after its last row, and the state that row's step left."""
+        rows = np.asarray(ends, np.int64) - 1
         out = self.features.bootstrap(batch, rows)
         for i in range(4):
             out[f"state_in_{i}"] = _np_rows(batch, f"state_out_{i}", rows)

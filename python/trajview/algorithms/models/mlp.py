@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import VR, Tensor, ViewModel, _has_params, _heads, _mlp, _np_rows
+from .base import VR, Tensor, ViewModel, _has_params, _heads, _mlp, _np_rows, _whole
 from .encoders import SpaceEncoder
 from .spaces import get_nested
 
@@ -41,7 +41,7 @@ class MLPModel(ViewModel):
         return self.pi(x), self.vf(xv)[:, 0]
 
     def bootstrap_input(self, segment):
-        return {"obs": _np_rows(segment, "new_obs", None, self.obs_space)}
+        return self.bootstrap_inputs(segment, *_whole(segment))
 
     def bootstrap_inputs(self, batch, starts, ends):
         return {"obs": _np_rows(batch, "new_obs", np.asarray(ends, np.int64) - 1, self.obs_space)}
