@@ -153,7 +153,7 @@ def test_a_deferred_state_is_a_copy_whatever_its_containers(tmp_path):
     """Tensors inside a namedtuple, a list and a nested dict are copied too: the state written is the one taken."""
     from collections import namedtuple
 
-    from trajview.train.loop import _cloned
+    from trajview.policy.torch_policy import cloned_state as _cloned
 
     Pair = namedtuple("Pair", "a b")
     state = {"p": Pair(torch.zeros(2), 3), "l": [torch.ones(1), (torch.zeros(1), "x")], "n": None}

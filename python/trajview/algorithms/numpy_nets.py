@@ -22,6 +22,8 @@ weights, moments and statistics against the torch learners on random networks an
 from __future__ import annotations
 
 import contextlib
+import math
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -30,8 +32,9 @@ import torch
 from torch.optim.adam import adam as torch_adam
 
 from .. import _core
+from ..policy.torch_policy import cloned_state
 
-__all__ = ["ADAM_PLAIN", "Dense", "FlatAdam", "LearnerChoice", "action_indices", "adam_unsupported", "blas_limit", "dense_layers", "flat_rows", "flushed_denormals"]
+__all__ = ["ADAM_PLAIN", "Dense", "FlatAdam", "FlatCopy", "LearnerChoice", "action_indices", "adam_unsupported", "blas_limit", "dense_layers", "flat_rows", "flushed_denormals"]
 
 F32 = np.float32
 #: What the numpy learners need of a torch Adam: these keys at these values (torch's defaults).
@@ -192,15 +195,44 @@ class FlatAdam:
                 views[key].append(view)
             off += k
         step_views = torch.from_numpy(steps)
-        for i, (p, pv, m, v) in enumerate(zip(params, views["param"], views["m"], views["v"])):
+        step_list = [step_views[i] for i in range(len(params))]
+        for p, pv, m, v, s in zip(params, views["param"], views["m"], views["v"], step_list):
             p.data = pv
-            opt.state[p] = {"step": step_views[i], "exp_avg": m, "exp_avg_sq": v}
+            opt.state[p] = {"step": s, "exp_avg": m, "exp_avg_sq": v}
         self.flat, self.steps = flat, steps
         self.tensors = {k: torch.from_numpy(v) for k, v in flat.items()}
         self._step = torch.zeros(())
         #: Each parameter's gradient array, by the parameter's id (`Dense.of`).
         self.grads = {id(p): g.numpy() for p, g in zip(params, views["grad"])}
         self._bound = (opt, [p.data_ptr() for p in params], views["m"], views["v"])
+        self._step_list = step_list
+        #: Each parameter's (offset, shape) in the buffers, and its position by the address of its first element.
+        self._layout = [(o, tuple(p.shape)) for o, p in zip(np.cumsum([0, *sizes[:-1]]).tolist(), params)]
+        self._at = {p.data_ptr(): j for j, p in enumerate(params)}
+
+    def copy(self) -> FlatCopy | None:
+        """The parameters and the optimizer's state as they are now, for a checkpoint written later (`FlatCopy`:
+        the buffers copied whole, the tensors made when asked); None where the optimizer holds more than `bind`
+        put in it (another key in a parameter's state, a state-dict hook), or the buffers are no longer bound."""
+        opt = self.get_optimizer()
+        if (not self.is_bound() or type(opt).state_dict is not torch.optim.Optimizer.state_dict
+                or opt._optimizer_state_dict_pre_hooks or opt._optimizer_state_dict_post_hooks
+                or len(opt.param_groups) != 1 or len(opt.state) != len(self.params)):
+            return None
+        group = opt.param_groups[0]
+        index = {id(p): i for i, p in enumerate(group["params"])}
+        pos = {id(p): j for j, p in enumerate(self.params)}
+        entries = []
+        for p, st in opt.state.items():  # (torch's packed state keeps this order)
+            j = pos.get(id(p))
+            if j is None or len(st) != 3 or st.get("step") is not self._step_list[j]:
+                return None
+            entries.append((index[id(p)], j))
+        flat = self.flat
+        packed = cloned_state({k: v for k, v in group.items() if k != "params"})
+        packed["params"] = list(range(len(group["params"])))
+        return FlatCopy(self, flat["param"].copy(), flat["m"].copy(), flat["v"].copy(), self.steps.copy(), entries,
+                        packed)
 
     def clip(self, max_norm: float | None) -> None:
         """``torch.nn.utils.clip_grad_norm_``: the gradient scaled by ``max_norm / (norm + 1e-6)`` where that is
@@ -225,6 +257,54 @@ class FlatAdam:
                    beta1=float(beta1), beta2=float(beta2), lr=float(group["lr"]), weight_decay=0.0,
                    eps=float(group["eps"]), maximize=False, grad_scale=None, found_inf=None)
         self.steps.fill(float(self._step))
+
+
+class FlatCopy:
+    """`FlatAdam`'s buffers as `FlatAdam.copy` took them: `optimizer_state` is what ``optimizer.state_dict()``
+    returned then, `module_state` a module's ``state_dict()`` of then with its parameters' values from the copies.
+    The copies are three array copies and the optimizer's param group; the tensors (views of the copies) are made
+    when asked: cloning each of a small model's ~50 tensors took most of a deferred checkpoint's time (issue 25)."""
+
+    __slots__ = ("layout", "at", "param", "m", "v", "steps", "entries", "group")
+
+    def __init__(self, flat: FlatAdam, param: np.ndarray, m: np.ndarray, v: np.ndarray, steps: np.ndarray,
+                 entries: list[tuple[int, int]], group: dict[str, Any]) -> None:
+        self.layout, self.at = flat._layout, flat._at
+        self.param, self.m, self.v, self.steps, self.entries, self.group = param, m, v, steps, entries, group
+
+    def _view(self, buffer: np.ndarray, j: int) -> torch.Tensor:
+        off, shape = self.layout[j]
+        return torch.from_numpy(buffer[off : off + math.prod(shape)]).view(shape)
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """The optimizer's ``state_dict()`` when copied (torch's layout: each parameter's state by its index in
+        the param group, in the order the optimizer's state held them)."""
+        steps = torch.from_numpy(self.steps)
+        state = {i: {"step": steps[j], "exp_avg": self._view(self.m, j), "exp_avg_sq": self._view(self.v, j)}
+                 for i, j in self.entries}
+        return {"state": state, "param_groups": [dict(self.group)]}
+
+    def module_state(self, state: OrderedDict[str, Any]) -> Callable[[], OrderedDict[str, Any]]:
+        """A module's ``state_dict()`` taken when this was copied (``state``): a function that returns it with each
+        of the buffers' parameters in it (a float32 tensor that is one of them) as the copy's view, every other
+        value cloned now."""
+        at, layout = self.at, self.layout
+        kept: list[tuple[str, Any, int]] = []  # (key, value cloned, or the parameter's position)
+        for k, t in state.items():
+            j = at.get(t.data_ptr(), -1) if type(t) is torch.Tensor else -1
+            if j >= 0 and t.dtype == torch.float32 and tuple(t.shape) == layout[j][1] and t.is_contiguous():
+                kept.append((k, None, j))
+            else:
+                kept.append((k, cloned_state(t), -1))
+        metadata = getattr(state, "_metadata", None)  # (a fresh dict of each state_dict() call)
+
+        def made() -> OrderedDict[str, Any]:
+            out = OrderedDict((k, self._view(self.param, j) if j >= 0 else v) for k, v, j in kept)
+            if metadata is not None:
+                out._metadata = metadata  # type: ignore[attr-defined]
+            return out
+
+        return made
 
 
 @contextlib.contextmanager

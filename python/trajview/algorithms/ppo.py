@@ -32,7 +32,7 @@ from .models.base import _np_lens
 from .postprocessing import Postprocessing, bootstraps, compute_gae_for_sample_batch, gae_of_segments
 from .schedules import SCHEDULED, check_schedule, scheduled_value
 from ..views.sample_batch import SampleBatch
-from ..policy.torch_policy import TorchPolicy, clip_grad_norm, grads_clearer
+from ..policy.torch_policy import TorchPolicy, clip_grad_norm, cloned_state, grads_clearer
 from .settings import check_ppo_settings
 from .mlp_learner import MLPActor, MLPLearner, model_supported as mlp_acts, supported as mlp_supported
 from .numpy_nets import LearnerChoice
@@ -485,6 +485,20 @@ class PPOPolicy(TorchPolicy):
             self._optimizer = self.optimizer()
         return {"model": self.model.state_dict(), "optimizer": self._optimizer.state_dict()}
 
+    def state_snapshot(self) -> Callable[[], dict]:
+        """`get_state` as it is now, for later (a deferred checkpoint: `RunCounters.commit_checkpoint`): a function
+        that returns it, its tensors copies that later steps do not change. Where the numpy learner holds the
+        weights and Adam's moments (`FlatAdam`), its buffers are copied whole and the tensors made when asked
+        (`FlatCopy`); else every tensor is cloned now."""
+        learner = self._learner_choice.learner
+        if learner is not None and type(self).get_state is _GET_STATE and "get_state" not in vars(self):
+            copied = learner.flat.copy()
+            if copied is not None:
+                model = copied.module_state(self.model.state_dict())
+                return lambda: {"model": model(), "optimizer": copied.optimizer_state()}
+        state = cloned_state(self.get_state())
+        return lambda: state
+
     def set_state(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         if self._optimizer is None:
@@ -531,6 +545,8 @@ _ACTION_SAMPLER = PPOPolicy.action_sampler
 #: patched onto the class, like a subclass's, is called segment by segment).
 _POSTPROCESS_TRAJECTORY = PPOPolicy.postprocess_trajectory
 _VALUE_OF_NEXT_STEP = PPOPolicy.value_of_next_step
+#: `PPOPolicy.get_state` as defined here: `PPOPolicy.state_snapshot` copies the numpy learner's buffers for it alone.
+_GET_STATE = PPOPolicy.get_state
 
 
 class _NumpyActing:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import functools
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -13,7 +15,29 @@ from .policy import Policy
 from ..views import LazyView, SampleBatch
 from ..views.lazy_view import to_device
 
-__all__ = ["TorchPolicy", "clip_grad_norm", "grads_clearer"]
+__all__ = ["TorchPolicy", "clip_grad_norm", "cloned_state", "grads_clearer"]
+
+
+def cloned_state(value: Any) -> Any:
+    """``value`` (tensors in dicts, lists and tuples, and plain values) with every tensor cloned (detached): a
+    state that later steps do not change (`TorchPolicy.state_snapshot`, a deferred checkpoint's)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone() if value.requires_grad else value.clone()
+    if type(value) is dict:
+        return {k: cloned_state(v) for k, v in value.items()}
+    if type(value) is OrderedDict:  # (a module's state_dict: its ``_metadata`` too, which load_state_dict reads)
+        out = OrderedDict((k, cloned_state(v)) for k, v in value.items())
+        if hasattr(value, "_metadata"):
+            out._metadata = copy.deepcopy(value._metadata)  # type: ignore[attr-defined]
+        return out
+    if type(value) in (list, tuple):  # (a subclass, e.g. a namedtuple, is not built from one iterable: deepcopy)
+        return type(value)(cloned_state(v) for v in value)
+    if value is None or type(value) in _IMMUTABLE:
+        return value
+    return copy.deepcopy(value)  # (its tensors copied too)
+
+
+_IMMUTABLE = frozenset({bool, int, float, str, bytes})
 
 
 def _to_numpy(x: Any) -> Any:

@@ -24,6 +24,7 @@ import torch
 
 from .._extras import require
 from .._io import fsync_file
+from ..policy.torch_policy import cloned_state
 from ..errors import FileIntegrityError
 from .checkpoint import Checkpoint, fitting, has_checkpoint, prepare_checkpoint, read_checkpoint, tensor_state
 from .metrics import MetricsLog, plot_learning_curve, read_metrics, truncate_metrics
@@ -31,6 +32,29 @@ from .metrics import MetricsLog, plot_learning_curve, read_metrics, truncate_met
 __all__ = ["NothingToTrain", "RunCounters", "Terminated", "interrupted", "on_sigterm", "run_loop", "summarize", "where_it_stopped"]
 
 log = logging.getLogger("trajview.train")
+
+
+class Stateful(Protocol):
+    """What a checkpoint's weights may hold for a state taken when written (`RunCounters.commit_checkpoint`): a
+    policy. ``state_snapshot`` (optional: ``get_state()`` cloned without it) returns a function that returns
+    ``get_state()`` as it was at the call (`PPOPolicy.state_snapshot`)."""
+
+    def get_state(self) -> Any: ...
+
+
+def _stateful(value: Any) -> bool:
+    return callable(getattr(value, "get_state", None))
+
+
+def _snapshot(value: Any) -> Callable[[], Any]:
+    """A function returning ``value`` (its ``get_state()``, if `Stateful`) as it is now."""
+    if _stateful(value):
+        take = getattr(value, "state_snapshot", None)
+        if callable(take):
+            return take()  # type: ignore[no-any-return]
+        value = value.get_state()
+    copied = cloned_state(value)
+    return lambda: copied
 
 
 class RunCounters:
@@ -123,33 +147,40 @@ class RunCounters:
                           extra_meta: dict[str, Any] | None = None, background: bool = False,
                           defer: bool = False) -> None:
         """Commits the run's checkpoint (`trajview.train.checkpoint.write_checkpoint`): the settings, the counters,
-        ``weights`` with torch's RNG state, the trainer's ``extra`` JSON and ``files``. With ``background``, the
-        state is taken now (serialized: ``files`` must not change after) and written by a thread while the run goes
-        on (its fsyncs off the iteration's path); `wait_checkpoint` waits for it, and the next commit first.
+        ``weights`` with torch's RNG state, the trainer's ``extra`` JSON and ``files``. A value of ``weights`` that
+        is `Stateful` (a policy) stands for its ``get_state()``. With ``background``, the state is taken now
+        (serialized: ``files`` must not change after) and written by a thread while the run goes on (its fsyncs
+        off the iteration's path); `wait_checkpoint` waits for it, and the next commit first.
 
-        With ``defer``, nothing is written: the state is taken now (a copy in memory: the tensors cloned, the JSON
-        copied) and replaces the one deferred before; the next commit drops it, `flush_checkpoint` writes it. A
-        checkpoint with ``files`` (written from memory the next iteration changes) cannot be deferred."""
+        With ``defer``, nothing is written: the state is taken now (a copy in memory: a `Stateful`'s
+        ``state_snapshot()``, every other tensor cloned, the JSON copied) and replaces the one deferred before; the
+        next commit drops it, `flush_checkpoint` writes it. A checkpoint with ``files`` (written from memory the
+        next iteration changes) cannot be deferred."""
         at = (self.iteration, self.env_steps)
         if defer and files:
             raise ValueError("commit_checkpoint: a checkpoint with files cannot be deferred")
 
-        def taken() -> tuple[tuple[Path, str, dict[str, Any], dict[str, Any]], dict[str, Any]]:
-            args = (self.config.checkpoint_path, algo, self._config_state(), self.counters_state())
-            return args, {**weights, "torch_rng": torch.get_rng_state()}
+        def args() -> tuple[Path, str, dict[str, Any], dict[str, Any]]:
+            return self.config.checkpoint_path, algo, self._config_state(), self.counters_state()
 
         def as_it_is() -> Callable[[], Any]:
-            args, state = taken()
-            return prepare_checkpoint(*args, state, extra, files, extra_meta)
+            state = {k: v.get_state() if _stateful(v) else v for k, v in weights.items()}
+            return prepare_checkpoint(*args(), {**state, "torch_rng": torch.get_rng_state()}, extra, files, extra_meta)
 
         # Until this call returns, a stop (Ctrl-C, SIGTERM, an error: `flush_checkpoint`) writes this iteration's
         # state as it is now, not an older one: nothing changes it before then (a stop while an earlier write is
         # waited for, or while this state is serialized or copied, loses nothing).
         self._deferred = (as_it_is, at)
         if defer:
-            args, state = taken()
-            state, extra_copy, meta_copy = _cloned(state), copy.deepcopy(extra), copy.deepcopy(extra_meta)
-            self._deferred = (lambda: prepare_checkpoint(*args, state, extra_copy, None, meta_copy), at)
+            taken = args()
+            copies = {k: _snapshot(v) for k, v in weights.items()}
+            rng, extra_copy, meta_copy = torch.get_rng_state(), copy.deepcopy(extra), copy.deepcopy(extra_meta)
+
+            def deferred() -> Callable[[], Any]:
+                state = {k: f() for k, f in copies.items()}
+                return prepare_checkpoint(*taken, {**state, "torch_rng": rng}, extra_copy, None, meta_copy)
+
+            self._deferred = (deferred, at)
             return
         self.wait_checkpoint()
         self._commit(as_it_is(), at, background)  # (`_commit` drops the deferred state when it hands this off)
@@ -375,21 +406,6 @@ def where_it_stopped(trainer: Any, config: Any) -> str:
             f"({env_steps} env steps){session}; --resume --out {config.out_dir} continues it")
 
 
-def _cloned(value: Any) -> Any:
-    """``value`` (tensors in dicts, lists and tuples, and plain values) with every tensor cloned (detached): a
-    state that the next iteration's steps do not change."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone() if value.requires_grad else value.clone()
-    if isinstance(value, dict):
-        return {k: _cloned(v) for k, v in value.items()}
-    if type(value) in (list, tuple):  # (a subclass, e.g. a namedtuple, is not built from one iterable: deepcopy)
-        return type(value)(_cloned(v) for v in value)
-    if value is None or type(value) in _IMMUTABLE:
-        return value
-    return copy.deepcopy(value)  # (its tensors copied too)
-
-
-_IMMUTABLE = frozenset({bool, int, float, str, bytes})
 
 
 @contextlib.contextmanager

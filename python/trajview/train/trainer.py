@@ -200,7 +200,7 @@ class PPOTrainer(RunCounters):
         """Commits the checkpoint (`trajview.train.checkpoint`): the model's and optimizer's state with the
         settings and counters. ``background``: the state taken now, written by a thread (`wait_checkpoint`);
         ``defer``: the state taken now, written by `flush_checkpoint` unless a later checkpoint comes first."""
-        self.commit_checkpoint("ppo", {"policy": self.policy.get_state()}, background=background, defer=defer)
+        self.commit_checkpoint("ppo", {"policy": self.policy}, background=background, defer=defer)
 
     def stop(self) -> None:
         """Ends the workers (their processes or Ray actors) and closes the TensorBoard writer; `train` does this
