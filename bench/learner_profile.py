@@ -172,9 +172,25 @@ PPO_SETTINGS: dict[str, dict[str, Any]] = {
 }
 SETTINGS = (*PPO_SETTINGS, "dqn")
 
-#: Timed iterations per run (after the warm-up one): about 10,000 env steps for the frame stacks, 5,000-6,000
-#: for the others.
-ITERATIONS = {"framestack-zoo": 40, "framestack": 5, "lstm": 5, "attention": 3, "dqn": 3}
+#: Env steps a run times (after the warm-up iteration): about 10,000 for the frame stacks, 5,000-6,000 for the
+#: others, as whole iterations (`timed_iterations`). (Until stop 51 these were fixed counts of iterations, set when the
+#: frame-stack and GTrXL presets sampled 2,000 steps per iteration; the presets' later 512- and 1,000-step
+#: iterations left those runs at 2,560 and 3,000 env steps, their last checkpoint's write a larger share.)
+TIMED_STEPS = {"framestack-zoo": 10_240, "framestack": 10_240, "lstm": 5_000, "attention": 6_000, "dqn": 6_000}
+
+
+def timed_iterations(name: str) -> int:
+    """Timed iterations of a setting's runs: `TIMED_STEPS` over its env steps per iteration (`trajview train`'s
+    own: the preset's ``train_batch_size``, DQN's ``iteration_steps``)."""
+    if name == "dqn":
+        from trajview.train.dqn_trainer import DQNConfig
+
+        per = DQNConfig(env=TIMED_ENV_ID).iteration_steps
+    else:
+        from trajview.train import TrainConfig
+
+        per = TrainConfig.with_model_presets(env=TIMED_ENV_ID, **copy.deepcopy(PPO_SETTINGS[name])).train_batch_size
+    return max(1, round(TIMED_STEPS[name] / per))
 
 #: torch intra-op threads of every trainer (``trajview train --threads``, default 1; ``--threads`` here).
 THREADS = 1
@@ -1037,7 +1053,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--models", nargs="+", choices=SETTINGS, default=list(SETTINGS), help="settings to profile")
     p.add_argument("--reps", type=int, default=None, help="runs per setting (seeds 0..reps-1); default 5 (quick: 1)")
     p.add_argument("--iterations", type=int, default=None,
-                   help="timed iterations per run (default: ITERATIONS per setting; quick: 2)")
+                   help="timed iterations per run (default: TIMED_STEPS per setting, as iterations: timed_iterations; quick: 2)")
     p.add_argument("--sgd-reps", type=int, default=None, help="(a) rounds per setting; default 7 (quick: 2)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (trajview train's --threads)")
     p.add_argument("--top", type=int, default=15, help="cProfile rows per setting (0: no cProfile run)")
@@ -1070,7 +1086,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if "b" not in args.skip:
         print(f"## (b) shares of a run's wall-clock (median (min..max) of {reps} runs, seeds 0..{reps - 1})\n")
         for name in args.models:
-            it = args.iterations or (2 if args.quick else ITERATIONS[name])
+            it = args.iterations or (2 if args.quick else timed_iterations(name))
             # The profiler's cost per event: the larger of the two calibrations, on small ops and on this setting's
             # minimal SGD loop (where (a) ran; noisier: fewer events per second), for a lower bound of torch's time.
             own = [r["event_us"] for r in out["sgd"] if r["setting"] == name]
@@ -1085,7 +1101,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.top > 0:
             print("## cProfile of one run per setting (seed 0): where the rest goes\n")
             for name in args.models:
-                it = args.iterations or (2 if args.quick else ITERATIONS[name])
+                it = args.iterations or (2 if args.quick else timed_iterations(name))
                 stats = one_run(name, it, 0, "cprofile", args.quick)["stats"]
                 print(cprofile_report(name, stats, args.top) + "\n")
                 out["cprofile"][name] = stats
