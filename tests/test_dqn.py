@@ -455,8 +455,6 @@ def test_a_dqn_parameter_frozen_under_a_bound_learner_goes_to_torch_or_says_why(
 def test_learning_steps_set_numpys_blas_limit_once_for_the_block(monkeypatch):
     """Inside `DQNPolicy.learning_steps`, the BLAS thread limit is set once (not at each gradient step), the steps
     run under it, and it is put back after the block; a step outside a block sets it itself."""
-    import threadpoolctl
-
     from trajview.algorithms import numpy_nets
 
     _, fast = _dqn_twins({"num_frames": 3, "hidden": 8, "lr": 1e-3})
@@ -466,15 +464,19 @@ def test_learning_steps_set_numpys_blas_limit_once_for_the_block(monkeypatch):
              "rewards": np.ones(16, np.float32), "terminateds": np.zeros(16, bool)}
     fast.learn_on_replay(batch)  # (the controller made)
     limits = []
-    real = threadpoolctl.ThreadpoolController.limit
-    monkeypatch.setattr(threadpoolctl.ThreadpoolController, "limit",
-                        lambda self, **kw: limits.append(kw["limits"]) or real(self, **kw))
+    libs = numpy_nets._blas_libraries()
+    assert libs, "threadpoolctl finds numpy's BLAS"
+    real = numpy_nets._blas_held
+    monkeypatch.setattr(numpy_nets, "_blas_held", lambda libs, threads: limits.append(threads) or real(libs, threads))
+    outside = [c.get_num_threads() for c in libs]
+    monkeypatch.setattr(torch, "get_num_threads", lambda: max(outside) + 1)  # (a count numpy's BLAS is not at)
     threads = torch.get_num_threads()
     with fast.learning_steps():
-        assert numpy_nets._BLAS_HELD == [threads]
+        assert numpy_nets._BLAS_HELD == [threads] and [c.get_num_threads() for c in libs] == [threads] * len(libs)
         for _ in range(5):
             fast.learn_on_replay(batch)
     assert limits == [threads] and numpy_nets._BLAS_HELD == []
+    assert [c.get_num_threads() for c in libs] == outside  # (put back)
     fast.learn_on_replay(batch)
     assert limits == [threads, threads]
 
