@@ -520,6 +520,15 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
             ended.append(ep)
         self._idle[ends] = True
         self._any_idle = True
+        error: BaseException | None = None
+        if soft is None:  # (the common end: every slot resets, its first observation the reset's row in order)
+            try:
+                _, obs, r_infos = self._reset(ends)
+                if self._filter is not None:  # (a first observation refused: as a failed reset)
+                    obs = filter_rows(self._filter, obs, self.adapter.obs_nest, ends)
+            except Exception as e:
+                return ended, [], e  # (no slot was made ready: all stay idle, reset before the next step)
+            return ended, self._begin(ends, obs, list(r_infos)), None
         resets = np.flatnonzero(cut)
         obs = empty_rows(new_obs, len(ends))
         infos: list = [{} for _ in ends]
@@ -527,7 +536,6 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         if soft is not None:
             for i in np.flatnonzero(soft):
                 set_rows(obs, pos[int(i)], new_obs, i)
-        error: BaseException | None = None
         if len(resets):
             try:
                 _, r_obs, r_infos = self._reset(resets)
