@@ -315,7 +315,8 @@ class MLPLearner:
         sums = np.zeros(6)
         n = 0
         stats = np.zeros(6)
-        scalars = np.stack([cols["old_logp"], cols["adv"], cols["targets"]]) if n_rows > size else None
+        if n_rows > size:  # (shuffled: the float columns taken together)
+            scalars = np.stack([cols["old_logp"], cols["adv"], cols["targets"]])
         for _ in range(int(cfg["num_sgd_iter"])):
             if n_rows <= size:  # one minibatch of every row, unshuffled (as `minibatches`)
                 batches = [cols]

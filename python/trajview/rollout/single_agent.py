@@ -157,19 +157,20 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
             eps_ids = self.collector.begin_episodes(ids, {_OBS: obs} if self._obs_flat else obs)
         except (ValueError, TypeError) as e:
             raise type(e)(f"RolloutWorker: the env's reset observation does not fit the observation space: {e}") from e
-        if len(eps_ids):
-            self._next_eps_id = max(self._next_eps_id, int(eps_ids.max()) + 1 - self._eps_base)
+        eids = eps_ids.tolist()  # (Python ints: the loop below boxes no numpy scalars)
+        if eids:
+            self._next_eps_id = max(self._next_eps_id, max(eids) + 1 - self._eps_base)
         self._idle[ids] = False
         self._any_idle = bool(self._idle.any())
         self._ep_len[ids] = 0
         self._ep_ret[ids] = 0.0
         started = []
-        for j, (i, eid, info) in enumerate(zip(ids, eps_ids, infos)):
-            ep = Episode(int(eid), int(i), obs[j] if self._obs_flat else self._obs_row(obs, j), info)
+        for j, (i, eid, info) in enumerate(zip(np.asarray(ids).tolist(), eids, infos)):
+            ep = Episode(eid, i, obs[j] if self._obs_flat else self._obs_row(obs, j), info)
             ep._policies[DUMMY_AGENT_ID] = DEFAULT_POLICY_ID
             self._episodes[i] = ep
             if self._columns.need_infos:
-                self._infos[int(eid)] = InfoLog()
+                self._infos[eid] = InfoLog()
             started.append(ep)
         return started
 
@@ -510,7 +511,7 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         self._next_inputs = None
         self.collector.end_episodes(ends)
         ended = []
-        for i in ends:
+        for i in ends.tolist():
             ep = cast(Episode, self._episodes[i])
             ep.length = int(self._ep_len[i])
             ep.total_reward = float(self._ep_ret[i])
@@ -534,8 +535,8 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         infos: list = [{} for _ in ends]
         pos = {int(i): j for j, i in enumerate(ends)}
         if soft is not None:
-            for i in np.flatnonzero(soft):
-                set_rows(obs, pos[int(i)], new_obs, i)
+            for i in np.flatnonzero(soft).tolist():
+                set_rows(obs, pos[i], new_obs, i)
         if len(resets):
             try:
                 _, r_obs, r_infos = self._reset(resets)
@@ -544,9 +545,9 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
             except Exception as e:
                 error = e
             else:
-                for j, i in enumerate(resets):
-                    set_rows(obs, pos[int(i)], r_obs, j)
-                    infos[pos[int(i)]] = r_infos[j]
+                for j, i in enumerate(resets.tolist()):
+                    set_rows(obs, pos[i], r_obs, j)
+                    infos[pos[i]] = r_infos[j]
                     self._idle[i] = False  # ready to begin
         if error is None:  # every env reset (or a soft restart): all begin
             return ended, self._begin(ends, obs, infos), None
