@@ -255,6 +255,49 @@ def test_restart_failed_sub_environments_recreates_the_env_and_the_others_go_on(
     assert len(made) == 3
 
 
+@pytest.mark.parametrize("horizon", [None, 4])
+def test_a_slot_catching_up_after_its_env_failed_counts_its_episodes_steps(horizon):
+    """With restart_failed_sub_environments, the recreated env's slot steps alone until it catches up: its episode's
+    length (what the callbacks see, and the horizon's count) counts those steps as any other, and each episode's
+    lengths go 1, 2, 3, ... as its env's own step counter does (``obs[1]``: its step index)."""
+    log: dict = {}
+    made = []
+
+    def creator(cfg):
+        env = FaultyEnv((10,), len(made), {("step", 3): "raise"} if not made else {}, log)
+        made.append(env)
+        return env
+
+    steps: dict[int, list[tuple[int, int]]] = {}
+    ended: dict[int, int] = {}
+
+    class Lengths(tv.Callbacks):
+        def on_episode_step(self, *, worker, base_env, policies, episode, env_index, **kwargs):
+            steps.setdefault(episode.episode_id, []).append((episode.length, int(episode.last_observation_for()[1])))
+
+        def on_episode_end(self, *, worker, base_env, policies, episode, env_index, **kwargs):
+            ended[episode.episode_id] = episode.length
+
+    w = tv.RolloutWorker(creator, FaultyPolicy, num_envs=2, rollout_fragment_length=6, horizon=horizon,
+                         restart_failed_sub_environments=True, callbacks=Lengths())
+    batches = [w.sample() for _ in range(3)]
+    assert w.get_metrics()["num_env_restarts"] == 1
+    assert len(steps) >= 3
+    for eid, seen in steps.items():
+        lengths = [n for n, _ in seen]
+        assert lengths == list(range(1, len(seen) + 1)), f"episode {eid}: lengths {lengths}"
+        assert [t for _, t in seen] == lengths, f"episode {eid}: its env's steps {seen}"
+        if horizon is not None:
+            assert len(seen) <= horizon
+        if eid in ended:
+            assert ended[eid] == len(seen)
+    rows = {}
+    for b in batches:
+        for eid in b["eps_id"].tolist():
+            rows[eid] = rows.get(eid, 0) + 1
+    assert all(rows[eid] == n for eid, n in ended.items() if eid in rows), (rows, ended)
+
+
 def test_bad_reward_and_flag_values_are_errors_naming_the_column():
     for kind, pattern in [("bad_reward", r"column 'rewards': env 0 returned a reward of type NoneType"),
                           ("bad_flag", r"column 'terminateds': env 0 returned 'False' of type str, expected a bool")]:

@@ -62,7 +62,8 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         self._no_done = config.no_done_at_end
         self._isolate = config.restart_failed_sub_environments
         self._all = np.arange(n, dtype=np.int64)
-        # Per-slot episode lengths in Python only when the horizon or callbacks need them each step.
+        # Whether the episodes' lengths kept here (`_steps`, `_len0`) are read at each step (the horizon, callbacks);
+        # else an ended episode's length is the store's.
         self._track_len = config.horizon is not None or bool(hooks.active & {"on_episode_step", "on_episode_end"})
         # Built by build(), before any use.
         self.collector: Collector = cast(Collector, None)
@@ -75,7 +76,11 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         self._episodes: list[Episode | None] = [None] * n
         self._ended: dict[int, Episode] = {}
         self._infos: dict[int, InfoLog] = {}
-        self._ep_len = np.zeros(n, dtype=np.int64)
+        # Each running episode's length is ``_steps - _len0[slot]``: ``_steps`` counts the steps every slot took
+        # (a Python int: no array op per step), ``_len0`` holds the count when the episode began, less the steps
+        # its slot took alone (catching up).
+        self._steps = 0
+        self._len0 = np.zeros(n, dtype=np.int64)
         self._ep_ret = np.zeros(n, dtype=np.float64)
         self._timestep = 0
         #: Slots with no running episode: their envs reset before the next step.
@@ -162,7 +167,7 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
             self._next_eps_id = max(self._next_eps_id, max(eids) + 1 - self._eps_base)
         self._idle[ids] = False
         self._any_idle = bool(self._idle.any())
-        self._ep_len[ids] = 0
+        self._len0[ids] = self._steps
         self._ep_ret[ids] = 0.0
         started = []
         for j, (i, eid, info) in enumerate(zip(np.asarray(ids).tolist(), eids, infos)):
@@ -312,7 +317,7 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         horizon = cast(int, cfg.horizon)
         if cut is None:
             cut = self._false if ids is None else np.zeros(len(slots), dtype=bool)
-        lens = (self._ep_len[slots] if self._track_len else self.collector.episode_lengths()[slots]) + 1
+        lens = ((self._steps - self._len0[slots]) if self._track_len else self.collector.episode_lengths()[slots]) + 1
         hit = (lens >= horizon) & ~cut
         if failed is not None:
             hit[failed] = False
@@ -356,8 +361,7 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         self._timestep += len(slots)
         if failed is None and ids is None:  # the common step: every env stepped
             self._frag += 1
-            if self._track_len:
-                self._ep_len += 1
+            self._steps += 1
             self._ep_ret += rew
         else:
             ok_slots = slots if failed is None else slots[ok]
@@ -371,7 +375,7 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
                         del self._deficit[i]
                     else:
                         self._deficit[i] -= 1
-            self._ep_len[ok_slots] += 1
+            self._len0[ok_slots] -= 1
             self._ep_ret[ok_slots] += rew[ok]
         if infos is not None and self._columns.need_infos:
             eps = self.collector.eps_ids()
@@ -473,7 +477,7 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
 
     def _set_last(self, ep: Episode, i: int, j: int, new_obs: Any, data: dict, rew: np.ndarray, infos: Any) -> None:
         """Episode ``ep`` (slot ``i``) after its step in row ``j`` of this step: length, return, last values."""
-        ep.length = int(self._ep_len[i])
+        ep.length = self._steps - int(self._len0[i])
         ep.total_reward = float(self._ep_ret[i])
         if self._act_cols:
             ep._last_action = self._columns.action_nest.row(data, SampleBatch.ACTIONS, j)
@@ -491,7 +495,7 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
             return
         _, new_obs, data, rew, infos = last
         for i, ep in enumerate(self._episodes):
-            if ep is not None and self._ep_len[i] > 0:  # (0: it began after the newest step)
+            if ep is not None and self._steps > self._len0[i]:  # (a length of 0: it began after the newest step)
                 self._set_last(ep, i, i, new_obs, data, rew, infos)
 
     def _step_episode(self, i: int, ended: list[Episode]) -> Episode:
@@ -507,13 +511,13 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         slots stay idle (reset before the next step) and the exception is returned, raised after the hooks."""
         ends = np.flatnonzero(cut | soft) if soft is not None else np.flatnonzero(cut)
         if not self._track_len:
-            self._ep_len[ends] = self.collector.episode_lengths()[ends]
+            self._len0[ends] = self._steps - self.collector.episode_lengths()[ends]
         self._next_inputs = None
         self.collector.end_episodes(ends)
         ended = []
         for i in ends.tolist():
             ep = cast(Episode, self._episodes[i])
-            ep.length = int(self._ep_len[i])
+            ep.length = self._steps - int(self._len0[i])
             ep.total_reward = float(self._ep_ret[i])
             self.metrics.record(ep.total_reward, ep.length, ep)
             self._ended[ep.episode_id] = ep
