@@ -715,6 +715,31 @@ def test_postprocess_trajectory_patched_onto_the_class_is_called_for_each_segmen
     assert sum(calls) == len(b) == 60 and len(calls) == len(b.split_by_episode())
 
 
+def test_episodes_seen_after_a_one_pass_sample_are_current_at_every_segment(monkeypatch):
+    """A sample postprocessed in one pass sets no episode's last values (nothing reads them there); when a later
+    sample goes segment by segment (a `postprocess_trajectory` patched in between), each segment's episode has the
+    length, last action, reward and observation of the segment's last row, for episodes running across both."""
+    w, policy = _cartpole_worker("mlp", num_envs=3, fragment=7)
+    for _ in range(3):
+        w.sample()  # (in one pass)
+    seen = []
+    own = PPOPolicy.postprocess_trajectory
+
+    def recording(self, sample_batch, other_agent_batches=None, episode=None):
+        if episode is not None:
+            b = sample_batch
+            seen.append((int(b["t"][-1]) + 1 == episode.length, int(b["actions"][-1]) == int(episode.last_action_for()),
+                         float(b["rewards"][-1]) == episode.last_reward_for(),
+                         np.array_equal(b["new_obs"][-1], episode.last_observation_for()), int(b["t"][0]) > 0))
+        return own(self, sample_batch, other_agent_batches, episode)
+
+    monkeypatch.setattr(PPOPolicy, "postprocess_trajectory", recording)
+    for _ in range(3):
+        w.sample()
+    assert len(seen) >= 9 and all(all(s[:4]) for s in seen), seen
+    assert any(s[4] for s in seen)  # (episodes that began before the patch, in a sample postprocessed in one pass)
+
+
 def _gtrxl_next_inputs_reference(model, segment):
     """The GTrXL's next-step inputs of one segment, by the textbook reading: the last row's features, t + 1, and
     each layer's memory as the last M rows of (the M rows before the segment, the segment's state_out rows)."""

@@ -573,8 +573,8 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
                 return self._hand_out(batch=self._flat_batch(complete))
             post = self.policy.flat_postprocessor()
             if post is not None:  # the policy's postprocessing of every segment in one pass, on the flat batch
-                if self._lazy_last:
-                    self._refresh_last()
+                # (No episode's last values are read on this path. A running episode's are set when it ends, or by
+                # a later per-segment emit's `_refresh_last` from the newest step, which this one leaves for it.)
                 batch = self._flat_batch(complete)
                 lengths = np.array([s["length"] for s in self.collector.last_segments], np.int64)
                 return self._hand_out(segments=FlatSegments(batch, lengths, post))
