@@ -141,6 +141,9 @@ lead measures on a quiet machine):
      thread): the zoo settings' 256-step iterations write 40 per 10,000 steps. A time-based interval would cut it.
      (Done: PPO's --checkpoint-interval, default 1 s; a checkpoint then cost about 10 ms of CPU, more than the
      share in the loop's thread showed, and 200 zoo iterations took 11.3 s without them against 14.4-16.0 s.)
+     (Stop 51: the per-iteration copy of a deferred checkpoint is the policy's `state_snapshot`: where the numpy
+     learner holds the weights, its three buffers copied whole and the tensors made only if written; in a zoo run
+     it went from 575-730 us per iteration to 380-400 us, of which the model's state_dict is most.)
   5. The memory models' minibatches still index every column of the training batch per minibatch (ppo.py's
      dict comprehension in the sequence branch, 1.8 % of the LSTM run): keep only the columns the model and the
      loss read. (Done 2026-11-30: each column is gathered when first read, and the sequences' index arithmetic

@@ -145,6 +145,21 @@ def test_a_buffer_of_the_model_is_copied_too():
     assert_identical(got, want)
 
 
+def test_a_policy_switched_to_torchs_learner_is_copied_from_the_buffers_torch_steps():
+    """Config "learner" set to "torch" under a bound numpy learner: torch's Adam steps the buffers' views in place,
+    so the buffers' copy is still the state (and the snapshot the reference's)."""
+    policy, batches = _learned()
+    learner = policy.numpy_learner()
+    policy.config["learner"] = "torch"
+    policy.learn_on_batch(batches[0])
+    assert policy.numpy_learner() is None and policy._learner_choice.learner is learner and learner.is_bound()
+    want = _reference(policy)
+    assert learner.flat.copy() is not None
+    snap = policy.state_snapshot()
+    policy.learn_on_batch(batches[1])
+    assert_identical(snap(), want)
+
+
 @pytest.mark.parametrize("change", ["state key", "state-dict hook", "get_state of a subclass", "torch learner"])
 def test_what_the_flat_copy_does_not_hold_is_cloned(change):
     policy, batches = _learned()
