@@ -116,19 +116,24 @@ def minibatches(batch: Mapping[str, torch.Tensor], size: int, generator: torch.G
     starts = np.cumsum(lens_of) - lens_of
     per_seq = {k for k, v in batch.items() if k == SampleBatch.SEQ_LENS or (k.startswith("state_in_") and len(v) == n_seq)}
     order = torch.randperm(n_seq, generator=generator).numpy()
+    # Every row of the sequences in shuffled order, once per epoch: a minibatch's rows are a slice of it.
+    lens = lens_of[order]
+    ends = np.cumsum(lens)
+    at = np.repeat(starts[order] - (ends - lens), lens) + np.arange(int(ends[-1]) if n_seq else 0)
     # Close a minibatch after the sequence that brings it to >= size rows.
-    groups, rows_in, first = [], 0, 0
-    for j, L in enumerate(lens_of[order].tolist()):
+    groups, rows_in, first, r0 = [], 0, 0, 0
+    for j, L in enumerate(lens.tolist()):
         rows_in += L
         if rows_in >= size:
-            groups.append(order[first : j + 1])
-            rows_in, first = 0, j + 1
+            groups.append((order[first : j + 1], at[r0 : r0 + rows_in]))
+            r0, rows_in, first = r0 + rows_in, 0, j + 1
     if first < n_seq:
-        groups.append(order[first:])
-    for group in groups:
-        lens = lens_of[group]
-        at = np.repeat(starts[group] - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))
-        seqs, rows = torch.from_numpy(group).to(device), torch.from_numpy(at).to(device)
+        groups.append((order[first:], at[r0:]))
+    on_cpu = device.type == "cpu"
+    for group, group_rows in groups:
+        seqs, rows = torch.from_numpy(group), torch.from_numpy(group_rows)
+        if not on_cpu:
+            seqs, rows = seqs.to(device), rows.to(device)
         yield _Gathered(batch, lambda k, v, seqs=seqs, rows=rows: _rows(v, seqs if k in per_seq else rows))
 
 
