@@ -341,12 +341,13 @@ def run_loop(
             run.save_checkpoint(background=True, defer=not due)  # written while the next iteration runs (PPO)
             if due:
                 last = now
-            bar.update(min(row["env_steps"], c.timesteps) - bar.n)
-            post = {"ret": f"{row['episode_return_mean']:.1f}", "sps": f"{row['steps_per_s']:.0f}"}
-            if "worker_steps_per_s" in row:  # PPO: each worker's sampling rate, the learner's wait for the batch
-                post["worker_sps"] = f"{row['worker_steps_per_s']:.0f}"
-                post["idle"] = f"{row['learner_idle_s']:.2f}s"
-            bar.set_postfix(post, refresh=False)
+            if not bar.disable:  # (a bar not shown: its postfix not formatted either)
+                bar.update(min(row["env_steps"], c.timesteps) - bar.n)
+                post = {"ret": f"{row['episode_return_mean']:.1f}", "sps": f"{row['steps_per_s']:.0f}"}
+                if "worker_steps_per_s" in row:  # PPO: each worker's sampling rate, the learner's wait for the batch
+                    post["worker_sps"] = f"{row['worker_steps_per_s']:.0f}"
+                    post["idle"] = f"{row['learner_idle_s']:.2f}s"
+                bar.set_postfix(post, refresh=False)
             if on_iteration is not None:
                 on_iteration(row)
             if not progress and log.isEnabledFor(logging.INFO):  # (the line made only where it is logged)
