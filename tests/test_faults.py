@@ -9,6 +9,8 @@ row self-describing: obs = (uid, t), reward t + 1 after step t.
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -235,15 +237,21 @@ def test_an_env_that_raises_cuts_its_episode_and_the_next_sample_is_exact():
     assert w.get_metrics()["num_faulty_episodes"] == 2
 
 
-def test_restart_failed_sub_environments_recreates_the_env_and_the_others_go_on():
+def _first_env_fails_at_step_3() -> tuple[list[FaultyEnv], Any]:
+    """An env creator whose first env raises in its third step (episodes of 10 steps), and the envs it made."""
     log: dict = {}
-    made = []
+    made: list[FaultyEnv] = []
 
     def creator(cfg):
         env = FaultyEnv((10,), len(made), {("step", 3): "raise"} if not made else {}, log)
         made.append(env)
         return env
 
+    return made, creator
+
+
+def test_restart_failed_sub_environments_recreates_the_env_and_the_others_go_on():
+    made, creator = _first_env_fails_at_step_3()
     w = tv.RolloutWorker(creator, FaultyPolicy, num_envs=2, rollout_fragment_length=5,
                          restart_failed_sub_environments=True)
     b = w.sample()
@@ -260,14 +268,7 @@ def test_a_slot_catching_up_after_its_env_failed_counts_its_episodes_steps(horiz
     """With restart_failed_sub_environments, the recreated env's slot steps alone until it catches up: its episode's
     length (what the callbacks see, and the horizon's count) counts those steps as any other, and each episode's
     lengths go 1, 2, 3, ... as its env's own step counter does (``obs[1]``: its step index)."""
-    log: dict = {}
-    made = []
-
-    def creator(cfg):
-        env = FaultyEnv((10,), len(made), {("step", 3): "raise"} if not made else {}, log)
-        made.append(env)
-        return env
-
+    _, creator = _first_env_fails_at_step_3()
     steps: dict[int, list[tuple[int, int]]] = {}
     ended: dict[int, int] = {}
 
