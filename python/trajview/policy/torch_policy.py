@@ -20,7 +20,7 @@ __all__ = ["TorchPolicy", "clip_grad_norm", "cloned_state", "grads_clearer"]
 
 def cloned_state(value: Any) -> Any:
     """``value`` (tensors in dicts, lists and tuples, and plain values) with every tensor cloned (detached): a
-    state that later steps do not change (`TorchPolicy.state_snapshot`, a deferred checkpoint's)."""
+    state that later steps do not change (a policy's ``state_snapshot``: a deferred checkpoint's)."""
     if isinstance(value, torch.Tensor):
         return value.detach().clone() if value.requires_grad else value.clone()
     if type(value) is dict:

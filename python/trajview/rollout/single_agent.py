@@ -525,7 +525,6 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
             ended.append(ep)
         self._idle[ends] = True
         self._any_idle = True
-        error: BaseException | None = None
         if soft is None:  # (the common end: every slot resets, its first observation the reset's row in order)
             try:
                 _, obs, r_infos = self._reset(ends)
@@ -534,13 +533,14 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
             except Exception as e:
                 return ended, [], e  # (no slot was made ready: all stay idle, reset before the next step)
             return ended, self._begin(ends, obs, list(r_infos)), None
+        # A soft horizon: its slots go on from their last observation, the others reset.
         resets = np.flatnonzero(cut)
         obs = empty_rows(new_obs, len(ends))
         infos: list = [{} for _ in ends]
         pos = {int(i): j for j, i in enumerate(ends)}
-        if soft is not None:
-            for i in np.flatnonzero(soft).tolist():
-                set_rows(obs, pos[i], new_obs, i)
+        for i in np.flatnonzero(soft).tolist():
+            set_rows(obs, pos[i], new_obs, i)
+        error: BaseException | None = None
         if len(resets):
             try:
                 _, r_obs, r_infos = self._reset(resets)
@@ -555,7 +555,7 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
                     self._idle[i] = False  # ready to begin
         if error is None:  # every env reset (or a soft restart): all begin
             return ended, self._begin(ends, obs, infos), None
-        ready = np.array([j for j, i in enumerate(ends) if soft is not None and soft[i] or not self._idle[i]], np.int64)
+        ready = np.array([j for j, i in enumerate(ends) if soft[i] or not self._idle[i]], np.int64)
         self._idle[ends] = True
         self._any_idle = True
         started = self._begin(ends[ready], take_rows(obs, ready), [infos[k] for k in ready]) if len(ready) else []
