@@ -209,6 +209,7 @@ class FlatAdam:
         #: Each parameter's (offset, shape) in the buffers, and its position by the address of its first element.
         self._layout = [(o, tuple(p.shape)) for o, p in zip(np.cumsum([0, *sizes[:-1]]).tolist(), params)]
         self._at = {p.data_ptr(): j for j, p in enumerate(params)}
+        self._pos = {id(p): j for j, p in enumerate(params)}  # (each parameter's position, by its identity)
 
     def copy(self) -> FlatCopy | None:
         """The parameters and the optimizer's state as they are now, for a checkpoint written later (`FlatCopy`:
@@ -221,7 +222,7 @@ class FlatAdam:
             return None
         group = opt.param_groups[0]
         index = {id(p): i for i, p in enumerate(group["params"])}
-        pos = {id(p): j for j, p in enumerate(self.params)}
+        pos = self._pos
         entries = []
         for p, st in opt.state.items():  # (torch's packed state keeps this order)
             j = pos.get(id(p))
