@@ -153,11 +153,11 @@ def test_a_deferred_state_is_a_copy_whatever_its_containers(tmp_path):
     """Tensors inside a namedtuple, a list and a nested dict are copied too: the state written is the one taken."""
     from collections import namedtuple
 
-    from trajview.policy.torch_policy import cloned_state as _cloned
+    from trajview.policy.torch_policy import cloned_state
 
     Pair = namedtuple("Pair", "a b")
     state = {"p": Pair(torch.zeros(2), 3), "l": [torch.ones(1), (torch.zeros(1), "x")], "n": None}
-    copied = _cloned(state)
+    copied = cloned_state(state)
     state["p"].a.fill_(5.0)
     state["l"][0].fill_(5.0)
     state["l"][1][0].fill_(5.0)
