@@ -202,6 +202,7 @@ def test_async_iteration_puts_batches_and_episodes_in_worker_order_whatever_the_
     assert got.episode_lengths == [int(r) for r in got.episode_returns]
 
 
+@pytest.mark.alone  # the workers' interleaving: a niced worker shares its core with anything else that runs
 def test_async_runs_of_a_seed_learn_alike(tmp_path, monkeypatch):
     """Two `--async` runs of one seed, 2 process workers: the same metrics (time columns aside) when every
     iteration took one batch, one version behind, from each worker (the usual case: each samples one fragment
