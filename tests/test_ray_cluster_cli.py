@@ -136,7 +136,9 @@ def test_train_joins_a_started_cluster(head, tmp_path, via, asynchronous):
 
 def test_a_trainer_without_the_clusters_token_is_told_about_ray_auth_mode(head, tmp_path):
     out = tmp_path / "run"
-    proc = _train(out, head["gcs"], RAY_AUTH_MODE="disabled")
+    # Ray retries a refused connection once a second for RAY_gcs_server_port_wait_time_s (default about 20): 2 here,
+    # the same failure 20 s sooner.
+    proc = _train(out, head["gcs"], RAY_AUTH_MODE="disabled", RAY_gcs_server_port_wait_time_s="2")
     assert proc.returncode == 2, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"trajview train: error: --ray-address {head['gcs']}: "), last
