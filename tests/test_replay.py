@@ -57,6 +57,27 @@ def test_views_at_sample_time():
     assert b["truncateds"].tolist() == [False, True]
 
 
+def test_the_buffers_own_view_specs_are_made_again_when_what_they_come_from_is_replaced():
+    """`sample()` keeps the specs of the buffer's own views between calls; a state loaded with other views (and
+    batches without new_obs) samples that state's views and columns, as the buffer it came from does."""
+    a = tv.ReplayBuffer(32, views={"stack": VR("obs", shift="-1:0")})
+    a.add(episode_batch(1, [1, 2, 3]))
+    assert {"stack", "new_obs"} <= set(a.sample(4))  # (the specs kept from here)
+    assert {"stack", "new_obs"} <= set(a.sample(4))
+    b = tv.ReplayBuffer(32, views={"prev_actions": VR("actions", shift=-1)})
+    batch = episode_batch(2, [5, 6])
+    del batch["new_obs"]
+    b.add(batch)
+    a.load_state_dict(b.state_dict())
+    got, want = a.sample(4), b.sample(4)
+    assert "prev_actions" in got and "stack" not in got and "new_obs" not in got
+    assert sorted(got) == sorted(want)
+    c = tv.ReplayBuffer(32)
+    c.add(episode_batch(3, [7, 8, 9]))
+    a.load_state_dict(c.state_dict())
+    assert sorted(a.sample(4)) == sorted(c.sample(4)) and "prev_actions" not in a.sample(4)
+
+
 def test_fragments_join_their_trajectory():
     rb = tv.ReplayBuffer(64)
     # Two envs' fragments per batch, as a rollout worker emits them.

@@ -159,6 +159,8 @@ class ReplayBuffer:
         #: The writer side: trajectory keys, open trajectories, synthetic ids.
         self._traj_keys = TrajectoryKeys()
         self._lock = threading.Lock()
+        #: `_view_specs` of the buffer's own views: (what they were made from, the specs, the `NStep` views).
+        self._own_specs: tuple[tuple, list[schema.ViewSpec], dict[str, NStep]] | None = None
         if self._specs is not None:
             self._create()
 
@@ -278,19 +280,29 @@ class ReplayBuffer:
 
     def _view_specs(self, views: Mapping[str, AnyView] | None) -> tuple[list[schema.ViewSpec], dict[str, NStep]]:
         """The C++ view specs of a sample (stored columns, views, the window views of each `NStep`) and its
-        `NStep` views."""
-        assert self._specs is not None
+        `NStep` views. The buffer's own (``views`` None) are made again only when what they are made from was
+        replaced (the schema, the views, the next-observation pairs: set, never changed in place; a DQN update
+        samples 128 times per iteration)."""
+        made_from = (self._specs, self._views, self._nsteps, self._next_obs, self._has_next, self._default_views)
+        specs, own_views, nsteps, next_obs, has_next, default_views = made_from
+        assert specs is not None
         if views is None:
-            extra, nsteps = self._views, self._nsteps
+            own = self._own_specs
+            if own is not None and all(a is b for a, b in zip(own[0][:4], made_from)) and own[0][4:] == made_from[4:]:
+                return own[1], own[2]
+            extra = own_views
         else:
             vrs, nsteps = schema.check_views(views)
-            extra = expand_views(vrs, self._specs)
+            extra = expand_views(vrs, specs)
         assert extra is not None
-        if views is None and self._default_views and not self._has_next:
+        if views is None and default_views and not has_next:
             # The default new_obs views only when the added batches carried new_obs: never invented.
-            nexts = set(self._next_obs.values())
+            nexts = set(next_obs.values())
             extra = {k: v for k, v in extra.items() if k not in nexts}
-        return schema.view_specs(self._specs, extra, nsteps, self._next_obs, self._has_next), nsteps
+        out = schema.view_specs(specs, extra, nsteps, next_obs, has_next)
+        if views is None:
+            self._own_specs = (made_from, out, nsteps)
+        return out, nsteps
 
     def _wrap(
         self, result: tuple, return_info: bool, request: _core.SliceRequest, nsteps: Mapping[str, NStep]
