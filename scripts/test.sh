@@ -3,10 +3,11 @@
 # the GoogleTest suite (plain, then under ASan/UBSan), then pytest (tests/ and a
 # quick pass over bench/) against the wheel installed into a fresh virtualenv and, side by side with it, pytest
 # over tests/ again against an ASan/UBSan build of the extension (the tests marked `timing` after both); beside
-# those timing passes, at idle priority: mypy over python/trajview ([tool.mypy] in pyproject.toml), mypy --strict
-# over examples/, the import contracts (lint-imports), and the docs: built strictly (mkdocs, warnings are errors)
-# and the built site checked once in headless Chromium (scripts/check_docs_site.py: the index renders, search
-# works, no broken internal links).
+# those timing passes, at idle priority: the ASan pass's slowest files (ASAN_IDLE), mypy over python/trajview
+# ([tool.mypy] in pyproject.toml), mypy --strict over examples/, the import contracts (lint-imports), and the docs:
+# built strictly (mkdocs, warnings are errors) and the built site checked once in headless Chromium
+# (scripts/check_docs_site.py: the index renders, search works, no broken internal links); last, with nothing
+# beside them, the tests marked `alone`.
 # Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
