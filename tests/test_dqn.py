@@ -514,3 +514,74 @@ def test_learning_steps_check_the_numpy_learner_once_and_again_after_the_block(m
         next(iter(fast.q.parameters())).requires_grad_(False)
         fast.learn_on_replay(batches[2])
         assert fast.numpy_learner() is None
+
+
+@pytest.mark.parametrize("budget_batches", [None, 3, 1])
+def test_uniform_gradient_steps_cut_their_samples_from_draws_of_several_steps(tmp_path, monkeypatch, budget_batches):
+    """`DQNTrainer._uniform_samples`: a round's ``gradient_steps`` samples of ``batch_size`` rows each, in order,
+    cut from draws of several steps' rows (the first draw of a run one step's, to learn the row size; then as many
+    steps as fit in `GROUPED_SAMPLE_BYTES`, at least one): every row drawn is used once, nothing else."""
+    from trajview.train import dqn_trainer
+
+    c = DQNConfig(timesteps=10_000, iteration_steps=64, learning_starts=10_000, gradient_steps=7, batch_size=5,
+                  envs=2, out_dir=str(tmp_path), stop_reward=None)
+    tr = DQNTrainer(c)
+    try:
+        tr.train_iteration()  # (64 env steps stored, no gradient step: learning_starts)
+        drawn, real = [], tr.buffer.sample
+        monkeypatch.setattr(tr.buffer, "sample", lambda n: drawn.append(real(n)) or drawn[-1])
+        row = None
+        for round_ in range(3):
+            if budget_batches is not None and row is not None:
+                monkeypatch.setattr(dqn_trainer, "GROUPED_SAMPLE_BYTES", budget_batches * c.batch_size * row)
+            drawn.clear()
+            got = list(tr._uniform_samples())
+            row = tr._sample_row_bytes
+            assert row == sum(v.nbytes for v in dict.values(drawn[0])) // len(drawn[0]) > 0
+            assert len(got) == c.gradient_steps and all(len(s) == c.batch_size for s in got)
+            sizes = [len(d) // c.batch_size for d in drawn]
+            if round_ == 0:
+                assert sizes[0] == 1
+            per_draw = c.gradient_steps if budget_batches is None or round_ == 0 else budget_batches
+            want, left = [], c.gradient_steps - (1 if round_ == 0 else 0)
+            while left > 0:
+                want.append(min(left, per_draw))
+                left -= want[-1]
+            assert sizes == ([1] if round_ == 0 else []) + want
+            for k in ("stack", "next_stack", "actions", "rewards", "terminateds"):
+                np.testing.assert_array_equal(np.concatenate([s[k] for s in got]),
+                                              np.concatenate([d[k] for d in drawn]))
+    finally:
+        tr.worker.stop()
+
+
+def test_the_numpy_learners_steps_run_with_denormals_flushed_in_a_block_and_alone(monkeypatch):
+    """Every numpy gradient step runs with denormal floats flushed to zero (`flushed_denormals`): inside
+    `DQNPolicy.learning_steps` the block holds the mode (its later steps enter nothing), alone each step sets it;
+    the caller's mode is back after either."""
+    from trajview import _core
+
+    def mode() -> bool:
+        previous = _core.set_flush_denormals(True)
+        _core.restore_flush_denormals(previous)
+        return bool(previous)
+
+    _, fast = _dqn_twins({"num_frames": 3, "hidden": 8, "lr": 1e-3})
+    fast.config["learner"] = "auto"
+    rng = np.random.default_rng(0)
+    batch = {"stack": rng.normal(size=(16, 3, 2)).astype(np.float32),
+             "next_stack": rng.normal(size=(16, 3, 2)).astype(np.float32), "actions": rng.integers(0, 2, 16),
+             "rewards": np.ones(16, np.float32), "terminateds": np.zeros(16, bool)}
+    learner = fast.numpy_learner()
+    assert learner is not None
+    seen, repeats, real = [], [], learner._learn
+    real_learn = learner.learn
+    monkeypatch.setattr(learner, "_learn", lambda *a: seen.append(mode()) or real(*a))
+    monkeypatch.setattr(learner, "learn", lambda *a, **k: repeats.append(k.get("repeat")) or real_learn(*a, **k))
+    outside = mode()
+    fast.learn_on_replay(batch)
+    with fast.learning_steps():
+        for _ in range(3):
+            fast.learn_on_replay(batch)
+        assert mode()
+    assert mode() == outside and seen == [True] * 4 and repeats == [False, False, True, True]

@@ -65,3 +65,45 @@ def test_check_writers_refuses_a_reused_id_and_changes_nothing() -> None:
     # t continues: joins; an end flag closes it
     tk.commit(tk.check_writers(keys, t + 3, np.array([0, 0, 1], np.uint8), "eps_id"), 1, True)
     assert tk.open == {}
+
+
+def reference_step_error_row(keys: list[int], t: list[int], done: list[bool]) -> int | None:
+    """The first row whose ``t`` is not its predecessor's + 1 within one piece (None: every piece counts up)."""
+    starts = set(reference_pieces(keys, done))
+    return next((r for r in range(1, len(t)) if r not in starts and t[r] != t[r - 1] + 1), None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.booleans(), st.integers(-1, 2)), min_size=1, max_size=40))
+def test_check_steps_refuses_exactly_the_first_jump_inside_a_piece(batch: list[tuple[int, bool, int]]) -> None:
+    """`TrajectoryKeys.check_steps` against the reference: ``t`` made of random steps (mostly +1), refused at the
+    first row inside a piece where it does not go up by one, naming that row."""
+    keys = [k for k, _, _ in batch]
+    done = [d for _, d, _ in batch]
+    t = np.cumsum([1 if s in (1, 2) else s for _, _, s in batch]).tolist()
+    want = reference_step_error_row(keys, t, done)
+    call = lambda: TrajectoryKeys.check_steps(np.asarray(keys, np.int64), np.asarray(t, np.int64),  # noqa: E731
+                                              np.asarray(done, np.uint8), "eps_id")
+    if want is None:
+        call()
+    else:
+        with pytest.raises(ValueError, match=rf"at rows {want - 1}-{want}, within one trajectory"):
+            call()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=20), st.sampled_from(["bool", "u8", "2d"]))
+def test_keys_end_flags_are_any_of_the_flag_columns(rows_: list[tuple[bool, bool]], kind: str) -> None:
+    """`TrajectoryKeys.keys`' end flag of a row: any of its end columns set, whatever their dtype and shape (a
+    bool column, a uint8 one, a column of two flags per row), and a new synthetic id after each end."""
+    n = len(rows_)
+    term = np.array([a for a, _ in rows_])
+    trunc = np.array([b for _, b in rows_])
+    if kind == "u8":
+        term = term.astype(np.uint8)
+    elif kind == "2d":
+        term = np.stack([term, np.zeros(n, bool)], axis=1)
+    keys, done = TrajectoryKeys().keys({"terminateds": term, "truncateds": trunc}, n, None, None)
+    want = [a or b for a, b in rows_]
+    assert done.astype(bool).tolist() == want
+    assert keys.tolist() == [sum(want[:i]) for i in range(n)]

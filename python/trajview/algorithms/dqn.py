@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from .dqn_learner import DQNLearner, supported as numpy_supported
-from .numpy_nets import LearnerChoice, action_indices, blas_limit
+from .numpy_nets import LearnerChoice, action_indices, blas_limit, flushed_denormals
 from .settings import check_dqn_settings
 from ..policy import Policy
 from ..policy.torch_policy import clip_grad_norm, numpy_state
@@ -124,8 +124,13 @@ class DQNPolicy(Policy):
         """A context for a run of `learn_on_replay` calls with nothing between them that changes the policy (a
         trainer's gradient steps): the numpy learner's support (`numpy_learner`) and its views of the parameters
         are checked at the first call, not at each (`LearnerChoice.held`), and numpy's BLAS thread limit is set
-        once for the block (`blas_limit`)."""
-        with self._learner_choice.held(), blas_limit():
+        once for the block (`blas_limit`), and where the numpy learner takes the steps, its denormal mode too
+        (`flushed_denormals`): each later step of the block enters neither (`DQNLearner.learn`'s ``repeat``)."""
+        with contextlib.ExitStack() as block:
+            block.enter_context(self._learner_choice.held())
+            block.enter_context(blas_limit())
+            if self.numpy_learner() is not None:
+                block.enter_context(flushed_denormals())
             yield
 
     def _q_changed(self) -> None:

@@ -115,9 +115,11 @@ class DQNLearner:
               repeat: bool = False) -> dict[str, Any]:
         """One gradient step (`DQNPolicy.learn_on_replay`'s); returns its loss, mean Q and absolute TD errors.
         ``checked``: as `_check`'s; ``repeat``: a later step of a run whose first step checked (`LearnerChoice.repeat`:
-        nothing between them changed the policy), no `_check` at all."""
-        if not repeat:
-            self._check(checked)
+        nothing between them changed the policy), no `_check` at all, and the BLAS limit and the denormal mode are
+        the block's (`DQNPolicy.learning_steps`)."""
+        if repeat:
+            return self._learn(batch, weights)
+        self._check(checked)
         with blas_limit(), flushed_denormals():
             return self._learn(batch, weights)
 

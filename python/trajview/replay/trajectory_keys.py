@@ -40,7 +40,10 @@ class TrajectoryKeys:
             f = np.asarray(batch[k])
             if f.shape[:1] != (n,):
                 raise ValueError(f"column {k!r}: expected {n} rows, got shape {f.shape}")
-            done |= f.reshape(n, int(np.prod(f.shape[1:], dtype=np.int64))).astype(bool).any(axis=1)
+            if f.ndim == 1 and f.dtype == bool:
+                done |= f  # (the common flag column)
+            else:
+                done |= f.reshape(n, int(np.prod(f.shape[1:], dtype=np.int64))).astype(bool).any(axis=1)
         if traj_key is None:
             traj_key = next((k for k in TRAJ_KEYS if k in batch), None)
         elif traj_key not in batch:
@@ -91,9 +94,10 @@ class TrajectoryKeys:
         step = t[1:] - t[:-1]
         if (step == 1).all():
             return  # (the common batch: one step after another)
-        bad = np.flatnonzero(step != 1)
-        starts = _core.trajectory_pieces(keys, done)
-        inside = np.setdiff1d(bad + 1, starts)  # a jump where a piece does not start
+        jumps = np.flatnonzero(step != 1) + 1
+        starts = np.zeros(len(t), dtype=bool)
+        starts[_core.trajectory_pieces(keys, done)] = True
+        inside = jumps[~starts[jumps]]  # a jump where a piece does not start
         if len(inside):
             r = int(inside[0])
             raise ValueError(

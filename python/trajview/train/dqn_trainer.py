@@ -10,7 +10,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import cast
 
@@ -40,6 +40,9 @@ log = logging.getLogger("trajview.train")
 
 #: The replay buffer's files in a DQN checkpoint are named with this prefix.
 REPLAY_PREFIX = "replay."
+#: At most this many bytes of rows in one uniform replay sample drawn for several gradient steps
+#: (`DQNTrainer._uniform_samples`).
+GROUPED_SAMPLE_BYTES = 16 << 20
 
 
 @dataclasses.dataclass
@@ -148,6 +151,7 @@ class DQNTrainer(RunCounters):
         self._out_ready = False
         self.start_counters(c.seed, c.threads, c.smoothing_episodes)
         self.resumes = 0
+        self._sample_row_bytes: int | None = None  # (`_uniform_samples`)
         self.policy = dqn_policy(c)
         sampler: Sampler = (PrioritizedSampler(None, c.per_alpha, c.per_beta, seed=c.seed) if c.prioritized
                             else RandomSampler(seed=c.seed))
@@ -203,15 +207,18 @@ class DQNTrainer(RunCounters):
                 continue
             t_learn = time.perf_counter()
             with self.policy.learning_steps():  # (the learner's support checked once for these steps)
-                for _ in range(c.gradient_steps):
-                    if c.prioritized:
+                if c.prioritized:
+                    for _ in range(c.gradient_steps):
                         sample, info = self.buffer.sample(c.batch_size, return_info=True)
                         out = self.policy.learn_on_replay(sample, info["_weight"])
                         self.buffer.update_priority(info["index"], out["td_errors"])
-                    else:
-                        out = self.policy.learn_on_replay(cast(SampleBatch, self.buffer.sample(c.batch_size)))
-                    stats["td_loss"].append(out["td_loss"])
-                    stats["q_mean"].append(out["q_mean"])
+                        stats["td_loss"].append(out["td_loss"])
+                        stats["q_mean"].append(out["q_mean"])
+                else:
+                    for sample in self._uniform_samples():
+                        out = self.policy.learn_on_replay(sample)
+                        stats["td_loss"].append(out["td_loss"])
+                        stats["q_mean"].append(out["q_mean"])
             learn_s += time.perf_counter() - t_learn
         dt = time.perf_counter() - t0
         self.iteration += 1
@@ -232,6 +239,24 @@ class DQNTrainer(RunCounters):
             self._out_ready = True
         self.append_row(row)
         return row
+
+    def _uniform_samples(self) -> Iterator[SampleBatch]:
+        """The replay samples of one round of ``gradient_steps`` uniform steps, in order. The buffer does not change
+        between them and a uniform sample's rows are independent draws with replacement, so ``g`` steps' samples
+        are one sample of ``g * batch_size`` rows, cut in turn (the same distribution; one call of the C++ gather
+        instead of ``g``: per call it cost 3-5x its isolated time in a run, issue 25). ``g`` is what fits in
+        `GROUPED_SAMPLE_BYTES` at the size of the rows drawn last (one step's sample first)."""
+        c = self.config
+        left = c.gradient_steps
+        while left > 0:
+            per_row = self._sample_row_bytes
+            g = 1 if per_row is None else max(1, min(left, GROUPED_SAMPLE_BYTES // max(1, per_row * c.batch_size)))
+            drawn = cast(SampleBatch, self.buffer.sample(g * c.batch_size))
+            if per_row is None:
+                self._sample_row_bytes = -(-sum(np.asarray(v).nbytes for v in dict.values(drawn)) // max(1, len(drawn)))
+            for j in range(g):
+                yield drawn if g == 1 else drawn[j * c.batch_size : (j + 1) * c.batch_size]
+            left -= g
 
     def done(self) -> bool:
         c = self.config
