@@ -26,6 +26,7 @@ from .filtering import filter_rows
 from .hooks import Hooks
 from .metrics import EpisodeMetrics
 from .plan import PolicyColumns, eps_id_start, make_collector
+from .runner import _Lane
 
 __all__ = ["DEFAULT_POLICY_ID", "SingleAgentSampler"]
 
@@ -114,6 +115,9 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         self._agent_index_input = self._columns.agent_index_input
         self._filter = self.filter
         self._next_inputs = None
+        # `_lane`'s: none made yet ([]), or None (a nested input dict: the input dict's way).
+        self._lanes: list[_Lane] | None = None if self.collector.nested else []
+        self._lane_at = 0
         # The episode's last_*_for() values when callbacks or postprocess_trajectory may read them.
         # Callbacks see the episode after every step: its last values are set each step. A policy that only
         # postprocesses sees it once per segment: they are set when its episode ends and before postprocessing
@@ -261,6 +265,17 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         nothing): (the step's policy columns, the actions as the envs take them)."""
         n = len(slots)
         inputs, self._next_inputs = self._next_inputs, None
+        lane = None
+        if ids is None and self._lanes is not None:
+            lane, inputs = self._lane(inputs)
+        if lane is not None:
+            try:
+                actions, state_outs, extra = lane.run(None, self.explore, self._timestep)
+                data = self._columns.check_outputs(actions, state_outs, extra, n)
+            except Exception as e:
+                PolicyColumns.note_nan_inputs(e, lane.fed)
+                raise
+            return data, (data[_ACTIONS] if not self._act_cols else {c: data[c] for c in self._act_cols})
         if inputs is None or ids is not None:
             inputs = self.collector.input_dict() if ids is None else self.collector.input_dict(ids)
         if self._agent_index_input:
@@ -276,6 +291,32 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
             PolicyColumns.note_nan_inputs(e, inputs)
             raise
         return data, (data[_ACTIONS] if not self._act_cols else {c: data[c] for c in self._act_cols})
+
+    def _lane(self, inputs: dict[str, np.ndarray] | None) -> tuple[_Lane | None, dict[str, np.ndarray] | None]:
+        """The lane whose arrays hold this step's input dict (``inputs``: gathered with the last step, or None), for
+        the policy's function that reads them in place (`_Lane`, as `PolicyRunner`'s), and its arrays; (None, the
+        input dict) where the policy has no such function (the input dict's way then, for the rest of this store). Two lanes take turns: a step's outputs may
+        be views of its inputs (a policy passing its state through), and the step's columns are read after the
+        next input dict is gathered (`_refresh_last`), which goes into the other lane."""
+        lanes = cast(list, self._lanes)
+        cast_ = bool(self.adapter.saw_f32_rewards and self._columns.reward_input_keys)
+        if not lanes or not lanes[0].usable(self.policy, cast_):
+            if inputs is None:
+                inputs = self.collector.input_dict()
+            made = [_Lane.make(self.policy, self._columns, self.num_envs, inputs, cast_) for _ in range(2)]
+            if made[0] is None or made[1] is None:
+                self._lanes = None
+                return None, inputs
+            self._lanes = lanes = cast(list, made)
+        k = 1 - self._lane_at
+        lane = lanes[k]
+        if inputs is None:
+            self.collector.input_dict(None, lane.out)
+        elif inputs is not lane.out:
+            for c, v in inputs.items():
+                np.copyto(lane.out[c], v)
+        self._lane_at = k
+        return cast(_Lane, lane), lane.out
 
     def _step_envs(self, actions: Any, slots: np.ndarray, ids: np.ndarray | None) -> tuple:
         """The envs' step (big observations written straight into the store's next rows), filtered: a
@@ -346,7 +387,9 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         try:
             if failed is None:
                 if gather_next:
-                    self._next_inputs = self.collector.step(data)
+                    lanes = self._lanes
+                    self._next_inputs = (self.collector.step(data, None, lanes[1 - self._lane_at].out) if lanes
+                                         else self.collector.step(data))
                 else:
                     self.collector.add_step(data, env_ids=ids)
             else:
