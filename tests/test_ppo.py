@@ -57,6 +57,28 @@ def test_minibatches_are_whole_sequences_covering_the_batch_once():
     assert sorted(torch.cat([m["actions"] for m in mbs]).tolist()) == list(range(10))
 
 
+@pytest.mark.parametrize("kind", ["sequences", "rows", "one minibatch"])
+@pytest.mark.parametrize("epochs", [1, 2, 5])
+def test_minibatches_of_several_epochs_are_those_epochs_one_call_each(kind, epochs):
+    """``minibatches(..., epochs=k)``: the minibatches of ``k`` calls of one epoch each, in turn, from the same
+    generator (each epoch shuffled anew; the generator left where those calls leave it)."""
+    lens = torch.tensor([3, 1, 4, 4, 2, 4, 1], dtype=torch.int32)
+    n = int(lens.sum())
+    batch = {"actions": torch.arange(n), "x": torch.arange(n) * 3}
+    if kind == "sequences":
+        batch.update(seq_lens=lens, state_in_0=torch.arange(len(lens))[:, None].float())
+    size = n + 1 if kind == "one minibatch" else 5
+    got_gen, want_gen = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    got = list(minibatches(batch, size, generator=got_gen, epochs=epochs))
+    want = [mb for _ in range(epochs) for mb in minibatches(batch, size, generator=want_gen)]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert list(g) == list(w)
+        for k in w:
+            assert torch.equal(g[k], w[k]), k
+    assert torch.equal(got_gen.get_state(), want_gen.get_state())
+
+
 def _mlp_policy_and_batch(**config):
     """A PPO MLP policy on Stateless CartPole (clip 0.2, no value loss) and a 64-row batch without ``action_logp``:
     (policy, batch, each row's logp under the policy, the advantages)."""

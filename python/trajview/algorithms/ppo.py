@@ -83,8 +83,11 @@ PROX_LOGP = "prox_logp"
 STATS = ("policy_loss", "vf_loss", "entropy", "kl", "clip_frac", "total_loss")
 
 
-def minibatches(batch: Mapping[str, torch.Tensor], size: int, generator: torch.Generator | None = None):
-    """Shuffled minibatches of about ``size`` rows (dict-like mappings of tensors, every key of ``batch``).
+def minibatches(batch: Mapping[str, torch.Tensor], size: int, generator: torch.Generator | None = None,
+                epochs: int = 1):
+    """Shuffled minibatches of about ``size`` rows (dict-like mappings of tensors, every key of ``batch``), for
+    ``epochs`` epochs one after the other (each shuffled anew, in turn: the same as as many calls of one epoch; what
+    every epoch reads alike, e.g. the sequences' lengths and starts, is worked out once).
 
     Without ``seq_lens``: random rows. With ``seq_lens``: whole sequences
     (their rows end to end, their per-sequence ``state_in_i`` rows and
@@ -97,16 +100,18 @@ def minibatches(batch: Mapping[str, torch.Tensor], size: int, generator: torch.G
     seq_lens = batch.get(SampleBatch.SEQ_LENS)
     n_rows = len(batch[SampleBatch.ACTIONS])
     if n_rows <= size:  # one minibatch of every row: its order changes no mean, so it is not shuffled (nor copied)
-        yield dict(batch)
+        for _ in range(epochs):
+            yield dict(batch)
         return
     if seq_lens is None:
-        perm = torch.randperm(n_rows, generator=generator)
         actions = batch[SampleBatch.ACTIONS]
-        if isinstance(actions, torch.Tensor) and actions.device != perm.device:
-            perm = perm.to(actions.device)  # (once, to the columns' device: a learner on a GPU)
-        shuffled = _Gathered(batch, lambda k, v: _rows(v, perm))  # one gather per column read per epoch
-        for a in range(0, n_rows, size):
-            yield _Gathered(shuffled, lambda k, v, a=a: v[a : a + size])  # (views)
+        for _ in range(epochs):
+            perm = torch.randperm(n_rows, generator=generator)
+            if isinstance(actions, torch.Tensor) and actions.device != perm.device:
+                perm = perm.to(actions.device)  # (once, to the columns' device: a learner on a GPU)
+            shuffled = _Gathered(batch, lambda k, v, perm=perm: _rows(v, perm))  # one gather per column read
+            for a in range(0, n_rows, size):
+                yield _Gathered(shuffled, lambda k, v, a=a: v[a : a + size])  # (views)
         return
     # The index arithmetic in numpy (one int per sequence: `_np_lens`), each minibatch's indices sent once to the
     # columns' device (a learner on a GPU); the shuffle is torch's (its generator).
@@ -115,26 +120,27 @@ def minibatches(batch: Mapping[str, torch.Tensor], size: int, generator: torch.G
     n_seq = len(lens_of)
     starts = np.cumsum(lens_of) - lens_of
     per_seq = {k for k, v in batch.items() if k == SampleBatch.SEQ_LENS or (k.startswith("state_in_") and len(v) == n_seq)}
-    order = torch.randperm(n_seq, generator=generator).numpy()
-    # Every row of the sequences in shuffled order, once per epoch: a minibatch's rows are a slice of it.
-    lens = lens_of[order]
-    ends = np.cumsum(lens)
-    at = np.repeat(starts[order] - (ends - lens), lens) + np.arange(int(ends[-1]) if n_seq else 0)
-    # Close a minibatch after the sequence that brings it to >= size rows.
-    groups, rows_in, first, r0 = [], 0, 0, 0
-    for j, L in enumerate(lens.tolist()):
-        rows_in += L
-        if rows_in >= size:
-            groups.append((order[first : j + 1], at[r0 : r0 + rows_in]))
-            r0, rows_in, first = r0 + rows_in, 0, j + 1
-    if first < n_seq:
-        groups.append((order[first:], at[r0:]))
     on_cpu = device.type == "cpu"
-    for group, group_rows in groups:
-        seqs, rows = torch.from_numpy(group), torch.from_numpy(group_rows)
-        if not on_cpu:
-            seqs, rows = seqs.to(device), rows.to(device)
-        yield _Gathered(batch, lambda k, v, seqs=seqs, rows=rows: _rows(v, seqs if k in per_seq else rows))
+    for _ in range(epochs):
+        order = torch.randperm(n_seq, generator=generator).numpy()
+        # Every row of the sequences in shuffled order, once per epoch: a minibatch's rows are a slice of it.
+        lens = lens_of[order]
+        ends = np.cumsum(lens)
+        at = np.repeat(starts[order] - (ends - lens), lens) + np.arange(int(ends[-1]) if n_seq else 0)
+        # Close a minibatch after the sequence that brings it to >= size rows.
+        groups, rows_in, first, r0 = [], 0, 0, 0
+        for j, L in enumerate(lens.tolist()):
+            rows_in += L
+            if rows_in >= size:
+                groups.append((order[first : j + 1], at[r0 : r0 + rows_in]))
+                r0, rows_in, first = r0 + rows_in, 0, j + 1
+        if first < n_seq:
+            groups.append((order[first:], at[r0:]))
+        for group, group_rows in groups:
+            seqs, rows = torch.from_numpy(group), torch.from_numpy(group_rows)
+            if not on_cpu:
+                seqs, rows = seqs.to(device), rows.to(device)
+            yield _Gathered(batch, lambda k, v, seqs=seqs, rows=rows: _rows(v, seqs if k in per_seq else rows))
 
 
 def _rows(column: Any, index: torch.Tensor) -> Any:
@@ -468,16 +474,15 @@ class PPOPolicy(TorchPolicy):
         params = [p for p in self.model.parameters() if p.requires_grad]  # once: model.parameters() walks modules
         zero_grad = grads_clearer(self._optimizer)  # (its parameters taken once, as ``params``)
         self.model.train()
-        for _ in range(int(self.config["num_sgd_iter"])):
-            for mb in minibatches(tensors, size):
-                loss = self.loss(mb)
-                zero_grad()
-                loss.backward()
-                if grad_clip is not None:
-                    clip_grad_norm(params, float(grad_clip))
-                self._optimizer.step()
-                sums = self.last_stats_tensor if sums is None else sums + self.last_stats_tensor
-                n += 1
+        for mb in minibatches(tensors, size, epochs=int(self.config["num_sgd_iter"])):
+            loss = self.loss(mb)
+            zero_grad()
+            loss.backward()
+            if grad_clip is not None:
+                clip_grad_norm(params, float(grad_clip))
+            self._optimizer.step()
+            sums = self.last_stats_tensor if sums is None else sums + self.last_stats_tensor
+            n += 1
         return {} if sums is None else dict(zip(STATS, (sums / n).tolist()))
 
     def optimizer(self) -> torch.optim.Optimizer:
