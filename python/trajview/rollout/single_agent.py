@@ -268,24 +268,22 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         lane = None
         if ids is None and self._lanes is not None:
             lane, inputs = self._lane(inputs)
-        if lane is not None:
-            try:
-                actions, state_outs, extra = lane.run(None, self.explore, self._timestep)
-                data = self._columns.check_outputs(actions, state_outs, extra, n)
-            except Exception as e:
-                PolicyColumns.note_nan_inputs(e, lane.fed)
-                raise
-            return data, (data[_ACTIONS] if not self._act_cols else {c: data[c] for c in self._act_cols})
-        if inputs is None or ids is not None:
-            inputs = self.collector.input_dict() if ids is None else self.collector.input_dict(ids)
-        if self._agent_index_input:
-            inputs[SampleBatch.AGENT_INDEX] = np.zeros(n, np.int64)
-        if self.adapter.saw_f32_rewards and self._columns.reward_input_keys:
-            cast_rewards(inputs, self._columns.reward_input_keys, self.adapter.reward_dtype)
+        if lane is None:
+            if inputs is None or ids is not None:
+                inputs = self.collector.input_dict() if ids is None else self.collector.input_dict(ids)
+            if self._agent_index_input:
+                inputs[SampleBatch.AGENT_INDEX] = np.zeros(n, np.int64)
+            if self.adapter.saw_f32_rewards and self._columns.reward_input_keys:
+                cast_rewards(inputs, self._columns.reward_input_keys, self.adapter.reward_dtype)
+        else:
+            inputs = lane.fed  # (what the policy reads: the lane's arrays, with its reward casts and agent_index)
         try:
-            actions, state_outs, extra = self.policy.compute_actions_from_input_dict(
-                inputs, explore=self.explore, timestep=self._timestep
-            )
+            if lane is None:
+                actions, state_outs, extra = self.policy.compute_actions_from_input_dict(
+                    inputs, explore=self.explore, timestep=self._timestep
+                )
+            else:
+                actions, state_outs, extra = lane.run(None, self.explore, self._timestep)
             data = self._columns.check_outputs(actions, state_outs, extra, n)
         except Exception as e:
             PolicyColumns.note_nan_inputs(e, inputs)
@@ -295,9 +293,10 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
     def _lane(self, inputs: dict[str, np.ndarray] | None) -> tuple[_Lane | None, dict[str, np.ndarray] | None]:
         """The lane whose arrays hold this step's input dict (``inputs``: gathered with the last step, or None), for
         the policy's function that reads them in place (`_Lane`, as `PolicyRunner`'s), and its arrays; (None, the
-        input dict) where the policy has no such function (the input dict's way then, for the rest of this store). Two lanes take turns: a step's outputs may
-        be views of its inputs (a policy passing its state through), and the step's columns are read after the
-        next input dict is gathered (`_refresh_last`), which goes into the other lane."""
+        input dict) where the policy has no such function (the input dict's way then, for the rest of this store).
+        Two lanes take turns: a step's outputs may be views of its inputs (an action computed in an input's array,
+        a state passed through), and the step's columns are read after the next input dict is gathered
+        (`_refresh_last`), which goes into the other lane."""
         lanes = cast(list, self._lanes)
         cast_ = bool(self.adapter.saw_f32_rewards and self._columns.reward_input_keys)
         if not lanes or not lanes[0].usable(self.policy, cast_):

@@ -207,18 +207,12 @@ class DQNTrainer(RunCounters):
                 continue
             t_learn = time.perf_counter()
             with self.policy.learning_steps():  # (the learner's support checked once for these steps)
-                if c.prioritized:
-                    for _ in range(c.gradient_steps):
-                        sample, info = self.buffer.sample(c.batch_size, return_info=True)
-                        out = self.policy.learn_on_replay(sample, info["_weight"])
+                for sample, info in self._replay_samples():
+                    out = self.policy.learn_on_replay(sample, None if info is None else info["_weight"])
+                    if info is not None:
                         self.buffer.update_priority(info["index"], out["td_errors"])
-                        stats["td_loss"].append(out["td_loss"])
-                        stats["q_mean"].append(out["q_mean"])
-                else:
-                    for sample in self._uniform_samples():
-                        out = self.policy.learn_on_replay(sample)
-                        stats["td_loss"].append(out["td_loss"])
-                        stats["q_mean"].append(out["q_mean"])
+                    stats["td_loss"].append(out["td_loss"])
+                    stats["q_mean"].append(out["q_mean"])
             learn_s += time.perf_counter() - t_learn
         dt = time.perf_counter() - t0
         self.iteration += 1
@@ -240,12 +234,23 @@ class DQNTrainer(RunCounters):
         self.append_row(row)
         return row
 
+    def _replay_samples(self) -> Iterator[tuple[SampleBatch, dict[str, np.ndarray] | None]]:
+        """The replay samples of one round of ``gradient_steps`` steps, in order, each with its info (prioritized
+        replay; else None). A prioritized one is drawn when asked for: after the previous step's priority update,
+        which changes the draw. Uniform ones: `_uniform_samples`."""
+        if not self.config.prioritized:
+            yield from ((sample, None) for sample in self._uniform_samples())
+            return
+        for _ in range(self.config.gradient_steps):
+            yield cast(tuple[SampleBatch, dict[str, np.ndarray]],
+                       self.buffer.sample(self.config.batch_size, return_info=True))
+
     def _uniform_samples(self) -> Iterator[SampleBatch]:
         """The replay samples of one round of ``gradient_steps`` uniform steps, in order. The buffer does not change
         between them and a uniform sample's rows are independent draws with replacement, so ``g`` steps' samples
         are one sample of ``g * batch_size`` rows, cut in turn (the same distribution; one call of the C++ gather
         instead of ``g``: per call it cost 3-5x its isolated time in a run, issue 25). ``g`` is what fits in
-        `GROUPED_SAMPLE_BYTES` at the size of the rows drawn last (one step's sample first)."""
+        `GROUPED_SAMPLE_BYTES` at the row size of the run's first draw (one step's sample)."""
         c = self.config
         left = c.gradient_steps
         while left > 0:
