@@ -100,3 +100,46 @@ def test_reused_inputs_sample_what_fresh_input_dicts_sample(lengths, num_envs, f
         assert sorted(g.keys()) == sorted(w.keys())
         for k in w.keys():
             np.testing.assert_array_equal(g[k], w[k], err_msg=k)
+
+
+def test_a_wrapper_on_the_policys_instance_is_called_at_every_step():
+    """A ``compute_actions_from_input_dict`` set on the policy's instance (a wrapper: here one that turns every
+    action into 0) is what acts, whether it was set before the worker's first step or after its lanes were made;
+    removed, the lanes act again."""
+    lengths, num_envs, fragment = [3, 5], 2, 4
+    calls = []
+
+    def wrap(policy):
+        def zeros(d, **kw):
+            calls.append(1)
+            actions, states, extra = Aliasing.compute_actions_from_input_dict(policy, d, **kw)
+            return np.zeros_like(actions), states, extra
+
+        policy.compute_actions_from_input_dict = zeros
+
+    def worker(policy):
+        return RolloutWorker(lambda cfg: Chain(lengths), policy, num_envs=num_envs, rollout_fragment_length=fragment,
+                             seed=3)
+
+    env = Chain(lengths)
+    early = Aliasing(env.observation_space, env.action_space)
+    wrap(early)
+    w = worker(early)
+    try:
+        for _ in range(2):
+            assert not w.sample()["actions"].any()
+    finally:
+        w.stop()
+    late = Aliasing(env.observation_space, env.action_space)
+    w = worker(late)
+    try:
+        w.sample()
+        assert w.sampler._lanes, "the lanes act for the policy"
+        wrap(late)
+        calls.clear()
+        assert not w.sample()["actions"].any() and len(calls) == fragment
+        del late.compute_actions_from_input_dict
+        w.sample()
+        assert len(calls) == fragment and w.sampler._lanes
+    finally:
+        w.stop()

@@ -293,7 +293,8 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
     def _lane(self, inputs: dict[str, np.ndarray] | None) -> tuple[_Lane | None, dict[str, np.ndarray] | None]:
         """The lane whose arrays hold this step's input dict (``inputs``: gathered with the last step, or None), for
         the policy's function that reads them in place (`_Lane`, as `PolicyRunner`'s), and its arrays; (None, the
-        input dict) where the policy has no such function (the input dict's way then, for the rest of this store).
+        input dict) where the policy has no such function (the input dict's way then, for the rest of this store) or
+        where a ``compute_actions_from_input_dict`` set on its instance acts instead (for this step).
         Two lanes take turns: a step's outputs may be views of its inputs (an action computed in an input's array,
         a state passed through), and the step's columns are read after the next input dict is gathered
         (`_refresh_last`), which goes into the other lane."""
@@ -307,6 +308,8 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
                 self._lanes = None
                 return None, inputs
             self._lanes = lanes = cast(list, made)
+            if not lanes[0].usable(self.policy, cast_):
+                return None, inputs  # (a wrapper on the policy's instance: it acts, on the input dict)
         k = 1 - self._lane_at
         lane = lanes[k]
         if inputs is None:
