@@ -529,7 +529,7 @@ def test_uniform_gradient_steps_cut_their_samples_from_draws_of_several_steps(tm
     try:
         tr.train_iteration()  # (64 env steps stored, no gradient step: learning_starts)
         drawn, real = [], tr.buffer.sample
-        monkeypatch.setattr(tr.buffer, "sample", lambda n: drawn.append(real(n)) or drawn[-1])
+        monkeypatch.setattr(tr.buffer, "sample", lambda n, **kw: drawn.append(real(n, **kw)) or drawn[-1])
         row = None
         for round_ in range(3):
             if budget_batches is not None and row is not None:
@@ -553,6 +553,34 @@ def test_uniform_gradient_steps_cut_their_samples_from_draws_of_several_steps(tm
                                               np.concatenate([d[k] for d in drawn]))
     finally:
         tr.worker.stop()
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_the_trainers_replay_samples_gather_the_columns_the_update_reads(tmp_path, prioritized):
+    """`DQNPolicy.replay_columns`: the trainer's replay samples hold the columns `learn_on_replay` reads (and
+    ``is_init``; their values are a whole sample's: `test_replay_property`), uniform or prioritized; a subclass that
+    changes how it learns gets every column."""
+    from trajview.algorithms.dqn import REPLAY_COLUMNS, DQNPolicy
+
+    c = DQNConfig(timesteps=10_000, iteration_steps=64, learning_starts=10_000, gradient_steps=3, batch_size=8,
+                  envs=2, out_dir=str(tmp_path), stop_reward=None, prioritized=prioritized)
+    tr = DQNTrainer(c)
+    try:
+        tr.train_iteration()  # (64 env steps stored, no gradient step: learning_starts)
+        samples = [s for s, _ in tr._replay_samples()]
+        assert len(samples) == c.gradient_steps
+        for s in samples:
+            assert sorted(s) == sorted(REPLAY_COLUMNS + ("is_init",))
+    finally:
+        tr.worker.stop()
+
+    class Changed(DQNPolicy):
+        def learn_on_replay(self, batch, weights=None):
+            return super().learn_on_replay(batch, weights)
+
+    assert tr.policy.replay_columns() == REPLAY_COLUMNS
+    tr.policy.__class__ = Changed
+    assert tr.policy.replay_columns() is None
 
 
 def test_the_numpy_learners_steps_run_with_denormals_flushed_in_a_block_and_alone(monkeypatch):

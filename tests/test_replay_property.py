@@ -241,3 +241,52 @@ def test_step_samplers_match_reference(s, seed, kind):
             pri.update(index.tolist(), p.tolist())
             rows = np.array(ref.step_rows(), dtype=np.int64)
             np.testing.assert_allclose(rb.priorities(rows), [pri.leaf[g] for g in rows.tolist()], rtol=1e-12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(scripts(), st.integers(0, 2**32 - 1), st.data())
+def test_a_sample_of_some_columns_is_those_columns_of_the_whole_sample(s, seed, data):
+    """``sample(columns=...)``: the same rows as the whole sample (the same sampler seed), those columns of it (with
+    ``is_init``, the slice sampler's ``truncateds`` and, padded, ``mask``), nothing else."""
+    envs = Envs(s)
+    rb = tv.ReplayBuffer(s["capacity"])
+    for k, (frag, num_slices, slice_len, strict, pad, vi) in enumerate(s["adds"]):
+        batch = envs.batch(frag)
+        if len(batch) == 0 and len(rb) == 0:
+            continue
+        rb.add(batch)
+        views = VIEW_SETS[vi]
+        if not s["with_next"]:
+            views = {n: v for n, v in views.items() if n != "new_obs"}
+        pad = pad and not strict
+
+        def sample(**kw):
+            rb.sampler = tv.SliceSampler(slice_len=slice_len, strict_length=strict, pad_output=pad, seed=seed + k)
+            return rb.sample(num_slices * slice_len, views=views, return_info=True, **kw)
+
+        try:
+            whole, info = sample()
+        except ValueError:
+            continue  # (no slice of this length yet: test_replay_matches_reference covers the error)
+        held = sorted(c for c in whole if c not in ("is_init", "mask"))
+        columns = data.draw(st.lists(st.sampled_from(held), unique=True))
+        some, some_info = sample(columns=columns)
+        np.testing.assert_array_equal(some_info["slices"], info["slices"])
+        np.testing.assert_array_equal(some_info["index"], info["index"])
+        # (and the slice ends' marks: a stored truncateds with them OR-ed in, as in the whole sample)
+        assert sorted(some) == sorted(set(columns) | {"is_init", "truncateds"} | ({"mask"} if pad else set()))
+        for c in some:
+            np.testing.assert_array_equal(some[c], whole[c], err_msg=f"column {c!r}")
+            assert some[c].dtype == whole[c].dtype
+
+
+def test_columns_of_a_sample_refuse_a_name_the_sample_does_not_hold():
+    rb = tv.ReplayBuffer(16, views={"stack": VR("obs", shift="-1:0")})
+    n = 6
+    rb.add({"obs": np.arange(n, dtype=np.float32), "actions": np.arange(n), "rewards": np.ones(n, np.float32),
+            "terminateds": np.zeros(n, bool), "truncateds": np.zeros(n, bool), "eps_id": np.zeros(n, np.int64)})
+    with pytest.raises(ValueError, match=r"columns \['stacks'\] are not in the buffer's samples.*'stack'"):
+        rb.sample(4, columns=["stack", "stacks"])
+    with pytest.raises(TypeError, match="columns must be a list of names, got the string 'stack'"):
+        rb.sample(4, columns="stack")
+    assert sorted(rb.sample(4, columns=[])) == ["is_init"]

@@ -501,3 +501,21 @@ def test_views_add_to_the_default_new_obs_view_and_default_views_false_builds_on
     np.testing.assert_array_equal(b["new_obs"], np.maximum(b["obs"] - 1, 0) * (b["obs"] > 0))
     with pytest.raises(TypeError, match="default_views must be a bool"):
         tv.ReplayBuffer(16, default_views="no")
+
+
+def test_a_sample_of_an_nstep_column_computes_it_from_its_windows_alone():
+    """``columns`` naming an `NStep`: its returns as in the whole sample (its window views gathered), no other column."""
+    n = 12
+    batch = {"obs": np.arange(n, dtype=np.float32), "new_obs": np.arange(1, n + 1, dtype=np.float32),
+             "actions": np.arange(n), "rewards": np.linspace(0.5, 2.0, n).astype(np.float32),
+             "terminateds": np.arange(n) == 7, "truncateds": np.zeros(n, bool), "eps_id": (np.arange(n) > 7).astype(np.int64)}
+    rb = tv.ReplayBuffer(64, views={"ret": tv.NStep(3, 0.9)})
+    rb.add(batch)
+    rb.sampler = tv.RandomSampler(seed=5)
+    whole = rb.sample(16)
+    rb.sampler = tv.RandomSampler(seed=5)
+    some = rb.sample(16, columns=["ret", "actions"])
+    ret = sorted(c for c in whole if c.startswith("ret"))
+    assert ret and sorted(some) == sorted(ret + ["actions", "is_init"])
+    for c in some:
+        np.testing.assert_array_equal(some[c], whole[c], err_msg=c)

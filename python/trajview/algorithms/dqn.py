@@ -31,6 +31,9 @@ from ..views import SampleBatch, ViewRequirement
 
 __all__ = ["DQNPolicy", "QNetwork", "DEFAULT_DQN_CONFIG"]
 
+#: The columns of a replay sample that `DQNPolicy.learn_on_replay` reads (torch's step and the numpy learner's).
+REPLAY_COLUMNS = ("stack", "next_stack", "actions", "rewards", "terminateds")
+
 DEFAULT_DQN_CONFIG: dict[str, Any] = {
     "num_frames": 4,
     "hidden": 256,
@@ -143,6 +146,14 @@ class DQNPolicy(Policy):
         k = self.num_frames
         return {"stack": ViewRequirement("obs", shift=f"-{k - 1}:0"),
                 "next_stack": ViewRequirement("obs", shift=f"-{k - 2}:1")}
+
+    def replay_columns(self) -> tuple[str, ...] | None:
+        """The columns of a replay sample that `learn_on_replay` reads (`ReplayBuffer.sample`'s ``columns``: the
+        trainer gathers no others), or None (every column) where a subclass changes how it learns."""
+        cls = type(self)
+        if cls.learn_on_replay is not DQNPolicy.learn_on_replay or cls._learn_torch is not DQNPolicy._learn_torch:
+            return None
+        return REPLAY_COLUMNS
 
     def compute_actions_from_input_dict(
         self, input_dict: Mapping[str, Any], explore: bool | None = None, timestep: int | None = None, **kwargs: Any

@@ -57,26 +57,33 @@ def _layers(net: Any) -> list[tuple[torch.nn.Linear, str | None]] | None:
 def model_supported(policy: Any, base: Any) -> str | None:
     """None where `MLPActor` can act for ``policy`` (the module docstring, less the optimizer), a ``base``
     (`PPOPolicy`) that does not change ``base``'s acting; else why not."""
+    return _model_check(policy, base)[0]
+
+
+def _model_check(policy: Any, base: Any) -> tuple[str | None, list[torch.Tensor]]:
+    """(`model_supported`'s answer, the two MLPs' parameters as `_params` lists them where it is None): the layers
+    found once (the check runs before each update, `LearnerChoice`)."""
     cls = type(policy)
     if cls.action_sampler is not base.action_sampler:
-        return f"{cls.__name__} changes PPOPolicy's action_sampler"
+        return f"{cls.__name__} changes PPOPolicy's action_sampler", []
     model = policy.model
     if type(model) not in (MLPModel, FrameStackModel):
-        return f"the model is a {type(model).__name__}, not an MLPModel or FrameStackModel"
+        return f"the model is a {type(model).__name__}, not an MLPModel or FrameStackModel", []
     if model.pi_enc is not model.vf_enc or any(True for _ in model.pi_enc.parameters()):
-        return "the model's observation encoder has weights (an image or another learned encoding)"
+        return "the model's observation encoder has weights (an image or another learned encoding)", []
     if isinstance(model, FrameStackModel) and model.act_enc is not None and any(True for _ in model.act_enc.parameters()):
-        return "the model's action encoder has weights"
+        return "the model's action encoder has weights", []
     if type(model.action_dist) is not _CategoricalHead:
-        return "the action space is not Discrete"
-    if _layers(model.pi) is None or _layers(model.vf) is None:
-        return "the model's policy or value network is not a tanh MLP (Linear, Tanh, ..., Linear)"
-    params = _params(model)
+        return "the action space is not Discrete", []
+    pi, vf = _layers(model.pi), _layers(model.vf)
+    if pi is None or vf is None:
+        return "the model's policy or value network is not a tanh MLP (Linear, Tanh, ..., Linear)", []
+    params = [p for m, _ in pi + vf for p in (m.weight, m.bias)]
     if {id(p) for p in model.parameters()} != {id(p) for p in params}:
-        return "the model has parameters outside its two MLPs"
+        return "the model has parameters outside its two MLPs", params
     if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in params):
-        return "the model's parameters are not float32 tensors on the CPU"
-    return None
+        return "the model's parameters are not float32 tensors on the CPU", params
+    return None, params
 
 
 def supported(policy: Any, base: Any) -> str | None:
@@ -87,10 +94,10 @@ def supported(policy: Any, base: Any) -> str | None:
         return f"{cls.__name__} changes PPOPolicy's loss or learn_on_batch"
     if policy.config.get("decoupled_clip"):
         return "the decoupled objective (config 'decoupled_clip') is torch's alone"
-    why = model_supported(policy, base)
+    why, params = _model_check(policy, base)
     if why is not None:
         return why
-    return adam_unsupported(policy.get_optimizer(), _params(policy.model))
+    return adam_unsupported(policy.get_optimizer(), params)
 
 
 def _params(model: Any) -> list[torch.Tensor]:

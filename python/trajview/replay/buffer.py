@@ -161,6 +161,8 @@ class ReplayBuffer:
         self._lock = threading.Lock()
         #: `_view_specs` of the buffer's own views: (what they were made from, the specs, the `NStep` views).
         self._own_specs: tuple[tuple, list[schema.ViewSpec], dict[str, NStep]] | None = None
+        #: `_selected`'s last answer: (the specs it selected from, (the names, the marks), the specs, the `NStep` views).
+        self._selection: tuple[list[schema.ViewSpec], tuple, list[schema.ViewSpec], dict[str, NStep]] | None = None
         if self._specs is not None:
             self._create()
 
@@ -325,6 +327,7 @@ class ReplayBuffer:
         batch_size: int | None = None,
         *,
         views: Mapping[str, AnyView] | None = None,
+        columns: Iterable[str] | None = None,
         return_info: bool = False,
     ) -> SampleBatch | tuple[SampleBatch, dict[str, np.ndarray]]:
         """Sample steps or slices (as the buffer's sampler says) as one flat `SampleBatch`.
@@ -333,6 +336,11 @@ class ReplayBuffer:
         buffer's: `ViewRequirement` s and `NStep` returns), ``is_init`` and,
         with ``pad_output``, ``mask``; slices sit end to end (``num_slices``
         x up to ``slice_len`` rows; transitions are slices of one step).
+        ``columns`` (names of stored columns, views, `NStep` s): only those
+        are gathered, the same rows and values as without it, with
+        ``is_init``, ``mask`` and the columns a slice sampler marks slice ends
+        in (``truncated_key``, a stored ``dones``); a name the batch would
+        not hold is a ValueError.
         Arrays are fresh, C++-owned (zero copy to torch with
         ``torch.from_numpy``). ``return_info=True`` also returns
         ``{"index": stored row of each output row (for `update_priority`),
@@ -348,8 +356,25 @@ class ReplayBuffer:
         if self._impl is None:
             raise ValueError("sample: the replay buffer holds no steps")
         vs, nsteps = self._view_specs(views)
+        if columns is not None:
+            vs, nsteps = self._selected(vs, nsteps, columns)
         request = s.draw(self._impl, num_slices, slice_len)
         return self._wrap(self._impl.sample(request, vs), return_info, request, nsteps)
+
+    def _selected(self, vs: list[schema.ViewSpec], nsteps: dict[str, NStep],
+                  columns: Iterable[str]) -> tuple[list[schema.ViewSpec], dict[str, NStep]]:
+        """`schema.selected_specs` of ``columns``; the last answer kept for the buffer's own specs (a DQN round asks
+        the same each time)."""
+        if isinstance(columns, str):
+            raise TypeError(f"sample: columns must be a list of names, got the string {columns!r}")
+        names = tuple(columns)
+        marks = tuple(k for k in self.sampler._marks().values() if k is not None)
+        kept = self._selection
+        if kept is not None and kept[0] is vs and kept[1] == (names, marks):
+            return kept[2], kept[3]
+        out, out_nsteps = schema.selected_specs(vs, nsteps, names, marks)
+        self._selection = (vs, (names, marks), out, out_nsteps)
+        return out, out_nsteps
 
     def _gather(
         self,

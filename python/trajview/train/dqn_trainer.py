@@ -243,7 +243,8 @@ class DQNTrainer(RunCounters):
             return
         for _ in range(self.config.gradient_steps):
             yield cast(tuple[SampleBatch, dict[str, np.ndarray]],
-                       self.buffer.sample(self.config.batch_size, return_info=True))
+                       self.buffer.sample(self.config.batch_size, columns=self.policy.replay_columns(),
+                                          return_info=True))
 
     def _uniform_samples(self) -> Iterator[SampleBatch]:
         """The replay samples of one round of ``gradient_steps`` uniform steps, in order. The buffer does not change
@@ -256,7 +257,7 @@ class DQNTrainer(RunCounters):
         while left > 0:
             per_row = self._sample_row_bytes
             g = 1 if per_row is None else max(1, min(left, GROUPED_SAMPLE_BYTES // max(1, per_row * c.batch_size)))
-            drawn = cast(SampleBatch, self.buffer.sample(g * c.batch_size))
+            drawn = cast(SampleBatch, self.buffer.sample(g * c.batch_size, columns=self.policy.replay_columns()))
             if per_row is None:
                 self._sample_row_bytes = -(-sum(np.asarray(v).nbytes for v in dict.values(drawn)) // max(1, len(drawn)))
             for j in range(g):
