@@ -78,11 +78,11 @@ def _model_check(policy: Any, base: Any) -> tuple[str | None, list[torch.Tensor]
     pi, vf = _layers(model.pi), _layers(model.vf)
     if pi is None or vf is None:
         return "the model's policy or value network is not a tanh MLP (Linear, Tanh, ..., Linear)", []
-    params = [p for m, _ in pi + vf for p in (m.weight, m.bias)]
+    params = _layer_params(pi + vf)
     if {id(p) for p in model.parameters()} != {id(p) for p in params}:
-        return "the model has parameters outside its two MLPs", params
+        return "the model has parameters outside its two MLPs", []
     if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in params):
-        return "the model's parameters are not float32 tensors on the CPU", params
+        return "the model's parameters are not float32 tensors on the CPU", []
     return None, params
 
 
@@ -102,7 +102,12 @@ def supported(policy: Any, base: Any) -> str | None:
 
 def _params(model: Any) -> list[torch.Tensor]:
     """The two MLPs' weights and biases, layer by layer, the policy's first."""
-    return [p for net in (model.pi, model.vf) for m, _ in _layers(net) or () for p in (m.weight, m.bias)]
+    return _layer_params((_layers(model.pi) or []) + (_layers(model.vf) or []))
+
+
+def _layer_params(layers: list[tuple[torch.nn.Linear, str | None]]) -> list[torch.Tensor]:
+    """The weights and biases of ``layers`` (`_layers`), in order."""
+    return [p for m, _ in layers for p in (m.weight, m.bias)]
 
 
 def _vector_obs(model: Any) -> bool:

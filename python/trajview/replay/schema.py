@@ -237,24 +237,20 @@ def view_specs(
     return out
 
 
-#: Columns a sample holds whatever its specs: ``is_init`` always, ``mask`` with ``pad_output``.
-ALWAYS_SAMPLED = ("is_init", "mask")
-
-
 def selected_specs(
     specs: list[ViewSpec], nsteps: Mapping[str, NStep], columns: tuple[str, ...], marks: tuple[str, ...] = ()
 ) -> tuple[list[ViewSpec], dict[str, NStep]]:
     """The view specs (and `NStep` views) of a sample that returns ``columns`` only (stored columns, views, `NStep`
-    names; `ALWAYS_SAMPLED` come anyway): an `NStep` keeps its window views, and the columns ``marks`` that the
+    names; the `COMPUTED` columns come anyway): an `NStep` keeps its window views, and the columns ``marks`` that the
     sampler marks slice ends in (its ``truncated_key``, a stored ``dones``) stay where stored, so that the marks
     are OR-ed into their stored values as in a whole sample (the store's rule; one not stored is computed anyway).
     A name the sample does not hold is a `ValueError` listing those it holds."""
     wanted = set(columns)
     held = {spec[0] for spec in specs if not spec[0].startswith(NSTEP_TMP)} | set(nsteps)
-    unknown = [c for c in columns if c not in held and c not in ALWAYS_SAMPLED]
+    unknown = [c for c in columns if c not in held and c not in COMPUTED]
     if unknown:
         raise ValueError(f"sample: columns {unknown} are not in the buffer's samples (its columns: {sorted(held)}, "
-                         f"and {list(ALWAYS_SAMPLED)})")
+                         f"and {list(COMPUTED)})")
     wanted.update(marks)
     windows = tuple(f"{NSTEP_TMP}{name}|" for name in nsteps if name in wanted)
     out = [spec for spec in specs if spec[0] in wanted or (windows and spec[0].startswith(windows))]
