@@ -558,8 +558,8 @@ def test_uniform_gradient_steps_cut_their_samples_from_draws_of_several_steps(tm
 @pytest.mark.parametrize("prioritized", [False, True])
 def test_the_trainers_replay_samples_gather_the_columns_the_update_reads(tmp_path, prioritized):
     """`DQNPolicy.replay_columns`: the trainer's replay samples hold the columns `learn_on_replay` reads (and
-    ``is_init``; their values are a whole sample's: `test_replay_property`), uniform or prioritized; a subclass that
-    changes how it learns gets every column."""
+    ``is_init``; their values are a whole sample's: `test_replay_property`), uniform or prioritized; a subclass or a
+    function set on the instance that changes how it learns gets every column."""
     from trajview.algorithms.dqn import REPLAY_COLUMNS, DQNPolicy
 
     c = DQNConfig(timesteps=10_000, iteration_steps=64, learning_starts=10_000, gradient_steps=3, batch_size=8,
@@ -578,9 +578,15 @@ def test_the_trainers_replay_samples_gather_the_columns_the_update_reads(tmp_pat
         def learn_on_replay(self, batch, weights=None):
             return super().learn_on_replay(batch, weights)
 
-    assert tr.policy.replay_columns() == REPLAY_COLUMNS
-    tr.policy.__class__ = Changed
-    assert tr.policy.replay_columns() is None
+    policy = tr.policy
+    assert policy.replay_columns() == REPLAY_COLUMNS
+    for name in ("learn_on_replay", "_learn_torch"):  # a wrapper set on the instance reads what it likes
+        setattr(policy, name, getattr(policy, name))
+        assert policy.replay_columns() is None
+        delattr(policy, name)
+        assert policy.replay_columns() == REPLAY_COLUMNS
+    policy.__class__ = Changed
+    assert policy.replay_columns() is None
 
 
 def test_the_numpy_learners_steps_run_with_denormals_flushed_in_a_block_and_alone(monkeypatch):

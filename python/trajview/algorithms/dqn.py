@@ -149,9 +149,11 @@ class DQNPolicy(Policy):
 
     def replay_columns(self) -> tuple[str, ...] | None:
         """The columns of a replay sample that `learn_on_replay` reads (`ReplayBuffer.sample`'s ``columns``: the
-        trainer gathers no others), or None (every column) where a subclass changes how it learns."""
-        cls = type(self)
-        if cls.learn_on_replay is not DQNPolicy.learn_on_replay or cls._learn_torch is not DQNPolicy._learn_torch:
+        trainer gathers no others), or None (every column) where a subclass, or a function set on this instance,
+        changes how it learns."""
+        cls, own = type(self), vars(self)
+        if (cls.learn_on_replay is not DQNPolicy.learn_on_replay or cls._learn_torch is not DQNPolicy._learn_torch
+                or "learn_on_replay" in own or "_learn_torch" in own):
             return None
         return REPLAY_COLUMNS
 
