@@ -52,7 +52,13 @@ default 1, set by the trainer itself):
   - **ckpt %**: of which the checkpoints, the part in the loop's thread
     (DQN: written after each iteration; PPO: its state copied after each
     iteration, written every ``--checkpoint-interval`` seconds, the files by
-    a thread).
+    a thread; both: the last one written when the loop ends).
+  - **by phase** (a second table, and ``--plot``'s chart, default
+    ``bench/learner_profile.png``): the trajview+Python share (direct) split
+    into the run's phases, each phase's wall-clock less the env's and the
+    compute calls' inside it (`Phase`: a phase inside another stops the
+    outer one's clock): sampling, replay (DQN), learner, checkpoint, and the
+    loop's own bookkeeping (what the phases leave).
 
   Then one run under ``cProfile``: its top functions by own time and its own
   time split by where the code lives (torch's C ops, torch's Python, the env,
@@ -72,6 +78,7 @@ medians over ``--reps`` runs (seeds 0, 1, ...) with their spread (min..max).
     python bench/learner_profile.py --models lstm dqn   # some settings
     python bench/learner_profile.py --top 30            # more cProfile rows (0: no cProfile run)
     python bench/learner_profile.py --threads 2         # torch on 2 threads (trajview train --threads 2)
+    python bench/learner_profile.py --plot out.png      # part (b)'s chart elsewhere
 
 What dominated the rest on main at 3c034ac (one run per setting on the shared
 2-core machine: shares only, the lead measures): see `OVERHEAD_NOTES`, printed
@@ -238,6 +245,102 @@ def timed(fn: Callable[..., Any], clock: Clock) -> Callable[..., Any]:
 
 
 ENV_CLOCK = Clock()
+
+
+class Phase:
+    """Seconds inside the calls wrapped with `phased` (a call inside another of the same phase counts once; inside
+    another phase's, the outer one's clock stops until it returns: each second counts in one phase), and of them
+    the seconds the env (`ENV_CLOCK`) and the compute calls (``compute``: `compute_timers`' clock) took: what is
+    left is the framework's part of that phase of a run."""
+
+    active: list[Phase] = []  # the phases inside one another now, the innermost last
+
+    def __init__(self, compute: Clock) -> None:
+        self.compute_clock = compute
+        self.total = self.env = self.compute = 0.0
+        self.depth = 0
+        self._at = (0.0, 0.0, 0.0)
+
+    def framework(self) -> float:
+        return self.total - self.env - self.compute
+
+    def _start(self) -> None:
+        self._at = (time.perf_counter(), ENV_CLOCK.total, self.compute_clock.total)
+
+    def _stop(self) -> None:
+        t0, env0, compute0 = self._at
+        self.total += time.perf_counter() - t0
+        self.env += ENV_CLOCK.total - env0
+        self.compute += self.compute_clock.total - compute0
+
+    def enter(self) -> bool:
+        """Starts this phase's clock (stopping the enclosing phase's); False where it runs already (nothing done)."""
+        if self.depth:
+            return False
+        if Phase.active:
+            Phase.active[-1]._stop()
+        self.depth = 1
+        Phase.active.append(self)
+        self._start()
+        return True
+
+    def exit(self) -> None:
+        self._stop()
+        Phase.active.pop()
+        self.depth = 0
+        if Phase.active:
+            Phase.active[-1]._start()
+
+
+def phased(fn: Callable[..., Any], phase: Phase) -> Callable[..., Any]:
+    """``fn`` with its calls timed into ``phase``."""
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not phase.enter():
+            return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            phase.exit()
+
+    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
+    return wrapper
+
+
+def phased_context(fn: Callable[..., Any], phase: Phase) -> Callable[..., Any]:
+    """A method returning a context manager (``fn``) whose block, entry and exit included, is timed into ``phase``."""
+    @contextlib.contextmanager
+    def wrapper(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        entered = phase.enter()
+        try:
+            with fn(*args, **kwargs) as value:
+                yield value
+        finally:
+            if entered:
+                phase.exit()
+
+    return wrapper
+
+
+#: The phases of a run the framework's share is split into (`phase_calls`), in the order tables and plots show
+#: them; the loop's own bookkeeping (counters, the metrics row, the progress) is what the run's wall-clock leaves.
+PHASES = ("sampling", "replay", "learner", "checkpoint")
+
+
+def phase_calls(trainer: Any) -> dict[str, list[tuple[Any, str, bool]]]:
+    """Per phase, the calls (object, attribute, whether it returns a context manager) that make it: sampling (PPO's
+    ``rollouts.sample``: acting, env steps, the batch with its GAE; DQN's ``worker.sample``), replay (DQN: the
+    buffer's ``add``, ``sample`` and ``update_priority``), learner (``learn_on_batch``; DQN: the block of gradient
+    steps, ``policy.learning_steps``, less its replay calls: ``learn_on_replay`` itself is left as it is, since
+    a function set on the policy's instance changes the columns its samples gather), checkpoint
+    (``save_checkpoint`` and ``flush_checkpoint``, in the loop's thread)."""
+    ckpt = [(trainer, "save_checkpoint", False), (trainer, "flush_checkpoint", False)]
+    if hasattr(trainer, "rollouts"):  # PPO
+        return {"sampling": [(trainer.rollouts, "sample", False)], "replay": [],
+                "learner": [(trainer.policy, "learn_on_batch", False)], "checkpoint": ckpt}
+    buf = trainer.buffer
+    return {"sampling": [(trainer.worker, "sample", False)],
+            "replay": [(buf, "add", False), (buf, "sample", False), (buf, "update_priority", False)],
+            "learner": [(trainer.policy, "learning_steps", True)], "checkpoint": ckpt}
 
 
 class TimedEnv(gym.Wrapper):
@@ -873,9 +976,11 @@ def one_run(name: str, iterations: int, seed: int, mode: str = "plain", quick: b
             trainer.train_iteration()  # warm-up (torch's first calls), not timed
             trainer.save_checkpoint()
             trainer.config.timesteps = trainer.env_steps * (1 + iterations)  # iterations more, then done()
-            ckpt = Clock()
-            trainer.save_checkpoint = timed(trainer.save_checkpoint, ckpt)
             compute = Clock()
+            phases = {name: Phase(compute) for name in PHASES}
+            for name, calls in phase_calls(trainer).items():
+                for obj, attr, context in calls:
+                    setattr(obj, attr, (phased_context if context else phased)(getattr(obj, attr), phases[name]))
             result: dict[str, Any] = {}
             with (contextlib.nullcontext() if mode == "cprofile" else compute_timers(trainer, compute)):
                 ENV_CLOCK.reset()
@@ -902,8 +1007,9 @@ def one_run(name: str, iterations: int, seed: int, mode: str = "plain", quick: b
                     run_loop(trainer, desc=name, log_line=str, progress=False, on_iteration=None, close=lambda: None)
                     wall = time.perf_counter() - t0
             result.update(wall=wall, env_s=ENV_CLOCK.total, env_calls=ENV_CLOCK.calls, compute_s=compute.total,
-                          compute_calls=compute.calls, ckpt_s=ckpt.total, iterations=trainer.iteration - it0,
-                          env_steps=trainer.env_steps - steps0)
+                          compute_calls=compute.calls, ckpt_s=phases["checkpoint"].total,
+                          phase_fw_s={name: ph.framework() for name, ph in phases.items()},
+                          iterations=trainer.iteration - it0, env_steps=trainer.env_steps - steps0)
         finally:
             stop_trainer(trainer)
     if result["iterations"] != iterations:
@@ -918,7 +1024,8 @@ def share(name: str, iterations: int, reps: int, quick: bool = False, timer_us: 
     profiled run's, both its op spans and its wall-clock less ``event_us`` per event recorded (`profiler_cost_us`;
     all of it charged to the spans: a lower bound), so that the two runs' noise does not enter."""
     keys = ("total", "env", "torch_prof", "torch_direct", "rest_prof", "rest_direct", "ckpt", "env_steps_per_s",
-            "prof_added_us", "timer", "event_us", "timers", "rest_direct_less")
+            "prof_added_us", "timer", "event_us", "timers", "rest_direct_less", *(f"fw_{p}" for p in PHASES),
+            "fw_loop")
     rows: dict[str, list[float]] = {k: [] for k in keys}
     for seed in range(reps):
         plain = one_run(name, iterations, seed, "plain", quick)
@@ -943,6 +1050,11 @@ def share(name: str, iterations: int, reps: int, quick: bool = False, timer_us: 
         # The harness's own cost in the direct share: the env's timer and the compute calls' (`timed`) wrappers.
         rows["timers"].append(100 * (plain["env_calls"] * timer_us + plain["compute_calls"] * compute_timer_us) * 1e-6 / w)
         rows["rest_direct_less"].append(rows["rest_direct"][-1] - rows["timers"][-1])
+        # The direct share's split by phase (each phase's time less the env's and the compute calls' in it; the
+        # timers' own cost stays in the phase it was spent in); the loop: what the phases leave of it.
+        for p in PHASES:
+            rows[f"fw_{p}"].append(100 * plain["phase_fw_s"][p] / w)
+        rows["fw_loop"].append(rows["rest_direct"][-1] - sum(rows[f"fw_{p}"][-1] for p in PHASES))
     rows["steps"] = [plain["env_steps"]]
     rows["env_calls"] = [plain["env_calls"]]
     return {"setting": name, "iterations": iterations, **rows}
@@ -963,6 +1075,57 @@ def share_table(results: list[dict[str, Any]]) -> str:
                      f"{summary(r['rest_direct_less'], '{:.1f}')} | "
                      f"{r['event_us'][0]:.2f} .. {summary(r['prof_added_us'])} |")
     return "\n".join(lines)
+
+
+def split_table(results: list[dict[str, Any]]) -> str:
+    """Where the trajview+Python share (direct) of each setting goes, by phase of the run."""
+    lines = ["| setting | trajview+Python % (direct) | sampling | replay | learner | checkpoint | the loop |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        cells = [summary(r[f"fw_{p}"], "{:.1f}") for p in (*PHASES, "loop")]
+        lines.append(f"| {r['setting']} | {summary(r['rest_direct'], '{:.1f}')} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+#: The plot's colours: the env and the compute calls, then the framework's phases.
+_COLOURS = {"env": "#b0b0b0", "compute": "#4c72b0", "sampling": "#dd8452", "replay": "#937860",
+            "learner": "#c44e52", "checkpoint": "#8172b3", "loop": "#da8bc3"}
+
+
+def draw_shares(results: list[dict[str, Any]], png: str, title: str) -> None:
+    """Two panels per setting (medians): the run's wall-clock split into the env, the compute calls (direct) and the
+    framework's phases; and the framework's share alone, by phase, against the 10 % goal."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    med = statistics.median
+    names = [r["setting"] for r in results]
+    y = np.arange(len(results))[::-1]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 1.2 + 0.6 * len(results)), sharey=True,
+                                   gridspec_kw={"width_ratios": [3, 2]})
+    parts = [("env", "env"), ("compute", "torch_direct"), *((p, f"fw_{p}") for p in (*PHASES, "loop"))]
+    for ax, keep in ((ax1, parts), (ax2, parts[2:])):
+        left = np.zeros(len(results))
+        for label, key in keep:
+            width = np.array([max(0.0, med(r[key])) for r in results])
+            ax.barh(y, width, left=left, color=_COLOURS[label], label=label if ax is ax1 else None, height=0.6)
+            left += width
+    ax2.axvline(10, color="black", linestyle="--", linewidth=1)
+    ax2.text(10.2, y.max() + 0.4, "goal: 10 %", fontsize=8, va="bottom")
+    for k, r in zip(y, results):
+        ax2.text(med(r["rest_direct"]) + 0.2, k, f"{med(r['rest_direct']):.1f} %", va="center", fontsize=8)
+    ax1.set_yticks(y, names)
+    ax1.set_xlim(0, 100)
+    ax1.set_xlabel("% of the run's wall-clock (medians over seeds)")
+    ax2.set_xlabel("trajview+Python % (direct), by phase")
+    ax2.set_xlim(0, max(12.0, 1.25 * max(med(r["rest_direct"]) for r in results)))
+    fig.legend(loc="lower center", ncol=len(_COLOURS), fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
 
 
 # -- cProfile: where the rest goes -------------------------------------------------------------------------------
@@ -1062,6 +1225,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--top", type=int, default=15, help="cProfile rows per setting (0: no cProfile run)")
     p.add_argument("--quick", action="store_true", help="a smoke: 1 run, 2 iterations each, short DQN iterations")
     p.add_argument("--skip", choices=("a", "b"), action="append", default=[], help="leave out a part")
+    p.add_argument("--plot", default=None, metavar="PNG",
+                   help="where part (b)'s chart goes (default: bench/learner_profile.png; none in --quick unless given)")
     p.add_argument("--learner", choices=("auto", "torch"), default="auto",
                    help="the learners' setting: auto (the numpy learners where they apply, as trajview train) or torch")
     args = p.parse_args(argv)
@@ -1095,6 +1260,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             own = [r["event_us"] for r in out["sgd"] if r["setting"] == name]
             out["share"].append(share(name, it, reps, args.quick, timer_us, max([event_us, *own]), call_us))
         print(share_table(out["share"]) + "\n")
+        print("Where the trajview+Python share (direct) goes, by phase (each phase's time less the env's and the "
+              "compute calls' in it): sampling (acting's framework, the envs' loop, the store, the batch, GAE), "
+              "replay (DQN's buffer), learner (minibatches, columns, checks around the SGD steps), checkpoint (the "
+              "copies and writes in the loop's thread), the loop (counters, the metrics row):\n")
+        print(split_table(out["share"]) + "\n")
+        plot = args.plot or (None if args.quick else os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                  "learner_profile.png"))
+        if plot:
+            draw_shares(out["share"], plot, f"learner_profile (b), {reps} run(s) per setting: {machine()}")
+            print(f"chart: {plot}\n")
         print("torch ops % (profiler): union of torch.profiler's top-level spans, less the profiler's cost per "
               "event recorded (the larger of its calibrations on small ops and on the setting's minimal SGD loop; "
               "all charged to the spans: a lower bound), of the profiled run's wall-clock less the same; torch "
