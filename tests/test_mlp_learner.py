@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import os
 import re
+from unittest import mock
 
 import gymnasium as gym
 import numpy as np
@@ -114,6 +115,38 @@ def test_a_learn_on_batch_equals_torchs(seed, model, hidden, obs_dim, discrete_o
             assert s_fast[k] == pytest.approx(s_ref[k], rel=1e-3, abs=1e-5), k
         np.testing.assert_allclose(fast.last_stats_tensor.numpy(), ref.last_stats_tensor.numpy(), rtol=1e-3, atol=1e-5)
         assert_same_state(ref, fast)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), rows=st.integers(1, 40), size=st.integers(1, 45), epochs=st.integers(0, 7),
+       take_bytes=st.sampled_from([1, 200, 2000, 4 << 20]), features=st.integers(1, 4))
+def test_the_shuffled_minibatches_are_one_randperm_per_epoch_in_turn(seed, rows, size, epochs, take_bytes, features):
+    """`_shuffled`'s minibatches (its epochs' shuffles drawn first, their rows taken several epochs at a time up to
+    ``TAKE_BYTES``) are the plain loop's: per epoch, ``torch.randperm`` in turn, the rows in that order cut every
+    ``size`` rows (every row once, unshuffled, where one minibatch holds them all); torch's generator is left as
+    that loop leaves it."""
+    from trajview.algorithms import mlp_learner
+
+    rng = np.random.default_rng(seed)
+    cols = {"x": rng.standard_normal((rows, features)).astype(np.float32),
+            "actions": rng.integers(0, 5, rows).astype(np.int64),
+            **{k: rng.standard_normal(rows).astype(np.float32) for k in ("old_logp", "adv", "targets")}}
+    torch.manual_seed(seed)
+    with mock.patch.object(mlp_learner, "TAKE_BYTES", take_bytes):
+        got = [{k: v.copy() for k, v in mb.items()} for mb in mlp_learner._shuffled(cols, rows, size, epochs)]
+    after = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    want = []
+    for _ in range(epochs):
+        order = np.arange(rows) if rows <= size else torch.randperm(rows).numpy()
+        want += [{k: v[order[i : i + size]] for k, v in cols.items()} for i in range(0, rows, size)]
+    assert torch.equal(after, torch.random.get_rng_state())
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.keys() == w.keys()
+        for k in w:
+            np.testing.assert_array_equal(g[k], w[k], err_msg=k)
+            assert g[k].dtype == w[k].dtype
 
 
 @settings(max_examples=int(os.environ.get("TV_MLP_EXAMPLES", "25")), deadline=None)
