@@ -10,6 +10,7 @@ raised is handed out again: `env_sampler`).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NoReturn, cast
 
 import numpy as np
@@ -224,7 +225,8 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
                 if self._deficit:
                     self._step(np.array(sorted(self._deficit), dtype=np.int64))
                 elif self._frag < cfg.rollout_fragment_length:
-                    self._step()
+                    if not self._common_steps(cfg.rollout_fragment_length):
+                        self._step()
                 else:
                     break
         return self._emit(complete)
@@ -237,7 +239,12 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
             self._start_idle()
         slots = self._all if ids is None else ids
         data, actions = self._act(slots, ids)
-        new_obs, rew, term, trunc, infos, any_done, failed, _ = self._step_envs(actions, slots, ids)
+        self._after_envs(data, slots, ids, self._step_envs(actions, slots, ids))
+
+    def _after_envs(self, data: dict, slots: np.ndarray, ids: np.ndarray | None, res: tuple) -> None:
+        """The rest of a step once the envs stepped (``res``: `_step_envs`' answer): `_horizon`, `_store`,
+        `_commit`, `_replace_failed`, `_restart`, then the hooks."""
+        new_obs, rew, term, trunc, infos, any_done, failed, _ = res
         if failed is None:
             ok = self._all if ids is None else np.arange(len(slots))
         else:
@@ -259,6 +266,68 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
             self._step_hooks(stepped, ended, started)
         if error is not None:
             raise error
+
+    def _common_steps(self, limit: int) -> bool:
+        """Steps of every env while each is the common step, until ``limit`` steps are stored since the last batch:
+        `_step`'s work without its branches for what these steps cannot hold (no idle slot, no catching up, no
+        horizon, no filter, no hooks, no infos kept per episode, the lanes in use with the next input gathered into
+        one by the last step): the same calls in the same order, in one frame (a run's sampling 3-9 % faster,
+        issue 25). A step in which an episode ended or an env failed is finished by
+        `_step`'s own code (`_after_envs`) and ends the loop (the next input is then gathered anew). False where it
+        took no step (the next is not one of these: `_step` takes it)."""
+        lanes = self._lanes
+        if (not lanes or self._next_inputs is None or self._any_idle or self._has_hooks or self._horizon_len is not None
+                or self._filter is not None or self._columns.need_infos):
+            return False
+        adapter, policy, reward_keys = self.adapter, self.policy, self._columns.reward_input_keys
+        n, all_, explore = self.num_envs, self._all, self.explore
+        runs = [lane.run_as_is() or functools.partial(lane.run, None) for lane in lanes]
+        check, act_cols = self._columns.check_outputs, self._act_cols
+        store, staged, step_envs = self.collector.step_into(), self._next_obs_rows is not None, adapter.step
+        want_infos, isolate, lazy_last = self._want_infos, self._isolate, self._lazy_last
+        ep_ret = self._ep_ret
+        stepped = False
+        while self._frag < limit:
+            k = 1 - self._lane_at
+            lane = lanes[k]
+            # (`_lane`'s rule, at every step: the lane usable for the policy and the rewards' dtype as they are now)
+            if self._next_inputs is not lane.out or not lane.usable(policy, bool(adapter.saw_f32_rewards and reward_keys)):
+                break
+            stepped = True
+            # `_act`
+            self._next_inputs = None
+            self._lane_at = k
+            try:
+                acts, state_outs, extra = runs[k](explore, self._timestep)
+                data = check(acts, state_outs, extra, n)
+            except Exception as e:
+                PolicyColumns.note_nan_inputs(e, lane.fed)
+                raise
+            actions = data[_ACTIONS] if not act_cols else {c: data[c] for c in act_cols}
+            # `_step_envs`
+            try:
+                res = step_envs(actions, self._staged() if staged else None, want_infos, isolate)
+            except BaseException:
+                self._cut_moved_on()
+                raise
+            failed = res[6]
+            if res[5] or (failed is not None and len(failed)):  # an episode ended or an env failed: as `_step`
+                self._after_envs(data, all_, None, res if failed is None or len(failed) else (*res[:6], None, res[7]))
+                break
+            # `_store` and `_commit`
+            new_obs, rew, infos = res[0], res[1], res[4]
+            self._fill(data, new_obs, rew, res[2], res[3], None)
+            try:
+                self._next_inputs = store(data, None, lanes[1 - k].out)
+            except BaseException as e:
+                self._fail_store(all_, e)
+            self._timestep += n
+            self._frag += 1
+            self._steps += 1
+            ep_ret += rew
+            if lazy_last:
+                self._last_step = (None, new_obs, data, rew, infos)
+        return stepped
 
     def _act(self, slots: np.ndarray, ids: np.ndarray | None) -> tuple[dict[str, Any], Any]:
         """The policy's outputs for the stepped slots, checked before any env steps (a bad output changes
@@ -324,13 +393,7 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         """The envs' step (big observations written straight into the store's next rows), filtered: a
         `VectorStep`'s 8 fields (new_obs, rewards, terminateds, truncateds, infos, any done, rows of envs that
         failed or None, their errors)."""
-        staged: Any = None
-        if self._next_obs_rows is not None and ids is None:
-            if self._obs_flat:
-                staged = self._next_obs_rows(_OBS)
-            else:
-                rows = {c: self._next_obs_rows(c) for c in self._staged_cols}
-                staged = rows if all(r is not None for r in rows.values()) else None
+        staged = self._staged() if self._next_obs_rows is not None and ids is None else None
         try:
             if ids is None:
                 res = self.adapter.step(actions, staged, self._want_infos, self._isolate)
@@ -352,6 +415,14 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
                     self._replace_failed(slots[failed])
                 raise
         return new_obs, rew, term, trunc, infos, any_done, failed, res[7]
+
+    def _staged(self) -> Any:
+        """The store's rows the next step's big observations go into (the leaves' rows, if nested), for the envs to
+        write in place; None where the store cannot give them (`Collector.staged_rows`)."""
+        if self._obs_flat:
+            return self._next_obs_rows(_OBS)
+        rows = {c: self._next_obs_rows(c) for c in self._staged_cols}
+        return rows if all(r is not None for r in rows.values()) else None
 
     def _horizon(self, slots: np.ndarray, ids: Any, cut: Any, trunc: np.ndarray, failed: Any) -> tuple[Any, Any, Any]:
         """Episodes at the horizon: truncated and cut (a hard horizon) or ended without a reset (``soft``).
@@ -377,15 +448,7 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
                rew: np.ndarray, term: np.ndarray, trunc: np.ndarray, gather_next: bool) -> None:
         """Stores the step: the policy's columns and the envs' (``ok`` rows: every env's transition or none).
         ``gather_next`` (every env stepped, no episode ended): the next step's input is gathered in the same call."""
-        if self._no_done:
-            term = trunc = self._false if ids is None else np.zeros(len(slots), dtype=bool)
-        if self._obs_flat:
-            data[_OBS] = new_obs
-        else:
-            data.update(new_obs)
-        data[_REWARDS] = rew
-        data[_TERMINATEDS] = term
-        data[_TRUNCATEDS] = trunc
+        self._fill(data, new_obs, rew, term, trunc, None if ids is None else len(slots))
         try:
             if failed is None:
                 if gather_next:
@@ -398,6 +461,20 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
                 self.collector.add_step({k: np.asarray(v)[ok] for k, v in data.items()}, env_ids=slots[ok])
         except BaseException as e:
             self._fail_store(slots, e)
+
+    def _fill(self, data: dict, new_obs: Any, rew: np.ndarray, term: np.ndarray, trunc: np.ndarray,
+              rows: int | None) -> None:
+        """The envs' columns of a step into ``data`` (the policy's): observations, rewards and the flags, False
+        with ``no_done_at_end`` (``rows``: how many, or None for every env)."""
+        if self._no_done:
+            term = trunc = self._false if rows is None else np.zeros(rows, dtype=bool)
+        if self._obs_flat:
+            data[_OBS] = new_obs
+        else:
+            data.update(new_obs)
+        data[_REWARDS] = rew
+        data[_TERMINATEDS] = term
+        data[_TRUNCATEDS] = trunc
 
     def _commit(self, slots: np.ndarray, ids: Any, ok: np.ndarray, failed: Any, data: dict, new_obs: Any,
                 rew: np.ndarray, infos: Any, cut: Any, soft: Any) -> list[tuple[int, int]]:
