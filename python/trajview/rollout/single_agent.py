@@ -271,10 +271,10 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         """Steps of every env while each is the common step, until ``limit`` steps are stored since the last batch:
         `_step`'s work without its branches for what these steps cannot hold (no idle slot, no catching up, no
         horizon, no filter, no hooks, no infos kept per episode, the lanes in use with the next input gathered into
-        one by the last step): the same calls in the same order, in one frame (a run's sampling 3-9 % faster,
-        issue 25). A step in which an episode ended or an env failed is finished by
-        `_step`'s own code (`_after_envs`) and ends the loop (the next input is then gathered anew). False where it
-        took no step (the next is not one of these: `_step` takes it)."""
+        one by the last step): the same calls in the same order, in one frame (the zoo frame stack's sampling went
+        from 8.4 to 8.0 % of a training run, issue 25). A step in which an episode ended or an env failed is finished
+        by `_step`'s own code (`_after_envs`) and ends the loop (the next input is then gathered anew). False where
+        it took no step (the next is not one of these: `_step` takes it)."""
         lanes = self._lanes
         if (not lanes or self._next_inputs is None or self._any_idle or self._has_hooks or self._horizon_len is not None
                 or self._filter is not None or self._columns.need_infos):
