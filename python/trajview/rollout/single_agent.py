@@ -303,7 +303,7 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
             except Exception as e:
                 PolicyColumns.note_nan_inputs(e, lane.fed)
                 raise
-            actions = data[_ACTIONS] if not act_cols else {c: data[c] for c in act_cols}
+            actions: Any = data[_ACTIONS] if not act_cols else {c: data[c] for c in act_cols}
             # `_step_envs`
             try:
                 res = step_envs(actions, self._staged() if staged else None, want_infos, isolate)
