@@ -17,19 +17,23 @@ VR = tv.ViewRequirement
 
 
 class Scripted(gym.Env):
-    """Episodes of ``lengths[k]`` steps in turn; raises at its steps in ``fail_at`` (counted from its creation),
-    observes NaN (in its last entry) at those in ``nan_at``; rewards float32 until its step ``f32_until`` (then
+    """Episodes of ``lengths[k]`` steps in turn; raises at its steps in ``fail_at`` (counted from its creation) and
+    at its resets in ``reset_fail_at`` (its first is 1), observes NaN (in its last entry) at those in ``nan_at``; rewards float32 until its step ``f32_until`` (then
     Python floats: the lanes' float32 casts of the reward inputs end there)."""
 
     observation_space = gym.spaces.Box(-1e6, 1e6, (3,), np.float32)
     action_space = gym.spaces.Discrete(3)
 
     def __init__(self, lengths: list[int], fail_at: set[int], f32_until: int | None, uid: int,
-                 nan_at: frozenset[int] = frozenset()) -> None:
+                 nan_at: frozenset[int] = frozenset(), reset_fail_at: frozenset[int] = frozenset()) -> None:
         self.lengths, self.fail_at, self.f32_until, self.uid, self.nan_at = lengths, fail_at, f32_until, uid, nan_at
-        self.k, self.t, self.steps = 0, 0, 0
+        self.reset_fail_at = reset_fail_at
+        self.k, self.t, self.steps, self.resets = 0, 0, 0, 0
 
     def reset(self, *, seed=None, options=None):
+        self.resets += 1
+        if self.resets in self.reset_fail_at:
+            raise RuntimeError(f"env {self.uid} failed at its reset {self.resets}")
         self.t, self.k = 0, self.k + 1
         return np.array([self.uid, self.k, 0.0], np.float32), {}
 
@@ -81,12 +85,14 @@ class LanePolicy(tv.Policy):
         return batch
 
 
-def _run(common: bool, num_envs, lengths, fragment, fails, restart, f32_until, fail_calls, no_done, calls, nans):
+def _run(common: bool, num_envs, lengths, fragment, fails, restart, f32_until, fail_calls, no_done, calls, nans,
+         reset_fails):
     made = []
 
     def creator(cfg):
         uid = len(made)
-        env = Scripted(lengths, set(fails.get(uid, ())), f32_until, uid, frozenset(nans.get(uid, ())))
+        env = Scripted(lengths, set(fails.get(uid, ())), f32_until, uid, frozenset(nans.get(uid, ())),
+                       frozenset(reset_fails.get(uid, ())))
         made.append(env)
         return env
 
@@ -115,12 +121,15 @@ def _run(common: bool, num_envs, lengths, fragment, fails, restart, f32_until, f
 
 @settings(max_examples=40, deadline=None)
 # The faults each once for certain: an env raising (not isolated; isolated and recreated), the policy raising, an
-# observation of NaN, rewards that stop being float32.
-@example(2, [20], 4, {1: [3]}, False, None, [], False, 4, {})
-@example(3, [6, 2], 5, {0: [4], 2: [9]}, True, None, [], False, 4, {})
-@example(2, [9], 6, {}, False, None, [7], False, 3, {})
-@example(2, [30], 4, {}, False, None, [], False, 3, {1: [5]})
-@example(2, [7, 3], 5, {}, False, 6, [], True, 4, {})
+# observation of NaN, rewards that stop being float32, a reset raising (after an episode's end inside the loop: not
+# isolated; isolated and recreated).
+@example(2, [20], 4, {1: [3]}, False, None, [], False, 4, {}, {})
+@example(3, [6, 2], 5, {0: [4], 2: [9]}, True, None, [], False, 4, {}, {})
+@example(2, [9], 6, {}, False, None, [7], False, 3, {}, {})
+@example(2, [30], 4, {}, False, None, [], False, 3, {1: [5]}, {})
+@example(2, [7, 3], 5, {}, False, 6, [], True, 4, {}, {})
+@example(2, [2, 5], 6, {}, False, None, [], False, 4, {}, {1: [3]})
+@example(3, [3], 7, {}, True, None, [], False, 4, {}, {0: [2]})
 @given(
     num_envs=st.integers(1, 4),
     lengths=st.lists(st.integers(1, 12), min_size=1, max_size=4),
@@ -132,10 +141,11 @@ def _run(common: bool, num_envs, lengths, fragment, fails, restart, f32_until, f
     no_done=st.booleans(),
     calls=st.integers(1, 6),
     nans=st.dictionaries(st.integers(0, 3), st.lists(st.integers(1, 20), max_size=1), max_size=1),
+    reset_fails=st.dictionaries(st.integers(0, 3), st.lists(st.integers(2, 8), max_size=2), max_size=2),
 )
 def test_the_common_steps_loop_samples_what_step_samples(num_envs, lengths, fragment, fails, restart, f32_until,
-                                                         fail_calls, no_done, calls, nans):
-    args = (num_envs, lengths, fragment, fails, restart, f32_until, fail_calls, no_done, calls, nans)
+                                                         fail_calls, no_done, calls, nans, reset_fails):
+    args = (num_envs, lengths, fragment, fails, restart, f32_until, fail_calls, no_done, calls, nans, reset_fails)
     got, want = _run(True, *args), _run(False, *args)
     assert len(got) == len(want)
     for g, w in zip(got, want):

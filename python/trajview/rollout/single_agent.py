@@ -273,8 +273,9 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         horizon, no filter, no hooks, no infos kept per episode, the lanes in use with the next input gathered into
         one by the last step): the same calls in the same order, in one frame (the zoo frame stack's sampling went
         from 8.4 to 8.0 % of a training run, issue 25). A step in which an episode ended or an env failed is finished
-        by `_step`'s own code (`_after_envs`) and ends the loop (the next input is then gathered anew). False where
-        it took no step (the next is not one of these: `_step` takes it)."""
+        by `_step`'s own code (`_after_envs`); where every ended episode began again, the loop gathers the next
+        input as `_act` would and goes on, else (an env failed, a slot left idle) it ends there. False where it
+        took no step (the next is not one of these: `_step` takes it)."""
         lanes = self._lanes
         if (not lanes or self._next_inputs is None or self._any_idle or self._has_hooks or self._horizon_len is not None
                 or self._filter is not None or self._columns.need_infos):
@@ -312,8 +313,17 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
                 raise
             failed = res[6]
             if res[5] or (failed is not None and len(failed)):  # an episode ended or an env failed: as `_step`
-                self._after_envs(data, all_, None, res if failed is None or len(failed) else (*res[:6], None, res[7]))
-                break
+                if failed is not None and not len(failed):
+                    failed, res = None, (*res[:6], None, res[7])
+                self._after_envs(data, all_, None, res)
+                if failed is not None or self._any_idle:  # (the failed envs catch up, idle slots begin: `_sample`)
+                    break
+                # Every ended episode began again: the next input gathered into the other lane, as `_act` gathers it
+                # (`_lane`), and the loop goes on.
+                out = lanes[1 - k].out
+                self.collector.input_dict(None, out)
+                self._next_inputs = out
+                continue
             # `_store` and `_commit`
             new_obs, rew, infos = res[0], res[1], res[4]
             self._fill(data, new_obs, rew, res[2], res[3], None)
