@@ -313,9 +313,11 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
                 raise
             failed = res[6]
             if res[5] or (failed is not None and len(failed)):  # an episode ended or an env failed: as `_step`
-                if failed is not None and not len(failed):
-                    failed, res = None, (*res[:6], None, res[7])
-                self._after_envs(data, all_, None, res)
+                if failed is not None and not len(failed):  # (isolating failures, and none failed)
+                    failed = None
+                    self._after_envs(data, all_, None, (*res[:6], None, res[7]))
+                else:
+                    self._after_envs(data, all_, None, res)
                 if failed is not None or self._any_idle:  # (the failed envs catch up, idle slots begin: `_sample`)
                     break
                 # Every ended episode began again: the next input gathered into the other lane, as `_act` gathers it
