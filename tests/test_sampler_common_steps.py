@@ -160,16 +160,22 @@ def test_the_common_steps_loop_samples_what_step_samples(num_envs, lengths, frag
 
 
 def test_the_loop_takes_the_common_steps():
-    """The lanes' policy samples through `_common_steps`: most of its steps are taken there, not by `_step`."""
-    env = Scripted([50], set(), None, -1)
+    """The lanes' policy samples through `_common_steps` alone while nothing fails: the first step after a batch
+    and the steps after episode ends too; `_step` takes the steps after a fault."""
+    env = Scripted([7, 3], set(), None, -1)
     policy = LanePolicy(env.observation_space, env.action_space)
-    w = RolloutWorker(lambda cfg: Scripted([50], set(), None, 0), policy, num_envs=2, rollout_fragment_length=20, seed=1)
+    w = RolloutWorker(lambda cfg: Scripted([7, 3], set(), None, 0), policy, num_envs=2, rollout_fragment_length=20,
+                      seed=1)
     try:
         w.sample()
         steps = []
         general = w.sampler._step
         w.sampler._step = lambda ids=None: (steps.append(1), general(ids))[1]
         w.sample()
-        assert 0 < len(steps) < 5, len(steps)  # (the first step after a batch gathers its input anew: `_step`)
+        w.sample()
+        assert not steps, len(steps)
+        w.sampler._next_inputs = None  # (as a fault leaves it: gathered anew by the loop)
+        w.sample()
+        assert not steps, len(steps)
     finally:
         w.stop()
