@@ -270,20 +270,18 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
     def _common_steps(self, limit: int) -> bool:
         """Steps of every env while each is the common step, until ``limit`` steps are stored since the last batch:
         `_step`'s work without its branches for what these steps cannot hold (no idle slot, no catching up, no
-        horizon, no filter, no hooks, no infos kept per episode, the lanes in use with the next input gathered into
-        one by the last step, or here as `_act` would): the same calls in the same order, in one frame (the zoo frame stack's sampling went
-        from 8.4 to 8.0 % of a training run, issue 25). A step in which an episode ended or an env failed is finished
-        by `_step`'s own code (`_after_envs`); where every ended episode began again, the loop gathers the next
-        input as `_act` would and goes on, else (an env failed, a slot left idle) it ends there. False where it
-        took no step (the next is not one of these: `_step` takes it)."""
+        horizon, no filter, no hooks, no infos kept per episode, the lanes in use): the same calls in the same order,
+        in one frame (issue 25). Each step's input is in the other lane: gathered by the last step's store call, or
+        here as `_act` would gather it (`_gather_next`: the first step after a batch or a fault, and after a step in
+        which episodes ended). A step in which an episode ended or an env failed is finished by `_step`'s own code
+        (`_after_envs`); where every ended episode began again the loop goes on, else (an env failed, a slot left
+        idle) it ends there. False where it took no step (the next is not one of these: `_step` takes it)."""
         lanes = self._lanes
         if (not lanes or self._any_idle or self._has_hooks or self._horizon_len is not None or self._filter is not None
                 or self._columns.need_infos):
             return False
-        if self._next_inputs is None:  # (the first step after a batch, or after a fault: gathered as `_act` would)
-            out = lanes[1 - self._lane_at].out
-            self.collector.input_dict(None, out)
-            self._next_inputs = out
+        if self._next_inputs is None:  # (the first step after a batch, or after a fault)
+            self._gather_next(lanes[1 - self._lane_at])
         adapter, policy, reward_keys = self.adapter, self.policy, self._columns.reward_input_keys
         n, all_, explore = self.num_envs, self._all, self.explore
         runs = [lane.run_as_is() or functools.partial(lane.run, None) for lane in lanes]
@@ -324,11 +322,7 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
                     self._after_envs(data, all_, None, res)
                 if failed is not None or self._any_idle:  # (the failed envs catch up, idle slots begin: `_sample`)
                     break
-                # Every ended episode began again: the next input gathered into the other lane, as `_act` gathers it
-                # (`_lane`), and the loop goes on.
-                out = lanes[1 - k].out
-                self.collector.input_dict(None, out)
-                self._next_inputs = out
+                self._gather_next(lanes[1 - k])  # (every ended episode began again: the loop goes on)
                 continue
             # `_store` and `_commit`
             new_obs, rew, infos = res[0], res[1], res[4]
@@ -344,6 +338,12 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
             if lazy_last:
                 self._last_step = (None, new_obs, data, rew, infos)
         return stepped
+
+    def _gather_next(self, lane: _Lane) -> None:
+        """The next step's input dict gathered into ``lane``'s arrays (the gather `_lane` does for `_act`), as the
+        next input."""
+        self.collector.input_dict(None, lane.out)
+        self._next_inputs = lane.out
 
     def _act(self, slots: np.ndarray, ids: np.ndarray | None) -> tuple[dict[str, Any], Any]:
         """The policy's outputs for the stepped slots, checked before any env steps (a bad output changes
