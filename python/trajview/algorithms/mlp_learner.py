@@ -25,7 +25,7 @@ installed.
 
 from __future__ import annotations
 
-
+import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -294,7 +294,7 @@ def _shuffled(cols: dict[str, np.ndarray], n_rows: int, size: int, epochs: int) 
         return
     perms = [torch.randperm(n_rows).numpy() for _ in range(epochs)]
     scalars = np.stack([cols["old_logp"], cols["adv"], cols["targets"]])
-    row_bytes = cols["x"].itemsize * int(np.prod(cols["x"].shape[1:])) + cols["actions"].itemsize + scalars.itemsize * 3
+    row_bytes = cols["x"].itemsize * math.prod(cols["x"].shape[1:]) + cols["actions"].itemsize + scalars.itemsize * 3
     per_take = max(1, TAKE_BYTES // max(1, n_rows * row_bytes))
     for e0 in range(0, epochs, per_take):
         idx = perms[e0] if per_take == 1 else np.concatenate(perms[e0 : e0 + per_take])
@@ -362,7 +362,7 @@ class MLPLearner:
             stats = self._step(mb, clip, float(cfg["vf_loss_coeff"]), ent, grad_clip)
             sums += stats
             n += 1
-        policy.last_stats_tensor = torch.tensor(stats, dtype=torch.float32)
+        policy.last_stats_tensor = torch.from_numpy(stats.astype(_F32))  # (torch.tensor's cast, without its Python)
         return None if n == 0 else sums / n
 
     def _columns(self, train_batch: SampleBatch) -> dict[str, np.ndarray]:
