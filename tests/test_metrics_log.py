@@ -1,13 +1,18 @@
-"""MetricsLog: a run's rows appended through a file kept open, with append_metrics' file as the reference."""
+"""MetricsLog: a run's rows appended through a file kept open, with append_metrics' file as the reference; and the
+windows' means a row reports (`RunCounters`)."""
 
 from __future__ import annotations
 
+import math
 import os
+from collections import deque
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trajview.train.loop import RunCounters
 from trajview.train.metrics import METRIC_FIELDS, MetricsLog, append_metrics, read_metrics
 
 
@@ -74,13 +79,6 @@ def test_a_metrics_log_closes_its_file_when_collected(tmp_path):
 def test_the_runs_mean_return_and_length_are_numpys_means_of_their_windows(returns, lengths, window):
     """`RunCounters.mean_return` and the row's ``episode_len_mean``: ``np.mean`` of the last ``window`` episodes
     (NaN before the first), exactly."""
-    import math
-    from collections import deque
-
-    import numpy as np
-
-    from trajview.train.loop import RunCounters
-
     run = RunCounters.__new__(RunCounters)
     run.returns, run.lengths = deque(returns, maxlen=window), deque(lengths, maxlen=window)
     run.iteration = run.env_steps = run.episodes = 0

@@ -18,8 +18,9 @@ VR = tv.ViewRequirement
 
 class Scripted(gym.Env):
     """Episodes of ``lengths[k]`` steps in turn; raises at its steps in ``fail_at`` (counted from its creation) and
-    at its resets in ``reset_fail_at`` (its first is 1), observes NaN (in its last entry) at those in ``nan_at``; rewards float32 until its step ``f32_until`` (then
-    Python floats: the lanes' float32 casts of the reward inputs end there)."""
+    at its resets in ``reset_fail_at`` (its first is 1), observes NaN (in its last entry) at those in ``nan_at``;
+    rewards float32 until its step ``f32_until`` (then Python floats: the lanes' float32 casts of the reward inputs
+    end there)."""
 
     observation_space = gym.spaces.Box(-1e6, 1e6, (3,), np.float32)
     action_space = gym.spaces.Discrete(3)
@@ -161,7 +162,7 @@ def test_the_common_steps_loop_samples_what_step_samples(num_envs, lengths, frag
 
 def test_the_loop_takes_the_common_steps():
     """The lanes' policy samples through `_common_steps` alone while nothing fails: the first step after a batch
-    and the steps after episode ends too; `_step` takes the steps after a fault."""
+    and the steps after episode ends too, and a step whose input was dropped (as a policy that raised leaves it)."""
     env = Scripted([7, 3], set(), None, -1)
     policy = LanePolicy(env.observation_space, env.action_space)
     w = RolloutWorker(lambda cfg: Scripted([7, 3], set(), None, 0), policy, num_envs=2, rollout_fragment_length=20,
@@ -174,7 +175,7 @@ def test_the_loop_takes_the_common_steps():
         w.sample()
         w.sample()
         assert not steps, len(steps)
-        w.sampler._next_inputs = None  # (as a fault leaves it: gathered anew by the loop)
+        w.sampler._next_inputs = None  # (as a policy that raised leaves it: gathered anew by the loop)
         w.sample()
         assert not steps, len(steps)
     finally:
