@@ -225,8 +225,7 @@ void TrajectoryStore::add_copied_view(std::size_t v, const std::vector<const Epi
       copy_rows(e, c, seg.t_start + s, seg.t_start + seg.length + s, view.padding,
                 base + static_cast<std::size_t>(seg.row_offset) * vrb);
     } else {
-      std::byte* dst = base + static_cast<std::size_t>(seg.row_offset) * vrb;
-      for (std::int64_t t = seg.t_start; t < seg.t_start + seg.length; ++t, dst += vrb) gather_view(e, v, t, dst);
+      gather_view_rows(e, v, seg.t_start, seg.length, base + static_cast<std::size_t>(seg.row_offset) * vrb);
     }
   }
 }

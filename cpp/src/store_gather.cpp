@@ -8,8 +8,10 @@
 #include <array>
 #include <cstring>
 #include <span>
+#include <vector>
 
 #include "store_episode.h"
+#include "trajview/checked.h"
 
 namespace trajview {
 
@@ -35,10 +37,23 @@ void TrajectoryStore::copy_rows(const Episode& e, std::size_t c, std::int64_t r0
   const std::size_t rb = columns_[c].row_bytes();
   if (rb == 0) return;
   const std::int64_t avail = rows_available(e, c);
-  for (std::int64_t r = r0; r < r1; ++r, dst += rb) {
+  const std::int64_t lead = obs_index_[c] >= 0 ? 1 : 0;  // (an observation column's row 0 is the episode's own)
+  const BlockStream& stream = streams_[c];
+  std::int64_t r = r0;
+  while (r < r1) {
     const std::int64_t at = view_row(r, avail, padding);
-    if (at == kViewZeros) std::memset(dst, 0, rb);
-    else std::memcpy(dst, at == kViewPad ? pad_rows_[c].data() : row(e, c, at), rb);
+    if (at != r || r < lead) {  // padding, zeros, a read of row 0 before the start, an observation's row 0
+      if (at == kViewZeros) std::memset(dst, 0, rb);
+      else std::memcpy(dst, at == kViewPad ? pad_rows_[c].data() : row(e, c, at), rb);
+      ++r;
+      dst += rb;
+      continue;
+    }
+    // Stored rows (`row`'s positions), `stride()` apart up to the end of position p's block: one address for the run.
+    const std::int64_t p = e.g0 + r - lead;
+    const std::int64_t end = std::min({r1, avail, r + (stream.block_end(p) - p)});
+    const std::byte* src = stream.at(p, e.slot);
+    for (; r < end; ++r, dst += rb, src += stream.stride()) std::memcpy(dst, src, rb);
   }
 }
 
@@ -55,6 +70,35 @@ void TrajectoryStore::gather_view(const Episode& e, std::size_t v, std::int64_t 
     while (j < shifts.size() && shifts[j] == shifts[j - 1] + 1) ++j;
     copy_rows(e, c, t + shifts[i], t + shifts[j - 1] + 1, view.padding, dst);
     dst += (j - i) * rb;
+    i = j;
+  }
+}
+
+void TrajectoryStore::gather_view_rows(const Episode& e, std::size_t v, std::int64_t t0, std::int64_t n,
+                                       std::byte* dst) const {
+  // Step t's run of shifts a .. a + w - 1 reads rows t + a .. t + a + w - 1, the next step's the same rows moved by
+  // one: the n steps read rows t0 + a .. t0 + a + n + w - 2, which copy_rows writes (its view rule per row: that
+  // rule depends on the row alone) into `window`, and step t's run is window rows t - t0 .. t - t0 + w - 1.
+  const ViewSpec& view = views_[v];
+  const std::size_t c = view_column_[v];
+  const auto& shifts = view.shifts;
+  const std::size_t rb = columns_[c].row_bytes();
+  const std::size_t vrb = view_row_bytes(v);
+  if (n <= 0 || rb == 0) return;
+  const std::size_t steps_n = to_size(n, "gather_view_rows: steps");
+  std::vector<std::byte> window;
+  std::size_t i = 0, at = 0;  // (the run's first shift; its bytes' offset in a view row)
+  while (i < shifts.size()) {
+    std::size_t j = i + 1;
+    while (j < shifts.size() && shifts[j] == shifts[j - 1] + 1) ++j;
+    const std::size_t width = j - i;
+    const std::size_t rows = checked_add(steps_n, width - 1, "gather_view_rows: window rows");
+    window.resize(checked_mul(rows, rb, "gather_view_rows: window bytes"));
+    // (t0 + shift + rows cannot overflow: t0 + n counts stored steps and |shift| <= kMaxShift)
+    copy_rows(e, c, t0 + shifts[i], t0 + shifts[i] + static_cast<std::int64_t>(rows), view.padding, window.data());
+    const std::size_t run_bytes = width * rb;
+    for (std::size_t r = 0; r < steps_n; ++r) std::memcpy(dst + r * vrb + at, window.data() + r * rb, run_bytes);
+    at += run_bytes;
     i = j;
   }
 }

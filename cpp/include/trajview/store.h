@@ -159,6 +159,9 @@ class TrajectoryStore {
   void copy_rows(const Episode& e, std::size_t column, std::int64_t r0, std::int64_t r1, Padding padding,
                  std::byte* dst) const;
   void gather_view(const Episode& e, std::size_t view, std::int64_t t, std::byte* dst) const;
+  /// gather_view of rows t0 .. t0 + n - 1 into n consecutive view rows: each run of consecutive shifts (a frame
+  /// stack's) copies the rows the n steps read once, into a window, and each step's run from it in one copy.
+  void gather_view_rows(const Episode& e, std::size_t view, std::int64_t t0, std::int64_t n, std::byte* dst) const;
   /// gather_inference of an `adds_axis` view (a frame stack) while every slot is active and aligned (`steps`: each
   /// slot's steps): false, writing nothing, where a shift reads past an episode's last row or a position not held.
   bool gather_aligned_stack(std::size_t view, std::span<const std::int64_t> steps, std::byte* out) const;
