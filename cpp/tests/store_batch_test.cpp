@@ -207,6 +207,31 @@ TEST(StoreBatch, FutureShiftsReadZerosPastTheLastRow) {
   EXPECT_EQ(values<float>(b, "obs_future"), (F32{2, 3, 3, 4, 4, 0}));
 }
 
+TEST(StoreBatch, StacksOfSeveralRunsAcrossChunksAndEpisodes) {
+  // A segment's stacks are gathered through a window per run of consecutive shifts (gather_view_rows): runs
+  // {-3, -2} and {0} and {2}, reads before the start (padding zeros, or row 0 with "reset") and past the last row
+  // (zeros), rows in chunks of 3, a finished episode then an ongoing one in the same batch.
+  ViewSpec rstack = view("rstack", "obs", I64{-3, -2, 0, 2});
+  rstack.padding = Padding::Reset;
+  std::vector<ViewSpec> views{view("stack", "obs", I64{-3, -2, 0, 2}), rstack,
+                              view("astack", "actions", I64{-2, -1, 0})};
+  TrajectoryStore s(1, basic_columns(), views, opts(3));
+  begin(s, {0}, {1});  // episode 0: obs row r is r + 1 (rows 0-6), action t is 10 (t + 1)
+  for (std::int64_t t = 0; t < 6; ++t) step(s, {0}, {static_cast<float>(t + 2)}, {10 * (t + 1)});
+  s.end_episodes(I64{0});
+  begin(s, {0}, {100});  // episode 1: obs rows 100, 101, 102; actions 7, 8
+  step(s, {0}, {101}, {7});
+  step(s, {0}, {102}, {8});
+  const Batch b = s.build_batch(false);
+  ASSERT_EQ(b.segments.size(), 2u);
+  EXPECT_EQ(values<float>(b, "stack"), (F32{0, 0, 1, 3, 0, 0, 2, 4, 0, 1, 3, 5, 1, 2, 4, 6, 2, 3, 5, 7, 3, 4, 6, 0,
+                                            0, 0, 100, 102, 0, 0, 101, 0}));
+  EXPECT_EQ(values<float>(b, "rstack"), (F32{1, 1, 1, 3, 1, 1, 2, 4, 1, 1, 3, 5, 1, 2, 4, 6, 2, 3, 5, 7, 3, 4, 6, 0,
+                                             100, 100, 100, 102, 100, 100, 101, 0}));
+  EXPECT_EQ(values<std::int64_t>(b, "astack"),
+            (I64{0, 0, 10, 0, 10, 20, 10, 20, 30, 20, 30, 40, 30, 40, 50, 40, 50, 60, 0, 0, 7, 0, 7, 8}));
+}
+
 TEST(StoreBatch, ObservationColumnsHaveOneMoreRow) {
   std::vector<ColumnSpec> cols{obs_col("obs"), col("actions", DType::Int64),
                                col("mask", DType::UInt8, {}, ColumnKind::Observation)};
