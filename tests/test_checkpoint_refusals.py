@@ -41,7 +41,9 @@ from train_runs import copy_run as _copy  # noqa: E402
 RUNS = {"ppo": "small_ppo_run", "dqn": "dqn_run"}
 
 
-def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    # (A guard against a hang, as the examples' smoke runs have: under ASan at idle priority, beside the timing
+    # passes of scripts/test.sh on a slow 2-core machine, one resume took over 120 s.)
     return subprocess.run([sys.executable, "-m", "trajview.train.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=_env())
 
