@@ -58,20 +58,7 @@ void TrajectoryStore::copy_rows(const Episode& e, std::size_t c, std::int64_t r0
 }
 
 void TrajectoryStore::gather_view(const Episode& e, std::size_t v, std::int64_t t, std::byte* dst) const {
-  const ViewSpec& view = views_[v];
-  const std::size_t c = view_column_[v];
-  const auto& shifts = view.shifts;
-  const std::size_t rb = columns_[c].row_bytes();
-  // Runs of consecutive offsets ("-3:0") are one copy. (t + s cannot overflow:
-  // t counts stored steps and |s| <= kMaxShift, checked at construction.)
-  std::size_t i = 0;
-  while (i < shifts.size()) {
-    std::size_t j = i + 1;
-    while (j < shifts.size() && shifts[j] == shifts[j - 1] + 1) ++j;
-    copy_rows(e, c, t + shifts[i], t + shifts[j - 1] + 1, view.padding, dst);
-    dst += (j - i) * rb;
-    i = j;
-  }
+  gather_view_rows(e, v, t, 1, dst);
 }
 
 void TrajectoryStore::gather_view_rows(const Episode& e, std::size_t v, std::int64_t t0, std::int64_t n,
@@ -79,6 +66,8 @@ void TrajectoryStore::gather_view_rows(const Episode& e, std::size_t v, std::int
   // Step t's run of shifts a .. a + w - 1 reads rows t + a .. t + a + w - 1, the next step's the same rows moved by
   // one: the n steps read rows t0 + a .. t0 + a + n + w - 2, which copy_rows writes (its view rule per row: that
   // rule depends on the row alone) into `window`, and step t's run is window rows t - t0 .. t - t0 + w - 1.
+  // (Runs of consecutive offsets ("-3:0") are one copy_rows. t + s cannot overflow: t counts stored steps and
+  // |s| <= kMaxShift, checked at construction.)
   const ViewSpec& view = views_[v];
   const std::size_t c = view_column_[v];
   const auto& shifts = view.shifts;
@@ -92,11 +81,17 @@ void TrajectoryStore::gather_view_rows(const Episode& e, std::size_t v, std::int
     std::size_t j = i + 1;
     while (j < shifts.size() && shifts[j] == shifts[j - 1] + 1) ++j;
     const std::size_t width = j - i;
+    const std::size_t run_bytes = width * rb;
+    if (steps_n == 1) {  // (one step: its run straight into its view row, no window)
+      copy_rows(e, c, t0 + shifts[i], t0 + shifts[j - 1] + 1, view.padding, dst + at);
+      at += run_bytes;
+      i = j;
+      continue;
+    }
     const std::size_t rows = checked_add(steps_n, width - 1, "gather_view_rows: window rows");
     window.resize(checked_mul(rows, rb, "gather_view_rows: window bytes"));
     // (t0 + shift + rows cannot overflow: t0 + n counts stored steps and |shift| <= kMaxShift)
     copy_rows(e, c, t0 + shifts[i], t0 + shifts[i] + static_cast<std::int64_t>(rows), view.padding, window.data());
-    const std::size_t run_bytes = width * rb;
     for (std::size_t r = 0; r < steps_n; ++r) std::memcpy(dst + r * vrb + at, window.data() + r * rb, run_bytes);
     at += run_bytes;
     i = j;

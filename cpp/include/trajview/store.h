@@ -158,6 +158,7 @@ class TrajectoryStore {
   std::int64_t steps(const Episode& e) const noexcept;
   void copy_rows(const Episode& e, std::size_t column, std::int64_t r0, std::int64_t r1, Padding padding,
                  std::byte* dst) const;
+  /// View `view` of step t (one view row) into dst: gather_view_rows of one step.
   void gather_view(const Episode& e, std::size_t view, std::int64_t t, std::byte* dst) const;
   /// gather_view of rows t0 .. t0 + n - 1 into n consecutive view rows: each run of consecutive shifts (a frame
   /// stack's) copies the rows the n steps read once, into a window, and each step's run from it in one copy.
