@@ -161,9 +161,12 @@ class _FrameRows:
             idx = (a.numpy() if isinstance(a, torch.Tensor) else np.asarray(a)).astype(np.int64)  # (`_OneHot`'s .long())
             if self.start:
                 idx -= self.start
-            if int(idx.min()) < 0 or int(idx.max()) >= len(eye):
+            if int(idx.min()) < 0:
                 return None
-            parts.append(eye[idx].reshape(len(idx), -1))
+            try:  # (np.take, not eye[idx]: 4-6x faster on these small rows; an index past the last raises)
+                parts.append(np.take(eye, idx, axis=0).reshape(len(idx), -1))
+            except IndexError:
+                return None
         if self.rewards:
             parts.append(flat_rows(d["prev_n_rewards"]))
         return np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
