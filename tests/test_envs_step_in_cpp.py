@@ -1,8 +1,9 @@
-"""`GymEnvList.step`'s common case runs in C++ (`_core.step_envs`); every other row is handed back to the Python
-loop. Property: for any mix of envs returning the common case and everything else (casts, numpy rewards and flags,
-non-contiguous or wrong observations, malformed results, raising envs, NaN rewards), with or without env_ids,
-infos and isolated failures, the C++ path gives exactly what the Python loop alone gives: the rows, the rewards
-and flags, the infos, the failures and their messages, the exception raised and `moved_on`, and the reward dtype.
+"""`GymEnvList.step`'s common case runs in C++ (`_core.step_envs`), and `reset_envs`' (`_core.reset_envs`); every
+other row is handed back to the Python loop. Property: for any mix of envs returning the common case and everything
+else (casts, numpy rewards and flags, non-contiguous or wrong observations, malformed results, raising envs, NaN
+rewards), with or without env_ids, infos and isolated failures, the C++ path gives exactly what the Python loop
+alone gives: the rows, the rewards and flags, the infos, the failures and their messages, the exception raised and
+`moved_on`, and the reward dtype; for resets, the rows, the infos, the seeds and the exception raised.
 """
 
 from __future__ import annotations
@@ -199,3 +200,127 @@ def test_too_few_actions_fail_at_the_same_row_in_both_paths():
             a.step(np.zeros(2, np.int64))
         outcomes.append((type(info.value), a.moved_on().tolist(), [e.t for e in a.envs]))
     assert outcomes[0] == outcomes[1] == (IndexError, [0, 1, 2], [2, 2, 1])
+
+
+RESET_KINDS = ("fast", "fast", "fast", "f64_exact", "f64_inexact", "list_obs", "non_contiguous", "wrong_shape",
+               "obs_alone", "info_not_dict", "info_subclass", "raise", "tuple_subclass", "int_obs_column")
+
+
+class ScriptedResetEnv(ScriptedEnv):
+    """Returns, reset by reset, the kinds of results in ``script`` (cycled), and notes the seeds it was given."""
+
+    def __init__(self, script: list[str], seed: int) -> None:
+        super().__init__(["fast"], seed)
+        self.reset_script = script
+        self.seeds: list = []
+
+    def reset(self, *, seed=None, options=None):
+        kind = self.reset_script[len(self.seeds) % len(self.reset_script)]
+        self.seeds.append(seed)
+        v = float(self.seed_ * 5 + len(self.seeds))
+        obs = np.array([v, -v, 0.25], np.float32)
+        info: dict = {"n": len(self.seeds), "kind": kind}
+        if kind == "f64_exact":
+            obs = obs.astype(np.float64)
+        elif kind == "f64_inexact":
+            obs = obs.astype(np.float64) + 1e-9
+        elif kind == "list_obs":
+            obs = obs.tolist()
+        elif kind == "non_contiguous":
+            obs = np.stack([obs, obs], axis=1)[:, 0]
+        elif kind == "wrong_shape":
+            obs = np.zeros(4, np.float32)
+        elif kind == "obs_alone":
+            return obs
+        elif kind == "info_not_dict":
+            return obs, [info]
+        elif kind == "info_subclass":
+            class Info(dict):
+                pass
+            return obs, Info(info)
+        elif kind == "raise":
+            raise RuntimeError(f"env {self.seed_} failed at reset {len(self.seeds)}")
+        elif kind == "tuple_subclass":
+            class Result(tuple):
+                pass
+            return Result((obs, info))
+        elif kind == "int_obs_column":
+            obs = obs.astype(np.int32)
+        return obs, info
+
+
+def _reset_outcome(adapter: GymEnvList, ids, seed):
+    try:
+        obs, infos = adapter.reset_envs(ids, seed=seed)
+    except BaseException as e:  # noqa: BLE001 (compared between the two paths)
+        got: tuple = ("raised", type(e).__name__, str(e))
+    else:
+        got = ("ok", obs.dtype, obs.shape, obs.tolist(), infos)
+    return got, [list(e.seeds) for e in adapter.envs]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    scripts=st.lists(st.lists(st.sampled_from(RESET_KINDS), min_size=1, max_size=6), min_size=1, max_size=6),
+    rounds=st.integers(1, 6),
+    data=st.data(),
+)
+def test_cpp_reset_loop_equals_the_python_loop(scripts, rounds, data):
+    """`GymEnvList.reset_envs`' common case in C++ (`_core.reset_envs`) gives exactly what the Python loop alone
+    gives: the observation rows, the infos, the seeds each env was given, the error raised (and which envs were
+    reset before it)."""
+    n = len(scripts)
+    pair = []
+    for in_cpp in (True, False):
+        a = GymEnvList([ScriptedResetEnv(s, k) for k, s in enumerate(scripts)])
+        a.step_in_cpp = in_cpp
+        pair.append(a)
+    for _ in range(rounds):
+        ids = data.draw(st.lists(st.integers(0, n - 1), min_size=0, max_size=n + 2))
+        as_array = data.draw(st.booleans())
+        seed = data.draw(st.one_of(st.none(), st.integers(0, 2**40)))
+        got = [_reset_outcome(a, np.array(ids, np.int64) if as_array else ids, seed) for a in pair]
+        assert got[0] == got[1]
+
+
+def test_the_common_reset_runs_in_cpp(monkeypatch):
+    """A plain env's reset rows all go through `_core.reset_envs`, in one call."""
+    calls = []
+    real = _core.reset_envs
+
+    def spy(*args):
+        out = real(*args)
+        calls.append(out[0])
+        return out
+
+    import trajview.envs.gym_list as gl
+
+    monkeypatch.setattr(gl._core, "reset_envs", spy)
+    a = GymEnvList([ScriptedResetEnv(["fast"], k) for k in range(4)])
+    obs, infos = a.reset_envs(np.array([2, 0]), seed=10)
+    assert calls == [2]
+    assert obs[:, 0].tolist() == [11.0, 1.0] and [i["n"] for i in infos] == [1, 1]
+    assert [e.seeds for e in a.envs] == [[10], [], [12], []]
+
+
+def test_a_raising_reset_keeps_its_traceback():
+    a = GymEnvList([ScriptedResetEnv(["fast"], 0), ScriptedResetEnv(["fast", "raise"], 1)])
+    a.reset_envs([0, 1])
+    with pytest.raises(RuntimeError, match="env 1 failed at reset 2") as info:
+        a.reset_envs([0, 1])
+    assert any(e.name == "reset" and str(e.path) == __file__ for e in info.traceback)  # the env's own frame
+    assert [len(e.seeds) for e in a.envs] == [2, 2]
+
+
+def test_reset_envs_refuses_mismatched_buffers():
+    env = ScriptedResetEnv(["fast"], 0)
+    out = np.zeros((2, 3), np.float32)
+    with pytest.raises(ValueError, match="reset_envs: out must be C-contiguous rows of the given dtype"):
+        _core.reset_envs([env, env], [0, 1], 0, out, np.dtype(np.float64), [], None)
+    with pytest.raises(ValueError, match="reset_envs: start out of range"):
+        _core.reset_envs([env, env], [0, 1], 3, out, out.dtype, [], None)
+    with pytest.raises(ValueError, match="reset_envs: infos must hold one per row before start"):
+        _core.reset_envs([env, env], [0, 1], 1, out, out.dtype, [], None)
+    with pytest.raises(IndexError, match="reset_envs: env id out of range"):
+        _core.reset_envs([env, env], [0, 5], 0, out, out.dtype, [], None)
+    assert env.seeds == [None]  # (row 0 was reset, as the Python loop's env 0 is before envs[5] raises)

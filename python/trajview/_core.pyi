@@ -98,6 +98,9 @@ def step_envs(
     envs: list[Any], ids: Any, acts: Any, start: int, out: Any, dtype: Any, rew: Any, term: Any, trunc: Any,
     infos: list[Any] | None,
 ) -> tuple[int, Any, BaseException | None, bool]: ...
+def reset_envs(
+    envs: list[Any], ids: Any, start: int, out: Any, dtype: Any, infos: list[Any], seed: int | None
+) -> tuple[int, Any, BaseException | None]: ...
 def start_writeback(fd: int, offset: int, nbytes: int) -> bool:
     """Starts writing a file's dirty pages in [offset, offset + nbytes) to disk (a hint; False where unsupported)."""
 

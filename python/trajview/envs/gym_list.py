@@ -34,8 +34,8 @@ class GymEnvList(VectorEnvAdapter):
 
     writes_obs_in_place = True
     can_step_some = True
-    #: The common case of the step loop in C++ (`_core.step_envs`); False runs every row in Python (the tests
-    #: compare the two).
+    #: The common case of the step and reset loops in C++ (`_core.step_envs`, `_core.reset_envs`); False runs every
+    #: row in Python (the tests compare the two).
     step_in_cpp = True
 
     def __init__(
@@ -254,12 +254,29 @@ class GymEnvList(VectorEnvAdapter):
 
     def reset_envs(self, env_ids: Sequence[int] | np.ndarray, seed: int | None = None) -> tuple[Any, list[dict]]:
         obs = empty_rows(self._obs, len(env_ids))
-        infos = []
-        for j, i in enumerate(env_ids):
-            i = int(i)
-            o, info = check_reset(self.envs[i].reset(seed=None if seed is None else seed + i), f"env {i}")
+        infos: list[dict] = []
+        ids = [int(i) for i in env_ids]
+        m = len(ids)
+        # As `step`: the common case of the loop's body in C++ (`_core.reset_envs`: a pair of an observation of
+        # exactly the column's dtype and shape and a dict); the first row it does not take comes back reset (or its
+        # exception) for the body here, which goes on.
+        fast = self.step_in_cpp and self._flat
+        j = 0
+        while j < m:
+            result: Any = _UNSTEPPED
+            if fast:
+                j, result, raised = _core.reset_envs(self.envs, ids, j, obs, obs.dtype, infos, seed)
+                if j == m:
+                    break
+                if raised is not None:
+                    raise raised
+            i = ids[j]
+            if result is _UNSTEPPED:
+                result = self.envs[i].reset(seed=None if seed is None else seed + i)
+            o, info = check_reset(result, f"env {i}")
             self._write_obs(obs, j, i, o)
             infos.append(info)
+            j += 1
         return obs, infos
 
     def recreate(self, env_ids: Sequence[int] | np.ndarray) -> np.ndarray:
