@@ -257,9 +257,9 @@ class Collector:
         ``hold`` (one int per slot) keeps that many of each slot's newest steps
         of its ongoing episode back for the next batch.
         """
-        cols, segs, keys, num_seqs = self._build(complete_only, hold)
+        cols, _, keys, num_seqs = self._build(complete_only, hold)
         out = []
-        for s in segs:
+        for s in self.last_segments:
             rows = (s["row_offset"], s["row_offset"] + s["length"])
             seqs = (s["seq_offset"], s["seq_offset"] + s["num_seqs"]) if num_seqs else None
             out.append(SampleBatch._segment(cols, rows, seqs, keys))
@@ -272,20 +272,21 @@ class Collector:
         ``last_segments`` then describes its episode segments (``eps_id``,
         ``env_id``, ``t_start``, ``length``, ``row_offset``, ``finished``, ...).
         """
-        cols, segs, keys, num_seqs = self._build(complete_only, hold)
-        count = sum(int(s["length"]) for s in segs)
+        cols, count, keys, num_seqs = self._build(complete_only, hold)
         out = SampleBatch._segment(cols, (0, count), (0, num_seqs) if num_seqs else None, keys)
         out.view_columns = self._view_columns.intersection(cols)
         return out
 
-    def _build(self, complete_only: Any, hold: Any) -> tuple[dict, list, frozenset, int]:
-        raw, segs, seq_keys, _count, num_seqs = self._impl.build_batch(bool(complete_only), hold)
+    def _build(self, complete_only: Any, hold: Any) -> tuple[dict, int, frozenset, int]:
+        """The store's batch: (its columns, its rows, the per-sequence columns, its sequences); its segments in
+        ``last_segments``."""
+        raw, segs, seq_keys, count, num_seqs = self._impl.build_batch(bool(complete_only), hold)
         cols: dict[str, Any] = raw  # arrays; LazyViews replace the (base rows, index) pairs below
         for k, v in cols.items():
             if type(v) is tuple:  # (base rows, index): a lazy column
                 cols[k] = LazyView._trusted(*v)
         self.last_segments = segs
-        return cols, segs, frozenset(seq_keys), num_seqs
+        return cols, int(count), frozenset(seq_keys), num_seqs
 
     def discard_steps(self) -> None:
         """Drops every step not emitted yet, as `build_batch` would after emitting them, without building the batch:

@@ -39,6 +39,8 @@ STAGE_OBS_BYTES = 1024
 # Column names read on every step (module constants: no class attribute lookup per step).
 _OBS, _ACTIONS, _REWARDS = SampleBatch.OBS, SampleBatch.ACTIONS, SampleBatch.REWARDS
 _TERMINATEDS, _TRUNCATEDS = SampleBatch.TERMINATEDS, SampleBatch.TRUNCATEDS
+#: `_flat_post`'s answer where the policy does not postprocess: the flat batch is handed out as it is.
+_AS_IS = object()
 
 
 class SingleAgentSampler(EnvSampler[SampleBatch]):
@@ -525,9 +527,11 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         if self._lazy_last:
             if ids is None and failed is None:
                 self._last_step = (None, new_obs, data, rew, infos)
-                if cut is not None or soft is not None:
+                # Episodes that end now: their last values before the slot restarts, where the batch they go into
+                # is postprocessed segment by segment, as the policy stands now (`_flat_post`: none else reads them).
+                if (cut is not None or soft is not None) and self._flat_post() is None:
                     ending: np.ndarray = cast(np.ndarray, cut if soft is None else (soft if cut is None else cut | soft))
-                    for j in np.flatnonzero(ending).tolist():  # they end now: last values before the slot restarts
+                    for j in np.flatnonzero(ending).tolist():
                         self._set_last(cast(Episode, self._episodes[j]), j, j, new_obs, data, rew, infos)
             else:  # a partial step (rare): every slot that stepped, now
                 self._last_step = None
@@ -706,16 +710,15 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         episode, the store's flat batch as it is (no split, no concat)."""
         self._next_inputs = None
         need_infos = self._columns.need_infos
-        if not need_infos and "on_postprocess_trajectory" not in self.hooks:
-            if not custom_postprocess(self.policy):
-                return self._hand_out(batch=self._flat_batch(complete))
-            post = self.policy.flat_postprocessor()
-            if post is not None:  # the policy's postprocessing of every segment in one pass, on the flat batch
-                # (No episode's last values are read on this path. A running episode's are set when it ends, or by
-                # a later per-segment emit's `_refresh_last` from the newest step, which this one leaves for it.)
-                batch = self._flat_batch(complete)
-                lengths = np.array([s["length"] for s in self.collector.last_segments], np.int64)
-                return self._hand_out(segments=FlatSegments(batch, lengths, post))
+        post = self._flat_post()
+        if post is _AS_IS:
+            return self._hand_out(batch=self._flat_batch(complete))
+        if post is not None:  # the policy's postprocessing of every segment in one pass, on the flat batch
+            # (No episode's last values are read on this path. A running episode's are set by a later per-segment
+            # emit's `_refresh_last` from the newest step, which this one leaves for it.)
+            batch = self._flat_batch(complete)
+            lengths = np.array([s["length"] for s in self.collector.last_segments], np.int64)
+            return self._hand_out(segments=FlatSegments(batch, lengths, post))
         if self._lazy_last:
             self._refresh_last()
         segments = self.collector.build_batch(complete_only=complete)
@@ -730,6 +733,18 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
                 seg[SampleBatch.TRUNCATEDS][-1] = True
             finish_segment(seg, self._columns, unroll, 0, self.adapter.reward_dtype)
         return self._hand_out(segments=segments)
+
+    def _flat_post(self) -> Any:
+        """How `_emit` postprocesses a batch as the worker stands now: `_AS_IS` (nothing runs per segment and the
+        policy does not postprocess: the flat batch as it is), the policy's `Policy.flat_postprocessor` (every
+        segment in one pass, on the flat batch), or None: segment by segment (infos kept per episode, an
+        ``on_postprocess_trajectory`` hook, or a policy with no one-pass postprocessing), which alone reads the
+        episodes' last values."""
+        if self._columns.need_infos or "on_postprocess_trajectory" in self.hooks:
+            return None
+        if not custom_postprocess(self.policy):
+            return _AS_IS
+        return self.policy.flat_postprocessor()
 
     def _flat_batch(self, complete: bool) -> SampleBatch:
         batch = self.collector.build_flat_batch(complete_only=complete)
