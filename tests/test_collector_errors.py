@@ -472,3 +472,71 @@ def test_bad_configuration(views, kwargs, match):
     for cls in (tv.Collector, ReferenceCollector):
         with pytest.raises(ValueError, match=match):
             cls(num_envs, COLUMNS, views, **kwargs)
+
+
+# -- the fused calls: add_step(end=) and begin_episodes(out=) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("end", [[1], [0, 1], [1, 0], []])
+def test_add_step_end_is_the_step_then_end_episodes(end):
+    """``add_step(data, env_ids, end)`` stores the step, then ends ``end``'s episodes: the reference's two calls."""
+    pair = Pair()
+    data = step_rows(2, pair.t)
+    pair.t += 1
+    pair.cpp.add_step(data, np.array([0, 1]), np.array(end, np.int64))
+    pair.ref.add_step(data, np.array([0, 1]))
+    if end:
+        pair.ref.end_episodes(np.array(end))
+    np.testing.assert_array_equal(pair.cpp.eps_ids(), pair.ref.eps_ids())
+    if len(end) < 2:
+        pair.check()
+    else:
+        assert_same(pair.cpp.build_flat_batch(), tv.concat_samples(pair.ref.build_batch()))  # (none left running)
+
+
+@pytest.mark.parametrize("end, match", [([0, 2], r"add_step end: env 2 has no episode in progress"),
+                                        ([1, 1], r"add_step end: env_ids must be distinct, got 1 twice"),
+                                        ([5], r"add_step end: env_ids must be in \[0, 3\), got 5"),
+                                        ([0.5], r"add_step end: env_ids must be a 1-D array of ints")])
+def test_add_step_end_refused_before_the_step_is_stored(end, match):
+    """An ``end`` that names an idle slot, a slot twice, one out of range, or no ints: refused, naming it, and the
+    step is not stored (the collector goes on as the reference that never saw the call)."""
+    pair = Pair()
+    with pytest.raises((ValueError, TypeError), match=match):
+        pair.cpp.add_step(step_rows(2, pair.t), np.array([0, 1]), np.array(end))
+    pair.check()
+
+
+def test_begin_episodes_out_is_the_input_dict():
+    """``begin_episodes(ids, obs, out)`` begins the episodes, then gathers every slot's input dict into ``out``
+    (returned ids and arrays as the reference's begin_episodes then input_dict)."""
+    pair = Pair()
+    out = _out_arrays(pair, NUM_ENVS - 1)
+    out = {k: np.concatenate([v, v[:1]]) for k, v in out.items()}  # (every slot's rows)
+    kept = dict(out)
+    got_ids = pair.cpp.begin_episodes(np.array([2]), obs_rows(1, 7), out)
+    want_ids = pair.ref.begin_episodes(np.array([2]), obs_rows(1, 7))
+    np.testing.assert_array_equal(got_ids, want_ids)
+    assert all(out[k] is v for k, v in kept.items())
+    assert_same(out, pair.ref.input_dict(np.arange(NUM_ENVS)))
+    pair.check()
+
+
+@pytest.mark.parametrize("bad", ["an idle slot", "out"])
+def test_begin_episodes_out_refused_before_anything_begins(bad):
+    """An ``out`` that does not fit, or another slot with no episode (the input dict is every slot's): refused,
+    naming it, before any episode begins."""
+    pair = Pair()
+    out = _out_arrays(pair, NUM_ENVS - 1)
+    out = {k: np.concatenate([v, v[:1]]) for k, v in out.items()}
+    if bad == "out":
+        out["stack"] = out["stack"][:2]
+        match = r"begin_episodes: out column 'stack' must have shape \[3, 3, 2\], got \[2, 3, 2\]"
+        ids = np.array([2])
+    else:
+        pair.both("end_episodes", np.array([1]))
+        match = r"begin_episodes \(out: the input dict of every slot\): env 1 has no episode in progress"
+        ids = np.array([2])
+    with pytest.raises(ValueError, match=match):
+        pair.cpp.begin_episodes(ids, obs_rows(1, 7), out)
+    pair.check()

@@ -72,11 +72,21 @@ class PyStore {
     if (infer_env_) boundary_keys_.push_back(interned("env_id"));
   }
 
-  py::list begin_episodes(const py::object& env_ids, const py::dict& obs) {
+  // `out`: None, or an input dict's arrays (as input_dict's, every slot's) gathered into once the episodes began; it
+  // and every other slot's episode in progress are checked before the store changes.
+  py::list begin_episodes(const py::object& env_ids, const py::dict& obs, const py::object& out) {
     Slots slots = parse_slots(env_ids, "begin_episodes", /*allow_none=*/false);
     Scratch scratch;
     Arrays keep(scratch.get());
     Inputs in(scratch.get());
+    const Slots every;
+    std::size_t out_bytes = 0;
+    Arrays held(scratch.get());  // the arrays stay alive while the GIL is released, whatever happens to `out`
+    RowPtrs ptrs(scratch.get());
+    if (!out.is_none()) {
+      out_rows(out, every, "begin_episodes", out_bytes, held, ptrs);
+      check_others_active(slots.ids, "begin_episodes (out: the input dict of every slot)");
+    }
     const auto& obs_cols = store_.obs_columns();
     for (const auto& item : obs) {
       const std::string key = py::str(item.first);
@@ -91,19 +101,38 @@ class PyStore {
                               "'; expected " + obs_list());
       in.push_back(convert(obs_cols[k], py::handle(h), keep));
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    return py::cast(store_.begin_episodes(slots.ids, in));
+    std::vector<std::int64_t> eps;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      eps = store_.begin_episodes(slots.ids, in);
+    }
+    if (!out.is_none()) gather_into(every, ptrs, out_bytes);
+    return py::cast(eps);
   }
 
-  void add_step(const py::object& data, const py::object& env_ids) {
+  // `end`: None, or the slots whose episodes end with this step (end_episodes in the same call, checked before
+  // anything is stored).
+  void add_step(const py::object& data, const py::object& env_ids, const py::object& end) {
     Slots slots = parse_slots(env_ids, "add_step", /*allow_none=*/true);
+    Slots ends;
+    if (!end.is_none()) {
+      ends = parse_slots(end, "add_step end", /*allow_none=*/false);
+      if (!ends.ids.empty()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        store_.check_active(ends.ids, "add_step end");
+      }
+    }
     Scratch scratch;
     Arrays keep(scratch.get());
     Inputs in(scratch.get());
     std::size_t bytes = 0;
     collect_step(data, keep, in, bytes);
-    if (slots.given && slots.ids.empty()) return check_empty(in);
-    run_add(slots, in, bytes);
+    if (slots.given && slots.ids.empty()) check_empty(in);
+    else run_add(slots, in, bytes);
+    if (!ends.ids.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      store_.end_episodes(ends.ids);
+    }
   }
 
   py::dict input_dict(const py::object& env_ids, const py::object& out) {
@@ -243,6 +272,19 @@ class PyStore {
     bool given = false;
     std::vector<std::int64_t> ids;
   };
+
+  // Every slot not in `begun` has an episode in progress (checked before begin_episodes gathers every slot's input).
+  void check_others_active(std::span<const std::int64_t> begun, const char* what) {
+    std::vector<bool> in_begun(static_cast<std::size_t>(store_.num_slots()), false);
+    for (auto s : begun)
+      if (s >= 0 && s < store_.num_slots()) in_begun[static_cast<std::size_t>(s)] = true;
+    std::vector<std::int64_t> others;
+    for (std::int64_t s = 0; s < store_.num_slots(); ++s)
+      if (!in_begun[static_cast<std::size_t>(s)]) others.push_back(s);
+    if (others.empty()) return;  // (an empty list would mean every slot to check_active)
+    std::lock_guard<std::mutex> lock(mu_);
+    store_.check_active(others, what);
+  }
 
   std::string obs_list() const {
     std::string s;
@@ -550,8 +592,9 @@ void register_store(py::module_& m) {
            py::arg("num_slots"), py::arg("columns"), py::arg("views"), py::arg("chunk_rows"), py::arg("eps_id_start"),
            py::arg("inference_boundary"), py::arg("emit_env_id"), py::arg("lazy_min_row_bytes") = 0,
            py::arg("slots_per_env") = 1)
-      .def("begin_episodes", &PyStore::begin_episodes, py::arg("env_ids"), py::arg("obs"))
-      .def("add_step", &PyStore::add_step, py::arg("data"), py::arg("env_ids") = py::none())
+      .def("begin_episodes", &PyStore::begin_episodes, py::arg("env_ids"), py::arg("obs"), py::arg("out") = py::none())
+      .def("add_step", &PyStore::add_step, py::arg("data"), py::arg("env_ids") = py::none(),
+           py::arg("end") = py::none())
       .def("input_dict", &PyStore::input_dict, py::arg("env_ids") = py::none(), py::arg("out") = py::none())
       .def("step", &PyStore::step, py::arg("data"), py::arg("env_ids") = py::none(), py::arg("out") = py::none())
       .def("_fast_step", [](const py::object& self) { return fast_method<PyStore, &step_fast, kStepName>(self); },

@@ -187,13 +187,24 @@ class Collector:
         it: a batch whose nested views read as their structure (``d["obs"]["image"]``)."""
         return SampleBatch._from_columns(d, n, frozenset(), frozenset())
 
-    def begin_episodes(self, env_ids: Any, obs: Mapping[str, Any]) -> np.ndarray:
-        """Starts an episode in each slot of ``env_ids`` with its first observation rows."""
-        return np.asarray(self._impl.begin_episodes(env_ids, self._flat(obs)), dtype=np.int64)
+    def begin_episodes(
+        self, env_ids: Any, obs: Mapping[str, Any], out: dict[str, np.ndarray] | None = None
+    ) -> np.ndarray:
+        """Starts an episode in each slot of ``env_ids`` with its first observation rows; returns their ids.
 
-    def add_step(self, data: Mapping[str, Any], env_ids: Any = None) -> None:
-        """Appends one step (every column, ``[n, *shape]``) to each slot's episode."""
-        self._impl.add_step(self._flat(data), env_ids)
+        ``out``: as `input_dict`'s, for every slot: the input dict gathered into it in the same call, once the
+        episodes began (every other slot must have an episode in progress; that and ``out`` are checked before the
+        store changes).
+        """
+        return np.asarray(self._impl.begin_episodes(env_ids, self._flat(obs), out), dtype=np.int64)
+
+    def add_step(self, data: Mapping[str, Any], env_ids: Any = None, end: Any = None) -> None:
+        """Appends one step (every column, ``[n, *shape]``) to each slot's episode.
+
+        ``end``: slots whose episodes end with this step (`end_episodes` in the same call, after the step; each must
+        have an episode in progress, checked before anything is stored).
+        """
+        self._impl.add_step(self._flat(data), env_ids, end)
 
     def end_episodes(self, env_ids: Any) -> None:
         """Marks the episodes in those slots finished; the slots become idle."""

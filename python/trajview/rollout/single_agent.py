@@ -162,13 +162,16 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
             return np.array(obs[j], copy=True)
         return self.adapter.obs_nest.row(obs, SampleBatch.OBS, j)
 
-    def _begin(self, ids: np.ndarray, obs: Any, infos: list) -> list[Episode]:
-        """Starts an episode in each slot of ``ids`` (store first); returns them for on_episode_start."""
+    def _begin(self, ids: np.ndarray, obs: Any, infos: list, out: dict | None = None) -> list[Episode]:
+        """Starts an episode in each slot of ``ids`` (store first); returns them for on_episode_start. ``out``: a lane's
+        arrays, the next input gathered into them in the same store call (every other slot runs an episode)."""
         try:
             self._next_inputs = None  # (the store changes: a gathered input is stale)
-            eps_ids = self.collector.begin_episodes(ids, {_OBS: obs} if self._obs_flat else obs)
+            eps_ids = self.collector.begin_episodes(ids, {_OBS: obs} if self._obs_flat else obs, out)
         except (ValueError, TypeError) as e:
             raise type(e)(f"RolloutWorker: the env's reset observation does not fit the observation space: {e}") from e
+        if out is not None:
+            self._next_inputs = out
         eids = eps_ids.tolist()  # (Python ints: the loop below boxes no numpy scalars)
         if eids:
             self._next_eps_id = max(self._next_eps_id, max(eids) + 1 - self._eps_base)
@@ -316,15 +319,11 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
                 self._cut_moved_on()
                 raise
             failed = res[6]
-            if res[5] or (failed is not None and len(failed)):  # an episode ended or an env failed: as `_step`
-                if failed is not None and not len(failed):  # (isolating failures, and none failed)
-                    failed = None
-                    self._after_envs(data, all_, None, (*res[:6], None, res[7]))
-                else:
-                    self._after_envs(data, all_, None, res)
-                if failed is not None or self._any_idle:  # (the failed envs catch up, idle slots begin: `_sample`)
-                    break
-                self._gather_next(lanes[1 - k])  # (every ended episode began again: the loop goes on)
+            if failed is not None and len(failed):  # an env failed: as `_step`, then `_sample` (the env catches up)
+                self._after_envs(data, all_, None, res)
+                break
+            if res[5]:  # episodes ended: as `_step` (and the next input gathered), then the loop goes on
+                self._restart_in_loop(data, res, lanes[1 - k].out)
                 continue
             # `_store` and `_commit`
             new_obs, rew, infos = res[0], res[1], res[4]
@@ -656,17 +655,7 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
             self._len0[ends] = self._steps - self.collector.episode_lengths()[ends]
         self._next_inputs = None
         self.collector.end_episodes(ends)
-        ended = []
-        for i in ends.tolist():
-            ep = cast(Episode, self._episodes[i])
-            ep.length = self._steps - int(self._len0[i])
-            ep.total_reward = float(self._ep_ret[i])
-            self.metrics.record(ep.total_reward, ep.length, ep)
-            self._ended[ep.episode_id] = ep
-            self._episodes[i] = None
-            ended.append(ep)
-        self._idle[ends] = True
-        self._any_idle = True
+        ended = self._ended_episodes(ends)
         if soft is None:  # (the common end: every slot resets, its first observation the reset's row in order)
             try:
                 _, obs, r_infos = self._reset(ends)
@@ -702,6 +691,61 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         self._any_idle = True
         started = self._begin(ends[ready], take_rows(obs, ready), [infos[k] for k in ready]) if len(ready) else []
         return ended, started, error
+
+    def _ended_episodes(self, ends: np.ndarray) -> list[Episode]:
+        """The episodes of slots ``ends``, ended in the store: their lengths and returns set and recorded, the
+        slots idle (their envs reset next). Returns them for on_episode_end."""
+        ended = []
+        steps, len0, ep_ret, episodes, record, kept = \
+            self._steps, self._len0, self._ep_ret, self._episodes, self.metrics.record, self._ended
+        for i in ends.tolist():
+            ep = cast(Episode, episodes[i])
+            ep.length = steps - int(len0[i])
+            ep.total_reward = float(ep_ret[i])
+            record(ep.total_reward, ep.length, ep)
+            kept[ep.episode_id] = ep
+            episodes[i] = None
+            ended.append(ep)
+        self._idle[ends] = True
+        self._any_idle = True
+        return ended
+
+    def _restart_in_loop(self, data: dict, res: tuple, out: dict) -> None:
+        """`_after_envs` then `_gather_next` for a step of `_common_steps` in which episodes ended (every env
+        stepped, none failed; no horizon, hooks, filter or infos kept per episode): the same calls in the same
+        order, with two store calls fewer: the step is stored and its episodes ended in one (`Collector.add_step`'s
+        ``end``), and the next input is gathered into ``out`` as the new episodes begin (`Collector.begin_episodes`'
+        ``out``). A reset that raises leaves the slots idle and raises, as `_after_envs` does with no hooks."""
+        new_obs, rew, term, trunc, infos = res[0], res[1], res[2], res[3], res[4]
+        ends = np.flatnonzero(term | trunc)
+        all_ = self._all
+        if not len(ends):  # (an adapter that reported an end no row holds: `_after_envs` stores it as a common step)
+            self._after_envs(data, all_, None, res)
+            return
+        # (`_end_and_restart`'s lengths from the store, where they are not kept here: read before the step)
+        len0 = None if self._track_len else self._steps - self.collector.episode_lengths()[ends]
+        self._fill(data, new_obs, rew, term, trunc, None)
+        self._next_inputs = None
+        try:
+            self.collector.add_step(data, None, ends)
+        except BaseException as e:
+            self._fail_store(all_, e)
+        # `_commit`'s common step
+        self._timestep += self.num_envs
+        self._frag += 1
+        self._steps += 1
+        self._ep_ret += rew
+        if self._lazy_last:
+            self._last_step = (None, new_obs, data, rew, infos)
+            if self._flat_post() is None:  # (as `_commit`: their last values before the slots restart)
+                for j in ends.tolist():
+                    self._set_last(cast(Episode, self._episodes[j]), j, j, new_obs, data, rew, infos)
+        # `_end_and_restart`'s common end
+        if len0 is not None:
+            self._len0[ends] = len0
+        self._ended_episodes(ends)
+        _, obs, r_infos = self._reset(ends)
+        self._begin(ends, obs, list(r_infos), out)
 
     # -- batches ----------------------------------------------------------------
 
