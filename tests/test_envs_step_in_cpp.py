@@ -22,6 +22,22 @@ KINDS = ("fast", "fast", "fast", "f64_exact", "f64_inexact", "list_obs", "np_f32
          "raise", "done", "truncated", "tuple_subclass", "int_obs_column")
 
 
+def _obs_of_kind(obs, kind):
+    """``obs`` as a script's observation kind gives it (others: as it is): float64 (exactly the float32 values, or
+    not), a list, a non-contiguous array, the wrong shape."""
+    if kind == "f64_exact":
+        return obs.astype(np.float64)
+    if kind == "f64_inexact":
+        return obs.astype(np.float64) + 1e-9
+    if kind == "list_obs":
+        return obs.tolist()
+    if kind == "non_contiguous":
+        return np.stack([obs, obs], axis=1)[:, 0]
+    if kind == "wrong_shape":
+        return np.zeros(4, np.float32)
+    return obs
+
+
 class ScriptedEnv(gym.Env):
     """Returns, step by step, the kinds of results in ``script`` (cycled)."""
 
@@ -42,13 +58,8 @@ class ScriptedEnv(gym.Env):
         v = float(self.seed_ * 7 + self.t) + 0.25 * action
         obs = np.array([v, -v, 0.5], np.float32)
         rew, te, tr, info = v, False, False, {"t": self.t, "kind": kind}
-        if kind == "f64_exact":
-            obs = obs.astype(np.float64)
-        elif kind == "f64_inexact":
-            obs = obs.astype(np.float64) + 1e-9
-        elif kind == "list_obs":
-            obs = obs.tolist()
-        elif kind == "np_f32_reward":
+        obs = _obs_of_kind(obs, kind)
+        if kind == "np_f32_reward":
             rew = np.float32(v)
         elif kind == "np_f64_reward":
             rew = np.float64(v)
@@ -60,10 +71,6 @@ class ScriptedEnv(gym.Env):
             te, tr = np.bool_(False), np.bool_(self.t % 2 == 0)
         elif kind == "int_flag":
             te = 1
-        elif kind == "non_contiguous":
-            obs = np.stack([obs, obs], axis=1)[:, 0]
-        elif kind == "wrong_shape":
-            obs = np.zeros(4, np.float32)
         elif kind == "four_tuple":
             return obs, rew, te, info
         elif kind == "raise":
@@ -139,20 +146,26 @@ def test_cpp_step_loop_equals_the_python_loop(scripts, steps, isolate, need_info
             break
 
 
-def test_the_common_case_runs_in_cpp(monkeypatch):
-    """After the first step (which notes the reward kind in Python), every row of a plain env goes through
-    `_core.step_envs` and none through the Python body."""
+def _spy(monkeypatch, name):
+    """The list of rows each call of ``_core.<name>`` (as `GymEnvList` calls it) went up to, appended per call."""
+    import trajview.envs.gym_list as gl
+
     calls = []
-    real = _core.step_envs
+    real = getattr(_core, name)
 
     def spy(*args):
         out = real(*args)
         calls.append(out[0])
         return out
 
-    import trajview.envs.gym_list as gl
+    monkeypatch.setattr(gl._core, name, spy)
+    return calls
 
-    monkeypatch.setattr(gl._core, "step_envs", spy)
+
+def test_the_common_case_runs_in_cpp(monkeypatch):
+    """After the first step (which notes the reward kind in Python), every row of a plain env goes through
+    `_core.step_envs` and none through the Python body."""
+    calls = _spy(monkeypatch, "step_envs")
     a = GymEnvList([ScriptedEnv(["fast"], k) for k in range(4)])
     a.reset()
     a.step(np.zeros(4, np.int64))  # rewards noted in Python
@@ -220,17 +233,8 @@ class ScriptedResetEnv(ScriptedEnv):
         v = float(self.seed_ * 5 + len(self.seeds))
         obs = np.array([v, -v, 0.25], np.float32)
         info: dict = {"n": len(self.seeds), "kind": kind}
-        if kind == "f64_exact":
-            obs = obs.astype(np.float64)
-        elif kind == "f64_inexact":
-            obs = obs.astype(np.float64) + 1e-9
-        elif kind == "list_obs":
-            obs = obs.tolist()
-        elif kind == "non_contiguous":
-            obs = np.stack([obs, obs], axis=1)[:, 0]
-        elif kind == "wrong_shape":
-            obs = np.zeros(4, np.float32)
-        elif kind == "obs_alone":
+        obs = _obs_of_kind(obs, kind)
+        if kind == "obs_alone":
             return obs
         elif kind == "info_not_dict":
             return obs, [info]
@@ -285,17 +289,7 @@ def test_cpp_reset_loop_equals_the_python_loop(scripts, rounds, data):
 
 def test_the_common_reset_runs_in_cpp(monkeypatch):
     """A plain env's reset rows all go through `_core.reset_envs`, in one call."""
-    calls = []
-    real = _core.reset_envs
-
-    def spy(*args):
-        out = real(*args)
-        calls.append(out[0])
-        return out
-
-    import trajview.envs.gym_list as gl
-
-    monkeypatch.setattr(gl._core, "reset_envs", spy)
+    calls = _spy(monkeypatch, "reset_envs")
     a = GymEnvList([ScriptedResetEnv(["fast"], k) for k in range(4)])
     obs, infos = a.reset_envs(np.array([2, 0]), seed=10)
     assert calls == [2]
