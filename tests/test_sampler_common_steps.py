@@ -86,8 +86,15 @@ class LanePolicy(tv.Policy):
         return batch
 
 
+class PlainLanePolicy(LanePolicy):
+    """`LanePolicy` with `Policy`'s own postprocess_trajectory (nothing reads an episode's last values; ended
+    episodes' lengths are the store's: `SingleAgentSampler._track_len` off)."""
+
+    postprocess_trajectory = tv.Policy.postprocess_trajectory
+
+
 def _run(common: bool, num_envs, lengths, fragment, fails, restart, f32_until, fail_calls, no_done, calls, nans,
-         reset_fails):
+         reset_fails, plain=False):
     made = []
 
     def creator(cfg):
@@ -98,7 +105,8 @@ def _run(common: bool, num_envs, lengths, fragment, fails, restart, f32_until, f
         return env
 
     env = Scripted(lengths, set(), None, -1)
-    policy = LanePolicy(env.observation_space, env.action_space, {"fail_calls": fail_calls})
+    policy = (PlainLanePolicy if plain else LanePolicy)(env.observation_space, env.action_space,
+                                                       {"fail_calls": fail_calls})
     w = RolloutWorker(creator, policy, num_envs=num_envs, rollout_fragment_length=fragment, seed=5,
                       restart_failed_sub_environments=restart, no_done_at_end=no_done)
     if not common:
@@ -113,8 +121,10 @@ def _run(common: bool, num_envs, lengths, fragment, fails, restart, f32_until, f
             else:
                 out.append(("batch", {k: np.array(b[k]) for k in sorted(b.keys())}))
             s = w.sampler
+            metrics = w.get_metrics()
             out.append(("state", s._timestep, s._frag, s._steps, s._ep_ret.tolist(), dict(s._deficit),
-                        s._idle.tolist(), s._next_eps_id, policy.calls, w.get_metrics()["episode_returns"]))
+                        s._idle.tolist(), s._next_eps_id, policy.calls, metrics["episode_returns"],
+                        metrics["episode_lengths"]))
     finally:
         w.stop()
     return out
@@ -124,13 +134,14 @@ def _run(common: bool, num_envs, lengths, fragment, fails, restart, f32_until, f
 # The faults each once for certain: an env raising (not isolated; isolated and recreated), the policy raising, an
 # observation of NaN, rewards that stop being float32, a reset raising (after an episode's end inside the loop: not
 # isolated; isolated and recreated).
-@example(2, [20], 4, {1: [3]}, False, None, [], False, 4, {}, {})
-@example(3, [6, 2], 5, {0: [4], 2: [9]}, True, None, [], False, 4, {}, {})
-@example(2, [9], 6, {}, False, None, [7], False, 3, {}, {})
-@example(2, [30], 4, {}, False, None, [], False, 3, {1: [5]}, {})
-@example(2, [7, 3], 5, {}, False, 6, [], True, 4, {}, {})
-@example(2, [2, 5], 6, {}, False, None, [], False, 4, {}, {1: [3]})
-@example(3, [3], 7, {}, True, None, [], False, 4, {}, {0: [2]})
+@example(2, [20], 4, {1: [3]}, False, None, [], False, 4, {}, {}, False)
+@example(3, [6, 2], 5, {0: [4], 2: [9]}, True, None, [], False, 4, {}, {}, False)
+@example(2, [9], 6, {}, False, None, [7], False, 3, {}, {}, False)
+@example(2, [30], 4, {}, False, None, [], False, 3, {1: [5]}, {}, False)
+@example(2, [7, 3], 5, {}, False, 6, [], True, 4, {}, {}, False)
+@example(2, [2, 5], 6, {}, False, None, [], False, 4, {}, {1: [3]}, False)
+@example(3, [3], 7, {}, True, None, [], False, 4, {}, {0: [2]}, False)
+@example(3, [2, 4], 6, {}, True, None, [], False, 4, {}, {2: [3]}, True)
 @given(
     num_envs=st.integers(1, 4),
     lengths=st.lists(st.integers(1, 12), min_size=1, max_size=4),
@@ -143,10 +154,12 @@ def _run(common: bool, num_envs, lengths, fragment, fails, restart, f32_until, f
     calls=st.integers(1, 6),
     nans=st.dictionaries(st.integers(0, 3), st.lists(st.integers(1, 20), max_size=1), max_size=1),
     reset_fails=st.dictionaries(st.integers(0, 3), st.lists(st.integers(2, 8), max_size=2), max_size=2),
+    plain=st.booleans(),
 )
 def test_the_common_steps_loop_samples_what_step_samples(num_envs, lengths, fragment, fails, restart, f32_until,
-                                                         fail_calls, no_done, calls, nans, reset_fails):
-    args = (num_envs, lengths, fragment, fails, restart, f32_until, fail_calls, no_done, calls, nans, reset_fails)
+                                                         fail_calls, no_done, calls, nans, reset_fails, plain):
+    args = (num_envs, lengths, fragment, fails, restart, f32_until, fail_calls, no_done, calls, nans, reset_fails,
+            plain)
     got, want = _run(True, *args), _run(False, *args)
     assert len(got) == len(want)
     for g, w in zip(got, want):
