@@ -540,3 +540,39 @@ def test_begin_episodes_out_refused_before_anything_begins(bad):
     with pytest.raises(ValueError, match=match):
         pair.cpp.begin_episodes(ids, obs_rows(1, 7), out)
     pair.check()
+
+
+def test_the_fused_calls_on_steps_big_enough_to_release_the_gil():
+    """``add_step(end=)`` and ``begin_episodes(out=)`` where the step's and the input dict's arrays are big enough
+    that the store releases the GIL (64 KiB): the same store as the reference's separate calls, and a refusal
+    there changes nothing."""
+    cols = {"obs": (np.uint8, (64, 64, 8)), "actions": (np.int64, ()), "terminateds": (np.bool_, ()),
+            "truncateds": (np.bool_, ())}
+    views = {"obs": VR(), "stack": VR("obs", shift="-1:0"), "actions": VR(), "t": VR()}
+    cpp, ref = tv.Collector(4, cols, views, chunk_rows=3), ReferenceCollector(4, cols, views, chunk_rows=3)
+    first = {"obs": np.arange(4 * 64 * 64 * 8, dtype=np.int64).reshape(4, 64, 64, 8).astype(np.uint8)}
+    for c in (cpp, ref):
+        c.begin_episodes(np.arange(4), first)
+    out = {k: np.array(v, copy=True) for k, v in dict.items(cpp.input_dict())}
+    assert sum(v.nbytes for v in out.values()) >= 64 << 10
+    for t in range(5):
+        data = {"obs": (first["obs"] + t + 1).astype(np.uint8), "actions": np.arange(4, dtype=np.int64) + t,
+                "terminateds": np.zeros(4, bool), "truncateds": np.zeros(4, bool)}
+        ends = np.array([t % 4, (t + 2) % 4])
+        cpp.add_step(data, None, ends)
+        ref.add_step(data, None)
+        ref.end_episodes(ends)
+        restart = {"obs": (first["obs"][:2] + 50 + t).astype(np.uint8)}
+        if t == 3:  # (a refusal: a slot that has an episode in progress)
+            before = {k: v.copy() for k, v in out.items()}
+            three = {"obs": np.concatenate([restart["obs"], restart["obs"][:1]])}
+            with pytest.raises(ValueError, match=r"env 0 has an episode in progress"):
+                cpp.begin_episodes(np.array([*ends, (t + 1) % 4]), three, out)
+            with pytest.raises(ValueError, match=r"every slot\): env 1 has no episode in progress"):
+                cpp.begin_episodes(ends[:1], {"obs": restart["obs"][:1]}, out)
+            with pytest.raises(ValueError, match=r"add_step end: env \d has no episode in progress"):
+                cpp.add_step(data, np.array([(t + 1) % 4, (t + 3) % 4]), ends)
+            assert_same(out, before)  # (nothing gathered)
+        np.testing.assert_array_equal(cpp.begin_episodes(ends, restart, out), ref.begin_episodes(ends, restart))
+        assert_same(out, ref.input_dict())
+    assert_same(cpp.build_flat_batch(), tv.concat_samples(ref.build_batch()))

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -83,10 +84,7 @@ class PyStore {
     std::size_t out_bytes = 0;
     Arrays held(scratch.get());  // the arrays stay alive while the GIL is released, whatever happens to `out`
     RowPtrs ptrs(scratch.get());
-    if (!out.is_none()) {
-      out_rows(out, every, "begin_episodes", out_bytes, held, ptrs);
-      check_others_active(slots.ids, "begin_episodes (out: the input dict of every slot)");
-    }
+    if (!out.is_none()) out_rows(out, every, "begin_episodes", out_bytes, held, ptrs);
     const auto& obs_cols = store_.obs_columns();
     for (const auto& item : obs) {
       const std::string key = py::str(item.first);
@@ -102,11 +100,17 @@ class PyStore {
       in.push_back(convert(obs_cols[k], py::handle(h), keep));
     }
     std::vector<std::int64_t> eps;
-    {
+    if (out.is_none()) {
       std::lock_guard<std::mutex> lock(mu_);
       eps = store_.begin_episodes(slots.ids, in);
+    } else {
+      // Under the lock the gather takes (one call: nothing between the check, the episodes and the gather).
+      const std::function<void()> begin = [&] {
+        check_others_active(slots.ids, "begin_episodes (out: the input dict of every slot)");
+        eps = store_.begin_episodes(slots.ids, in);
+      };
+      gather_into(every, ptrs, out_bytes, &begin);
     }
-    if (!out.is_none()) gather_into(every, ptrs, out_bytes);
     return py::cast(eps);
   }
 
@@ -115,23 +119,29 @@ class PyStore {
   void add_step(const py::object& data, const py::object& env_ids, const py::object& end) {
     Slots slots = parse_slots(env_ids, "add_step", /*allow_none=*/true);
     Slots ends;
-    if (!end.is_none()) {
-      ends = parse_slots(end, "add_step end", /*allow_none=*/false);
-      if (!ends.ids.empty()) {
-        std::lock_guard<std::mutex> lock(mu_);
-        store_.check_active(ends.ids, "add_step end");
-      }
-    }
+    if (!end.is_none()) ends = parse_slots(end, "add_step end", /*allow_none=*/false);
     Scratch scratch;
     Arrays keep(scratch.get());
     Inputs in(scratch.get());
     std::size_t bytes = 0;
     collect_step(data, keep, in, bytes);
+    if (ends.ids.empty()) {
+      if (slots.given && slots.ids.empty()) return check_empty(in);
+      return run_add(slots, in, bytes);
+    }
     if (slots.given && slots.ids.empty()) check_empty(in);
-    else run_add(slots, in, bytes);
-    if (!ends.ids.empty()) {
+    // One locked call: the ends checked, the step stored, the episodes ended (nothing between them).
+    auto run = [&] {
       std::lock_guard<std::mutex> lock(mu_);
+      store_.check_active(ends.ids, "add_step end");
+      if (!(slots.given && slots.ids.empty())) store_.add_step(slots.ids, in);
       store_.end_episodes(ends.ids);
+    };
+    if (bytes >= kReleaseGilBytes) {
+      py::gil_scoped_release release;
+      run();
+    } else {
+      run();
     }
   }
 
@@ -273,8 +283,9 @@ class PyStore {
     std::vector<std::int64_t> ids;
   };
 
-  // Every slot not in `begun` has an episode in progress (checked before begin_episodes gathers every slot's input).
-  void check_others_active(std::span<const std::int64_t> begun, const char* what) {
+  // Every slot not in `begun` has an episode in progress (checked before begin_episodes gathers every slot's input;
+  // the caller holds mu_).
+  void check_others_active(std::span<const std::int64_t> begun, const char* what) const {
     std::vector<bool> in_begun(static_cast<std::size_t>(store_.num_slots()), false);
     for (auto s : begun)
       if (s >= 0 && s < store_.num_slots()) in_begun[static_cast<std::size_t>(s)] = true;
@@ -282,7 +293,6 @@ class PyStore {
     for (std::int64_t s = 0; s < store_.num_slots(); ++s)
       if (!in_begun[static_cast<std::size_t>(s)]) others.push_back(s);
     if (others.empty()) return;  // (an empty list would mean every slot to check_active)
-    std::lock_guard<std::mutex> lock(mu_);
     store_.check_active(others, what);
   }
 
@@ -532,10 +542,18 @@ class PyStore {
     }
   }
 
-  // Writes the input dict of `slots` into `ptrs` (the views in inf_names_ order, then boundary_keys_'s).
-  void gather_into(const Slots& slots, std::span<std::byte* const> ptrs, std::size_t bytes) {
+  // Writes the input dict of `slots` into `ptrs` (the views in inf_names_ order, then boundary_keys_'s). `first`:
+  // run before, under the same lock (and without the GIL where the gather releases it: C++ state only).
+  void gather_into(const Slots& slots, std::span<std::byte* const> ptrs, std::size_t bytes,
+                   const std::function<void()>* first = nullptr) {
     const py::ssize_t n = rows_of(slots);
-    if (n == 0) return;
+    if (n == 0) {
+      if (first != nullptr) {
+        std::lock_guard<std::mutex> lock(mu_);
+        (*first)();
+      }
+      return;
+    }
     const std::size_t nviews = inf_names_.size();
     std::size_t next = nviews;
     auto* tp = infer_t_ ? reinterpret_cast<std::int64_t*>(ptrs[next++]) : nullptr;
@@ -544,6 +562,7 @@ class PyStore {
     const std::span<std::byte* const> views = ptrs.first(nviews);
     auto run = [&] {
       std::lock_guard<std::mutex> lock(mu_);
+      if (first != nullptr) (*first)();
       store_.check_active(slots.ids, "input_dict");
       store_.gather_inference(slots.ids, views, tp, ep);
     };
