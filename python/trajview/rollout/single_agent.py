@@ -717,7 +717,8 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
         ``end``), and the next input is gathered into ``out`` as the new episodes begin (`Collector.begin_episodes`'
         ``out``). A reset that raises leaves the slots idle and raises, as `_after_envs` does with no hooks."""
         new_obs, rew, term, trunc, infos = res[0], res[1], res[2], res[3], res[4]
-        ends = np.flatnonzero(term | trunc)
+        cut = term | trunc
+        ends = np.flatnonzero(cut)
         all_ = self._all
         if not len(ends):  # (an adapter that reported an end no row holds: `_after_envs` stores it as a common step)
             self._after_envs(data, all_, None, res)
@@ -730,16 +731,7 @@ class SingleAgentSampler(EnvSampler[SampleBatch]):
             self.collector.add_step(data, None, ends)
         except BaseException as e:
             self._fail_store(all_, e)
-        # `_commit`'s common step
-        self._timestep += self.num_envs
-        self._frag += 1
-        self._steps += 1
-        self._ep_ret += rew
-        if self._lazy_last:
-            self._last_step = (None, new_obs, data, rew, infos)
-            if self._flat_post() is None:  # (as `_commit`: their last values before the slots restart)
-                for j in ends.tolist():
-                    self._set_last(cast(Episode, self._episodes[j]), j, j, new_obs, data, rew, infos)
+        self._commit(all_, None, all_, None, data, new_obs, rew, infos, cut, None)
         # `_end_and_restart`'s common end
         if len0 is not None:
             self._len0[ends] = len0
