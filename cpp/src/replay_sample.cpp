@@ -6,6 +6,7 @@
 #include "trajview/replay.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -33,8 +34,11 @@ inline void copy_row(std::byte* dst, const std::byte* src, std::size_t n) noexce
 }
 
 constexpr std::int64_t kZero = -1;  // a position that reads zeros
-/// Samples of at most this many row reads prefetch them all before copying (64 bytes x 8192 = 512 KiB of lines).
-constexpr std::size_t kPrefetchReads = 8192;
+/// How many reads ahead a loop over random rows of a large ring asks for the row it will read (its cache line
+/// fetched while the reads before it are served: the misses of a sample's rows overlap instead of queueing,
+/// whatever the sample's size). A loop with two dependent reads per item (a ring row's trajectory, then that
+/// trajectory's pieces) asks for the first at twice the distance.
+constexpr std::size_t kAhead = 16;
 
 void check_request(const SliceRequest& req) {
   if (req.slice_len < 1) throw std::invalid_argument("slice_len must be >= 1, got " + std::to_string(req.slice_len));
@@ -224,10 +228,15 @@ void ReplayStore::pick_steps(const SliceRequest& req, std::vector<SlicePick>& pi
   // Rows are drawn in rounds of as many as are still missing (the tree searched for all of them at once).
   std::vector<double> us;
   std::vector<std::size_t> found;
+  std::vector<std::int64_t> drawn;
   while (static_cast<std::int64_t>(picks.size()) < req.num_slices && budget > 0) {
     const auto want = static_cast<std::size_t>(std::min(req.num_slices - static_cast<std::int64_t>(picks.size()),
                                                         budget));
     budget -= static_cast<std::int64_t>(want);
+    if (!prio) {  // the round's rows drawn first (the same draws, in the same order), then read ahead
+      drawn.resize(want);
+      for (auto& g : drawn) g = pick_row(rng);
+    }
     if (prio) {
       us.resize(want);
       found.resize(want);
@@ -239,7 +248,18 @@ void ReplayStore::pick_steps(const SliceRequest& req, std::vector<SlicePick>& pi
       }
     }
     for (std::size_t q = 0; q < want; ++q) {
-      const std::int64_t g = prio ? abs_row(static_cast<std::int64_t>(found[q])) : pick_row(rng);
+      if (!prio) {  // the bookkeeping of the row 2 x kAhead on, the trajectory of the row kAhead on
+        if (q + 2 * kAhead < want) {
+          const auto r2 = static_cast<std::size_t>(drawn[q + 2 * kAhead] % capacity_);
+          __builtin_prefetch(&row_uid_[r2]);
+          __builtin_prefetch(&row_step_[r2]);
+        }
+        if (q + kAhead < want) {
+          const auto* ahead = find(row_uid_[static_cast<std::size_t>(drawn[q + kAhead] % capacity_)]);
+          if (ahead != nullptr) __builtin_prefetch(ahead);
+        }
+      }
+      const std::int64_t g = prio ? abs_row(static_cast<std::int64_t>(found[q])) : drawn[q];
       std::int64_t step = 0;
       const ReplayTrajectory* tr = step_at(g, &step);
       if (tr == nullptr || !can_start(*tr, step)) continue;
@@ -342,9 +362,12 @@ ReplayBatch ReplayStore::build(std::vector<SlicePick> picks, const SliceRequest&
     std::int64_t tail = kZero;
   };
   std::vector<SliceRows> rows(ns);
-  for (std::size_t k = 0; k < ns && ns <= kPrefetchReads; ++k) __builtin_prefetch(find(picks[k].uid));
   std::size_t npos = 0;
   for (std::size_t k = 0; k < ns; ++k) {
+    if (k + 2 * kAhead < ns) __builtin_prefetch(find(picks[k + 2 * kAhead].uid));
+    if (k + kAhead < ns) {
+      if (const auto* ahead = find(picks[k + kAhead].uid); ahead != nullptr) __builtin_prefetch(ahead->pieces.data());
+    }
     SliceRows& r = rows[k];
     r.tr = find(picks[k].uid);
     r.tail = r.tr->tail_g();
@@ -392,19 +415,6 @@ ReplayBatch ReplayStore::build(std::vector<SlicePick> picks, const SliceRequest&
       }
     }
   };
-  // A small sample's rows (random over a large ring) are fetched from memory all at once before copying.
-  if (static_cast<std::size_t>(out.count) * reads_per_row <= kPrefetchReads) {
-    for (const auto& v : views) {
-      const auto c = static_cast<std::size_t>(column_index(v.column));
-      const std::size_t rb = columns_[c].row_bytes();
-      if (rb == 0) continue;
-      const std::byte* base = base_[c];
-      each_read(v, columns_[c].kind == ColumnKind::Observation, [&](std::int64_t g) {
-        if (g != kZero) __builtin_prefetch(base + static_cast<std::size_t>(g % capacity_) * rb);
-      });
-    }
-  }
-
   for (std::size_t vi = 0; vi < views.size(); ++vi) {
     const auto& v = views[vi];
     const auto c = static_cast<std::size_t>(column_index(v.column));
@@ -421,11 +431,23 @@ ReplayBatch ReplayStore::build(std::vector<SlicePick> picks, const SliceRequest&
     std::byte* dst = bc.buffer->data();
     const std::byte* base = base_[c];
     if (rb > 0) {
-      each_read(v, col.kind == ColumnKind::Observation, [&](std::int64_t g) {
-        if (g == kZero) std::memset(dst, 0, rb);
-        else copy_row(dst, base + static_cast<std::size_t>(g % capacity_) * rb, rb);
+      // Each read's row is asked for when `each_read` names it and copied kAhead reads later (`ahead`: the
+      // reads named and not copied yet, in order).
+      std::array<const std::byte*, kAhead> ahead{};  // (null: zeros)
+      std::size_t named = 0, copied = 0;
+      const auto copy_next = [&] {
+        const std::byte* src = ahead[copied++ % kAhead];
+        if (src == nullptr) std::memset(dst, 0, rb);
+        else copy_row(dst, src, rb);
         dst += rb;
+      };
+      each_read(v, col.kind == ColumnKind::Observation, [&](std::int64_t g) {
+        if (named - copied == kAhead) copy_next();
+        const std::byte* src = g == kZero ? nullptr : base + static_cast<std::size_t>(g % capacity_) * rb;
+        if (src != nullptr) __builtin_prefetch(src);
+        ahead[named++ % kAhead] = src;
       });
+      while (copied < named) copy_next();
     }
     out.columns.push_back(std::move(bc));
   }
