@@ -137,13 +137,19 @@ def same_arrays(got, want, what):
         np.testing.assert_array_equal(g, want[k], err_msg=f"{what}: column {k!r}")
 
 
+#: Slices per sample: the script's (1-4), or that times 37, so that the sample's loops over random rows run past
+#: the distance at which they read ahead (`kAhead` in cpp/src/replay_sample.cpp: 16 reads).
+SCALES = st.sampled_from([1, 37])
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(scripts(), st.integers(0, 2**32 - 1))
-def test_replay_matches_reference(s, seed):
+@given(scripts(), st.integers(0, 2**32 - 1), SCALES)
+def test_replay_matches_reference(s, seed, scale):
     envs = Envs(s)
     rb = tv.ReplayBuffer(s["capacity"])
     ref = None
     for k, (frag, num_slices, slice_len, strict, pad, vi) in enumerate(s["adds"]):
+        num_slices *= scale
         batch = envs.batch(frag)
         if ref is None:
             if len(batch) == 0:
@@ -188,8 +194,8 @@ def test_replay_matches_reference(s, seed):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(scripts(), st.integers(0, 2**32 - 1), st.sampled_from(["random", "prioritized", "pslice", "without"]))
-def test_step_samplers_match_reference(s, seed, kind):
+@given(scripts(), st.integers(0, 2**32 - 1), st.sampled_from(["random", "prioritized", "pslice", "without"]), SCALES)
+def test_step_samplers_match_reference(s, seed, kind, scale):
     """RandomSampler, PrioritizedSampler, PrioritizedSliceSampler and SamplerWithoutReplacement on the same random scripts: every
     pick starts at a step the reference allows, and every array equals the reference's; priorities equal the
     numpy reference after updates and overwrites."""
@@ -209,6 +215,7 @@ def test_step_samplers_match_reference(s, seed, kind):
     ref = pri = None
     rng = np.random.default_rng(seed)
     for k, (frag, num_slices, _, _, _, vi) in enumerate(s["adds"]):
+        num_slices *= 1 if kind == "without" else scale  # (without replacement: at most the steps held)
         batch = envs.batch(frag)
         if ref is None:
             if len(batch) == 0:
